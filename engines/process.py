@@ -1,0 +1,110 @@
+"""Engine processes: started from an argument list, logged to a file, always stopped.
+
+Each engine runs in its own process group so that stopping it also stops the workers it
+forked.  Every live process is also registered for ``atexit`` so nothing is orphaned when
+the harness exits on an error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+_LIVE: set["EngineProcess"] = set()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EngineProcess:
+    def __init__(self, argv: list[str], log_path: str | os.PathLike, env: dict | None = None, cwd=None):
+        if isinstance(argv, str):
+            raise TypeError("engine commands are argument lists, never shell strings")
+        self.argv = [str(a) for a in argv]
+        self.log_path = Path(log_path)
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self.started_ns: int | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})}, cwd=self.cwd, start_new_session=True)
+        except FileNotFoundError as e:
+            raise RuntimeError(f"cannot start engine: {e.filename or self.argv[0]!r} not found "
+                               f"(command: {' '.join(self.argv)})") from None
+        finally:
+            log.close()
+        self.started_ns = time.perf_counter_ns()
+        _LIVE.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def poll(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def tail(self, n: int = 40) -> str:
+        try:
+            lines = self.log_path.read_bytes().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        """SIGTERM the process group, wait ``grace_s``, then SIGKILL; returns the exit code."""
+        p = self.proc
+        if p is None or self._stopped:
+            return p.returncode if p else None
+        self._stopped = True
+        try:
+            if p.poll() is None:
+                _signal_group(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    _signal_group(p.pid, signal.SIGKILL)
+                    p.wait(10)
+            else:
+                # The leader exited; make sure no worker it forked outlives it.
+                _signal_group(p.pid, signal.SIGKILL)
+        finally:
+            _LIVE.discard(self)
+        return p.returncode
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _stop_all() -> None:
+    for p in list(_LIVE):
+        p.stop(grace_s=5.0)

@@ -1,0 +1,150 @@
+"""Builds the embedded default model: a tiny random-weight Llama with a byte-level BPE tokenizer.
+
+Serving performance does not depend on weight values, so a random model lets anyone try the
+harness on a laptop CPU without downloading weights.  The build is deterministic (fixed seeds)
+and cached under a folder named after its parameters, so every run of the same version serves
+the same model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+# The parameters that define the model; the cache folder's name is a hash of them, so a
+# change here builds a new model instead of serving a stale one.
+TINY_SPEC = {
+    "vocab_size": 2048,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 4096,
+    "seed": 1234,
+    "corpus_lines": 4000,
+    "builder_version": 1,
+}
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>"]
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("TOKENFACTORY_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tokenfactory"
+    )
+    return Path(root) / "models"
+
+
+def spec_digest(spec: dict | None = None) -> str:
+    spec = spec or TINY_SPEC
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _corpus(n_lines: int, seed: int) -> list[str]:
+    """Pseudo-English lines: syllable words with a Zipf-like frequency, so BPE learns whole words."""
+    rng = random.Random(seed)
+    onsets = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+              "st", "tr", "pl", "gr", "ch", "sh", "th", "br", "cl"]
+    vowels = ["a", "e", "i", "o", "u", "ai", "ea", "ou", "io"]
+    codas = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ck"]
+    words = sorted({
+        "".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(rng.randint(1, 3)))
+        for _ in range(3000)
+    })
+    weights = [1.0 / (i + 1) ** 0.8 for i in range(len(words))]
+    lines = []
+    for _ in range(n_lines):
+        n = rng.randint(6, 24)
+        sent = rng.choices(words, weights=weights, k=n)
+        lines.append(" ".join(sent).capitalize() + rng.choice([".", ".", "?", "!", ","]))
+    return lines
+
+
+def build_tiny_model(out_dir: str | os.PathLike, spec: dict | None = None) -> Path:
+    """Build the model and tokenizer into ``out_dir`` (written to a temp folder, then renamed)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    spec = dict(spec or TINY_SPEC)
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=spec["vocab_size"],
+            special_tokens=SPECIAL_TOKENS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(_corpus(spec["corpus_lines"], spec["seed"]), trainer=trainer)
+        fast = PreTrainedTokenizerFast(
+            tokenizer_object=tok,
+            bos_token="<|endoftext|>",
+            eos_token="<|endoftext|>",
+            pad_token="<|pad|>",
+            model_max_length=spec["max_position_embeddings"],
+        )
+        fast.chat_template = CHAT_TEMPLATE
+        fast.save_pretrained(tmp)
+
+        torch.manual_seed(spec["seed"])
+        cfg = LlamaConfig(
+            vocab_size=len(fast),
+            hidden_size=spec["hidden_size"],
+            intermediate_size=spec["intermediate_size"],
+            num_hidden_layers=spec["num_hidden_layers"],
+            num_attention_heads=spec["num_attention_heads"],
+            num_key_value_heads=spec["num_key_value_heads"],
+            max_position_embeddings=spec["max_position_embeddings"],
+            bos_token_id=fast.bos_token_id,
+            eos_token_id=fast.eos_token_id,
+            pad_token_id=fast.pad_token_id,
+            tie_word_embeddings=False,
+            torch_dtype="float32",
+        )
+        model = LlamaForCausalLM(cfg)
+        model.generation_config = GenerationConfig(
+            bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+            do_sample=False,
+        )
+        model.save_pretrained(tmp)
+        (tmp / "tokenfactory_tiny.json").write_text(json.dumps({"spec": spec, "digest": spec_digest(spec)}, indent=2))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def ensure_tiny_model(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Return the cached tiny model's folder, building it on first use."""
+    base = Path(cache_dir) if cache_dir else default_cache_dir()
+    target = base / f"tiny-llama-{spec_digest()}"
+    if (target / "tokenfactory_tiny.json").exists():
+        return target
+    return build_tiny_model(target)
+
+
+if __name__ == "__main__":  # python -m engines.tiny_model [DIR]
+    import sys
+
+    print(build_tiny_model(sys.argv[1]) if len(sys.argv) > 1 else ensure_tiny_model())

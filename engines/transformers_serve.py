@@ -1,0 +1,88 @@
+"""Hugging Face ``transformers serve``: the embedded default engine.
+
+Its OpenAI-compatible server rejects fields it does not know (HTTP 422), ``ignore_eos`` and
+``min_tokens`` among them, so its dialect sends only ``max_tokens``.  The embedded tiny model
+decodes greedily and never ranks its end-of-text token first in practice, so outputs run to
+``max_tokens``; each row's ``finish_reason`` shows where that did not hold.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+
+from engines.base import EngineAdapter, EngineError, http_get
+from engines.tiny_model import ensure_tiny_model
+
+
+class TransformersServe(EngineAdapter):
+    name = "transformers"
+    supported_features = frozenset({"continuous_batching", "attn_implementation", "compile", "quantization",
+                                    "max_batch_tokens", "kv_cache_blocks", "dtype"})
+
+    def prepare(self) -> None:
+        if not self.model and self.launched:
+            self.model = str(ensure_tiny_model())
+        super().prepare()
+
+    def features(self) -> dict:
+        feats = super().features()
+        feats.setdefault("continuous_batching", True)
+        return feats
+
+    def launch_command(self) -> list[str]:
+        f = self.features()
+        argv = [self.python(), "-m", "transformers.cli.transformers", "serve", str(self.model),
+                "--host", self.host, "--port", str(self.port),
+                "--device", str(self.cfg.get("device") or "cpu"), "--log-level", "info"]
+        argv.append("--continuous-batching" if f.get("continuous_batching") else "--no-continuous-batching")
+        if f.get("attn_implementation"):
+            argv += ["--attn-implementation", str(f["attn_implementation"])]
+        if f.get("compile"):
+            argv.append("--compile")
+        if f.get("quantization"):
+            argv += ["--quantization", str(f["quantization"])]
+        if f.get("max_batch_tokens"):
+            argv += ["--cb-max-batch-tokens", str(f["max_batch_tokens"])]
+        if f.get("kv_cache_blocks"):
+            argv += ["--cb-num-blocks", str(f["kv_cache_blocks"])]
+        if f.get("dtype"):
+            argv += ["--dtype", str(f["dtype"])]
+        return argv
+
+    def dialect(self) -> dict:
+        d = super().dialect()
+        for bad in ("ignore_eos", "min_tokens"):
+            if bad in d["extra_body"]:
+                raise EngineError(f"engine=transformers rejects the request field {bad!r} (HTTP 422); "
+                                  "remove it from engine.request_extra")
+        d["continuous_usage"] = False
+        return d
+
+    def version(self) -> str | None:
+        if self.cfg.get("python"):
+            return None  # another interpreter's transformers; the log's banner has it
+        try:
+            return metadata.version("transformers")
+        except metadata.PackageNotFoundError:
+            return None
+
+    def provenance(self) -> dict:
+        p = super().provenance()
+        try:
+            cfg = json.loads((__import__("pathlib").Path(str(self.model)) / "config.json").read_text())
+            p["model_config"] = {k: cfg.get(k) for k in ("model_type", "torch_dtype", "dtype", "hidden_size",
+                                                         "num_hidden_layers", "vocab_size", "max_position_embeddings")}
+            tiny = __import__("pathlib").Path(str(self.model)) / "tokenfactory_tiny.json"
+            if tiny.exists():
+                p["model_revision"] = "tokenfactory-tiny-" + json.loads(tiny.read_text())["digest"]
+        except (OSError, ValueError):
+            pass
+        p["device"] = self.cfg.get("device") or "cpu"
+        try:
+            status, body = http_get(self.base_url + "/v1/models", timeout=5)
+            if status == 200:
+                p["v1_models"] = json.loads(body)
+        except OSError:
+            pass
+        return p

@@ -1,0 +1,64 @@
+"""The ``tokenfactory`` command line.
+
+    tokenfactory run [hydra overrides]          one run, a sweep, or a protocol (-m: multirun)
+    tokenfactory report PATH                    (re)build the report of a run or sweep folder
+
+``run`` hands its arguments to Hydra unchanged, so every Hydra override and flag works.
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = __doc__
+
+
+def _hydra_run(argv: list[str]) -> int:
+    import hydra
+    from omegaconf import DictConfig
+
+    from harness.run import UserError, run_experiment
+
+    @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
+    def _main(cfg: DictConfig) -> None:
+        try:
+            run_experiment(cfg)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            print("\ninterrupted: finished load points are complete and kept; run the same command with "
+                  "output_dir=... to resume", file=sys.stderr)
+            sys.exit(130)
+
+    sys.argv = ["tokenfactory run"] + argv
+    _main()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        return _hydra_run(rest)
+    if cmd == "report":
+        if len(rest) != 1:
+            print("usage: tokenfactory report PATH", file=sys.stderr)
+            return 2
+        from harness.report import render
+
+        try:
+            print(render(rest[0]))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    print(f"error: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

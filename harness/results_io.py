@@ -1,0 +1,92 @@
+"""Where runs are written, and how: every file lands under a temp name and is renamed.
+
+A run folder is complete when its ``summary.json`` exists; it is written last.  Secrets
+never reach a file: config values under keys that look like credentials are redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+import yaml
+
+SECRET_KEY = re.compile(r"(api_key|token|secret|password|authorization)$", re.I)
+REDACTED = "***redacted***"
+SUMMARY = "summary.json"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def redact(obj):
+    """A copy of a config tree with credential-like values replaced (``api_key_env`` names stay)."""
+    if isinstance(obj, dict):
+        return {k: (REDACTED if SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def _clean(o):
+    """JSON has no NaN/inf: write them as null and the strings "inf"/"-inf"."""
+    if isinstance(o, float):
+        if math.isnan(o):
+            return None
+        if math.isinf(o):
+            return "inf" if o > 0 else "-inf"
+        return o
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if hasattr(o, "item"):
+        return _clean(o.item())
+    return o
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path, obj) -> None:
+    write_atomic(path, json.dumps(_clean(obj), indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def write_yaml(path, obj) -> None:
+    write_atomic(path, yaml.safe_dump(obj, sort_keys=False))
+
+
+def read_json(path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def run_complete(run_dir) -> bool:
+    return (Path(run_dir) / SUMMARY).exists()
+
+
+def find_run_dirs(root) -> list[Path]:
+    """Complete run folders at or below ``root`` (a run folder or a sweep folder)."""
+    root = Path(root)
+    if run_complete(root):
+        return [root]
+    return sorted(p.parent for p in root.glob(f"*/{SUMMARY}"))

@@ -1,0 +1,253 @@
+"""Experiment orchestration: plan -> engine up -> each load point -> summaries, MLflow, report.
+
+Windows: the first load point's observation window opens when its engine is started, each
+later point's when the previous one closed, and the last one closes when the engine has
+stopped, so the windows tile the engine's whole life and their costs add up to the bill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from engines.base import EngineError
+from engines.registry import make_engine
+from harness import provenance, results_io
+from harness.mlflow_log import MlflowLogger, tracking_uri
+from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from loadgen.dispatch import Dispatcher, LoadSpec
+from loadgen.prompts import PromptBuilder, load_tokenizer
+from loadgen.records import RecordWriter, read_requests
+from loadgen.synthetic import synthetic_items
+from metrics.request_metrics import finalize_record
+from metrics.slo import SLO
+from metrics.summary import summarize
+from metrics.telemetry import HostSampler, TelemetryCollector
+from protocols.plan import RunSpec, offered_load, plan_runs
+
+perf_ns = time.perf_counter_ns
+
+
+class UserError(Exception):
+    """A problem the user can fix (bad config, engine that will not start); printed without a traceback."""
+
+
+def _event_loop_policy() -> None:
+    try:
+        import uvloop  # noqa: F401
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+
+
+def load_spec(load: dict, warmup: int) -> LoadSpec:
+    n = load.get("num_requests")
+    return LoadSpec(
+        kind=load.get("kind"), rate=load.get("rate"), concurrency=load.get("concurrency"),
+        # warm-up requests come on top of the measured ones
+        num_requests=(int(n) + warmup) if n is not None else None,
+        duration_s=load.get("duration_s"), warmup_requests=warmup,
+        burstiness=float(load.get("burstiness") or 1.0), max_concurrency=load.get("max_concurrency"),
+        seed=int(load.get("seed") or 0), drain_timeout_s=load.get("drain_timeout_s"))
+
+
+def _items(cfg: DictConfig, builder: PromptBuilder, n: int | None, max_len: int | None):
+    name = cfg.workload.get("name")
+    if name == "synthetic":
+        return synthetic_items(cfg.workload, builder, n, max_len)
+    raise UserError(f"workload={name} is not available in this version (known: synthetic)")
+
+
+class Experiment:
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.container = OmegaConf.to_container(cfg, resolve=True)
+        self.safe_config = results_io.redact(self.container)
+        try:
+            self.plan: list[RunSpec] = plan_runs(cfg)
+            self.slo = SLO.from_config(cfg.slo)
+            for r in self.plan:
+                load_spec(r.load, int(r.load.get("warmup_requests") or 0)).validate()
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        out = cfg.get("output_dir") or os.path.join("results", str(cfg.experiment), results_io.new_run_id())
+        self.out = Path(out)
+        self.engine = None
+        self.mlflow: MlflowLogger | None = None
+
+    def run_dir(self, spec: RunSpec) -> Path:
+        return self.out / spec.subdir if spec.subdir else self.out
+
+    # ------------------------------------------------------------------------------------
+    def run(self) -> Path:
+        cfg = self.cfg
+        todo = [r for r in self.plan if not (cfg.get("resume", True) and results_io.run_complete(self.run_dir(r)))]
+        done_before = len(self.plan) - len(todo)
+        self.out.mkdir(parents=True, exist_ok=True)
+        if done_before:
+            print(f"resuming {self.out}: {done_before} of {len(self.plan)} load points already complete")
+        if len(self.plan) > 1:
+            results_io.write_yaml(self.out / "config.yaml", self.safe_config)
+        if not todo:
+            return self._finish()
+        self._start_mlflow()
+        self.engine = make_engine(cfg.engine, self.out)
+        status = "FAILED"
+        try:
+            print(f"starting engine={self.engine.name} ...", flush=True)
+            try:
+                self.engine.start()
+            except EngineError as e:
+                raise UserError(str(e)) from None
+            print(f"engine ready at {self.engine.base_url} after "
+                  f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
+            tok = load_tokenizer(self.engine.tokenizer)
+            dialect = self.engine.dialect()
+            self.builder = PromptBuilder(tok, seed=int(cfg.workload.get("seed") or cfg.seed or 0),
+                                         chat=dialect["api"] == "chat")
+            self.count_tokens = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
+            self.client_cfg = ClientConfig(
+                base_url=self.engine.base_url, model=self.engine.served_model, api=dialect["api"],
+                api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.get("timeouts")),
+                extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"])
+            self.engine_prov = provenance.collect(self.engine.provenance())
+            window_open = self.engine.started_ns
+            for i, spec in enumerate(todo):
+                last = i == len(todo) - 1
+                window_open = self._run_point(spec, window_open, last)
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        finally:
+            self.engine.stop()
+            if self.mlflow:
+                self.mlflow.end_parent(status)
+        return self._finish()
+
+    def _start_mlflow(self) -> None:
+        if not self.cfg.mlflow.get("enabled", True):
+            return
+        uri = tracking_uri(self.cfg.mlflow.get("tracking_uri"))
+        self.mlflow = MlflowLogger(uri, str(self.cfg.experiment))
+        marker = self.out / "mlflow_parent.txt"
+        prev = marker.read_text().strip() if marker.exists() else None
+        pid = self.mlflow.start_parent(self.out.name, self.safe_config, tags={"output_dir": str(self.out.resolve())},
+                                       run_id=prev)
+        results_io.write_atomic(marker, pid + "\n")
+
+    def _finish(self) -> Path:
+        if self.cfg.report.get("enabled", True):
+            path = __import__("harness.report", fromlist=["render"]).render(self.out)
+            if self.mlflow:
+                self.mlflow.log_parent_artifact(path)
+            print(f"report: {path}")
+        print(f"results: {self.out}")
+        return self.out
+
+    # ------------------------------------------------------------------------------------
+    def _run_point(self, spec: RunSpec, window_open_ns: int, last: bool) -> int:
+        run_dir = self.run_dir(spec)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("summary.json", "requests.parquet"):
+            (run_dir / stale).unlink(missing_ok=True)
+        warmup = int(spec.load.get("warmup_requests") or 0)
+        lspec = load_spec(spec.load, warmup)
+        if (self.cfg.engine.get("cache_state") or "warm") == "cold":
+            self.engine.reset_cache()
+        pids = {"loadgen": os.getpid()}
+        if self.engine.process is not None:
+            pids["engine"] = self.engine.process.pid
+        telemetry = TelemetryCollector(run_dir / "telemetry.parquet", [HostSampler(pids)],
+                                       float(self.cfg.telemetry.get("interval_s") or 0.5)).start()
+        writer = RecordWriter(run_dir / "requests.parquet")
+        n_total = lspec.num_requests
+        counts = {"ok": 0, "fail": 0}
+        bar = None
+        if self.cfg.get("progress", True):
+            from tqdm import tqdm
+
+            bar = tqdm(total=n_total, desc=f"[{spec.index + 1}/{len(self.plan)}] {spec.label}", unit="req",
+                       file=sys.stderr, dynamic_ncols=True)
+
+        def on_done(rec) -> None:
+            counts["ok" if rec.status == "ok" else "fail"] += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(ok=counts["ok"], failed=counts["fail"], refresh=False)
+
+        items = _items(self.cfg, self.builder, lspec.num_requests, self.engine.max_model_len())
+        cpu0 = time.process_time()
+
+        async def go():
+            async with StreamingClient(self.client_cfg, self.count_tokens) as client:
+                d = Dispatcher(client, writer, finalize=lambda r: finalize_record(r, self.slo), on_done=on_done)
+                return await d.run(items, lspec)
+
+        _event_loop_policy()
+        try:
+            try:
+                stats = asyncio.run(go())
+            except ValueError as e:
+                raise UserError(f"{spec.label}: {e}") from None
+        except BaseException:
+            writer.abort()
+            telemetry.stop()
+            if bar is not None:
+                bar.close()
+            raise
+        client_cpu_s = time.process_time() - cpu0
+        if bar is not None:
+            bar.close()
+        writer.close()
+        engine_alive = self.engine.alive()
+        if last or not engine_alive:
+            self.engine.stop()
+        window_close = perf_ns()
+        telemetry.stop()
+
+        table = read_requests(run_dir / "requests.parquet")
+        summary = summarize(table, self.slo, window_open_ns, window_close,
+                            cost_cfg=self.container.get("cost"),
+                            max_schedule_lag_ms=float(self.cfg.client.get("max_schedule_lag_ms") or 10))
+        load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
+        summary.update({
+            "label": spec.label, "offered_load": offered_load(spec.load), "load_kind": spec.load.get("kind"),
+            "client_cpu_s": client_cpu_s, "client_cpu_util": client_cpu_s / load_s if load_s > 0 else float("nan"),
+            "engine_alive_after": engine_alive,
+            "engine_startup_s": (self.engine.ready_ns - self.engine.started_ns) / 1e9,
+        })
+        exp = table.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
+        got = table.column("prompt_tokens").to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            summary["prompt_tokens_mismatch"] = int(np.nansum(exp.astype(float) != got.astype(float)))
+
+        run_meta = {"index": spec.index, "label": spec.label, "load": spec.load, "repeat": spec.repeat,
+                    "window_start_ns": window_open_ns, "window_end_ns": window_close}
+        results_io.write_json(run_dir / "run.json", run_meta)
+        results_io.write_yaml(run_dir / "config.yaml", {**self.safe_config, "load": spec.load})
+        results_io.write_json(run_dir / "provenance.json", self.engine_prov)
+        results_io.write_json(run_dir / "summary.json", summary)  # last: marks the run complete
+        if self.mlflow:
+            params = {**self.safe_config, "load": spec.load}
+            self.mlflow.log_child(f"{self.out.name}/{spec.label}", params, summary, run_dir,
+                                  tags={"label": spec.label})
+        print(f"  {spec.label}: {summary['completed']}/{summary['num_requests']} ok, "
+              f"{summary['output_throughput']:.1f} out tok/s, p99 TTFT {summary['p99_ttft_ms']:.1f} ms, "
+              f"goodput {summary['goodput_rps']:.2f} req/s -> {run_dir}", flush=True)
+        if not engine_alive:
+            raise UserError(f"engine={self.engine.name} died during {spec.label}; finished requests are kept in "
+                            f"{run_dir / 'requests.parquet'}.\nlast lines of its log:\n"
+                            f"{self.engine.process.tail() if self.engine.process else ''}")
+        return window_close
+
+
+def run_experiment(cfg: DictConfig) -> Path:
+    return Experiment(cfg).run()

@@ -1,0 +1,77 @@
+"""Per-request latency metrics: the one definition of TTFT, E2EL, TPOT and ITL.
+
+All inputs are ``time.perf_counter_ns()`` readings on the load generator's host.  The
+functions take numpy arrays (one element per request) so the same formula serves a single
+record, the load generator's live progress and the summary recomputed from
+``requests.parquet``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NS = 1e9
+
+
+def ttft_s(sent_ns, first_token_ns):
+    """TTFT = first chunk carrying output - sent_ns (seconds); NaN where no output arrived."""
+    sent = np.asarray(sent_ns, dtype=np.float64)
+    first = np.asarray(first_token_ns, dtype=np.float64)
+    return (first - sent) / NS
+
+
+def e2el_s(sent_ns, end_ns):
+    """E2EL = last output chunk - sent_ns (seconds); ``end_ns`` is the last output chunk."""
+    return (np.asarray(end_ns, dtype=np.float64) - np.asarray(sent_ns, dtype=np.float64)) / NS
+
+
+def tpot_s(ttft, e2el, output_tokens):
+    """TPOT = (E2EL - TTFT) / (output_tokens - 1), defined only for output_tokens > 1 (else NaN)."""
+    ttft = np.asarray(ttft, dtype=np.float64)
+    e2el = np.asarray(e2el, dtype=np.float64)
+    n = np.asarray(output_tokens, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (e2el - ttft) / (n - 1.0)
+    return np.where(n > 1, out, np.nan)
+
+
+def chunk_gaps_s(chunk_ns) -> np.ndarray:
+    """Raw gaps between consecutive output chunks of one request (seconds)."""
+    c = np.asarray(chunk_ns, dtype=np.int64)
+    return np.diff(c).astype(np.float64) / NS
+
+
+def itl_per_token_s(chunk_ns, chunk_tokens) -> np.ndarray:
+    """Per-token ITL of one request.
+
+    Every chunk after the first contributes ``k`` values of ``gap / k``, where ``gap`` is the
+    time since the previous output chunk and ``k`` the tokens it carries, so the values sum
+    to (last chunk - first chunk) and a multi-token chunk (speculative decoding, buffered
+    detokenisation) is not mistaken for one slow token.  Tokens that arrive in the first
+    chunk belong to TTFT and contribute no ITL.
+    """
+    c = np.asarray(chunk_ns, dtype=np.int64)
+    if c.size < 2:
+        return np.empty(0)
+    k = np.asarray(chunk_tokens, dtype=np.int64)[1:]
+    gaps = np.diff(c).astype(np.float64) / NS
+    k = np.maximum(k, 1)  # a chunk counted as output carries at least one token
+    return np.repeat(gaps / k, k)
+
+
+def finalize_record(rec, slo=None) -> None:
+    """Fill a record's derived columns (ttft_s, tpot_s, e2el_s, slo_ok) from its timestamps."""
+    from metrics.slo import good_mask  # local: slo imports nothing from here, but keep the module light
+
+    if rec.first_token_ns is not None and rec.sent_ns is not None:
+        rec.ttft_s = float(ttft_s(rec.sent_ns, rec.first_token_ns))
+        rec.e2el_s = float(e2el_s(rec.sent_ns, rec.end_ns))
+        t = float(tpot_s(rec.ttft_s, rec.e2el_s, rec.output_tokens or 0))
+        rec.tpot_s = None if np.isnan(t) else t
+    if slo is not None:
+        nan = float("nan")
+        rec.slo_ok = bool(good_mask(slo, [rec.status], [rec.ttft_s if rec.ttft_s is not None else nan],
+                                    [rec.tpot_s if rec.tpot_s is not None else nan],
+                                    [rec.e2el_s if rec.e2el_s is not None else nan])[0])
+    else:
+        rec.slo_ok = rec.status == "ok"

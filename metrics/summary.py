@@ -1,0 +1,150 @@
+"""A run's ``summary.json``, computed from its per-request records alone.
+
+Key names and definitions follow ``vllm bench serve`` where it has the same quantity
+(``request_throughput``, ``output_throughput``, ``mean_ttft_ms``, ``p99_itl_ms`` ...);
+ours are added beside them.  Everything here can be recomputed from ``requests.parquet``,
+the run's window and its config.
+
+Definitions:
+- measured requests: rows with ``warmup == False``.
+- ``duration_s``: first ``sent_ns`` to last ``done_ns`` among measured requests (the
+  benchmark duration of vLLM's benchmark).  Throughputs divide by it.
+- ``window_s``: the run's observation window (engine start or run start to release); cost
+  and energy cover it, warm-up and idle gaps included.
+- ``completed``: measured requests with status ``ok``; token totals count completed ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metrics.cost import per_million, window_cost
+from metrics.percentiles import describe
+from metrics.request_metrics import itl_per_token_s
+from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
+
+QUANTILES = (50, 90, 95, 99)
+
+
+def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
+    return t.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def itl_values(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """All per-token ITLs and all raw chunk gaps (seconds) of the completed requests in ``t``."""
+    per_token, raw = [], []
+    for chunks, toks in zip(t.column("chunk_ns").to_pylist(), t.column("chunk_tokens").to_pylist()):
+        if chunks and len(chunks) > 1:
+            per_token.append(itl_per_token_s(chunks, toks))
+            raw.append(np.diff(np.asarray(chunks, dtype=np.int64)) / 1e9)
+    cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
+    return cat(per_token), cat(raw)
+
+
+def _add_stats(out: dict, prefix: str, values_s: np.ndarray, quantiles=QUANTILES) -> None:
+    d = describe(values_s, quantiles)
+    out[f"mean_{prefix}_ms"] = d["mean"] * 1e3
+    out[f"median_{prefix}_ms"] = d["median"] * 1e3
+    out[f"std_{prefix}_ms"] = d["std"] * 1e3
+    out[f"max_{prefix}_ms"] = d["max"] * 1e3
+    for q in quantiles:
+        out[f"p{q}_{prefix}_ms"] = d[f"p{q}"] * 1e3
+        lo, hi = d[f"p{q}_ci"]
+        out[f"p{q}_{prefix}_ms_ci95_low"] = lo * 1e3
+        out[f"p{q}_{prefix}_ms_ci95_high"] = hi * 1e3
+        out[f"p{q}_{prefix}_sufficient"] = d[f"p{q}_sufficient"]
+    out[f"n_{prefix}"] = d["n"]
+
+
+def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: int,
+              cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0) -> dict:
+    """The run's metrics from its per-request table (see module doc for definitions)."""
+    measured = table.filter(pc.invert(table.column("warmup")))
+    status = measured.column("status").to_numpy(zero_copy_only=False).astype(str)
+    ok = status == "ok"
+    done = measured.filter(pa.array(ok))
+    n_all = measured.num_rows
+    out: dict = {"num_requests": n_all, "num_warmup": table.num_rows - n_all,
+                 "completed": int(ok.sum()), "failed": int(n_all - ok.sum())}
+    for s in ("http_error", "timeout", "connection_error", "invalid_response", "truncated", "cancelled"):
+        out[f"num_{s}"] = int((status == s).sum())
+    out["completion_rate"] = out["completed"] / n_all if n_all else math.nan
+    out["error_rate"] = 1.0 - out["completion_rate"] if n_all else math.nan
+    # A 429/503 is the server refusing the request, not failing it half-way.
+    http = _col(measured, "http_status")
+    out["num_rejected"] = int(np.isin(http, (429, 503)).sum())
+    out["rejection_rate"] = out["num_rejected"] / n_all if n_all else math.nan
+
+    sent = _col(measured, "sent_ns")
+    done_ns = np.where(np.isnan(_col(measured, "done_ns")), _col(measured, "end_ns"), _col(measured, "done_ns"))
+    if n_all and not np.all(np.isnan(sent)):
+        duration = (np.nanmax(done_ns) - np.nanmin(sent)) / 1e9 if not np.all(np.isnan(done_ns)) else math.nan
+    else:
+        duration = math.nan
+    out["duration_s"] = duration
+
+    in_tok = _col(done, "prompt_tokens")
+    out_tok = _col(done, "output_tokens")
+    total_in = float(np.nansum(in_tok))
+    total_out = float(np.nansum(out_tok))
+    out["total_input_tokens"] = int(total_in)
+    out["total_output_tokens"] = int(total_out)
+    rate = (lambda x: x / duration) if duration and duration > 0 else (lambda x: math.nan)
+    out["request_throughput"] = rate(out["completed"])
+    out["output_throughput"] = rate(total_out)
+    out["total_token_throughput"] = rate(total_in + total_out)
+
+    ttft, tpot, e2el = _col(done, "ttft_s"), _col(done, "tpot_s"), _col(done, "e2el_s")
+    _add_stats(out, "ttft", ttft)
+    _add_stats(out, "tpot", tpot)
+    _add_stats(out, "e2el", e2el)
+    itl, raw_gaps = itl_values(done)
+    _add_stats(out, "itl", itl)
+    _add_stats(out, "chunk_gap", raw_gaps)
+
+    # Goodput: recomputed here from the columns, not trusted from slo_ok.
+    good = good_mask(slo, status, _col(measured, "ttft_s"), _col(measured, "tpot_s"), _col(measured, "e2el_s"))
+    good_out = float(np.nansum(np.where(good, _col(measured, "output_tokens"), 0.0)))
+    out["good_requests"] = int(good.sum())
+    out["good_output_tokens"] = int(good_out)
+    out["goodput_rps"] = rate(int(good.sum()))
+    out["request_goodput"] = out["goodput_rps"]  # vLLM's name for the same quantity
+    out["good_output_throughput"] = rate(good_out)
+    out["slo_attainment"] = good.sum() / n_all if n_all else math.nan
+    for name, col in SLO_COLUMNS.items():
+        if getattr(slo, name) is None:
+            continue
+        short = name[:-3]
+        passed = ok & slo_pass(slo, name, _col(measured, col))
+        out[f"slo_attainment_{short}"] = passed.sum() / n_all if n_all else math.nan
+        vals = _col(done, col)
+        pv = describe(vals, (slo.percentile,))[f"p{slo.percentile:g}"] * 1e3
+        out[f"slo_{short}_p{slo.percentile:g}_ms"] = pv
+        out[f"slo_{short}_met"] = bool(pv <= getattr(slo, name)) if not math.isnan(pv) else False
+    out["slo_percentile"] = slo.percentile
+
+    lag = (sent - _col(measured, "scheduled_ns")) / 1e6
+    lag = lag[~np.isnan(lag)]
+    out["schedule_lag_p50_ms"] = float(np.percentile(lag, 50)) if lag.size else math.nan
+    out["schedule_lag_p99_ms"] = float(np.percentile(lag, 99)) if lag.size else math.nan
+    out["schedule_lag_max_ms"] = float(lag.max()) if lag.size else math.nan
+    out["client_limited"] = bool(lag.size and out["schedule_lag_p99_ms"] > max_schedule_lag_ms)
+
+    window_s = (window_end_ns - window_start_ns) / 1e9
+    out["window_start_ns"] = int(window_start_ns)
+    out["window_end_ns"] = int(window_end_ns)
+    out["window_s"] = window_s
+    if cost_cfg is not None:
+        c = window_cost(cost_cfg, window_s, energy_j)
+        out.update({k: v for k, v in c.items()})
+        out["cost_per_mtok_good"] = per_million(c["cost_total"], good_out)
+        all_out = float(np.nansum(_col(measured, "output_tokens")))
+        out["cost_per_mtok_all"] = per_million(c["cost_total"], all_out)
+        out["cost_per_good_request"] = c["cost_total"] / good.sum() if good.sum() else math.inf
+        if good_out <= 0:
+            out["cost_per_mtok_good_reason"] = "no good output tokens in the window: the cost was paid for nothing"
+    return out

@@ -1,0 +1,76 @@
+"""Plans: a protocol config -> the ordered list of runs (load points) to execute.
+
+``protocol=sweep`` runs each entry of ``protocol.load_points`` (a mapping merged over
+``load``) against one engine kept up across them; with no list it is a single run of
+``load``.  Plans are pure data so they can be printed, resumed and tested without an engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class RunSpec:
+    index: int
+    label: str
+    load: dict                       # the load config of this run (load group merged with the point)
+    repeat: int = 0
+    subdir: str | None = None        # folder under the sweep's output_dir; None = output_dir itself
+    tags: dict = field(default_factory=dict)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
+
+
+def load_label(load: dict) -> str:
+    kind = load.get("kind")
+    if kind == "concurrency":
+        return f"concurrency={load.get('concurrency')}"
+    if kind == "trace":
+        return "trace" + (f" x{load.get('time_scale')}" if load.get("time_scale") not in (None, 1, 1.0) else "")
+    return f"{kind} rate={load.get('rate')}"
+
+
+def offered_load(load: dict) -> float | None:
+    """The x value of a load point: requests/s offered (open loop) or concurrency (closed loop)."""
+    if load.get("kind") == "concurrency":
+        return float(load["concurrency"]) if load.get("concurrency") is not None else None
+    return float(load["rate"]) if load.get("rate") is not None else None
+
+
+def plan_runs(cfg: DictConfig) -> list[RunSpec]:
+    base = OmegaConf.to_container(cfg.load, resolve=True)
+    proto = cfg.get("protocol") or {}
+    points = proto.get("load_points")
+    repeats = int(proto.get("repeats") or 1)
+    if repeats < 1:
+        raise ValueError(f"protocol.repeats must be >= 1, got {repeats}")
+    if points is None or len(points) == 0:
+        runs = [dict(base)]
+        single = repeats == 1
+    else:
+        runs = []
+        for i, p in enumerate(OmegaConf.to_container(points, resolve=True)):
+            if isinstance(p, (int, float)):  # shorthand: a bare number is the rate (or concurrency)
+                p = {"concurrency" if base.get("kind") == "concurrency" else "rate": p}
+            if not isinstance(p, dict):
+                raise ValueError(f"protocol.load_points[{i}]: expected a mapping like {{rate: 2}}, got {p!r}")
+            unknown = set(p) - set(base) - {"kind"}
+            if unknown:
+                raise ValueError(f"protocol.load_points[{i}]: unknown load field(s) {sorted(unknown)}; "
+                                 f"known: {sorted(base)}")
+            runs.append({**base, **p})
+        single = False
+    out = []
+    for r in range(repeats):
+        for i, load in enumerate(runs):
+            idx = len(out)
+            label = load_label(load) + (f" #{r}" if repeats > 1 else "")
+            sub = None if single else f"{idx:02d}-{_slug(label.replace(' ', '-'))}"
+            out.append(RunSpec(index=idx, label=label, load=load, repeat=r, subdir=sub))
+    return out
