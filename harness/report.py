@@ -92,7 +92,7 @@ def build_figures(points: list[dict]) -> list:
                                     line=dict(dash="dash")))
     gp.update_layout(title="Goodput and SLO attainment vs load", xaxis_title=_x_title(points),
                      yaxis=dict(title="requests/s"),
-                     yaxis2=dict(title="attainment", overlaying="y", side="right", range=[0, 1.05]),
+                     yaxis2=dict(title="attainment", overlaying="y", side="right", range=[0, 1.05], tickformat=".0%", dtick=0.2),
                      template="plotly_white")
     figs.append(gp)
     return figs

@@ -111,7 +111,7 @@ class StreamingClient:
         total_deadline = start + t.total_s
         try:
             rec.sent_ns = perf_ns()
-            async with asyncio.timeout(min(total_deadline, start + t.ttft_s)) as cm:
+            async with asyncio.timeout_at(min(total_deadline, start + t.ttft_s)) as cm:
                 async with self.session.post(self.cfg.url, data=payload) as resp:
                     rec.http_status = resp.status
                     if resp.status != 200:
@@ -235,22 +235,29 @@ class StreamingClient:
 
 def split_total(total: int, weights: list[int]) -> list[int]:
     """Split ``total`` tokens over chunks in proportion to ``weights`` (largest remainder),
-    giving every chunk at least one token when there are enough tokens to go round."""
+    at least one token a chunk while there are tokens to go round."""
     n = len(weights)
     if n == 0:
         return []
     if total <= n:
-        return [1] * total + [0] * (n - total) if total < n else [1] * n
-    base = [1] * n
-    rest = total - n
-    w = [max(x - 1, 0) for x in weights]
-    sw = sum(w) or n
-    if not sum(w):
-        w = [1] * n
-    shares = [rest * x / sw for x in w]
-    floors = [int(s) for s in shares]
-    left = rest - sum(floors)
-    order = sorted(range(n), key=lambda i: shares[i] - floors[i], reverse=True)
-    for i in order[:left]:
-        floors[i] += 1
-    return [b + f for b, f in zip(base, floors)]
+        return [1] * total + [0] * (n - total)
+    w = [max(x, 1) for x in weights]
+    sw = sum(w)
+    shares = [total * x / sw for x in w]
+    out = [max(1, int(s)) for s in shares]
+    left = total - sum(out)
+    order = sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)
+    j = 0
+    while left > 0:
+        out[order[j % n]] += 1
+        left -= 1
+        j += 1
+    big = sorted(range(n), key=lambda i: out[i], reverse=True)
+    j = 0
+    while left < 0:  # the minimum of one a chunk overshot: take back from the largest
+        i = big[j % n]
+        if out[i] > 1:
+            out[i] -= 1
+            left += 1
+        j += 1
+    return out
