@@ -141,6 +141,7 @@ class EngineAdapter:
         self.started_ns = time.perf_counter_ns()
         if not self.launched:
             self.wait_healthy(float(self.cfg.get("startup_timeout_s") or 30))
+            self.warm_up()
             self.ready_ns = time.perf_counter_ns()
             return
         argv = self.full_command()

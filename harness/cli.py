@@ -17,7 +17,11 @@ def _hydra_run(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
 
+    import harness.run
     from harness.run import UserError, run_experiment
+
+    if "-m" in argv or "--multirun" in argv:
+        harness.run.SWEPT_KEYS.update(harness.run.swept_keys(argv))
 
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def _main(cfg: DictConfig) -> None:

@@ -65,6 +65,43 @@ def _items(cfg: DictConfig, builder: PromptBuilder, n: int | None, max_len: int 
     raise UserError(f"workload={name} is not available in this version (known: synthetic)")
 
 
+SWEPT_KEYS: set[str] = set()  # set by the CLI from a -m command line
+
+
+def swept_keys(argv: list[str]) -> set[str]:
+    """Override keys that a multirun sweeps: a top-level comma in the value, or a sweep function."""
+    keys = set()
+    for a in argv:
+        if "=" not in a or a.startswith("-"):
+            continue
+        key, val = a.split("=", 1)
+        depth = 0
+        for ch in val:
+            depth += ch in "[{(" and 1 or (-1 if ch in "]})" else 0)
+            if ch == "," and depth == 0:
+                keys.add(key.lstrip("+~"))
+                break
+        if val.startswith(("range(", "choice(", "glob(", "interval(")):
+            keys.add(key.lstrip("+~"))
+    return keys
+
+
+def _multirun_subdir() -> str:
+    """Under ``-m``, each job writes its own folder below output_dir, named after its swept values."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+    except (ImportError, ValueError):
+        return ""
+    if hc.mode != RunMode.MULTIRUN:
+        return ""
+    parts = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in SWEPT_KEYS]
+    name = ",".join(parts) or "default"
+    return f"job{hc.job.num}-" + "".join(c if c.isalnum() or c in "._=,-" else "_" for c in name)[:120]
+
+
 class Experiment:
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -78,7 +115,7 @@ class Experiment:
         except ValueError as e:
             raise UserError(str(e)) from None
         out = cfg.get("output_dir") or os.path.join("results", str(cfg.experiment), results_io.new_run_id())
-        self.out = Path(out)
+        self.out = Path(out) / _multirun_subdir()
         self.engine = None
         self.mlflow: MlflowLogger | None = None
 

@@ -38,6 +38,7 @@ class FakeServer:
         self.continuous_usage = continuous_usage
         self.truth: dict[str, dict] = {}  # response id -> {"chunk_ns": [...], "tokens": [...], "mode": ...}
         self.requests: list[dict] = []
+        self.headers: list[dict] = []
         self.loop = asyncio.new_event_loop()
         self.port = None
         self._started = threading.Event()
@@ -81,6 +82,7 @@ class FakeServer:
     async def handle(self, request: web.Request):
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
         prompt = body.get("prompt") or body["messages"][-1]["content"]
         p = _params(prompt)
         mode, k, n = p["mode"], p["k"], p["n"]
