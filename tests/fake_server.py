@@ -39,6 +39,8 @@ class FakeServer:
         self.truth: dict[str, dict] = {}  # response id -> {"chunk_ns": [...], "tokens": [...], "mode": ...}
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.loop = asyncio.new_event_loop()
         self.port = None
         self._started = threading.Event()
@@ -80,6 +82,14 @@ class FakeServer:
 
     # --- the handler -------------------------------------------------------------------
     async def handle(self, request: web.Request):
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._handle(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _handle(self, request: web.Request):
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
