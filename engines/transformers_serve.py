@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from importlib import metadata
+from pathlib import Path
 
 from engines.base import EngineAdapter, EngineError, http_get
 from engines.tiny_model import ensure_tiny_model
@@ -70,10 +71,10 @@ class TransformersServe(EngineAdapter):
     def provenance(self) -> dict:
         p = super().provenance()
         try:
-            cfg = json.loads((__import__("pathlib").Path(str(self.model)) / "config.json").read_text())
+            cfg = json.loads((Path(str(self.model)) / "config.json").read_text())
             p["model_config"] = {k: cfg.get(k) for k in ("model_type", "torch_dtype", "dtype", "hidden_size",
                                                          "num_hidden_layers", "vocab_size", "max_position_embeddings")}
-            tiny = __import__("pathlib").Path(str(self.model)) / "tokenfactory_tiny.json"
+            tiny = Path(str(self.model)) / "tokenfactory_tiny.json"
             if tiny.exists():
                 p["model_revision"] = "tokenfactory-tiny-" + json.loads(tiny.read_text())["digest"]
         except (OSError, ValueError):

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from engines.base import EngineError
 from engines.registry import make_engine
-from harness import provenance, results_io
+from harness import provenance, report, results_io
 from harness.mlflow_log import MlflowLogger, tracking_uri
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.dispatch import Dispatcher, LoadSpec
@@ -182,7 +182,7 @@ class Experiment:
 
     def _finish(self) -> Path:
         if self.cfg.report.get("enabled", True):
-            path = __import__("harness.report", fromlist=["render"]).render(self.out)
+            path = report.render(self.out)
             if self.mlflow:
                 self.mlflow.log_parent_artifact(path)
             print(f"report: {path}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from metrics.slo import good_mask
+
 NS = 1e9
 
 
@@ -61,8 +63,6 @@ def itl_per_token_s(chunk_ns, chunk_tokens) -> np.ndarray:
 
 def finalize_record(rec, slo=None) -> None:
     """Fill a record's derived columns (ttft_s, tpot_s, e2el_s, slo_ok) from its timestamps."""
-    from metrics.slo import good_mask  # local: slo imports nothing from here, but keep the module light
-
     if rec.first_token_ns is not None and rec.sent_ns is not None:
         rec.ttft_s = float(ttft_s(rec.sent_ns, rec.first_token_ns))
         rec.e2el_s = float(e2el_s(rec.sent_ns, rec.end_ns))
