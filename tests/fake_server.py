@@ -58,6 +58,17 @@ class FakeServer:
             fut.result(5)
         except Exception:  # noqa: BLE001 - a stalled handler may not close in time; the loop stops anyway
             pass
+
+        async def cancel_rest():
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(5)
+        except Exception:  # noqa: BLE001
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
 
