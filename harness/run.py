@@ -3,6 +3,8 @@
 Windows: the first load point's observation window opens when its engine is started, each
 later point's when the previous one closed, and the last one closes when the engine has
 stopped, so the windows tile the engine's whole life and their costs add up to the bill.
+One telemetry collector samples from before the engine starts to after it stops; each
+window's rows (and the idle baseline taken once the engine is up) go to its telemetry.parquet.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
 from engines.base import EngineError
@@ -25,10 +28,12 @@ from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.prompts import PromptBuilder, load_tokenizer
 from loadgen.records import RecordWriter, read_requests
 from loadgen.synthetic import synthetic_items
+from metrics.cost import check_profile
+from metrics.energy import steady_capacity
 from metrics.request_metrics import finalize_record
 from metrics.slo import SLO
 from metrics.summary import summarize
-from metrics.telemetry import HostSampler, TelemetryCollector
+from metrics.telemetry import TelemetryCollector, build_samplers
 from protocols.plan import RunSpec, offered_load, plan_runs
 
 perf_ns = time.perf_counter_ns
@@ -110,6 +115,7 @@ class Experiment:
         try:
             self.plan: list[RunSpec] = plan_runs(cfg)
             self.slo = SLO.from_config(cfg.slo)
+            check_profile(self.container.get("cost"))
             for r in self.plan:
                 load_spec(r.load, int(r.load.get("warmup_requests") or 0)).validate()
         except ValueError as e:
@@ -136,13 +142,20 @@ class Experiment:
             return self._finish()
         self._start_mlflow()
         self.engine = make_engine(cfg.engine, self.out)
+        tcfg = self.container.get("telemetry") or {}
+        self.telemetry = TelemetryCollector(None, build_samplers(tcfg, {"loadgen": os.getpid()}),
+                                            float(tcfg.get("interval_s") or 0.5)).start()
+        self.idle_interval = None
         status = "FAILED"
         try:
             print(f"starting engine={self.engine.name} ...", flush=True)
+            self.telemetry.sample_now()  # a sample before the first window opens
             try:
                 self.engine.start()
             except EngineError as e:
                 raise UserError(str(e)) from None
+            if self.engine.process is not None:
+                self.telemetry.watch_process("engine", self.engine.process.pid)
             print(f"engine ready at {self.engine.base_url} after "
                   f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
             tok = load_tokenizer(self.engine.tokenizer)
@@ -155,6 +168,7 @@ class Experiment:
                 api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.get("timeouts")),
                 extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"])
             self.engine_prov = provenance.collect(self.engine.provenance())
+            self._idle_baseline(float(tcfg.get("idle_baseline_s") or 0))
             window_open = self.engine.started_ns
             for i, spec in enumerate(todo):
                 last = i == len(todo) - 1
@@ -165,9 +179,20 @@ class Experiment:
             raise
         finally:
             self.engine.stop()
+            self.telemetry.stop()
             if self.mlflow:
                 self.mlflow.end_parent(status)
         return self._finish()
+
+    def _idle_baseline(self, seconds: float) -> None:
+        """Engine up, no load: the power the devices draw doing nothing (only where power is measured)."""
+        if seconds <= 0 or not self.telemetry.measures_energy:
+            return
+        print(f"idle baseline: {seconds:g} s of power with the engine up and no load", flush=True)
+        a = self.telemetry.mark("idle_baseline_start", self.telemetry.sample_now())
+        time.sleep(seconds)
+        b = self.telemetry.mark("idle_baseline_end", self.telemetry.sample_now())
+        self.idle_interval = (a, b)
 
     def _start_mlflow(self) -> None:
         if not self.cfg.mlflow.get("enabled", True):
@@ -199,11 +224,6 @@ class Experiment:
         lspec = load_spec(spec.load, warmup)
         if (self.cfg.engine.get("cache_state") or "warm") == "cold":
             self.engine.reset_cache()
-        pids = {"loadgen": os.getpid()}
-        if self.engine.process is not None:
-            pids["engine"] = self.engine.process.pid
-        telemetry = TelemetryCollector(run_dir / "telemetry.parquet", [HostSampler(pids)],
-                                       float(self.cfg.telemetry.get("interval_s") or 0.5)).start()
         writer = RecordWriter(run_dir / "requests.parquet")
         n_total = lspec.num_requests
         counts = {"ok": 0, "fail": 0}
@@ -236,7 +256,6 @@ class Experiment:
                 raise UserError(f"{spec.label}: {e}") from None
         except BaseException:
             writer.abort()
-            telemetry.stop()
             if bar is not None:
                 bar.close()
             raise
@@ -248,12 +267,18 @@ class Experiment:
         if last or not engine_alive:
             self.engine.stop()
         window_close = perf_ns()
-        telemetry.stop()
+        self.telemetry.sample_now()  # a sample after the window closes
+        self.telemetry.mark("load_start", stats["start_ns"], spec.label)
+        self.telemetry.mark("load_end", stats["end_ns"], spec.label)
+        tel_path = self.telemetry.write_window(run_dir / "telemetry.parquet", window_open_ns, window_close,
+                                               also=[self.idle_interval] if self.idle_interval else [])
 
         table = read_requests(run_dir / "requests.parquet")
+        capacity, why = steady_capacity(spec.load)
         summary = summarize(table, self.slo, window_open_ns, window_close,
                             cost_cfg=self.container.get("cost"),
-                            max_schedule_lag_ms=float(self.cfg.client.get("max_schedule_lag_ms") or 10))
+                            max_schedule_lag_ms=float(self.cfg.client.get("max_schedule_lag_ms") or 10),
+                            telemetry=pq.read_table(tel_path), steady_capacity=capacity, steady_reason=why)
         load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
         summary.update({
             "label": spec.label, "offered_load": offered_load(spec.load), "load_kind": spec.load.get("kind"),
@@ -279,6 +304,11 @@ class Experiment:
         print(f"  {spec.label}: {summary['completed']}/{summary['num_requests']} ok, "
               f"{summary['output_throughput']:.1f} out tok/s, p99 TTFT {summary['p99_ttft_ms']:.1f} ms, "
               f"goodput {summary['goodput_rps']:.2f} req/s -> {run_dir}", flush=True)
+        print(f"  cost {summary.get('cost_total', float('nan')):.4g} {summary.get('cost_currency', '')} over "
+              f"{summary['window_s']:.1f} s, {summary.get('cost_per_mtok_good', float('nan')):.4g} per M good tok; "
+              + (f"energy {summary['energy_j']:.1f} J ({summary['energy_source']}, {summary['energy_method']})"
+                 if summary["energy_available"] else f"energy unavailable: {summary['energy_unavailable_reason']}"),
+              flush=True)
         if not engine_alive:
             raise UserError(f"engine={self.engine.name} died during {spec.label}; finished requests are kept in "
                             f"{run_dir / 'requests.parquet'}.\nlast lines of its log:\n"

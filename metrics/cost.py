@@ -1,44 +1,100 @@
 """Cost of the observation window and cost per million good output tokens.
 
 cost_per_mtok_good = 1e6 x (cost of the whole window) / (good output tokens in it).
-Rental: the hourly bill only.  Owned: depreciation + energy x price x PUE + operations.
+
+Models (a profile in ``conf/cost/``):
+- rental: the hourly bill only, ``hours x (hourly_per_gpu x num_gpus + hourly_per_host x
+  num_hosts)``; nothing is added on top (a rental price already holds depreciation and power).
+- owned: ``hours x hardware_price / (depreciation_years x 8766 h)`` + ``energy_kWh x
+  electricity_per_kwh x pue`` + ``hours x ops_hourly``.  The energy is the measured window
+  energy, plus ``unmeasured_power_w x window`` for parts no sensor sees (host CPUs, fans, NICs).
+Both: every ``extra_hourly`` line (CPU hosts, network, storage, a draft model's devices)
+is ``hours x rate``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+
+HOURS_PER_YEAR = 365.25 * 24
+
+_COMMON = {"model", "currency", "description", "extra_hourly", "num_gpus", "assumptions"}
+_FIELDS = {
+    "rental": _COMMON | {"hourly_per_gpu", "num_hosts", "hourly_per_host"},
+    "owned": _COMMON | {"hardware_price", "depreciation_years", "electricity_per_kwh", "pue", "ops_hourly",
+                        "unmeasured_power_w"},
+}
+# Fields whose value must be a number >= 0 (depreciation_years and pue must be > 0 / >= 1).
+_NUMBERS = {"hourly_per_gpu", "num_gpus", "num_hosts", "hourly_per_host", "hardware_price", "depreciation_years",
+            "electricity_per_kwh", "pue", "ops_hourly", "unmeasured_power_w"}
+
+
+def check_profile(cost_cfg) -> None:
+    """Raise ValueError naming the ``cost.<field>`` at fault, before a run spends any time."""
+    if cost_cfg is None:
+        return
+    model = cost_cfg.get("model", "rental")
+    if model not in _FIELDS:
+        raise ValueError(f"cost.model: unknown cost model {model!r} (expected 'rental' or 'owned')")
+    unknown = sorted(set(cost_cfg) - _FIELDS[model])
+    if unknown:
+        raise ValueError(f"cost.{unknown[0]}: not a field of a {model} cost profile "
+                         f"(known: {', '.join(sorted(_FIELDS[model]))})")
+    for k in _NUMBERS & set(cost_cfg):
+        v = cost_cfg[k]
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"cost.{k}: expected a finite number >= 0, got {v!r}")
+    if model == "owned":
+        if float(cost_cfg.get("depreciation_years") or 0) <= 0:
+            raise ValueError(f"cost.depreciation_years: must be > 0 for an owned profile, "
+                             f"got {cost_cfg.get('depreciation_years')!r}")
+        if cost_cfg.get("pue") is not None and float(cost_cfg["pue"]) < 1:
+            raise ValueError(f"cost.pue: a power usage effectiveness is >= 1, got {cost_cfg['pue']!r}")
+    for name, v in (cost_cfg.get("extra_hourly") or {}).items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"cost.extra_hourly.{name}: expected a finite hourly rate >= 0, got {v!r}")
+
+
+def _num(cfg, key, default=0.0) -> float:
+    v = cfg.get(key)
+    return float(default if v is None else v)
 
 
 def window_cost(cost_cfg, window_s: float, energy_j: float | None = None) -> dict:
     """Cost of a window of ``window_s`` seconds under a cost profile (a mapping).
 
     Returns the total and its lines, so a reader can see what was counted.  An owned
-    profile without an energy reading gives ``energy`` as NaN and says so.
+    profile without an energy reading gives the ``energy`` line as NaN, leaves it out of
+    ``cost_total``, sets ``cost_complete`` False and says so in ``cost_notes``.
     """
+    check_profile(cost_cfg)
+    cost_cfg = cost_cfg or {}
     hours = window_s / 3600.0
-    model = (cost_cfg or {}).get("model", "rental")
+    model = cost_cfg.get("model", "rental")
     lines: dict[str, float] = {}
     notes = []
     if model == "rental":
-        lines["rental"] = hours * float(cost_cfg.get("hourly_per_gpu", 0.0)) * int(cost_cfg.get("num_gpus", 0))
-        lines["hosts"] = hours * float(cost_cfg.get("hourly_per_host", 0.0)) * int(cost_cfg.get("num_hosts", 1))
-    elif model == "owned":
-        dep_hours = float(cost_cfg.get("depreciation_years", 3)) * 365.25 * 24
-        lines["depreciation"] = hours * float(cost_cfg.get("hardware_price", 0.0)) / dep_hours
-        lines["operations"] = hours * float(cost_cfg.get("ops_hourly", 0.0))
+        lines["rental_gpus"] = hours * _num(cost_cfg, "hourly_per_gpu") * _num(cost_cfg, "num_gpus")
+        lines["rental_hosts"] = hours * _num(cost_cfg, "hourly_per_host") * _num(cost_cfg, "num_hosts", 1)
+    else:
+        lines["depreciation"] = hours * _num(cost_cfg, "hardware_price") / (
+            _num(cost_cfg, "depreciation_years", 3) * HOURS_PER_YEAR)
+        lines["operations"] = hours * _num(cost_cfg, "ops_hourly")
         if energy_j is None or math.isnan(energy_j):
             lines["energy"] = math.nan
-            notes.append("energy unavailable: the owned-hardware cost has no energy line")
+            notes.append("energy unavailable: the owned-hardware cost leaves its energy line out, "
+                         "so cost_total is a lower bound")
         else:
-            kwh = energy_j / 3.6e6
-            lines["energy"] = kwh * float(cost_cfg.get("electricity_per_kwh", 0.0)) * float(cost_cfg.get("pue", 1.0))
-    else:
-        raise ValueError(f"cost.model: unknown cost model {model!r} (expected 'rental' or 'owned')")
+            joules = energy_j + _num(cost_cfg, "unmeasured_power_w") * window_s
+            lines["energy"] = joules / 3.6e6 * _num(cost_cfg, "electricity_per_kwh") * _num(cost_cfg, "pue", 1.0)
     for name, hourly in (cost_cfg.get("extra_hourly") or {}).items():
         lines[f"extra.{name}"] = hours * float(hourly)
     total = sum(v for v in lines.values() if not math.isnan(v))
     return {"cost_total": total, "cost_lines": lines, "cost_currency": cost_cfg.get("currency", "USD"),
-            "cost_notes": notes}
+            "cost_model": model, "cost_complete": not notes, "cost_notes": notes}
 
 
 def per_million(cost_total: float, tokens: float) -> float:
@@ -46,3 +102,32 @@ def per_million(cost_total: float, tokens: float) -> float:
     if tokens <= 0:
         return math.inf
     return 1e6 * cost_total / tokens
+
+
+def per_unit(cost_total: float, units: float) -> float:
+    """cost / units (per good request, per completed session); +inf when there were none."""
+    if units <= 0:
+        return math.inf
+    return cost_total / units
+
+
+def hourly_cost_per_mtok(hourly: float, tokens_per_s: float) -> float:
+    """Steady-rate form of the same ratio: 1e6 x hourly / (tokens_per_s x 3600)."""
+    return per_million(hourly, tokens_per_s * 3600.0)
+
+
+def task_cost(cost_per_attempt: float, attempts: float) -> float:
+    """What one finished task costs when it takes ``attempts`` tries on average.
+
+    A cheaper system that needs more attempts can cost more per task: 0.08 x 1 = 0.08
+    against 0.05 x 2 = 0.10.  With a success rate p per attempt (retry until success),
+    ``attempts = 1 / p``; see :func:`attempts_for_success_rate`.
+    """
+    return cost_per_attempt * attempts
+
+
+def attempts_for_success_rate(p: float) -> float:
+    """Expected attempts until the first success (geometric): 1 / p; +inf when p = 0."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"success rate must be in [0, 1], got {p}")
+    return math.inf if p == 0 else 1.0 / p

@@ -12,6 +12,11 @@ Definitions:
 - ``window_s``: the run's observation window (engine start or run start to release); cost
   and energy cover it, warm-up and idle gaps included.
 - ``completed``: measured requests with status ``ok``; token totals count completed ones.
+- ``window_output_tokens``: output tokens of every row (warm-up and failed ones included):
+  all the window produced; ``cost_per_mtok_all`` and ``energy_per_token_j`` divide by it.
+- sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
+  one of its turns is ``ok``; ``cost_per_completed_session`` = cost_total / completed sessions.
+- cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metrics.cost import per_million, window_cost
+from metrics.cost import per_million, per_unit, window_cost
+from metrics.energy import energy_summary, token_figures
 from metrics.percentiles import describe
 from metrics.request_metrics import itl_per_token_s
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
@@ -61,8 +67,14 @@ def _add_stats(out: dict, prefix: str, values_s: np.ndarray, quantiles=QUANTILES
 
 
 def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: int,
-              cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0) -> dict:
-    """The run's metrics from its per-request table (see module doc for definitions)."""
+              cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0,
+              telemetry=None, steady_capacity: int | None = None, steady_reason: str = "") -> dict:
+    """The run's metrics from its per-request table (see module doc for definitions).
+
+    ``telemetry`` (the run's ``telemetry.parquet`` table) gives the energy block; without
+    it the block says energy is unavailable (or uses ``energy_j`` when a caller measured it).
+    ``steady_capacity`` is the batch capacity of the steady-state rule (``metrics.energy``).
+    """
     measured = table.filter(pc.invert(table.column("warmup")))
     status = measured.column("status").to_numpy(zero_copy_only=False).astype(str)
     ok = status == "ok"
@@ -138,13 +150,38 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["window_start_ns"] = int(window_start_ns)
     out["window_end_ns"] = int(window_end_ns)
     out["window_s"] = window_s
+    good_n = int(good.sum())
+    window_tokens = float(np.nansum(_col(table, "output_tokens")))
+    out["window_output_tokens"] = int(window_tokens)
+    if telemetry is not None or energy_j is None:
+        out.update(energy_summary(telemetry, window_start_ns, window_end_ns, good_out, window_tokens,
+                                  requests=table, capacity=steady_capacity, capacity_reason=steady_reason))
+    else:  # energy measured by the caller: the per-token figures still come from metrics.energy
+        out.update({"energy_available": not math.isnan(energy_j), "energy_j": energy_j, "energy_source": "caller",
+                    **token_figures(energy_j, good_out, window_tokens)})
+    sessions = _sessions(measured, status)
+    out.update(sessions)
     if cost_cfg is not None:
-        c = window_cost(cost_cfg, window_s, energy_j)
-        out.update({k: v for k, v in c.items()})
+        c = window_cost(cost_cfg, window_s, out["energy_j"] if out.get("energy_available") else None)
+        out.update(c)
         out["cost_per_mtok_good"] = per_million(c["cost_total"], good_out)
-        all_out = float(np.nansum(_col(measured, "output_tokens")))
-        out["cost_per_mtok_all"] = per_million(c["cost_total"], all_out)
-        out["cost_per_good_request"] = c["cost_total"] / good.sum() if good.sum() else math.inf
+        out["cost_per_mtok_all"] = per_million(c["cost_total"], window_tokens)
+        out["cost_per_good_request"] = per_unit(c["cost_total"], good_n)
+        if sessions["num_sessions"]:
+            out["cost_per_completed_session"] = per_unit(c["cost_total"], sessions["completed_sessions"])
         if good_out <= 0:
             out["cost_per_mtok_good_reason"] = "no good output tokens in the window: the cost was paid for nothing"
     return out
+
+
+def _sessions(measured: pa.Table, status: np.ndarray) -> dict:
+    """Sessions and how many completed (every turn ``ok``); zero sessions when there is no session_id."""
+    sid = measured.column("session_id").to_pylist() if "session_id" in measured.column_names else []
+    per: dict = {}
+    for s, st in zip(sid, status):
+        if s is None:
+            continue
+        per[s] = per.get(s, True) and st == "ok"
+    n, done = len(per), sum(per.values())
+    return {"num_sessions": n, "completed_sessions": done,
+            "session_completion_rate": done / n if n else math.nan}
