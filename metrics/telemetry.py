@@ -115,6 +115,8 @@ class HostSampler(Sampler):
             procs = list(self.procs.items())
         for label, p in procs:
             try:
+                if p.status() == ps.STATUS_ZOMBIE:  # exited, not yet reaped: its zeros are not a reading
+                    continue
                 cpu = p.cpu_percent(None)
                 rss = p.memory_info().rss
                 for child in p.children(recursive=True):

@@ -1,0 +1,42 @@
+"""Recompute a run's cost figures from its files alone (requests.parquet, run.json, config.yaml),
+independently of metrics/: the check that the summary is reproducible from the records."""
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+
+def recompute(run_dir) -> dict:
+    run_dir = Path(run_dir)
+    req = pd.read_parquet(run_dir / "requests.parquet")
+    run = json.loads((run_dir / "run.json").read_text())
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    window_s = (run["window_end_ns"] - run["window_start_ns"]) / 1e9
+    cost = cfg["cost"]
+    assert cost.get("model", "rental") == "rental", "this check recomputes rental profiles"
+    hourly = (cost.get("hourly_per_gpu", 0) * cost.get("num_gpus", 0)
+              + cost.get("hourly_per_host", 0) * cost.get("num_hosts", 1)
+              + sum((cost.get("extra_hourly") or {}).values()))
+    cost_total = window_s / 3600 * hourly
+    m = req[~req["warmup"]]
+    slo = cfg.get("slo") or {}
+    good = m["status"] == "ok"
+    for limit, col, nan_passes in (("ttft_ms", "ttft_s", False), ("tpot_ms", "tpot_s", True),
+                                   ("e2el_ms", "e2el_s", False)):
+        if slo.get(limit) is not None:
+            ms = m[col] * 1e3
+            good &= (ms <= slo[limit]) | (ms.isna() if nan_passes else False)
+    good_tokens = float(m.loc[good, "output_tokens"].sum())
+    all_tokens = float(req["output_tokens"].fillna(0).sum())
+    n = len(m)
+    return {
+        "window_s": window_s, "cost_total": cost_total, "good_output_tokens": good_tokens,
+        "window_output_tokens": all_tokens, "good_requests": int(good.sum()),
+        "cost_per_mtok_good": 1e6 * cost_total / good_tokens if good_tokens else math.inf,
+        "cost_per_mtok_all": 1e6 * cost_total / all_tokens if all_tokens else math.inf,
+        "completion_rate": float((m["status"] == "ok").sum() / n),
+        "rejection_rate": float(m["http_status"].isin([429, 503]).sum() / n),
+    }
