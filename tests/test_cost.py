@@ -127,3 +127,27 @@ def test_shipped_profile_figures():
 def test_bad_profiles_name_the_field(prof, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         check_profile(prof)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONF_COST.glob("*.yaml")))
+def test_profiles_compose_through_hydra_with_overrides(name):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(CONF_COST.parent), version_base="1.3"):
+        cfg = compose("config", overrides=[f"cost={name}", "++cost.extra_hourly.storage=0.5"])
+    prof = OmegaConf.to_container(cfg.cost, resolve=True)
+    check_profile(prof)
+    assert prof["extra_hourly"]["storage"] == 0.5
+    assert window_cost(prof, 3600.0, energy_j=0.0)["cost_lines"]["extra.storage"] == pytest.approx(0.5)
+
+
+def test_experiment_rejects_a_misspelt_cost_field_before_starting():
+    from hydra import compose, initialize_config_dir
+
+    from harness.run import Experiment, UserError
+
+    with initialize_config_dir(str(CONF_COST.parent), version_base="1.3"):
+        cfg = compose("config", overrides=["+cost.hourly_per_gpus=2.0", "output_dir=/tmp/tokenfactory-never-written"])
+    with pytest.raises(UserError, match=r"cost\.hourly_per_gpus"):
+        Experiment(cfg)
