@@ -67,7 +67,7 @@ def measure(nvml, gpu: int, load, idle_s: float, load_s: float, tail_s: float, i
         out["phases"][name] = {"seconds": (b - a) / 1e9, "counter_j": e["energy_j"],
                                "method": e["methods"].get(f"gpu{gpu}"),
                                "power_integrated_j": power_energy(*power, a, b)["energy_j"]}
-    block = energy_summary(table, t0, t3, good_tokens=1, window_tokens=1)
+    block = energy_summary(table, t0, t3, good_tokens=1, all_tokens=1)
     out["collector_window_j"] = block["energy_j"]
     out["collector_idle_power_w"] = block["idle_power_w"]
     out["direct_j"] = direct1 - direct0

@@ -11,8 +11,8 @@ Definitions (one place for each):
 - Scope: the accelerators (NVML, else DCGM) when any is read; else the CPU packages (RAPL).
   ``cpu_package_energy_j`` is reported beside the accelerators' energy when RAPL is readable.
 - ``energy_per_good_token_j`` = energy_j / good output tokens; ``energy_per_token_j`` =
-  energy_j / every output token produced in the window; ``good_tokens_per_joule`` and
-  ``tokens_per_joule`` are their inverses.
+  energy_j / every measured output token, good or not (``all_output_tokens``);
+  ``good_tokens_per_joule`` and ``tokens_per_joule`` are their inverses.
 - Idle baseline: mean power over the ``idle_baseline_start``..``idle_baseline_end`` marks
   (engine up, no load).  ``idle_energy_share`` = idle_power_w x window_s / energy_j: the
   part of the window's energy the devices would have drawn doing nothing.
@@ -263,19 +263,19 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else math.inf
 
 
-def token_figures(energy_j: float, good_tokens: float, window_tokens: float) -> dict:
+def token_figures(energy_j: float, good_tokens: float, all_tokens: float) -> dict:
     """Energy per good token, per token, and tokens per joule (NaN when energy is unknown)."""
     out = {"energy_per_good_token_j": _ratio(energy_j, good_tokens),
-           "energy_per_token_j": _ratio(energy_j, window_tokens),
+           "energy_per_token_j": _ratio(energy_j, all_tokens),
            "good_tokens_per_joule": _ratio(float(good_tokens), energy_j),
-           "tokens_per_joule": _ratio(float(window_tokens), energy_j)}
+           "tokens_per_joule": _ratio(float(all_tokens), energy_j)}
     if not math.isnan(energy_j) and good_tokens <= 0:
         out["energy_per_good_token_reason"] = "no good output tokens in the window: the energy was spent for nothing"
     return out
 
 
 def energy_summary(telemetry: Telemetry | pa.Table | None, window_start_ns: int, window_end_ns: int,
-                   good_tokens: float, window_tokens: float, requests: pa.Table | None = None,
+                   good_tokens: float, all_tokens: float, requests: pa.Table | None = None,
                    capacity: int | None = None, capacity_reason: str = "") -> dict:
     """The summary's energy block (module doc has the definitions).  Unavailable -> NaN figures,
     ``energy_available`` False and ``energy_unavailable_reason``; never zeros."""
@@ -308,7 +308,7 @@ def energy_summary(telemetry: Telemetry | pa.Table | None, window_start_ns: int,
         reason = ""
     ej = out["energy_j"]
     out["mean_power_w"] = ej / window_s if window_s > 0 else nan
-    out.update(token_figures(ej, good_tokens, window_tokens))
+    out.update(token_figures(ej, good_tokens, all_tokens))
     if scope == "accelerators" and tel.series.get("rapl"):
         out["cpu_package_energy_j"] = tel.energy("rapl", window_start_ns, window_end_ns)["energy_j"]
 

@@ -12,8 +12,9 @@ Definitions:
 - ``window_s``: the run's observation window (engine start or run start to release); cost
   and energy cover it, warm-up and idle gaps included.
 - ``completed``: measured requests with status ``ok``; token totals count completed ones.
-- ``window_output_tokens``: output tokens of every row (warm-up and failed ones included):
-  all the window produced; ``cost_per_mtok_all`` and ``energy_per_token_j`` divide by it.
+- ``all_output_tokens``: output tokens of every measured request, failed ones included (good
+  or not); ``cost_per_mtok_all``, ``energy_per_token_j`` and ``tokens_per_joule`` divide by it.
+  ``window_output_tokens`` adds the warm-up rows' tokens: all the window produced.
 - sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
   one of its turns is ``ok``; ``cost_per_completed_session`` = cost_total / completed sessions.
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
@@ -151,21 +152,22 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["window_end_ns"] = int(window_end_ns)
     out["window_s"] = window_s
     good_n = int(good.sum())
-    window_tokens = float(np.nansum(_col(table, "output_tokens")))
-    out["window_output_tokens"] = int(window_tokens)
+    all_tokens = float(np.nansum(_col(measured, "output_tokens")))
+    out["all_output_tokens"] = int(all_tokens)
+    out["window_output_tokens"] = int(np.nansum(_col(table, "output_tokens")))
     if telemetry is not None or energy_j is None:
-        out.update(energy_summary(telemetry, window_start_ns, window_end_ns, good_out, window_tokens,
+        out.update(energy_summary(telemetry, window_start_ns, window_end_ns, good_out, all_tokens,
                                   requests=table, capacity=steady_capacity, capacity_reason=steady_reason))
     else:  # energy measured by the caller: the per-token figures still come from metrics.energy
         out.update({"energy_available": not math.isnan(energy_j), "energy_j": energy_j, "energy_source": "caller",
-                    **token_figures(energy_j, good_out, window_tokens)})
+                    **token_figures(energy_j, good_out, all_tokens)})
     sessions = _sessions(measured, status)
     out.update(sessions)
     if cost_cfg is not None:
         c = window_cost(cost_cfg, window_s, out["energy_j"] if out.get("energy_available") else None)
         out.update(c)
         out["cost_per_mtok_good"] = per_million(c["cost_total"], good_out)
-        out["cost_per_mtok_all"] = per_million(c["cost_total"], window_tokens)
+        out["cost_per_mtok_all"] = per_million(c["cost_total"], all_tokens)
         out["cost_per_good_request"] = per_unit(c["cost_total"], good_n)
         if sessions["num_sessions"]:
             out["cost_per_completed_session"] = per_unit(c["cost_total"], sessions["completed_sessions"])

@@ -30,11 +30,12 @@ def recompute(run_dir) -> dict:
             ms = m[col] * 1e3
             good &= (ms <= slo[limit]) | (ms.isna() if nan_passes else False)
     good_tokens = float(m.loc[good, "output_tokens"].sum())
-    all_tokens = float(req["output_tokens"].fillna(0).sum())
+    all_tokens = float(m["output_tokens"].fillna(0).sum())
+    window_tokens = float(req["output_tokens"].fillna(0).sum())
     n = len(m)
     return {
         "window_s": window_s, "cost_total": cost_total, "good_output_tokens": good_tokens,
-        "window_output_tokens": all_tokens, "good_requests": int(good.sum()),
+        "all_output_tokens": all_tokens, "window_output_tokens": window_tokens, "good_requests": int(good.sum()),
         "cost_per_mtok_good": 1e6 * cost_total / good_tokens if good_tokens else math.inf,
         "cost_per_mtok_all": 1e6 * cost_total / all_tokens if all_tokens else math.inf,
         "completion_rate": float((m["status"] == "ok").sum() / n),

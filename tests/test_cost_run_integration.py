@@ -31,7 +31,8 @@ def test_run_reports_cost_and_energy_blocks(tmp_path):
     s = json.loads((run_dir / "summary.json").read_text(),
                    object_hook=lambda d: {k: math.inf if v == "inf" else v for k, v in d.items()})
     r = recompute(run_dir)
-    for k in ("window_s", "cost_total", "good_output_tokens", "window_output_tokens", "cost_per_mtok_good",
+    for k in ("window_s", "cost_total", "good_output_tokens", "all_output_tokens", "window_output_tokens",
+              "cost_per_mtok_good",
               "cost_per_mtok_all", "completion_rate"):
         assert s[k] == pytest.approx(r[k], rel=1e-9), k
     assert s["cost_total"] > 0 and s["cost_complete"] is True

@@ -76,7 +76,7 @@ def test_energy_block_from_nvml_counters_with_idle_baseline():
     # two GPUs, idle 50 W until t=2 s, then 250 W; window [0, 10]; baseline = the first 2 s
     rows = gpu_rows("gpu0") + gpu_rows("gpu1", offset_j=7.0e5) + _marks(0.0, 2.0)
     tel = telemetry_table(rows)
-    out = energy_summary(tel, 0, 10 * S, good_tokens=4200, window_tokens=6000)
+    out = energy_summary(tel, 0, 10 * S, good_tokens=4200, all_tokens=6000)
     per_gpu = energy_at(10.0)  # 100 + 2000
     assert out["energy_available"] is True
     assert out["energy_source"] == "nvml" and out["energy_scope"] == "accelerators"
@@ -176,7 +176,7 @@ def test_steady_state_interval_closed_loop():
 def test_steady_state_energy_beside_the_full_window():
     reqs = _closed_loop_c2()
     tel = telemetry_table([(t / 10, "nvml", "gpu0.energy_counter_j", 300.0 * t / 10, None) for t in range(0, 101)])
-    out = energy_summary(tel, 0, 10 * S, good_tokens=28, window_tokens=28, requests=reqs, capacity=2)
+    out = energy_summary(tel, 0, 10 * S, good_tokens=28, all_tokens=28, requests=reqs, capacity=2)
     toks = tokens_between(reqs, 1 * S, 7 * S)
     assert out["energy_j"] == pytest.approx(3000.0)            # the full window, 10 s
     assert out["steady_energy_j"] == pytest.approx(1800.0)     # 6 s at 300 W
@@ -194,7 +194,7 @@ def test_steady_capacity_from_load():
 
 
 def test_nothing_good_gives_infinite_energy_per_good_token_with_reason():
-    out = energy_summary(telemetry_table(gpu_rows()), 0, 10 * S, good_tokens=0, window_tokens=500)
+    out = energy_summary(telemetry_table(gpu_rows()), 0, 10 * S, good_tokens=0, all_tokens=500)
     assert out["energy_per_good_token_j"] == math.inf
     assert "no good output tokens" in out["energy_per_good_token_reason"]
     assert out["energy_per_token_j"] == pytest.approx(energy_at(10.0) / 500)

@@ -44,13 +44,13 @@ def test_cost_recomputes_from_records_with_failures_rejections_warmup_and_idle_g
     window = (0, 120 * S)  # engine started at 0, released at 120 s: warm-up and the idle gap inside
     write_run(tmp_path, mixed_run(), window, RENTAL)
     s = summarize(pq.read_table(tmp_path / "requests.parquet"), SLO.from_config(SLO_CFG), *window, cost_cfg=RENTAL)
-    # by hand: 8 good x 20 tokens; every token of the window = 2 x 50 + 10 x 20 + 5
+    # by hand: 8 good x 20 tokens; all measured tokens = 10 x 20 + 5; the window's adds 2 x 50 warm-up
     assert s["window_s"] == pytest.approx(120.0)
     assert s["cost_total"] == pytest.approx(1.8 * 120 / 3600)                       # 0.06
     assert s["good_output_tokens"] == 160 and s["good_requests"] == 8
-    assert s["window_output_tokens"] == 305
+    assert s["all_output_tokens"] == 205 and s["window_output_tokens"] == 305
     assert s["cost_per_mtok_good"] == pytest.approx(1e6 * 0.06 / 160)              # 375
-    assert s["cost_per_mtok_all"] == pytest.approx(1e6 * 0.06 / 305)
+    assert s["cost_per_mtok_all"] == pytest.approx(1e6 * 0.06 / 205)
     assert s["cost_per_good_request"] == pytest.approx(0.06 / 8)
     assert s["num_requests"] == 14 and s["num_warmup"] == 2
     assert s["completion_rate"] == pytest.approx(10 / 14)
@@ -61,7 +61,8 @@ def test_cost_recomputes_from_records_with_failures_rejections_warmup_and_idle_g
     assert s["duration_s"] < s["window_s"]
     # and the same from the files alone, without metrics/
     r = recompute(tmp_path)
-    for k in ("window_s", "cost_total", "good_output_tokens", "window_output_tokens", "cost_per_mtok_good",
+    for k in ("window_s", "cost_total", "good_output_tokens", "all_output_tokens", "window_output_tokens",
+              "cost_per_mtok_good",
               "cost_per_mtok_all", "completion_rate", "rejection_rate", "good_requests"):
         assert s[k] == pytest.approx(r[k]), k
 
@@ -110,7 +111,7 @@ def test_owned_cost_uses_measured_energy_from_telemetry():
     assert s["cost_lines"]["energy"] == pytest.approx(e / 3.6e6 * 0.2 * 1.25)
     assert s["cost_total"] == pytest.approx(120 / 3600 * 10.0 + e / 3.6e6 * 0.2 * 1.25)
     assert s["energy_per_good_token_j"] == pytest.approx(e / 160)
-    assert s["tokens_per_joule"] == pytest.approx(305 / e)
+    assert s["tokens_per_joule"] == pytest.approx(205 / e)
     # without telemetry the same profile is marked incomplete, never priced at zero energy
     s2 = summarize(mixed_run(), SLO.from_config(SLO_CFG), 0, 120 * S, cost_cfg=owned)
     assert s2["cost_complete"] is False and nan(s2["cost_lines"]["energy"])

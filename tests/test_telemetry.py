@@ -72,7 +72,7 @@ def test_collector_window_energy_matches_the_fake_gpus():
     finally:
         c.stop()
     tel = c.table()
-    out = energy_summary(tel, a, b, good_tokens=1000, window_tokens=1000)
+    out = energy_summary(tel, a, b, good_tokens=1000, all_tokens=1000)
     window_s = (b - a) / 1e9
     assert out["energy_method"] == "mixed" and out["energy_devices"] == 2
     # counter GPU exact; power GPU constant so its trapezoid is exact too
