@@ -17,8 +17,10 @@ Definitions (one place for each):
   (engine up, no load).  ``idle_energy_share`` = idle_power_w x window_s / energy_j: the
   part of the window's energy the devices would have drawn doing nothing.
 - Steady state (ML.ENERGY's rule for closed-loop runs): from the moment the number of
-  requests in flight first reaches the batch capacity C (``load.concurrency``, or an open
-  loop's ``max_concurrency``) to the moment it last falls below C (the final drain starts).
+  requests in flight (every row counts: the engine serves them all) first reaches the batch
+  capacity C (``load.concurrency``, or an open loop's ``max_concurrency``) once warm-up is
+  over (not before the first measured request is sent) to the moment it last falls below C
+  (the final drain starts).
   ``steady_energy_per_token_j`` = energy in that interval / output tokens whose chunks
   arrived in it.  Reported beside the full-window figures, never instead of them.
 """
@@ -219,8 +221,13 @@ def _ns(table: pa.Table, name: str) -> np.ndarray:
 
 
 def steady_state_interval(requests: pa.Table, capacity: int) -> tuple[tuple[int, int] | None, str]:
-    """[first time C requests are in flight, last time in-flight falls below C], all rows counted."""
+    """[first time C requests are in flight after warm-up, last time in-flight falls below C]."""
     sent = _ns(requests, "sent_ns")
+    warm = np.asarray(requests.column("warmup").to_pylist(), dtype=bool)
+    measured_sent = sent[~warm & ~np.isnan(sent)]
+    if not measured_sent.size:
+        return None, "no measured request was sent"
+    not_before = measured_sent.min()
     done = _ns(requests, "done_ns")
     done = np.where(np.isnan(done), _ns(requests, "end_ns"), done)
     ok = ~np.isnan(sent) & ~np.isnan(done)
@@ -234,6 +241,9 @@ def steady_state_interval(requests: pa.Table, capacity: int) -> tuple[tuple[int,
     full = inflight >= capacity
     if not full.any():
         return None, f"requests in flight never reached the batch capacity {capacity}"
+    full &= t >= not_before
+    if not full.any():
+        return None, f"requests in flight never reached the batch capacity {capacity} after warm-up"
     first = int(np.argmax(full))
     last_full = len(full) - 1 - int(np.argmax(full[::-1]))
     if last_full + 1 >= len(t):

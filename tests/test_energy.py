@@ -160,6 +160,20 @@ def _closed_loop_c2():
     ])
 
 
+def test_steady_state_starts_after_warmup():
+    # C = 2; two warm-up requests fill the batch from t=0 to t=5; measured ones follow.
+    reqs = request_table([
+        {"sent": 0.0, "done": 5.0, "warmup": True},
+        {"sent": 0.1, "done": 5.2, "warmup": True},
+        {"sent": 5.0, "done": 7.0},
+        {"sent": 5.2, "done": 8.0},
+        {"sent": 7.0, "done": 9.0},
+    ])
+    # at t=5 a warm-up request is still in flight beside the first measured one: the batch is full
+    assert steady_state_interval(reqs, 2) == ((5 * S, 8 * S), "")
+    assert steady_state_interval(request_table([{"sent": 0.0, "warmup": True}]), 1)[0] is None
+
+
 def test_steady_state_interval_closed_loop():
     reqs = _closed_loop_c2()
     iv, why = steady_state_interval(reqs, 2)
