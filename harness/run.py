@@ -256,6 +256,8 @@ class Experiment:
                 raise UserError(f"{spec.label}: {e}") from None
         except BaseException:
             writer.abort()
+            # kept beside requests.parquet.partial, under a name that never reads as complete
+            self.telemetry.write_window(run_dir / "telemetry.parquet.partial", window_open_ns, perf_ns())
             if bar is not None:
                 bar.close()
             raise
