@@ -95,6 +95,21 @@ def build_figures(points: list[dict]) -> list:
                      yaxis2=dict(title="attainment", overlaying="y", side="right", range=[0, 1.05], tickformat=".0%", dtick=0.2),
                      template="plotly_white")
     figs.append(gp)
+
+    cost = go.Figure()
+    cost.add_trace(go.Scatter(x=xs, y=[_num(p["summary"].get("cost_per_mtok_good")) for p in points],
+                              mode="lines+markers", name="per M good output tokens"))
+    cost.add_trace(go.Scatter(x=xs, y=[_num(p["summary"].get("cost_per_mtok_all")) for p in points],
+                              mode="lines+markers", name="per M output tokens (all)", line=dict(dash="dot")))
+    if any(p["summary"].get("energy_available") for p in points):
+        cost.add_trace(go.Scatter(x=xs, y=[_num(p["summary"].get("energy_per_good_token_j")) for p in points],
+                                  mode="lines+markers", name="J per good token", yaxis="y2"))
+    currency = next((p["summary"].get("cost_currency") for p in points if p["summary"].get("cost_currency")), "")
+    cost.update_layout(title="Cost per million good output tokens vs load (full observation window)",
+                       xaxis_title=_x_title(points), yaxis=dict(title=currency or "cost"),
+                       yaxis2=dict(title="J / good token", overlaying="y", side="right"),
+                       template="plotly_white")
+    figs.append(cost)
     return figs
 
 
@@ -104,7 +119,8 @@ TABLE_KEYS = [("offered", "offered"), ("completed", "completed"), ("failed", "fa
               ("p50_ttft_ms", "p50 TTFT ms"), ("p99_ttft_ms", "p99 TTFT ms"),
               ("p50_itl_ms", "p50 ITL ms"), ("p99_itl_ms", "p99 ITL ms"),
               ("schedule_lag_p99_ms", "p99 send lag ms"), ("window_s", "window s"),
-              ("cost_total", "cost"), ("cost_per_mtok_good", "cost / M good tok")]
+              ("cost_total", "cost"), ("cost_per_mtok_good", "cost / M good tok"),
+              ("energy_j", "energy J"), ("energy_per_good_token_j", "J / good tok")]
 
 
 def _fmt(v) -> str:
@@ -142,6 +158,9 @@ def render(root, out_path=None, title: str | None = None) -> Path:
     prov = json.loads(prov_file.read_text()) if prov_file.exists() else {}
     eng = prov.get("engine", {})
     subtitle = f"engine {eng.get('engine')} {eng.get('engine_version') or ''} · model {eng.get('model')}"
+    first = points[0]["summary"]
+    if first.get("energy_available") is False and first.get("energy_unavailable_reason"):
+        subtitle += f" · energy unavailable: {first['energy_unavailable_reason']}"
     title = title or f"tokenfactory report: {root.name}"
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>

@@ -127,7 +127,7 @@ def test_report_renders_offline_in_headless_chromium(sweep):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
         page.goto(report.as_uri())
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 6")
         titles = page.eval_on_selector_all(".gtitle", "els => els.map(e => e.textContent)")
         n_points = page.evaluate("() => document.getElementById('fig0').data[0].x.length")
         rows = page.eval_on_selector_all("#summary tr", "els => els.length")
@@ -136,6 +136,7 @@ def test_report_renders_offline_in_headless_chromium(sweep):
     assert not errors, errors
     assert any("TTFT" in t for t in titles) and any("Goodput" in t for t in titles)
     assert any("throughput" in t for t in titles) and any("Inter-token" in t for t in titles)
+    assert any("Cost per million good" in t for t in titles)
     assert n_points == 2 and rows == 3
 
 
