@@ -2,6 +2,7 @@
 
     tokenfactory run [hydra overrides]          one run, a sweep, or a protocol (-m: multirun)
     tokenfactory report PATH                    (re)build the report of a run or sweep folder
+    tokenfactory workload describe [overrides]  characterise a workload (workload.json + figures)
 
 ``run`` hands its arguments to Hydra unchanged, so every Hydra override and flag works.
 """
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         return _hydra_run(rest)
+    if cmd == "workload":
+        from harness.workload_describe import describe_command
+
+        return describe_command(rest)
     if cmd == "report":
         if len(rest) != 1:
             print("usage: tokenfactory report PATH", file=sys.stderr)

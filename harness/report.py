@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from harness.results_io import find_run_dirs, read_json, write_atomic
+from harness.workload_describe import report_section
 from protocols.plan import offered_load
 
 PCTS = (50, 90, 99)
@@ -173,6 +174,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} tr.client-limite
 <table id="summary"><tr><th>run</th>{head}</tr>
 {''.join(rows)}
 </table>
+{report_section([p["dir"] for p in points], root)}
 {''.join(divs)}
 </body></html>
 """

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from engines.base import EngineError
 from engines.registry import make_engine
-from harness import provenance, report, results_io
+from harness import provenance, report, results_io, workload_describe
 from harness.mlflow_log import MlflowLogger, tracking_uri
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.dispatch import Dispatcher, LoadSpec
@@ -30,7 +30,9 @@ from loadgen.records import RecordWriter, read_requests
 from loadgen.synthetic import synthetic_items
 from metrics.cost import check_profile
 from metrics.energy import steady_capacity
+from loadgen.trace_readers import FORMATS as TRACE_FORMATS
 from metrics.request_metrics import finalize_record
+from metrics.sessions import session_summary
 from metrics.slo import SLO
 from metrics.summary import summarize
 from metrics.telemetry import TelemetryCollector, build_samplers
@@ -67,7 +69,14 @@ def _items(cfg: DictConfig, builder: PromptBuilder, n: int | None, max_len: int 
     name = cfg.workload.get("name")
     if name == "synthetic":
         return synthetic_items(cfg.workload, builder, n, max_len)
-    raise UserError(f"workload={name} is not available in this version (known: synthetic)")
+    if name in TRACE_FORMATS:  # a TraceWorkload: also carries .table, .followup (sessions), .expected_turns
+        from loadgen.trace_workload import TraceWorkload
+
+        try:
+            return TraceWorkload(cfg.workload, builder, n, max_len)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    raise UserError(f"workload={name}: unknown workload (known: synthetic, {', '.join(TRACE_FORMATS)})")
 
 
 SWEPT_KEYS: set[str] = set()  # set by the CLI from a -m command line
@@ -241,11 +250,13 @@ class Experiment:
                 bar.set_postfix(ok=counts["ok"], failed=counts["fail"], refresh=False)
 
         items = _items(self.cfg, self.builder, lspec.num_requests, self.engine.max_model_len())
+        wl_stats = self._describe_workload(run_dir, items, lspec.num_requests)
         cpu0 = time.process_time()
 
         async def go():
             async with StreamingClient(self.client_cfg, self.count_tokens) as client:
-                d = Dispatcher(client, writer, finalize=lambda r: finalize_record(r, self.slo), on_done=on_done)
+                d = Dispatcher(client, writer, finalize=lambda r: finalize_record(r, self.slo), on_done=on_done,
+                               followup=getattr(items, "followup", None))
                 return await d.run(items, lspec)
 
         _event_loop_policy()
@@ -288,6 +299,9 @@ class Experiment:
             "engine_alive_after": engine_alive,
             "engine_startup_s": (self.engine.ready_ns - self.engine.started_ns) / 1e9,
         })
+        summary.update(workload_describe.summary_keys(wl_stats))
+        if getattr(items, "expected_turns", None):
+            summary.update(session_summary(table, items.expected_turns, summary.get("cost_total")))
         exp = table.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
         got = table.column("prompt_tokens").to_numpy(zero_copy_only=False)
         with np.errstate(invalid="ignore"):
@@ -316,6 +330,15 @@ class Experiment:
                             f"{run_dir / 'requests.parquet'}.\nlast lines of its log:\n"
                             f"{self.engine.process.tail() if self.engine.process else ''}")
         return window_close
+
+
+    def _describe_workload(self, run_dir: Path, items, n) -> dict:
+        """workload.json + workload.html in the run folder (logged to MLflow with it)."""
+        try:
+            return workload_describe.describe(self.cfg, run_dir, n=n, table=getattr(items, "table", None),
+                                              count=self.builder.count)
+        except ValueError as e:
+            raise UserError(str(e)) from None
 
 
 def run_experiment(cfg: DictConfig) -> Path:

@@ -5,6 +5,10 @@ Open loop (poisson, constant, gamma, trace): each request has a scheduled time
 between schedule and send is recorded.  Closed loop (concurrency): ``C`` users each send
 their next request as soon as their previous one ends; the schedule is the moment the user
 became free.
+
+Sessions (``followup``, see loadgen/sessions.py): when a request ends, ``followup(record)``
+may return the next turn of its session and a think time; it is scheduled that long after
+the end (open loop: as its own task; closed loop: by the same user).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ class LoadSpec:
     def validate(self) -> None:
         if self.kind not in LOAD_KINDS:
             raise ValueError(f"load: unknown load {self.kind!r} (expected one of {', '.join(LOAD_KINDS)})")
-        if self.num_requests is None and self.duration_s is None:
+        if self.kind != "trace" and self.num_requests is None and self.duration_s is None:
             raise ValueError("load: set load.num_requests or load.duration_s")
         if self.num_requests is not None and int(self.num_requests) < 1:
             raise ValueError(f"load.num_requests must be >= 1, got {self.num_requests}")
@@ -62,8 +66,12 @@ class Dispatcher:
 
     def __init__(self, client: StreamingClient, writer: RecordWriter,
                  finalize: Callable[[RequestRecord], None] | None = None,
-                 on_done: Callable[[RequestRecord], None] | None = None):
+                 on_done: Callable[[RequestRecord], None] | None = None,
+                 followup: Callable[[RequestRecord], tuple[WorkItem, float] | None] | None = None):
         self.client = client
+        self.followup = followup
+        self._closed = False
+        self._end_ns: int | None = None
         self.writer = writer
         self.finalize = finalize
         self.on_done = on_done
@@ -81,6 +89,36 @@ class Dispatcher:
         self.writer.append(rec)
         if self.on_done is not None:
             self.on_done(rec)
+        if self.followup is not None and not self._closed:
+            nxt = self.followup(rec)
+            if nxt is not None:
+                self._spawn_turn(*nxt)
+
+    def _spawn_turn(self, item: WorkItem, think_s: float) -> None:
+        target = perf_ns() + int(think_s * 1e9)
+        if self._end_ns is not None and target > self._end_ns:
+            return
+        rec = self._record(item, target, False)
+
+        async def later() -> RequestRecord:
+            await asyncio.sleep(max((target - perf_ns()) / 1e9, 0))
+            return await self._one(rec, self.client.body(item.prompt, item.max_tokens))
+
+        task = asyncio.get_running_loop().create_task(later())
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        self.sent += 1
+
+    async def _session_turns(self, rec: RequestRecord) -> None:
+        """Closed loop: the user who sent ``rec`` goes on with the rest of its session."""
+        while self.followup is not None and (nxt := self.followup(rec)) is not None:
+            item, think_s = nxt
+            if self._end_ns is not None and perf_ns() + think_s * 1e9 > self._end_ns:
+                return
+            rec = self._record(item, perf_ns() + int(think_s * 1e9), False)
+            await asyncio.sleep(think_s)
+            self.sent += 1
+            await self._one(rec, self.client.body(item.prompt, item.max_tokens))
 
     async def _one(self, rec: RequestRecord, payload: bytes) -> RequestRecord:
         try:
@@ -110,10 +148,13 @@ class Dispatcher:
         return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent}
 
     async def _drain(self, spec: LoadSpec) -> None:
-        if not self.in_flight:
-            return
         timeout = spec.drain_timeout_s if spec.duration_s is not None else None
-        await asyncio.wait(set(self.in_flight), timeout=timeout)
+        deadline = perf_ns() + int(timeout * 1e9) if timeout is not None else None
+        while self.in_flight:  # a loop: session turns add tasks while others finish
+            left = (deadline - perf_ns()) / 1e9 if deadline is not None else None
+            if left is not None and left <= 0:
+                return
+            await asyncio.wait(set(self.in_flight), timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
     def _spawn(self, rec: RequestRecord, payload: bytes) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(self._one(rec, payload))
@@ -131,6 +172,7 @@ class Dispatcher:
             offsets = arrival_offsets(spec.kind, float(spec.rate), n_draw, spec.burstiness, spec.seed)
         limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
         end_ns = t0 + int(float(spec.duration_s) * 1e9) if spec.duration_s is not None else None
+        self._end_ns = end_ns
         for i, item in enumerate(items):
             if offsets is not None:
                 if i >= len(offsets):
@@ -158,6 +200,7 @@ class Dispatcher:
     async def _closed_loop(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> None:
         counter = itertools.count()
         end_ns = t0 + int(float(spec.duration_s) * 1e9) if spec.duration_s is not None else None
+        self._closed, self._end_ns = True, end_ns
         delay = (t0 - perf_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
@@ -172,6 +215,7 @@ class Dispatcher:
                 rec = self._record(item, ready, i < spec.warmup_requests)
                 self.sent += 1
                 await self._one(rec, payload)
+                await self._session_turns(rec)
                 ready = perf_ns()
 
         users = [asyncio.ensure_future(user()) for _ in range(int(spec.concurrency))]

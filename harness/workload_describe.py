@@ -1,0 +1,232 @@
+"""``tokenfactory workload describe workload=...``: characterise a workload, and the same
+description stored with every run (``workload.json`` + ``workload.html``), logged to
+MLflow with the run folder and shown in the report.
+
+The numbers come from ``loadgen/characterise.py`` (definitions there); this module builds
+the table of any workload (a trace, or synthetic requests with the load's arrivals), draws
+the figures and writes the files.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness.results_io import read_json, write_atomic, write_json
+from loadgen.arrivals import OPEN_LOOP, arrival_offsets
+from loadgen.characterise import characterise, replay_lengths
+from loadgen.synthetic import prefix_group_spec, synthetic_blocks
+from loadgen.trace_readers import FORMATS
+from loadgen.trace_table import WorkloadTable
+
+JSON_NAME, HTML_NAME = "workload.json", "workload.html"
+
+
+def synthetic_table(wcfg, load, n: int) -> WorkloadTable:
+    """The synthetic requests a run of ``n`` requests sends, as a table (same draws as the run)."""
+    ins, outs, groups = [], [], []
+    for _, a, b, g in synthetic_blocks(wcfg, n):
+        ins.append(a)
+        outs.append(b)
+        groups.append(g)
+    ins, outs, groups = (np.concatenate(x) if x else np.empty(0, dtype=np.int64) for x in (ins, outs, groups))
+    kind = (load or {}).get("kind")
+    if kind in OPEN_LOOP and load.get("rate"):
+        arr = arrival_offsets(kind, float(load["rate"]), n, float(load.get("burstiness") or 1.0),
+                              int(load.get("seed") or 0))
+    else:
+        arr = np.full(n, np.nan)  # closed loop: arrivals follow the server, not a schedule
+    _, plen, _ = prefix_group_spec(wcfg)
+    t = WorkloadTable(arrival_s=arr, input_tokens=ins.astype(np.int64), output_tokens=outs.astype(np.int64),
+                      source="synthetic")
+    if plen:
+        t.prefix_group, t.prefix_tokens = groups.astype(np.int64), np.full(n, plen, dtype=np.int64)
+    return t
+
+
+def workload_table(cfg, n: int | None = None) -> WorkloadTable:
+    """The table of ``cfg.workload`` as a run would replay it (``n``: request cap)."""
+    from loadgen.trace_workload import load_table
+
+    name = cfg.workload.get("name")
+    if name == "synthetic":
+        load = dict(cfg.load) if cfg.get("load") is not None else {}
+        if n is None:
+            nr = load.get("num_requests")
+            n = int(nr) + int(load.get("warmup_requests") or 0) if nr is not None else 1000
+        return synthetic_table(cfg.workload, load, int(n))
+    if name in FORMATS:
+        return load_table(cfg.workload, n)
+    raise ValueError(f"workload={name}: unknown workload (known: synthetic, {', '.join(FORMATS)})")
+
+
+def _hist_bar(go, values: np.ndarray, title: str, xtitle: str, nbins: int = 60):
+    values = np.asarray(values, dtype=np.float64)
+    fig = go.Figure()
+    if values.size:
+        counts, edges = np.histogram(values, bins=nbins)
+        fig.add_trace(go.Bar(x=((edges[:-1] + edges[1:]) / 2).tolist(), y=counts.tolist(),
+                             width=float(edges[1] - edges[0]) if len(edges) > 1 else None, name=xtitle))
+    fig.update_layout(title=title, xaxis_title=xtitle, yaxis_title="requests", template="plotly_white", bargap=0)
+    return fig
+
+
+def figures(stats: dict, ins: np.ndarray, outs: np.ndarray, table: WorkloadTable) -> list:
+    import plotly.graph_objects as go
+
+    figs = [_hist_bar(go, ins, f"Input length (mean {stats['input_tokens'].get('mean', math.nan):.0f}, "
+                               f"p99 {stats['input_tokens'].get('p99', math.nan):.0f})", "prompt tokens"),
+            _hist_bar(go, outs, f"Output length (mean {stats['output_tokens'].get('mean', math.nan):.0f}, "
+                                f"p99 {stats['output_tokens'].get('p99', math.nan):.0f})", "output tokens")]
+    tl = stats.get("rate_timeline")
+    if tl:
+        fig = go.Figure(go.Scatter(x=(np.arange(len(tl["counts"])) * tl["bin_s"]).tolist(),
+                                   y=(np.asarray(tl["counts"]) / tl["bin_s"]).tolist(), mode="lines", line_shape="hv"))
+        fig.update_layout(title=f"Arrival rate (bins of {tl['bin_s']:g} s; mean {stats['mean_rate_rps']:.3g} req/s)",
+                          xaxis_title="seconds from the first request", yaxis_title="requests/s",
+                          template="plotly_white")
+        figs.append(fig)
+        a = np.sort(table.arrival_s[np.isfinite(table.arrival_s)])
+        figs.append(_hist_bar(go, np.diff(a), f"Inter-arrival times (CV {stats['interarrival_cv']:.3g})",
+                              "seconds"))
+    sess = stats.get("sessions") or {}
+    if sess.get("count"):
+        hist = sess["turns_hist"]
+        fig = go.Figure(go.Bar(x=list(range(len(hist))), y=hist))
+        fig.update_layout(title=f"Turns per session ({sess['count']} sessions, mean {sess['turns_mean']:.2f})",
+                          xaxis_title="turns", yaxis_title="sessions", template="plotly_white")
+        figs.append(fig)
+    return figs
+
+
+SUMMARY_ROWS = [("requests", "requests"), ("timed_requests", "requests with a trace time"),
+                ("duration_s", "duration (s)"), ("mean_rate_rps", "mean rate (req/s)"),
+                ("interarrival_cv", "CV of inter-arrival times"), ("prefix_reuse_share", "share of prompt tokens "
+                                                                  "repeating an earlier prefix"),
+                ("bad_lines_skipped", "bad lines skipped")]
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "n/a" if math.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def summary_rows(stats: dict) -> list[tuple[str, str]]:
+    rows = [(label, _fmt(stats.get(k))) for k, label in SUMMARY_ROWS]
+    for which in ("input_tokens", "output_tokens"):
+        d = stats.get(which) or {}
+        if d.get("n"):
+            rows.append((which.replace("_", " "), f"mean {d['mean']:.1f}, p50 {d['p50']:.0f}, p90 {d['p90']:.0f}, "
+                                                  f"p99 {d['p99']:.0f}, max {d['max']:.0f}"))
+    s = stats.get("sessions") or {}
+    if s.get("count"):
+        rows.append(("sessions", f"{s['count']} (turns mean {s['turns_mean']:.2f}, max {s['turns_max']}; "
+                                 f"think mean {_fmt(s['think_s_mean'])} s)"))
+    for note in stats.get("notes") or []:
+        rows.append(("note", note))
+    return rows
+
+
+def html_table(stats: dict) -> str:
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                   f"{html.escape(v)}</td></tr>" for k, v in summary_rows(stats))
+    return f"<table class='workload'>{body}</table>"
+
+
+def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = None, count=None) -> dict:
+    """Characterise the workload of ``cfg`` and write ``workload.json`` and ``workload.html``
+    into ``out_dir``; returns the numbers."""
+    import plotly.io as pio
+
+    table = table if table is not None else workload_table(cfg, n)
+    if count is None and ((table.input_tokens < 0).any() or (table.output_tokens < 0).any()):
+        count = _tokenizer_count(cfg)
+    ins, outs = replay_lengths(table, count)
+    stats = characterise(table, lengths=(ins, outs))
+    stats["workload"] = cfg.workload.get("name")
+    out_dir = Path(out_dir)
+    write_json(out_dir / JSON_NAME, stats)
+    figs = figures(stats, ins, outs, table)
+    divs = "".join(pio.to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
+                   for i, f in enumerate(figs))
+    title = f"workload {stats['workload']}" + (f": {table.path}" if table.path else "")
+    write_atomic(out_dir / HTML_NAME, f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+                 f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
+                 f"{html_table(stats)}{divs}</body></html>\n")
+    return stats
+
+
+def _tokenizer_count(cfg):
+    """``str -> tokens`` under the served model's tokenizer (the embedded tiny model's by default)."""
+    from loadgen.prompts import load_tokenizer
+
+    name = cfg.engine.get("tokenizer") or cfg.engine.get("model")
+    if not name:
+        from engines.tiny_model import ensure_tiny_model
+
+        name = str(ensure_tiny_model())
+    tok = load_tokenizer(str(name))
+    return lambda s: len(tok(s, add_special_tokens=True)["input_ids"])
+
+
+def summary_keys(stats: dict) -> dict:
+    """The numbers of the description that go into a run's ``summary.json`` (and MLflow)."""
+    return {"workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
+            "workload_mean_rate_rps": stats.get("mean_rate_rps"),
+            "workload_interarrival_cv": stats.get("interarrival_cv"),
+            "workload_prefix_reuse_share": stats.get("prefix_reuse_share")}
+
+
+def report_section(run_dirs, root) -> str:
+    """The report's workload section: the first run's description (and a link to its figures)."""
+    import os
+
+    for d in run_dirs:
+        p = Path(d) / JSON_NAME
+        if p.exists():
+            stats = read_json(p)
+            link = ""
+            if (Path(d) / HTML_NAME).exists():
+                rel = os.path.relpath(Path(d) / HTML_NAME, Path(root))
+                link = f"<p><a href='{html.escape(rel)}'>workload figures</a></p>"
+            return f"<h2>Workload</h2>{html_table(_unclean(stats))}{link}"
+    return ""
+
+
+def _unclean(stats: dict) -> dict:
+    """JSON null back to NaN for formatting."""
+    return {k: (math.nan if v is None else v) for k, v in stats.items()}
+
+
+def describe_command(argv: list[str]) -> int:
+    """``tokenfactory workload describe [hydra overrides]``: print and save the description."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not argv or argv[0] != "describe":
+        print("usage: tokenfactory workload describe workload=NAME [workload.path=FILE] [overrides]", file=sys.stderr)
+        return 2
+    try:
+        with initialize_config_module(config_module="conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=argv[1:])
+    except (HydraException, OmegaConfBaseException) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = cfg.get("output_dir") or str(Path("results") / "workloads" /
+                                        f"{cfg.workload.get('name')}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        stats = describe(cfg, out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for k, v in summary_rows(_unclean(stats)):
+        print(f"{k:>52}: {v}")
+    print(f"written: {Path(out) / JSON_NAME}, {Path(out) / HTML_NAME}")
+    return 0

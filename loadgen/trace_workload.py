@@ -1,0 +1,111 @@
+"""A trace workload from its config: read, transform, fit, then stream ``WorkItem`` s.
+
+``TraceWorkload`` is an iterator over the requests that start something (single requests
+and sessions' first turns) in replay order, each with ``arrival_s`` (the trace's time
+after the transforms, used by ``load=trace``); its ``followup`` hands the dispatcher the
+later turns of sessions.  Prompts are built one request at a time from the shared table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen import trace_time
+from loadgen.prompts import PromptBuilder
+from loadgen.sessions import SessionReplay, request_id
+from loadgen.trace_prompts import TracePrompts, fit_lengths
+from loadgen.trace_readers import FORMATS, read_trace
+from loadgen.trace_table import WorkloadTable
+from loadgen.workload import WorkItem
+
+
+def _get(cfg, key, default=None):
+    v = cfg.get(key) if cfg is not None else None
+    return default if v is None else v
+
+
+def load_table(wcfg, n: int | None = None) -> WorkloadTable:
+    """The workload table of a trace config after window, max_requests, time scaling,
+    target rate and stress (in that order); ``n`` caps the requests further."""
+    fmt = _get(wcfg, "name")
+    table = read_trace(fmt, _get(wcfg, "path"), _get(wcfg, "on_bad_line", "error"), _get(wcfg, "model_filter"))
+    win = _get(wcfg, "window")
+    if win is not None:
+        if len(win) != 2:
+            raise ValueError(f"workload.window must be [start_s, end_s], got {list(win)}")
+        table = trace_time.window(table, win[0], win[1])
+    cap = _get(wcfg, "max_requests")
+    if n is not None:
+        cap = min(int(cap), int(n)) if cap is not None else int(n)
+    if cap is not None:
+        table = trace_time.first_n(table, cap)
+    if len(table) == 0:
+        raise ValueError(f"{table.path}: no request left after workload.window={list(win) if win else None}")
+    table = trace_time.scale_time(table, float(_get(wcfg, "time_scale", 1.0)))
+    if _get(wcfg, "target_rate") is not None:
+        table = trace_time.to_rate(table, float(wcfg.target_rate))
+    table = apply_stress(table, _get(wcfg, "stress"), int(_get(wcfg, "seed", 0)))
+    return table
+
+
+def apply_stress(table: WorkloadTable, stress, seed: int = 0) -> WorkloadTable:
+    """Stress variants of any workload (``workload.stress.burst``, ``workload.stress.long_tail``)."""
+    if not stress:
+        return table
+    b = stress.get("burst")
+    if b and b.get("factor") not in (None, 1, 1.0):
+        table = trace_time.burst(table, float(b["factor"]), b.get("start_s"), b.get("end_s"), seed)
+    lt = stress.get("long_tail")
+    if lt and float(lt.get("fraction") or 0) > 0:
+        table = trace_time.long_tail(table, float(lt["fraction"]), lt.get("kind", "input"),
+                                     lt.get("input_tokens"), lt.get("output_tokens"), seed)
+    return table
+
+
+class TraceWorkload:
+    """Iterates the replay's starting requests; ``followup`` serves sessions' later turns."""
+
+    def __init__(self, wcfg, builder: PromptBuilder, n: int | None = None, max_model_len: int | None = None,
+                 table: WorkloadTable | None = None):
+        if _get(wcfg, "name") not in FORMATS:
+            raise ValueError(f"workload={_get(wcfg, 'name')}: unknown trace format (known: {', '.join(FORMATS)})")
+        policy = _get(wcfg, "on_too_long", "error")
+        table = table if table is not None else load_table(wcfg, n)
+        self.table = fit_lengths(table, max_model_len, policy)
+        self.prompts = TracePrompts(self.table, builder, seed=int(_get(wcfg, "seed", 0)),
+                                    max_model_len=max_model_len, on_too_long=policy)
+        self.sessions = SessionReplay(self.table, self.prompts, float(_get(wcfg, "think_s", 0.0))) \
+            if self.table.has_sessions else None
+        self.followup = self.sessions.followup if self.sessions else None
+        self.skipped = 0
+        self._it = self._generate()
+
+    @property
+    def expected_turns(self) -> dict | None:
+        return self.sessions.expected_turns if self.sessions else None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> WorkItem:
+        return next(self._it)
+
+    def _generate(self):
+        t = self.table
+        for i in trace_time.replay_order(t).tolist():
+            in_session = t.session is not None and t.session[i] >= 0
+            if in_session and not self.sessions.is_first_turn(i):
+                continue
+            built = self.prompts.single(i)
+            if built is None:
+                self.skipped += 1
+                continue
+            prompt, n = built
+            arrival = float(t.arrival_s[i]) if np.isfinite(t.arrival_s[i]) else None
+            if in_session:
+                item = self.sessions.first_item(i, prompt, n)
+                item.arrival_s = arrival
+            else:
+                item = WorkItem(request_id=request_id(i), prompt=prompt, prompt_tokens=n,
+                                max_tokens=self.prompts.output_tokens(i), arrival_s=arrival)
+            yield item
