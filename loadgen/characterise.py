@@ -132,6 +132,11 @@ def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None
         out["rate_timeline"] = {"bin_s": bin_s, "counts": counts.tolist(),
                                 "peak_rps": float(counts.max() / bin_s), "mean_rps_in_bins": float(counts.mean() / bin_s)}
     rep = repeated_prefix_tokens(table, ins, outs, order)
+    kinds = [k for k, on in (("hash_ids", table.has_hashes), ("prefix_groups", table.prefix_group is not None),
+                             ("sessions", table.has_sessions)) if on]
+    out["prefix_info"] = "+".join(kinds) or "none"
+    if not kinds:
+        out["notes"].append("the workload carries no prefix information: replayed prompts share no prefix")
     total = float(ins.sum())
     out["prefix_reuse_tokens"] = int(rep.sum())
     out["prefix_reuse_share"] = float(rep.sum() / total) if total > 0 else math.nan

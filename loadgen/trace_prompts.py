@@ -64,8 +64,9 @@ class TracePrompts:
     """Builds the prompt of row ``i`` of a table (and of session turns, given their history)."""
 
     def __init__(self, table: WorkloadTable, builder: PromptBuilder, seed: int = 0,
-                 max_model_len: int | None = None, on_too_long: str = "error"):
+                 max_model_len: int | None = None, on_too_long: str = "error", max_output_tokens: int | None = None):
         self.table = table
+        self.max_output_tokens = max_output_tokens
         self.on_too_long = on_too_long
         self.b = builder
         self.seed = int(seed)
@@ -102,6 +103,8 @@ class TracePrompts:
             n = max(len(self.b.tok(self.table.output_text[i], add_special_tokens=False)["input_ids"]), 1)
             if self.max_model_len:
                 n = min(n, self.max_model_len // 2)
+            if self.max_output_tokens:
+                n = min(n, int(self.max_output_tokens))
         return n
 
     def user_text(self, i: int, n_tokens: int | None = None) -> str:

@@ -45,6 +45,15 @@ def load_table(wcfg, n: int | None = None) -> WorkloadTable:
     if _get(wcfg, "target_rate") is not None:
         table = trace_time.to_rate(table, float(wcfg.target_rate))
     table = apply_stress(table, _get(wcfg, "stress"), int(_get(wcfg, "seed", 0)))
+    cap_out = _get(wcfg, "max_output_tokens")
+    if cap_out is not None:
+        if int(cap_out) < 1:
+            raise ValueError(f"workload.max_output_tokens must be >= 1, got {cap_out}")
+        over = table.output_tokens > int(cap_out)
+        if over.any():
+            table = table.take(np.arange(len(table)))
+            table.output_tokens = np.minimum(table.output_tokens, int(cap_out))
+            table.notes.append(f"{int(over.sum())} outputs capped at workload.max_output_tokens={int(cap_out)}")
     return table
 
 
@@ -73,7 +82,8 @@ class TraceWorkload:
         table = table if table is not None else load_table(wcfg, n)
         self.table = fit_lengths(table, max_model_len, policy)
         self.prompts = TracePrompts(self.table, builder, seed=int(_get(wcfg, "seed", 0)),
-                                    max_model_len=max_model_len, on_too_long=policy)
+                                    max_model_len=max_model_len, on_too_long=policy,
+                                    max_output_tokens=_get(wcfg, "max_output_tokens"))
         self.sessions = SessionReplay(self.table, self.prompts, float(_get(wcfg, "think_s", 0.0))) \
             if self.table.has_sessions else None
         self.followup = self.sessions.followup if self.sessions else None
