@@ -299,7 +299,7 @@ class Experiment:
             "engine_alive_after": engine_alive,
             "engine_startup_s": (self.engine.ready_ns - self.engine.started_ns) / 1e9,
         })
-        summary.update(workload_describe.summary_keys(wl_stats))
+        summary.update(workload_describe.summary_keys(wl_stats, items))
         if getattr(items, "expected_turns", None):
             summary.update(session_summary(table, items.expected_turns, summary.get("cost_total")))
         exp = table.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)

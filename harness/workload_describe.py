@@ -175,9 +175,12 @@ def _tokenizer_count(cfg):
     return lambda s: len(tok(s, add_special_tokens=True)["input_ids"])
 
 
-def summary_keys(stats: dict) -> dict:
-    """The numbers of the description that go into a run's ``summary.json`` (and MLflow)."""
-    return {"workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
+def summary_keys(stats: dict, items=None) -> dict:
+    """The numbers of the description that go into a run's ``summary.json`` (and MLflow),
+    with what the replay left out (text prompts over the limit, session turns not buildable)."""
+    sessions = getattr(items, "sessions", None)
+    return {"workload_skipped_requests": int(getattr(items, "skipped", 0) or 0),
+            "workload_unbuildable_turns": int(getattr(sessions, "unbuildable", 0) or 0),"workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
             "workload_mean_rate_rps": stats.get("mean_rate_rps"),
             "workload_interarrival_cv": stats.get("interarrival_cv"),
             "workload_prefix_reuse_share": stats.get("prefix_reuse_share")}

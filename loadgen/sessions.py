@@ -23,10 +23,16 @@ def request_id(row: int) -> str:
 
 
 class SessionReplay:
-    def __init__(self, table: WorkloadTable, prompts: TracePrompts, default_think_s: float = 0.0):
+    def __init__(self, table: WorkloadTable, prompts: TracePrompts, default_think_s: float = 0.0,
+                 think_dist: str = "fixed", seed: int = 0):
         self.table = table
         self.prompts = prompts
         self.default_think_s = float(default_think_s)
+        if think_dist not in ("fixed", "exponential"):
+            raise ValueError(f"workload.think_dist={think_dist!r}: expected fixed or exponential")
+        self.think_dist = think_dist
+        self.rng = np.random.default_rng([seed, 13])
+        self.unbuildable = 0  # turns whose prompt could not be built (their session ends there)
         s = table.session
         rows = np.flatnonzero(s >= 0)
         order = rows[np.lexsort((table.turn[rows], s[rows]))]
@@ -58,6 +64,13 @@ class SessionReplay:
         return WorkItem(request_id=request_id(i), prompt=prompt, prompt_tokens=n,
                         max_tokens=self.prompts.output_tokens(i), session_id=self.name(code), turn=0)
 
+    def draw_think(self) -> float:
+        """Think time where the trace gives none: ``workload.think_s``, fixed or the mean of
+        an exponential draw (``workload.think_dist``)."""
+        if self.think_dist == "exponential" and self.default_think_s > 0:
+            return float(self.rng.exponential(self.default_think_s))
+        return self.default_think_s
+
     def followup(self, rec: RequestRecord) -> tuple[WorkItem, float] | None:
         """The session's next turn after ``rec`` ended, and how long to wait before it."""
         code = self.by_name.get(rec.session_id) if rec.session_id is not None else None
@@ -75,10 +88,15 @@ class SessionReplay:
             self.history.pop(code, None)
             return None
         i = int(rows[k])
-        prompt, n, text = self.prompts.turn(i, hist)
+        try:
+            prompt, n, text = self.prompts.turn(i, hist)
+        except ValueError:
+            self.unbuildable += 1
+            self.history.pop(code, None)
+            return None
         self.asked[code] = text
         think = self.table.think_s[i] if self.table.think_s is not None else np.nan
-        think = float(think) if np.isfinite(think) else self.default_think_s
+        think = float(think) if np.isfinite(think) else self.draw_think()
         item = WorkItem(request_id=request_id(i), prompt=prompt, prompt_tokens=n,
                         max_tokens=self.prompts.output_tokens(i), session_id=self.name(code),
                         turn=int(self.table.turn[i]))

@@ -84,7 +84,8 @@ class TraceWorkload:
         self.prompts = TracePrompts(self.table, builder, seed=int(_get(wcfg, "seed", 0)),
                                     max_model_len=max_model_len, on_too_long=policy,
                                     max_output_tokens=_get(wcfg, "max_output_tokens"))
-        self.sessions = SessionReplay(self.table, self.prompts, float(_get(wcfg, "think_s", 0.0))) \
+        self.sessions = SessionReplay(self.table, self.prompts, float(_get(wcfg, "think_s", 0.0)),
+                                      str(_get(wcfg, "think_dist", "fixed")), int(_get(wcfg, "seed", 0))) \
             if self.table.has_sessions else None
         self.followup = self.sessions.followup if self.sessions else None
         self.skipped = 0

@@ -178,3 +178,18 @@ def test_load_trace_config_and_no_times(tmp_path, builder):
     items = TraceWorkload(OmegaConf.create({"name": "sharegpt", "path": str(p)}), builder, max_model_len=2048)
     with pytest.raises(ValueError, match="load=trace needs arrival times"):
         run(items, LoadSpec(kind="trace"))
+
+
+def test_think_time_distribution(tmp_path, builder):
+    from loadgen.sessions import SessionReplay
+    from loadgen.trace_prompts import TracePrompts
+
+    t = WorkloadTable(arrival_s=np.array([0.0]), input_tokens=np.array([5]), output_tokens=np.array([1]))
+    r = SessionReplay(WorkloadTable(arrival_s=np.array([0.0, np.nan]), input_tokens=np.array([5, 9]),
+                                    output_tokens=np.array([1, 1]), session=np.array([0, 0]),
+                                    turn=np.array([0, 1], dtype=np.int32)),
+                      TracePrompts(t, builder), default_think_s=2.0, think_dist="exponential", seed=4)
+    draws = np.array([r.draw_think() for _ in range(20000)])
+    assert draws.mean() == pytest.approx(2.0, rel=0.03) and draws.std() == pytest.approx(2.0, rel=0.05)
+    with pytest.raises(ValueError, match="think_dist"):
+        SessionReplay(r.table, r.prompts, think_dist="gauss")
