@@ -331,7 +331,6 @@ class Experiment:
                             f"{self.engine.process.tail() if self.engine.process else ''}")
         return window_close
 
-
     def _describe_workload(self, run_dir: Path, items, n) -> dict:
         """workload.json + workload.html in the run folder (logged to MLflow with it)."""
         try:

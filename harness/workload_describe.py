@@ -69,7 +69,12 @@ def _hist_bar(go, values: np.ndarray, title: str, xtitle: str, nbins: int = 60):
     values = np.asarray(values, dtype=np.float64)
     fig = go.Figure()
     if values.size:
-        counts, edges = np.histogram(values, bins=nbins)
+        lo, hi = float(values.min()), float(values.max())
+        if hi - lo <= 1e-9 * max(abs(hi), 1.0):  # one value (up to float noise): one bar around it
+            d = max(abs(hi) * 1e-3, 1e-9)
+            counts, edges = np.histogram(values, bins=1, range=(lo - d, hi + d))
+        else:
+            counts, edges = np.histogram(values, bins=nbins)
         fig.add_trace(go.Bar(x=((edges[:-1] + edges[1:]) / 2).tolist(), y=counts.tolist(),
                              width=float(edges[1] - edges[0]) if len(edges) > 1 else None, name=xtitle))
     fig.update_layout(title=title, xaxis_title=xtitle, yaxis_title="requests", template="plotly_white", bargap=0)

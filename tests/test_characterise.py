@@ -86,3 +86,13 @@ def test_describe_command_synthetic_and_errors(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     assert cli(["workload", "describe", "workload=nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_describe_constant_gaps_and_lengths(tmp_path):
+    # constant arrivals and lengths: degenerate histograms must still draw (float-noise gaps)
+    out = tmp_path / "c"
+    assert cli(["workload", "describe", "load=constant", "load.rate=50", "load.num_requests=6",
+                "load.warmup_requests=1", f"output_dir={out}"]) == 0
+    s = json.loads((out / "workload.json").read_text())
+    assert s["requests"] == 7 and s["interarrival_cv"] == pytest.approx(0.0, abs=1e-6)
+    assert s["input_tokens"]["min"] == s["input_tokens"]["max"] == 128

@@ -4,8 +4,7 @@ real embedded engine (``transformers serve`` with the tiny model).
 The traces are read from ``$TOKENFACTORY_TRACES`` or ``../shared/traces`` next to the
 repository; the test is skipped, saying so, where they are absent.  One engine serves both
 replays (it starts in about 45 s on a 2-core CPU).  Prompts are clipped to 640 tokens and
-outputs to 8: the tiny model on a CPU is slow, and long prompts make ``transformers serve``
-grow to many GB.
+outputs to 8: the tiny model on a CPU is slow.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def engine(tmp_path_factory):
     from engines.registry import make_engine
 
     with initialize_config_module(config_module="conf", version_base="1.3"):
-        # A bounded KV cache: by default the CPU engine reserves ~14 GB and gets OOM-killed on a shared host.
-        cfg = compose("config", overrides=["engine=transformers", "+engine.features.kv_cache_blocks=64"])
+        cfg = compose("config", overrides=["engine=transformers"])
     eng = make_engine(cfg.engine, tmp_path_factory.mktemp("engine"))
     eng.start()
     try:
