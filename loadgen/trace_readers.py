@@ -320,7 +320,7 @@ def _sessions_from_ids(table: WorkloadTable, sid: np.ndarray, elapsed: np.ndarra
             gap = table.arrival_s[i] - table.arrival_s[j]
             if elapsed is not None and np.isfinite(elapsed[j]):
                 gap -= elapsed[j]
-            think[i] = max(gap, 0.0) if np.isfinite(gap) else 0.0
+            think[i] = max(gap, 0.0) if np.isfinite(gap) else np.nan  # NaN: workload.think_s applies
             arrival[i] = np.nan  # sent when the previous turn ends, plus the think time
         else:
             k = 0
@@ -538,7 +538,7 @@ def read_sharegpt(path, on_bad_line: str = "error") -> WorkloadTable:
     return WorkloadTable(arrival_s=np.full(n, np.nan), input_tokens=np.full(n, -1, dtype=np.int64),
                          output_tokens=np.full(n, -1, dtype=np.int64), source="sharegpt", path=path,
                          session=np.asarray(sess, dtype=np.int64), turn=turns,
-                         think_s=np.where(turns > 0, 0.0, np.nan), text=texts, output_text=outs_text,
+                         think_s=np.full(n, np.nan), text=texts, output_text=outs_text,
                          line=np.arange(1, n + 1, dtype=np.int64), session_names=names, bad_lines=bad.count)
 
 

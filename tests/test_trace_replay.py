@@ -191,5 +191,17 @@ def test_think_time_distribution(tmp_path, builder):
                       TracePrompts(t, builder), default_think_s=2.0, think_dist="exponential", seed=4)
     draws = np.array([r.draw_think() for _ in range(20000)])
     assert draws.mean() == pytest.approx(2.0, rel=0.03) and draws.std() == pytest.approx(2.0, rel=0.05)
+    # a trace without think times (ShareGPT) gets workload.think_s between turns
+    sg = tmp_path / "sg.json"
+    sg.write_text(json.dumps([{"id": "c", "conversations": [{"from": "human", "value": "hi there"},
+                                                            {"from": "gpt", "value": "hello"},
+                                                            {"from": "human", "value": "and again"},
+                                                            {"from": "gpt", "value": "yes"}]}]))
+    items = TraceWorkload(OmegaConf.create({"name": "sharegpt", "path": str(sg), "think_s": 0.2}), builder,
+                          max_model_len=2048)
+    rows, _, client = run(items, LoadSpec(kind="constant", rate=1.0, num_requests=2))
+    a0, a1 = sorted(rows, key=lambda r: r.turn)
+    assert 0.2e9 <= a1.scheduled_ns - a0.done_ns < 0.2e9 + 20e6
+    assert client.prompts[a1.request_id] == f"hi there reply of {a0.request_id}and again"
     with pytest.raises(ValueError, match="think_dist"):
         SessionReplay(r.table, r.prompts, think_dist="gauss")
