@@ -28,9 +28,10 @@ from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.prompts import PromptBuilder, load_tokenizer
 from loadgen.records import RecordWriter, read_requests
 from loadgen.synthetic import synthetic_items
+from loadgen.trace_readers import FORMATS as TRACE_FORMATS
+from loadgen.trace_workload import TraceWorkload, check_workload
 from metrics.cost import check_profile
 from metrics.energy import steady_capacity
-from loadgen.trace_readers import FORMATS as TRACE_FORMATS
 from metrics.request_metrics import finalize_record
 from metrics.sessions import session_summary
 from metrics.slo import SLO
@@ -70,8 +71,6 @@ def _items(cfg: DictConfig, builder: PromptBuilder, n: int | None, max_len: int 
     if name == "synthetic":
         return synthetic_items(cfg.workload, builder, n, max_len)
     if name in TRACE_FORMATS:  # a TraceWorkload: also carries .table, .followup (sessions), .expected_turns
-        from loadgen.trace_workload import TraceWorkload
-
         try:
             return TraceWorkload(cfg.workload, builder, n, max_len)
         except ValueError as e:
@@ -125,6 +124,7 @@ class Experiment:
             self.plan: list[RunSpec] = plan_runs(cfg)
             self.slo = SLO.from_config(cfg.slo)
             check_profile(self.container.get("cost"))
+            check_workload(cfg.workload, cfg.engine.get("max_model_len"))  # a bad trace fails before the engine starts
             for r in self.plan:
                 load_spec(r.load, int(r.load.get("warmup_requests") or 0)).validate()
         except ValueError as e:

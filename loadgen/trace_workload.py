@@ -24,11 +24,40 @@ def _get(cfg, key, default=None):
     return default if v is None else v
 
 
+_CACHE: dict = {}
+
+
+def _read(wcfg) -> WorkloadTable:
+    """The trace as read, kept for the next call with the same file and options (a run
+    checks it before starting the engine, then replays it at each load point)."""
+    import os
+
+    path = _get(wcfg, "path")
+    key = (_get(wcfg, "name"), str(path), _get(wcfg, "on_bad_line", "error"), _get(wcfg, "model_filter"))
+    try:
+        st = os.stat(path)
+        key += (st.st_mtime_ns, st.st_size)
+    except (OSError, TypeError):
+        pass  # the reader names the problem
+    if key not in _CACHE:
+        _CACHE.clear()  # one trace at a time: a big table is not kept twice
+        _CACHE[key] = read_trace(key[0], path, key[2], key[3])
+    return _CACHE[key]
+
+
+def check_workload(wcfg, max_model_len: int | None) -> None:
+    """Raise ValueError for a trace workload that cannot be replayed (bad file, bad line,
+    lengths over the limit under on_too_long=error), before any engine is started."""
+    if _get(wcfg, "name") not in FORMATS:
+        return
+    table = load_table(wcfg)
+    fit_lengths(table, int(max_model_len) if max_model_len else None, _get(wcfg, "on_too_long", "error"))
+
+
 def load_table(wcfg, n: int | None = None) -> WorkloadTable:
     """The workload table of a trace config after window, max_requests, time scaling,
     target rate and stress (in that order); ``n`` caps the requests further."""
-    fmt = _get(wcfg, "name")
-    table = read_trace(fmt, _get(wcfg, "path"), _get(wcfg, "on_bad_line", "error"), _get(wcfg, "model_filter"))
+    table = _read(wcfg)
     win = _get(wcfg, "window")
     if win is not None:
         if len(win) != 2:

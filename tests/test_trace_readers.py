@@ -186,3 +186,28 @@ def test_jsonl_own_format(tmp_path):
     mixed = write(tmp_path, "mixed.jsonl", json.dumps(rows[0]) + "\n" + json.dumps({"input_tokens": 3, "output_tokens": 1}))
     with pytest.raises(TraceError, match=r"mixed.jsonl:2: 'timestamp' missing"):
         read_jsonl(mixed)
+
+
+def test_bad_trace_fails_before_the_engine_starts(tmp_path):
+    from hydra import compose, initialize_config_module
+
+    from harness.run import Experiment, UserError
+
+    def experiment(path, *extra):
+        with initialize_config_module(config_module="conf", version_base="1.3"):
+            cfg = compose("config", overrides=["engine=openai", "engine.base_url=http://127.0.0.1:9", "engine.model=m",
+                                               "engine.max_model_len=2048", "load=trace", "protocol.load_points=[]",
+                                               "workload=azure", f"workload.path={path}", *extra])
+        return Experiment(cfg)
+
+    bad = write(tmp_path, "bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,1,x\n")
+    with pytest.raises(UserError, match=r"bad.csv:2: bad GeneratedTokens 'x'"):
+        experiment(bad)
+    long = write(tmp_path, "long.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,1,2\n"
+                                       "2024-05-10 00:00:01,5000,20\n")
+    with pytest.raises(UserError, match=r"1 of 2 requests exceed .*max_model_len=2048.*long.csv:3.* 5000 \+ 20"):
+        experiment(long)
+    experiment(long, "workload.on_too_long=skip")  # accepted
+    empty = write(tmp_path, "empty.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    with pytest.raises(UserError, match="the trace has no requests"):
+        experiment(empty)
