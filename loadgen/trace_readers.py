@@ -192,7 +192,8 @@ def read_azure(path, on_bad_line: str = "error") -> WorkloadTable:
     ns = None
     if t is not None and t.num_rows:
         try:
-            ns = _timestamps_fast(t.column("TIMESTAMP"))
+            # chunk by chunk: the zone-stripped copy of the text is never whole in memory
+            ns = np.concatenate([_timestamps_fast(c) for c in t.column("TIMESTAMP").chunks])
             ins = t.column("ContextTokens").to_numpy(zero_copy_only=False)
             outs = t.column("GeneratedTokens").to_numpy(zero_copy_only=False)
             # Nulls (empty fields) or negatives: let the slow path name the line.
