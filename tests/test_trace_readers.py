@@ -211,3 +211,15 @@ def test_bad_trace_fails_before_the_engine_starts(tmp_path):
     empty = write(tmp_path, "empty.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n")
     with pytest.raises(UserError, match="the trace has no requests"):
         experiment(empty)
+
+
+def test_burstgpt_bad_lines_and_empty_field(tmp_path):
+    p = write(tmp_path, "b.csv", BURST_R1 + "\n130,ChatGPT,-5,20,15,API log\n140,ChatGPT,10,20,30,API log\n")
+    with pytest.raises(TraceError, match=r"b.csv:6: bad Request tokens '-5'"):
+        read_burstgpt(p)
+    t = read_burstgpt(p, on_bad_line="skip")
+    assert t.bad_lines == 1 and t.input_tokens.tolist() == [472, 417, 100, 10]
+    # An empty field in the fast path: the line parser names it.
+    a = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,,3\n")
+    with pytest.raises(TraceError, match=r"a.csv:2: bad ContextTokens ''"):
+        read_azure(a)
