@@ -33,7 +33,6 @@ from loadgen.trace_workload import TraceWorkload, check_workload
 from metrics.cost import check_profile
 from metrics.energy import steady_capacity
 from metrics.request_metrics import finalize_record
-from metrics.sessions import session_summary
 from metrics.slo import SLO
 from metrics.summary import summarize
 from metrics.telemetry import TelemetryCollector, build_samplers
@@ -291,7 +290,8 @@ class Experiment:
         summary = summarize(table, self.slo, window_open_ns, window_close,
                             cost_cfg=self.container.get("cost"),
                             max_schedule_lag_ms=float(self.cfg.client.get("max_schedule_lag_ms") or 10),
-                            telemetry=pq.read_table(tel_path), steady_capacity=capacity, steady_reason=why)
+                            telemetry=pq.read_table(tel_path), steady_capacity=capacity, steady_reason=why,
+                            expected_turns=getattr(items, "expected_turns", None))
         load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
         summary.update({
             "label": spec.label, "offered_load": offered_load(spec.load), "load_kind": spec.load.get("kind"),
@@ -300,8 +300,6 @@ class Experiment:
             "engine_startup_s": (self.engine.ready_ns - self.engine.started_ns) / 1e9,
         })
         summary.update(workload_describe.summary_keys(wl_stats, items))
-        if getattr(items, "expected_turns", None):
-            summary.update(session_summary(table, items.expected_turns, summary.get("cost_total")))
         exp = table.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
         got = table.column("prompt_tokens").to_numpy(zero_copy_only=False)
         with np.errstate(invalid="ignore"):
@@ -332,12 +330,20 @@ class Experiment:
         return window_close
 
     def _describe_workload(self, run_dir: Path, items, n) -> dict:
-        """workload.json + workload.html in the run folder (logged to MLflow with it)."""
+        """workload.json in the run folder (logged to MLflow with it); the figures
+        (workload.html) once, in the experiment's folder and its MLflow parent run."""
+        html = self.out / workload_describe.HTML_NAME
+        first = not getattr(self, "_workload_figures", False)
         try:
-            return workload_describe.describe(self.cfg, run_dir, n=n, table=getattr(items, "table", None),
-                                              count=self.builder.count)
+            stats = workload_describe.describe(self.cfg, run_dir, n=n, table=getattr(items, "table", None),
+                                               count=self.builder.count, html_dir=self.out, figures_too=first)
         except ValueError as e:
             raise UserError(str(e)) from None
+        if first:
+            self._workload_figures = True
+            if self.mlflow:
+                self.mlflow.log_parent_artifact(html)
+        return stats
 
 
 def run_experiment(cfg: DictConfig) -> Path:

@@ -144,9 +144,11 @@ def html_table(stats: dict) -> str:
     return f"<table class='workload'>{body}</table>"
 
 
-def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = None, count=None) -> dict:
-    """Characterise the workload of ``cfg`` and write ``workload.json`` and ``workload.html``
-    into ``out_dir``; returns the numbers."""
+def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = None, count=None,
+             html_dir=None, figures_too: bool = True) -> dict:
+    """Characterise the workload of ``cfg`` and write ``workload.json`` into ``out_dir`` and,
+    with ``figures_too``, ``workload.html`` into ``html_dir`` (default ``out_dir``); returns
+    the numbers."""
     import plotly.io as pio
 
     table = table if table is not None else workload_table(cfg, n)
@@ -157,11 +159,13 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
     stats["workload"] = cfg.workload.get("name")
     out_dir = Path(out_dir)
     write_json(out_dir / JSON_NAME, stats)
+    if not figures_too:
+        return stats
     figs = figures(stats, ins, outs, table)
     divs = "".join(pio.to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
                    for i, f in enumerate(figs))
     title = f"workload {stats['workload']}" + (f": {table.path}" if table.path else "")
-    write_atomic(out_dir / HTML_NAME, f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+    write_atomic(Path(html_dir or out_dir) / HTML_NAME, f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
                  f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
                  f"{html_table(stats)}{divs}</body></html>\n")
     return stats
@@ -200,9 +204,11 @@ def report_section(run_dirs, root) -> str:
         if p.exists():
             stats = read_json(p)
             link = ""
-            if (Path(d) / HTML_NAME).exists():
-                rel = os.path.relpath(Path(d) / HTML_NAME, Path(root))
-                link = f"<p><a href='{html.escape(rel)}'>workload figures</a></p>"
+            for where in (Path(root), Path(d)):
+                if (where / HTML_NAME).exists():
+                    rel = os.path.relpath(where / HTML_NAME, Path(root))
+                    link = f"<p><a href='{html.escape(rel)}'>workload figures</a></p>"
+                    break
             return f"<h2>Workload</h2>{html_table(_unclean(stats))}{link}"
     return ""
 

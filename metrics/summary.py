@@ -16,7 +16,8 @@ Definitions:
   or not); ``cost_per_mtok_all``, ``energy_per_token_j`` and ``tokens_per_joule`` divide by it.
   ``window_output_tokens`` adds the warm-up rows' tokens: all the window produced.
 - sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
-  one of its turns is ``ok``; ``cost_per_completed_session`` = cost_total / completed sessions.
+  one of its turns is ``ok`` (and, given the workload's planned turns, every planned turn was
+  sent); ``cost_per_completed_session`` = cost_total / completed sessions.
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
 """
 
@@ -69,7 +70,8 @@ def _add_stats(out: dict, prefix: str, values_s: np.ndarray, quantiles=QUANTILES
 
 def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: int,
               cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0,
-              telemetry=None, steady_capacity: int | None = None, steady_reason: str = "") -> dict:
+              telemetry=None, steady_capacity: int | None = None, steady_reason: str = "",
+              expected_turns: dict | None = None) -> dict:
     """The run's metrics from its per-request table (see module doc for definitions).
 
     ``telemetry`` (the run's ``telemetry.parquet`` table) gives the energy block; without
@@ -161,7 +163,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     else:  # energy measured by the caller: the per-token figures still come from metrics.energy
         out.update({"energy_available": not math.isnan(energy_j), "energy_j": energy_j, "energy_source": "caller",
                     **token_figures(energy_j, good_out, all_tokens)})
-    sessions = _sessions(measured, status)
+    sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
     if cost_cfg is not None:
         c = window_cost(cost_cfg, window_s, out["energy_j"] if out.get("energy_available") else None)
@@ -176,14 +178,26 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     return out
 
 
-def _sessions(measured: pa.Table, status: np.ndarray) -> dict:
-    """Sessions and how many completed (every turn ``ok``); zero sessions when there is no session_id."""
+def _sessions(measured: pa.Table, status: np.ndarray, expected_turns: dict | None = None,
+              table: pa.Table | None = None) -> dict:
+    """Sessions and how many completed (every turn ``ok``); zero sessions when there is no session_id.
+
+    With ``expected_turns`` (session -> turns the workload planned), every planned session
+    counts, sent or not (a turn never sent, after a failure or past the run's end, leaves
+    its session incomplete); sessions with a warm-up turn are left out."""
     sid = measured.column("session_id").to_pylist() if "session_id" in measured.column_names else []
     per: dict = {}
     for s, st in zip(sid, status):
         if s is None:
             continue
         per[s] = per.get(s, True) and st == "ok"
+    if expected_turns is not None:
+        warm = set(table.filter(table.column("warmup")).column("session_id").to_pylist()) if table is not None else set()
+        ok_turns: dict = {}
+        for s, st in zip(sid, status):
+            if s is not None and st == "ok":
+                ok_turns[s] = ok_turns.get(s, 0) + 1
+        per = {s: per.get(s, False) and ok_turns.get(s, 0) >= k for s, k in expected_turns.items() if s not in warm}
     n, done = len(per), sum(per.values())
     return {"num_sessions": n, "completed_sessions": done,
             "session_completion_rate": done / n if n else math.nan}

@@ -8,17 +8,15 @@ import asyncio
 import json
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from omegaconf import OmegaConf
 
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.prompts import PromptBuilder, load_tokenizer
-from loadgen.records import SCHEMA, RequestRecord
+from loadgen.records import RequestRecord
 from loadgen.trace_table import WorkloadTable
 from loadgen.trace_time import burst, first_n, long_tail, mean_rate, to_rate
 from loadgen.trace_workload import TraceWorkload, load_table
-from metrics.sessions import session_summary
 
 
 @pytest.fixture(scope="module")
@@ -152,17 +150,28 @@ def test_sessions_follow_previous_turn_with_real_history(tmp_path, builder, kind
 
 
 def test_failed_turn_ends_session_and_summary(tmp_path, builder):
+    from loadgen.records import RecordWriter, read_requests
+    from metrics.slo import SLO
+    from metrics.summary import summarize
+
     path = jsonl(tmp_path, SESSION_ROWS)
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder, max_model_len=2048)
     fail_id = next(it for it in TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder,
                                               max_model_len=2048) if it.session_id == "b").request_id
     rows, _, _ = run(items, LoadSpec(kind="trace"), RecordingClient(fail=[fail_id]))
     assert len(rows) == 5  # b's second turn is never sent
-    table = pa.table({"session_id": [r.session_id for r in rows], "status": [r.status for r in rows]},
-                     schema=pa.schema([SCHEMA.field("session_id"), SCHEMA.field("status")]))
-    s = session_summary(table, items.expected_turns, cost_total=2.0)
-    assert s["sessions"] == 2 and s["sessions_completed"] == 1 and s["session_completion_rate"] == 0.5
-    assert s["cost_per_completed_session"] == 2.0 and s["sessions_started"] == 2
+    w = RecordWriter(tmp_path / "requests.parquet")
+    for r in rows:
+        w.append(r)
+    w.close()
+    table = read_requests(tmp_path / "requests.parquet")
+    cost = {"model": "rental", "hourly_per_gpu": 3600.0, "num_gpus": 1}
+    s = summarize(table, SLO.from_config({}), 0, int(2e9), cost_cfg=cost, expected_turns=items.expected_turns)
+    assert s["num_sessions"] == 2 and s["completed_sessions"] == 1 and s["session_completion_rate"] == 0.5
+    assert s["cost_total"] == pytest.approx(2.0) and s["cost_per_completed_session"] == pytest.approx(2.0)
+    # a planned session never sent (cut by the run's end) is not completed
+    s = summarize(table, SLO.from_config({}), 0, int(2e9), expected_turns={**items.expected_turns, "c": 2})
+    assert s["num_sessions"] == 3 and s["completed_sessions"] == 1
 
 
 def test_load_trace_config_and_no_times(tmp_path, builder):
