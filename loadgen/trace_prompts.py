@@ -129,7 +129,7 @@ class TracePrompts:
 
     def _fit_text(self, i: int, text: str):
         out_n = self.output_tokens(i)
-        prompt, n = self._wrap([], text, out_n)
+        prompt, n = self._wrap([], text)
         if not self.max_model_len or n + out_n <= self.max_model_len:
             return prompt, n
         if self.on_too_long == "error":
@@ -140,7 +140,7 @@ class TracePrompts:
         ids = self.b.tok(text, add_special_tokens=False)["input_ids"]
         keep = max(len(ids) - (n + out_n - self.max_model_len) - 2, 1)  # 2: re-tokenising at the cut may differ
         while True:
-            prompt, n = self._wrap([], self.b.tok.decode(ids[:keep]), out_n)
+            prompt, n = self._wrap([], self.b.tok.decode(ids[:keep]))
             if n + out_n <= self.max_model_len or keep <= 1:
                 return prompt, n
             keep -= max((n + out_n - self.max_model_len), 1)
@@ -161,9 +161,14 @@ class TracePrompts:
                 text = t.text[i]
             else:
                 text = self.user_text(i, max(int(t.input_tokens[i]) - hist_n, 1))
-            prompt, n = self._wrap(history, text, out_n)
-            if not self.max_model_len or n + out_n <= self.max_model_len or not history:
+            prompt, n = self._wrap(history, text)
+            if not self.max_model_len or n + out_n <= self.max_model_len:
                 return prompt, n, text
+            if not history:  # the message alone is too long: workload.on_too_long decides
+                fitted = self._fit_text(i, text) if has_text else None
+                if fitted is None:
+                    raise ValueError(f"{t.where_text(i)}: this turn does not fit engine.max_model_len")
+                return fitted[0], fitted[1], text
             history.pop(0)  # like a chat client with a context window: forget the oldest turn
 
     def _messages(self, history, text):
@@ -180,7 +185,7 @@ class TracePrompts:
             return self.b.count_messages(self._messages(history, text))
         return self.b.count(self._completion_text(history, text))
 
-    def _wrap(self, history, text, out_n):
+    def _wrap(self, history, text):
         if self.b.chat:
             msgs = self._messages(history, text)
             return msgs, self.b.count_messages(msgs)

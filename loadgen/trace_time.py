@@ -118,8 +118,6 @@ def burst(table: WorkloadTable, factor: float, start_s: float, end_s: float, see
     times = a[src] + gap * j / (cnt + 1)
     out = table.take(np.concatenate([np.arange(len(table)), src]))
     out.arrival_s = np.concatenate([table.arrival_s, times])
-    if out.line is not None:
-        out.line = out.line.copy()
     out.notes.append(f"burst x{factor:g} over [{start_s}, {end_s}) s: {src.size} copies added")
     return out
 

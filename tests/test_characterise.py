@@ -96,3 +96,16 @@ def test_describe_constant_gaps_and_lengths(tmp_path):
     s = json.loads((out / "workload.json").read_text())
     assert s["requests"] == 7 and s["interarrival_cv"] == pytest.approx(0.0, abs=1e-6)
     assert s["input_tokens"]["min"] == s["input_tokens"]["max"] == 128
+
+
+def test_text_sessions_carry_the_conversation():
+    # ShareGPT-like: 2 turns of one conversation; a word is a token here (hand-countable)
+    t = WorkloadTable(arrival_s=np.array([0.0, np.nan]), input_tokens=np.array([-1, -1]),
+                      output_tokens=np.array([-1, -1]), session=np.array([0, 0]),
+                      turn=np.array([0, 1], dtype=np.int32), think_s=np.array([np.nan, np.nan]),
+                      text=["a b c", "d e"], output_text=["x y y y", "z"])
+    c = characterise(t, count=lambda s: len(s.split()))
+    # turn 0: 3 in, 4 out; turn 1 carries 3 + 4 then its own 2 -> 9 in, 1 out; it repeats 7
+    assert c["input_tokens"]["total"] == 12 and c["output_tokens"]["total"] == 5
+    assert c["prefix_reuse_tokens"] == 7 and c["prefix_reuse_share"] == pytest.approx(7 / 12)
+    assert c["prefix_info"] == "sessions" and c["sessions"]["count"] == 1
