@@ -126,3 +126,20 @@ def test_text_rows_clip_and_error(tok):
     p, n = TracePrompts(t, b, max_model_len=2048, on_too_long="clip").single(0)
     assert len(ids(tok, p)) == n and n + 20 <= 2048 and n > 1900
     assert TracePrompts(t, b, max_model_len=2048, on_too_long="skip").single(0) is None
+
+
+def test_session_turn_drops_oldest_history_to_fit(tok):
+    t = WorkloadTable(arrival_s=np.array([0.0, np.nan]), input_tokens=np.array([50, 120]),
+                      output_tokens=np.array([10, 10]), session=np.array([0, 0]),
+                      turn=np.array([0, 1], dtype=np.int32))
+    b = PromptBuilder(tok, seed=0)
+    old = (b.text_of(60), b.text_of(30))
+    recent = (b.text_of(40), b.text_of(20))
+    # all of it: 90 + 60 history tokens + >= 1 new + 10 output > 150
+    prompt, n, _ = TracePrompts(t, b, max_model_len=150).turn(1, [old, recent])
+    assert n == b.count(prompt) and n + 10 <= 150
+    assert old[0] not in prompt and prompt.startswith(recent[0] + recent[1])
+    assert n == 120  # without the oldest turn the history fits in the trace's 120 tokens again
+    # with room for everything, the whole history is kept (the prompt then exceeds the trace's 120)
+    prompt, n, _ = TracePrompts(t, b, max_model_len=2048).turn(1, [old, recent])
+    assert prompt.startswith(old[0] + old[1] + recent[0] + recent[1]) and n == b.count(prompt) == b.overhead + 150 + 1
