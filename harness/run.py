@@ -30,6 +30,7 @@ from loadgen.records import RecordWriter, read_requests
 from loadgen.synthetic import synthetic_items
 from loadgen.trace_readers import FORMATS as TRACE_FORMATS
 from loadgen.trace_workload import TraceWorkload, check_workload
+from loadgen.workers import run_workers
 from metrics.cost import check_profile
 from metrics.energy import steady_capacity
 from metrics.request_metrics import finalize_record
@@ -259,9 +260,15 @@ class Experiment:
                 return await d.run(items, lspec)
 
         _event_loop_policy()
+        n_workers = int(self.cfg.client.get("workers") or 1)
         try:
             try:
-                stats = asyncio.run(go())
+                if n_workers > 1:  # one shared schedule over forked load-generator processes
+                    stats = run_workers(n_workers, self.client_cfg, items, lspec, writer, self.count_tokens,
+                                        lambda r: finalize_record(r, self.slo), on_done,
+                                        followup=getattr(items, "followup", None))
+                else:
+                    stats = asyncio.run(go())
             except ValueError as e:
                 raise UserError(f"{spec.label}: {e}") from None
         except BaseException:
@@ -271,7 +278,7 @@ class Experiment:
             if bar is not None:
                 bar.close()
             raise
-        client_cpu_s = time.process_time() - cpu0
+        client_cpu_s = time.process_time() - cpu0 + stats.get("client_cpu_s", 0.0)
         if bar is not None:
             bar.close()
         writer.close()

@@ -1,8 +1,11 @@
 """The streaming client: one request in, one ``RequestRecord`` out, timed at the socket.
 
-One shared aiohttp session with keep-alive serves every request of a run.  Each network
-read is timestamped with ``time.perf_counter_ns()`` before anything is parsed; the SSE
-events it completes are decoded afterwards.  Output tokens come from the server's
+A pool of keep-alive HTTP/1.1 connections serves every request of a run; each is an
+asyncio ``Protocol`` whose ``data_received`` reads ``time.perf_counter_ns()`` before it
+parses anything, so the time of a chunk is when its bytes arrived, not when a task got to
+it (a library stream reader adds a task switch and its buffering per read, which under
+hundreds of streams becomes milliseconds).  The SSE events a read completes share its
+time; an event split over reads gets the time of the read that completed it.  Output tokens come from the server's
 ``usage`` (requested with ``stream_options.include_usage``, per chunk where the engine
 offers ``continuous_usage_stats``); the tokenizer is the fallback, and the row says which.
 """
@@ -13,9 +16,11 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-import aiohttp
+from urllib.parse import urlsplit
+
 import orjson
 
+from loadgen.http1 import ChunkedDecoder, parse_head
 from loadgen.records import RequestRecord
 from loadgen.sse import SSEDecoder
 
@@ -52,42 +57,345 @@ class ClientConfig:
         return self.base_url.rstrip("/") + path
 
 
-class _Timeout(Exception):
-    pass
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; carries at most one request at a time.
+
+    ``data_received`` reads the clock before anything else, so a chunk's time is the moment
+    its bytes reached the load generator, not the moment some task got round to parsing it.
+    """
+
+    def __init__(self, client: "StreamingClient"):
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.inbox: list = []   # (perf_counter_ns, bytes) reads not parsed yet
+        self.queued = False
+        self._clear()
+
+    def _clear(self) -> None:
+        self.rec: RequestRecord | None = None
+        self.fut: asyncio.Future | None = None
+        self.payload = b""
+        self.head_buf = b""
+        self.head = None
+        self.body_left = 0
+        self.chunked: ChunkedDecoder | None = None
+        self.sse: SSEDecoder | None = None
+        self.pieces: list[str] = []
+        self.usage_prompt = None
+        self.usage_completion = None
+        self.last_cum = 0
+        self.saw_done = False
+        self.got_bytes = False
+        self.err_body = b""
+        self.last_ns = 0
+        self.timer = None
+        self.retried = False
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        # Stamp and stash only; parsing waits until every socket of this poll round has been
+        # stamped (one deferred pass per round), so a burst of chunks on many connections
+        # is timed at arrival instead of after the parsing of the ones before it.
+        self.inbox.append((perf_ns(), data))
+        if not self.queued:
+            self.queued = True
+            self.client._stamped(self)
+
+    def drain_inbox(self) -> None:
+        self.queued = False
+        inbox = self.inbox
+        if not inbox:
+            return
+        self.inbox = []
+        for now, data in inbox:
+            if self.rec is None:
+                # Bytes nobody asked for: the connection's framing can no longer be trusted.
+                if not self.closed:
+                    self.closed = True
+                    self.transport.close()
+                return
+            self.got_bytes = True
+            try:
+                self._feed(data, now)
+            except (ValueError, TypeError, AttributeError, KeyError, orjson.JSONDecodeError) as e:
+                self._finish("invalid_response", f"{type(e).__name__}: {e}"[:2000], reusable=False)
+
+    def eof_received(self):
+        return None  # close our side too
+
+    def connection_lost(self, exc) -> None:
+        self.drain_inbox()  # what arrived before the close comes first
+        self.closed = True
+        self.client._forget(self)
+        if self.rec is None:
+            return
+        if not self.got_bytes and self.reused and not self.retried:
+            # The server closed an idle keep-alive connection as we wrote to it: resend once.
+            rec, payload, fut = self.rec, self.payload, self.fut
+            self._cancel_timer()
+            self._clear()
+            self.client._open_and_begin(rec, payload, fut, retried=True)
+            return
+        if self.head is not None and self.head.mode == "close":
+            self._complete(perf_ns())
+            return
+        why = f"{type(exc).__name__}: {exc}" if exc else "connection closed by the server mid-response"
+        self._finish("connection_error", why, reusable=False)
+
+    # --- request lifecycle ----------------------------------------------------------------
+    def begin(self, rec: RequestRecord, payload: bytes, fut: asyncio.Future, retried: bool = False) -> None:
+        self._clear()
+        self.rec, self.payload, self.fut, self.retried = rec, payload, fut, retried
+        self.client._active[id(rec)] = self
+        rec.sent_ns = self.last_ns = perf_ns()
+        self.transport.write(payload)
+        self._arm()
+
+    def _arm(self) -> None:
+        t = self.client.cfg.timeouts
+        rec = self.rec
+        deadline = rec.sent_ns + int(t.total_s * 1e9)
+        if rec.first_token_ns is None:
+            deadline = min(deadline, rec.sent_ns + int(t.ttft_s * 1e9))
+        else:
+            deadline = min(deadline, self.last_ns + int(t.idle_s * 1e9))
+        self.timer = self.client.loop.call_later(max(deadline - perf_ns(), 0) / 1e9, self._on_timer, deadline)
+
+    def _on_timer(self, deadline: int) -> None:
+        # One timer per request, re-armed only when it fires: no per-chunk timer churn.
+        self.timer = None
+        self.drain_inbox()
+        if self.rec is None:
+            return
+        if perf_ns() < deadline - 500_000:
+            self._arm()
+            return
+        t = self.client.cfg.timeouts
+        rec = self.rec
+        # Which limit hit: recompute the deadlines as they stand now.
+        total = rec.sent_ns + int(t.total_s * 1e9)
+        if perf_ns() >= total - 1_000_000:
+            which, limit = "total", t.total_s
+        elif rec.first_token_ns is None:
+            which, limit = "ttft", t.ttft_s
+        else:
+            which, limit = "idle", t.idle_s
+        fresh = (self.last_ns + int(t.idle_s * 1e9)) if rec.first_token_ns is not None else (rec.sent_ns + int(t.ttft_s * 1e9))
+        if which != "total" and perf_ns() < min(fresh, total) - 500_000:
+            self._arm()
+            return
+        self._finish("timeout", f"{which} timeout after {limit:g} s", reusable=False)
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def cancel(self) -> None:
+        """The load generator gave up on the request (end of run, Ctrl-C)."""
+        if self.rec is not None:
+            self._finish("cancelled", "cancelled by the load generator", reusable=False)
+
+    # --- parsing --------------------------------------------------------------------------
+    def _feed(self, data: bytes, now: int) -> None:
+        if self.head is None:
+            buf = self.head_buf + data if self.head_buf else data
+            i = buf.find(b"\r\n\r\n")
+            if i < 0:
+                if len(buf) > 65536:
+                    raise ValueError("HTTP response headers longer than 64 KiB")
+                self.head_buf = buf
+                return
+            self.head_buf = b""
+            head = parse_head(buf[:i])
+            if 100 <= head.status < 200:  # an interim response: the real one follows
+                rest = buf[i + 4:]
+                if rest:
+                    self._feed(rest, now)
+                return
+            self.head = head
+            self.rec.http_status = head.status
+            data = buf[i + 4:]
+            if head.mode == "chunked":
+                self.chunked = ChunkedDecoder()
+            elif head.mode == "length":
+                self.body_left = head.length
+            self.sse = SSEDecoder()
+            if not data and not (head.mode == "length" and head.length == 0):
+                return
+        head = self.head
+        if head.mode == "chunked":
+            pieces: list[bytes] = []
+            self.chunked.feed(data, pieces)
+            done = self.chunked.done
+        elif head.mode == "length":
+            if len(data) > self.body_left:
+                raise ValueError(f"{len(data) - self.body_left} bytes beyond Content-Length")
+            self.body_left -= len(data)
+            pieces = [data] if data else []
+            done = self.body_left == 0
+        else:
+            pieces = [data]
+            done = False
+        if head.status != 200:
+            for p in pieces:
+                if len(self.err_body) < 2000:
+                    self.err_body += p
+        elif pieces:
+            for ev in self.sse.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces)):
+                self._event(ev, now)
+        if done:
+            self._complete(now)
+
+    def _event(self, ev: bytes, now: int) -> None:
+        rec = self.rec
+        if ev == b"[DONE]":
+            self.saw_done = True
+            return
+        obj = orjson.loads(ev)
+        if rec.response_id is None:
+            rec.response_id = obj.get("id")
+        choices = obj.get("choices")
+        if "error" in obj and not choices:
+            raise ValueError(f"error event in stream: {str(obj['error'])[:500]}")
+        usage = obj.get("usage")
+        if usage:
+            self.usage_prompt = usage.get("prompt_tokens", self.usage_prompt)
+            self.usage_completion = usage.get("completion_tokens", self.usage_completion)
+        if not choices:
+            return
+        c0 = choices[0]
+        delta = c0.get("delta")
+        if delta is not None:
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        else:
+            text = c0.get("text")
+        if text:
+            rec.chunk_ns.append(now)
+            self.pieces.append(text)
+            cum = usage.get("completion_tokens") if usage else None
+            if cum is not None:
+                # continuous_usage_stats: the cumulative count tells how many tokens this chunk carried
+                rec.chunk_tokens.append(max(cum - self.last_cum, 1))
+                self.last_cum = cum
+            else:
+                rec.chunk_tokens.append(0)  # resolved once the total is known
+            if rec.first_token_ns is None:
+                rec.first_token_ns = now
+            self.last_ns = now
+        fr = c0.get("finish_reason")
+        if fr:
+            rec.finish_reason = fr
+
+    def _complete(self, now: int) -> None:
+        head = self.head
+        if head.status != 200:
+            text = self.err_body[:2000].decode("utf-8", "replace")
+            self._finish("http_error", f"HTTP {head.status}: {text}", reusable=head.keep_alive)
+            return
+        tail = self.sse.tail().strip()
+        if tail and not self.saw_done:
+            self._finish("invalid_response", f"stream ended inside an event: {tail[:200]!r}", reusable=False)
+            return
+        self._finish(None, None, reusable=head.keep_alive)
+
+    def _finish(self, status: str | None, error: str | None, reusable: bool) -> None:
+        rec, fut = self.rec, self.fut
+        self._cancel_timer()
+        self.client._active.pop(id(rec), None)
+        rec.done_ns = perf_ns()
+        self.client._finish_tokens(rec, self.pieces, self.usage_prompt, self.usage_completion)
+        if status is None:
+            if not rec.chunk_ns:
+                status, error = "invalid_response", "the stream carried no output token"
+            elif not (self.saw_done or rec.finish_reason):
+                status, error = "truncated", "stream closed before a finish_reason or [DONE]"
+            else:
+                status = "ok"
+        rec.status, rec.error = status, error
+        self._clear()
+        if reusable and not self.closed:
+            self.reused = True
+            self.client._idle.append(self)
+        elif not self.closed:
+            self.closed = True
+            self.transport.close()
+        if not fut.done():
+            fut.set_result(rec)
 
 
 class StreamingClient:
-    """Sends requests over one keep-alive session; use as ``async with``."""
+    """Sends requests over a pool of keep-alive connections; use as ``async with``.
+
+    ``start(rec, payload)`` writes the request at once (on an idle pooled connection) and
+    returns a future resolved with the filled record; ``send`` awaits it.
+    """
 
     def __init__(self, cfg: ClientConfig, count_tokens=None):
         self.cfg = cfg
         self.count_tokens = count_tokens  # str -> int, the served model's tokenizer (fallback only)
-        self.session: aiohttp.ClientSession | None = None
-        headers = {"Content-Type": "application/json"}
+        u = urlsplit(cfg.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"engine.base_url must be http(s)://HOST[:PORT], got {cfg.base_url!r}")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = u.scheme == "https"
+        path = u.path + (("?" + u.query) if u.query else "")
+        hostport = u.netloc.rsplit("@", 1)[-1]
+        head = [f"POST {path} HTTP/1.1", f"Host: {hostport}", "Content-Type: application/json",
+                "Accept: text/event-stream", "Connection: keep-alive"]
         if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-        self._headers = headers
+            head.append(f"Authorization: Bearer {cfg.api_key}")
+        self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode()
         stream_options = {"include_usage": True}
         if cfg.continuous_usage:
             stream_options["continuous_usage_stats"] = True
         self._base_body = {"model": cfg.model, "stream": True, "stream_options": stream_options,
                            **cfg.extra_body}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._idle: list[_Conn] = []
+        self._all: set[_Conn] = set()
+        self._active: dict[int, object] = {}   # id(rec) -> _Conn or connecting task
+        self._dirty: list[_Conn] = []          # connections with stamped, unparsed reads
+        self._flush_soon = False
+
+    def _stamped(self, conn: _Conn) -> None:
+        self._dirty.append(conn)
+        if not self._flush_soon:
+            self._flush_soon = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_soon = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            conn.drain_inbox()
 
     async def __aenter__(self):
-        t = self.cfg.timeouts
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=300, force_close=False)
-        self.session = aiohttp.ClientSession(
-            connector=connector, headers=self._headers, auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s),
-            read_bufsize=2 ** 18,
-        )
+        self.loop = asyncio.get_running_loop()
         return self
 
     async def __aexit__(self, *exc):
-        if self.session is not None:
-            await self.session.close()
+        for c in list(self._active.values()):
+            if isinstance(c, _Conn):
+                c.cancel()
+            else:
+                c.cancel()
+        for c in list(self._all):
+            if not c.closed:
+                c.closed = True
+                c.transport.close()
+        self._idle.clear()
+        self._all.clear()
+        await asyncio.sleep(0)
 
     def body(self, prompt, max_tokens: int) -> bytes:
+        """The JSON request body for one prompt (framed into HTTP by ``start``)."""
         b = dict(self._base_body)
         if self.cfg.api == "chat":
             b["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -98,112 +406,97 @@ class StreamingClient:
             b["min_tokens"] = int(max_tokens)
         return orjson.dumps(b)
 
-    async def send(self, rec: RequestRecord, payload: bytes) -> RequestRecord:
-        """Send one request, fill ``rec`` in place (timestamps, tokens, status) and return it."""
+    def _request(self, payload: bytes) -> bytes:
+        return self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
+
+    async def _connect(self) -> _Conn:
         t = self.cfg.timeouts
-        loop = asyncio.get_running_loop()
-        phase = "ttft"
-        pieces: list[str] = []
-        usage_prompt = usage_completion = None
-        last_cum = 0
-        saw_done = False
-        start = loop.time()
-        total_deadline = start + t.total_s
+        ssl = True if self.ssl else None
+        _, conn = await asyncio.wait_for(
+            self.loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=ssl), t.connect_s)
+        self._all.add(conn)
+        return conn
+
+    async def prewarm(self, n: int) -> int:
+        """Open up to ``n`` idle connections before the measured window; returns how many are idle."""
+        want = max(int(n) - len(self._idle), 0)
+        for i in range(0, want, 64):
+            got = await asyncio.gather(*(self._connect() for _ in range(min(64, want - i))), return_exceptions=True)
+            errs = [g for g in got if isinstance(g, BaseException)]
+            self._idle.extend(g for g in got if isinstance(g, _Conn))
+            if errs:
+                break
+        return len(self._idle)
+
+    def _forget(self, conn: _Conn) -> None:
+        self._all.discard(conn)
         try:
-            rec.sent_ns = perf_ns()
-            async with asyncio.timeout_at(min(total_deadline, start + t.ttft_s)) as cm:
-                async with self.session.post(self.cfg.url, data=payload) as resp:
-                    rec.http_status = resp.status
-                    if resp.status != 200:
-                        text = (await resp.read())[:2000].decode("utf-8", "replace")
-                        rec.done_ns = perf_ns()
-                        rec.status, rec.error = "http_error", f"HTTP {resp.status}: {text}"
-                        return rec
-                    dec = SSEDecoder()
-                    content = resp.content
-                    while True:
-                        data = await content.readany()
-                        now = perf_ns()
-                        if not data:
-                            break
-                        for ev in dec.feed(data):
-                            if ev == b"[DONE]":
-                                saw_done = True
-                                continue
-                            obj = orjson.loads(ev)
-                            if rec.response_id is None:
-                                rec.response_id = obj.get("id")
-                            if "error" in obj and not obj.get("choices"):
-                                raise ValueError(f"error event in stream: {str(obj['error'])[:500]}")
-                            usage = obj.get("usage")
-                            if usage:
-                                usage_prompt = usage.get("prompt_tokens", usage_prompt)
-                                usage_completion = usage.get("completion_tokens", usage_completion)
-                            choices = obj.get("choices")
-                            if not choices:
-                                continue
-                            c0 = choices[0]
-                            delta = c0.get("delta")
-                            if delta is not None:
-                                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                            else:
-                                text = c0.get("text")
-                            if text:
-                                rec.chunk_ns.append(now)
-                                pieces.append(text)
-                                if usage and usage.get("completion_tokens") is not None:
-                                    cum = usage["completion_tokens"]
-                                    rec.chunk_tokens.append(max(cum - last_cum, 1))
-                                    last_cum = cum
-                                else:
-                                    rec.chunk_tokens.append(0)  # resolved once the total is known
-                                if phase == "ttft":
-                                    rec.first_token_ns = now
-                                    phase = "idle"
-                            fr = c0.get("finish_reason")
-                            if fr:
-                                rec.finish_reason = fr
-                        if phase == "idle":
-                            cm.reschedule(min(total_deadline, loop.time() + t.idle_s))
-                    rec.done_ns = perf_ns()
-                    tail = dec.tail().strip()
-                    if tail and not saw_done:
-                        raise ValueError(f"stream ended inside an event: {tail[:200]!r}")
-        except aiohttp.ServerTimeoutError as e:  # aiohttp's own connect timeout (a TimeoutError too)
-            rec.done_ns = perf_ns()
-            rec.status, rec.error = "timeout", f"connect timeout after {t.connect_s:g} s: {e}"
-            return rec
-        except TimeoutError:
-            rec.done_ns = perf_ns()
-            which = "total" if loop.time() >= total_deadline - 1e-3 else phase
-            limit = {"total": t.total_s, "ttft": t.ttft_s, "idle": t.idle_s}[which]
-            rec.status, rec.error = "timeout", f"{which} timeout after {limit:g} s"
-            self._finish_tokens(rec, pieces, usage_prompt, usage_completion)
-            return rec
+            self._idle.remove(conn)
+        except ValueError:
+            pass
+
+    def start(self, rec: RequestRecord, payload: bytes) -> asyncio.Future:
+        """Send now if a pooled connection is idle (else as soon as one is open); the future
+        resolves with ``rec`` once the response is over, whatever its status."""
+        fut = self.loop.create_future()
+        payload = self._request(payload)
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and not conn.transport.is_closing():
+                conn.begin(rec, payload, fut)
+                return fut
+        self._open_and_begin(rec, payload, fut)
+        return fut
+
+    def _open_and_begin(self, rec, payload, fut, retried: bool = False) -> None:
+        task = self.loop.create_task(self._open_then_begin(rec, payload, fut, retried))
+        self._active[id(rec)] = task
+
+    async def _open_then_begin(self, rec, payload, fut, retried) -> None:
+        t = self.cfg.timeouts
+        err = None
+        try:
+            conn = await self._connect()
         except asyncio.CancelledError:
+            err = ("cancelled", "cancelled by the load generator")
+        except (TimeoutError, asyncio.TimeoutError):
+            err = ("timeout", f"connect timeout after {t.connect_s:g} s")
+        except OSError as e:
+            err = ("connection_error", f"{type(e).__name__}: {e}")
+        if err is None and (conn.closed or fut.done()):
+            err = ("connection_error", "connection closed right after it opened")
+        if err is not None:
+            self._active.pop(id(rec), None)
+            if rec.sent_ns is None:
+                rec.sent_ns = perf_ns()
+            rec.done_ns = perf_ns()
+            self._finish_tokens(rec, [], None, None)
+            rec.status, rec.error = err
+            if not fut.done():
+                fut.set_result(rec)
+            return
+        conn.begin(rec, payload, fut, retried=retried)
+
+    def cancel(self, rec: RequestRecord) -> None:
+        """Abandon ``rec``'s request: its record ends as ``cancelled``."""
+        c = self._active.pop(id(rec), None)
+        if isinstance(c, _Conn):
+            c.cancel()
+        elif c is not None:
+            c.cancel()
+            if rec.sent_ns is None:
+                rec.sent_ns = perf_ns()
             rec.done_ns = perf_ns()
             rec.status, rec.error = "cancelled", "cancelled by the load generator"
-            self._finish_tokens(rec, pieces, usage_prompt, usage_completion)
-            raise
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError, OSError) as e:
-            rec.done_ns = perf_ns()
-            rec.status, rec.error = "connection_error", f"{type(e).__name__}: {e}"
-            self._finish_tokens(rec, pieces, usage_prompt, usage_completion)
-            return rec
-        except (ValueError, orjson.JSONDecodeError, AttributeError, TypeError) as e:
-            rec.done_ns = perf_ns()
-            rec.status, rec.error = "invalid_response", f"{type(e).__name__}: {e}"[:2000]
-            self._finish_tokens(rec, pieces, usage_prompt, usage_completion)
-            return rec
 
-        self._finish_tokens(rec, pieces, usage_prompt, usage_completion)
-        if not rec.chunk_ns:
-            rec.status, rec.error = "invalid_response", "the stream carried no output token"
-        elif not (saw_done or rec.finish_reason):
-            rec.status, rec.error = "truncated", "stream closed before a finish_reason or [DONE]"
-        else:
-            rec.status = "ok"
-        return rec
+    async def send(self, rec: RequestRecord, payload: bytes) -> RequestRecord:
+        """Send one request, fill ``rec`` in place (timestamps, tokens, status) and return it."""
+        fut = self.start(rec, payload)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            self.cancel(rec)
+            raise
 
     def _finish_tokens(self, rec: RequestRecord, pieces, usage_prompt, usage_completion) -> None:
         """Settle output/prompt token counts and per-chunk tokens once the stream is over."""

@@ -9,13 +9,22 @@ became free.
 Sessions (``followup``, see loadgen/sessions.py): when a request ends, ``followup(record)``
 may return the next turn of its session and a think time; it is scheduled that long after
 the end (open loop: as its own task; closed loop: by the same user).
+
+Timing: the connection pool is opened before the measured window; each open-loop send
+sleeps until shortly before its time and then yields to the event loop in a tight loop
+(``asyncio.sleep(0)``) until the time comes, so event-loop timers' millisecond rounding
+does not become schedule lag while the sockets of running streams keep being served.
+The request is written from the dispatcher's own coroutine (no task start in between).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -25,6 +34,9 @@ from loadgen.records import RecordWriter, RequestRecord
 from loadgen.workload import WorkItem
 
 perf_ns = time.perf_counter_ns
+PREPARE_AHEAD = 256        # open loop: at most this many requests prepared ahead of their time
+PREPARE_SLACK_NS = 2_000_000  # ... and only while the next send is at least this far (plus SPIN_NS) off
+SPIN_NS = 500_000  # yield-spin this long before a scheduled send (event-loop timers are ms-grained)
 LOAD_KINDS = ("concurrency", "trace") + OPEN_LOOP
 
 
@@ -40,6 +52,7 @@ class LoadSpec:
     max_concurrency: int | None = None
     seed: int = 0
     drain_timeout_s: float | None = None  # after duration_s: how long in-flight requests may finish
+    prewarm_connections: int | None = None  # connections opened before t0 (default: from the load)
 
     def label(self) -> str:
         if self.kind == "concurrency":
@@ -61,6 +74,16 @@ class LoadSpec:
             raise ValueError(f"load.rate must be > 0 for load={self.kind}, got {self.rate}")
 
 
+def _freeze_gc() -> bool:
+    """Move every object alive now (models, tokenizers, imported modules) out of the
+    collector's reach for the run: a full collection over a large heap stalls the event
+    loop for tens of ms, which would show up as latency."""
+    if not hasattr(gc, "freeze"):
+        return False
+    gc.freeze()  # no collect first: with torch loaded it alone takes ~0.2 s
+    return True
+
+
 class Dispatcher:
     """Runs one load point; every request ends as one record handed to ``writer``."""
 
@@ -76,6 +99,8 @@ class Dispatcher:
         self.finalize = finalize
         self.on_done = on_done
         self.in_flight: set[asyncio.Task] = set()
+        self.pending: dict[int, tuple] = {}  # id(rec) -> (rec, future) for requests sent with client.start
+        self.spin_ns = SPIN_NS
         self.sent = 0
 
     def _record(self, item: WorkItem, scheduled_ns: int, warmup: bool) -> RequestRecord:
@@ -95,19 +120,20 @@ class Dispatcher:
                 self._spawn_turn(*nxt)
 
     def _spawn_turn(self, item: WorkItem, think_s: float) -> None:
+        """Open loop: the session's next turn, ``think_s`` after its previous one ended."""
         target = perf_ns() + int(think_s * 1e9)
         if self._end_ns is not None and target > self._end_ns:
             return
         rec = self._record(item, target, False)
+        payload = self.client.body(item.prompt, item.max_tokens)
 
-        async def later() -> RequestRecord:
-            await asyncio.sleep(max((target - perf_ns()) / 1e9, 0))
-            return await self._one(rec, self.client.body(item.prompt, item.max_tokens))
+        async def later() -> None:
+            await self.wait_until(target)
+            self._launch(rec, payload)
 
         task = asyncio.get_running_loop().create_task(later())
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
-        self.sent += 1
 
     async def _session_turns(self, rec: RequestRecord) -> None:
         """Closed loop: the user who sent ``rec`` goes on with the rest of its session."""
@@ -129,54 +155,132 @@ class Dispatcher:
         self._store(rec)
         return rec
 
-    async def run(self, items: Iterator[WorkItem], spec: LoadSpec) -> dict:
+    async def run(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int | None = None,
+                  plan=None, ready=None) -> dict:
+        """Run one load point.  ``t0`` (perf_counter_ns), ``plan`` (open loop: prepared
+        ``(index, item, target_ns)`` entries) and ``ready`` (an awaitable factory called
+        after the connection pool is warm, returning t0) serve the worker processes."""
         spec.validate()
         if spec.num_requests is not None:
             items = itertools.islice(items, int(spec.num_requests))
-        t0 = perf_ns() + 5_000_000  # a few ms to get the first request's payload ready
+        prewarm = getattr(self.client, "prewarm", None)
+        if prewarm is not None:
+            await prewarm(self._prewarm_count(spec))
+        frozen = _freeze_gc()
+        # A background thread (telemetry sampler, record writer) holding the GIL when the loop
+        # wakes would keep it waiting up to the switch interval (5 ms by default).
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, 0.0002))
         try:
+            if ready is not None:
+                t0 = await ready()
+            if t0 is None:
+                t0 = perf_ns() + 5_000_000  # a few ms to get the first request's payload ready
+            if spec.duration_s is not None:
+                self._end_ns = t0 + int(float(spec.duration_s) * 1e9)
             if spec.kind == "concurrency":
                 await self._closed_loop(items, spec, t0)
+            elif plan is not None:
+                await self.send_planned(plan, spec)
             else:
                 await self._open_loop(items, spec, t0)
             await self._drain(spec)
         finally:
+            sys.setswitchinterval(switch)
+            if frozen:
+                gc.unfreeze()
+            for rec, _fut in list(self.pending.values()):
+                self.client.cancel(rec)  # resolves the future: the record is stored as cancelled
             for task in list(self.in_flight):
                 task.cancel()
             if self.in_flight:
                 await asyncio.gather(*self.in_flight, return_exceptions=True)
+            await asyncio.sleep(0)  # let the futures' done-callbacks store the cancelled records
         return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent}
+
+    @staticmethod
+    def _prewarm_count(spec: LoadSpec) -> int:
+        if spec.prewarm_connections is not None:
+            return int(spec.prewarm_connections)
+        if spec.kind == "concurrency":
+            return int(spec.concurrency)
+        if spec.max_concurrency:
+            return int(spec.max_concurrency)
+        return min(int(float(spec.rate or 0)) + 1, 256) if spec.rate else 16
 
     async def _drain(self, spec: LoadSpec) -> None:
         timeout = spec.drain_timeout_s if spec.duration_s is not None else None
         deadline = perf_ns() + int(timeout * 1e9) if timeout is not None else None
-        while self.in_flight:  # a loop: session turns add tasks while others finish
+        while True:  # session turns may add requests while others finish
+            waiting = set(self.in_flight) | {f for _r, f in self.pending.values()}
+            if not waiting:
+                return
             left = (deadline - perf_ns()) / 1e9 if deadline is not None else None
             if left is not None and left <= 0:
                 return
-            await asyncio.wait(set(self.in_flight), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, timeout=left)
 
-    def _spawn(self, rec: RequestRecord, payload: bytes) -> asyncio.Task:
+    async def wait_until(self, target_ns: int) -> None:
+        """Sleep until ``target_ns`` (perf_counter_ns): a timer for the bulk, then yield-spin."""
+        spin = self.spin_ns
+        while True:
+            left = target_ns - perf_ns()
+            if left <= 0:
+                return
+            if left > spin:
+                await asyncio.sleep((left - spin) / 1e9)
+            else:
+                await asyncio.sleep(0)
+
+    async def ready_at(self, item: WorkItem, target_ns: int) -> int:
+        """Wait until ``item``'s arrival time and return it as its ``scheduled_ns``."""
+        await self.wait_until(target_ns)
+        return target_ns
+
+    def _launch(self, rec: RequestRecord, payload: bytes, release=None) -> None:
+        """Send ``rec`` now; it is stored when its response is over."""
+        self.sent += 1
+        start = getattr(self.client, "start", None)
+        if start is None:  # a client with only ``send``: one task per request
+            task = self._spawn_task(rec, payload)
+            if release is not None:
+                task.add_done_callback(lambda _t: release())
+            return
+        fut = start(rec, payload)
+        key = id(rec)
+        self.pending[key] = (rec, fut)
+
+        def done(_f) -> None:
+            self.pending.pop(key, None)
+            if release is not None:
+                release()
+            self._store(rec)
+
+        fut.add_done_callback(done)
+
+    def _spawn_task(self, rec: RequestRecord, payload: bytes) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(self._one(rec, payload))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
-        self.sent += 1
         return task
 
-    async def _open_loop(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> None:
+    @staticmethod
+    def schedule(items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> Iterator[tuple[int, WorkItem, int]]:
+        """Open loop: ``(index, item, target_ns)`` for every request, in send order.
+
+        One definition of the schedule, shared by the single-process dispatcher and by the
+        worker processes (which each take every n-th entry of the same schedule)."""
         n = int(spec.num_requests) if spec.num_requests is not None else None
         offsets = None
         if spec.kind != "trace":
             # For a duration-bound run, draw enough arrivals to cover the duration comfortably.
             n_draw = n if n is not None else int(float(spec.rate) * float(spec.duration_s) * 1.5 + 100)
             offsets = arrival_offsets(spec.kind, float(spec.rate), n_draw, spec.burstiness, spec.seed)
-        limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
         end_ns = t0 + int(float(spec.duration_s) * 1e9) if spec.duration_s is not None else None
-        self._end_ns = end_ns
         for i, item in enumerate(items):
             if offsets is not None:
                 if i >= len(offsets):
-                    break
+                    return
                 off = float(offsets[i])
             else:
                 if item.arrival_s is None:
@@ -184,18 +288,46 @@ class Dispatcher:
                 off = float(item.arrival_s)
             target = t0 + int(off * 1e9)
             if end_ns is not None and target > end_ns:
-                break
+                return
+            yield i, item, target
+
+    async def _open_loop(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> None:
+        await self.send_planned(self.schedule(items, spec, t0), spec)
+
+    async def send_planned(self, plan, spec: LoadSpec) -> None:
+        """Send ``(index, item, target_ns)`` entries at their times (open loop).
+
+        Requests are prepared (prompt built, body encoded) ahead of their time while the
+        loop has slack, so that a slow prompt builder does not become schedule lag."""
+        limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
+        plan = iter(plan)
+        ahead: deque = deque()
+
+        def prepare() -> bool:
+            entry = next(plan, None)
+            if entry is None:
+                return False
+            i, item, target = entry
             payload = self.client.body(item.prompt, item.max_tokens)
-            rec = self._record(item, target, i < spec.warmup_requests)
-            delay = (target - perf_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            ahead.append((target, self._record(item, target, i < spec.warmup_requests), payload))
+            return True
+
+        more = True
+        while True:
+            while more and not ahead:
+                more = prepare()
+            if not ahead:
+                return
+            target, rec, payload = ahead.popleft()
+            # Slack before this send: prepare later requests now (bounded look-ahead).
+            while more and len(ahead) < PREPARE_AHEAD and target - perf_ns() > self.spin_ns + PREPARE_SLACK_NS:
+                more = prepare()
+            await self.wait_until(target)
             if limit is not None:
                 await limit.acquire()
-                task = self._spawn(rec, payload)
-                task.add_done_callback(lambda _t: limit.release())
+                self._launch(rec, payload, limit.release)
             else:
-                self._spawn(rec, payload)
+                self._launch(rec, payload)
 
     async def _closed_loop(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> None:
         counter = itertools.count()

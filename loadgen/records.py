@@ -8,7 +8,11 @@ leaves a ``requests.parquet`` that looks complete.
 from __future__ import annotations
 
 import os
+from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,36 +81,86 @@ class RequestRecord:
     text: str = ""  # generated text; kept for multi-turn prompts, not written to parquet
 
 
+LIST_COLUMNS = ("chunk_ns", "chunk_tokens")
+_LIST_CODES = {"chunk_ns": "q", "chunk_tokens": "i"}
+_LIST_DTYPES = {"chunk_ns": np.int64, "chunk_tokens": np.int32}
+SCALAR_COLUMNS = tuple(c for c in COLUMNS if c not in LIST_COLUMNS)
+
+
 class RecordWriter:
-    """Appends records to ``path`` in row groups of ``batch_size``; ``close()`` publishes it."""
+    """Appends records to ``path`` in row groups of ``batch_size``; ``close()`` publishes it.
+
+    It runs inside the load generator's event loop, so a flush must not stall it: the
+    per-chunk lists go into flat C arrays as records arrive (no per-element Python work at
+    flush time) and compression and file I/O run on a background thread.
+    """
 
     def __init__(self, path: str | os.PathLike, batch_size: int = 2048):
         self.path = os.fspath(path)
         self.tmp = self.path + ".partial"
         self.batch_size = batch_size
-        self._buf: dict[str, list] = {c: [] for c in COLUMNS}
-        self._n_buf = 0
         self.rows = 0
         self._writer = pq.ParquetWriter(self.tmp, SCHEMA, compression="zstd")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
+        self._pending: Future | None = None
+        self._reset()
+        self._table()  # pays pyarrow's lazy imports now, not at the first flush mid-run
+
+    def _reset(self) -> None:
+        self._buf: dict[str, list] = {c: [] for c in SCALAR_COLUMNS}
+        self._flat = {c: array(_LIST_CODES[c]) for c in LIST_COLUMNS}
+        self._offsets = {c: array("i", [0]) for c in LIST_COLUMNS}
+        self._n_buf = 0
 
     def append(self, rec: RequestRecord) -> None:
         buf = self._buf
-        for c in COLUMNS:
+        for c in SCALAR_COLUMNS:
             buf[c].append(getattr(rec, c))
+        for c in LIST_COLUMNS:
+            flat = self._flat[c]
+            flat.extend(getattr(rec, c))
+            self._offsets[c].append(len(flat))
         self._n_buf += 1
         if self._n_buf >= self.batch_size:
             self.flush()
 
+    def append_table(self, table: pa.Table) -> None:
+        """Append rows already in ``SCHEMA`` form (the worker processes' part files)."""
+        self.flush()
+        self._wait()
+        self._writer.write_table(table.select(list(COLUMNS)).cast(SCHEMA))
+        self.rows += table.num_rows
+
+    def _table(self) -> pa.Table:
+        cols = {}
+        for f in SCHEMA:
+            c = f.name
+            if c in LIST_COLUMNS:
+                values = pa.array(np.frombuffer(self._flat[c], dtype=_LIST_DTYPES[c]))
+                cols[c] = pa.ListArray.from_arrays(pa.array(np.frombuffer(self._offsets[c], dtype=np.int32)),
+                                                   values).cast(f.type)
+            else:
+                cols[c] = pa.array(self._buf[c], type=f.type)
+        return pa.table(cols, schema=SCHEMA)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            fut, self._pending = self._pending, None
+            fut.result()  # a write error surfaces here, at the next flush or at close
+
     def flush(self) -> None:
         if self._n_buf:
-            self._writer.write_table(pa.table(self._buf, schema=SCHEMA))
+            table = self._table()
+            self._wait()
+            self._pending = self._pool.submit(self._writer.write_table, table)
             self.rows += self._n_buf
-            self._buf = {c: [] for c in COLUMNS}
-            self._n_buf = 0
+            self._reset()
 
     def close(self) -> str:
         """Flush, close and rename into place; returns the final path."""
         self.flush()
+        self._wait()
+        self._pool.shutdown()
         self._writer.close()
         os.replace(self.tmp, self.path)
         return self.path
@@ -115,6 +169,11 @@ class RecordWriter:
         """Keep what was written under the ``.partial`` name (never the final one)."""
         try:
             self.flush()
+            self._wait()
+        except Exception:
+            pass
+        self._pool.shutdown()
+        try:
             self._writer.close()
         except Exception:
             pass

@@ -17,14 +17,16 @@ class SSEDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         """Return the ``data:`` payloads of the events completed by ``data`` (without the prefix)."""
         buf = self._buf + data if self._buf else data
-        if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
-            self._buf = buf
-            return []
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
-        *events, self._buf = buf.split(b"\n\n")
+        events = buf.split(b"\n\n")
+        self._buf = events.pop()
         out = []
         for ev in events:
+            # The common case, one ``data: `` line per event, without the general loop.
+            if ev[:6] == b"data: " and b"\n" not in ev:
+                out.append(ev[6:])
+                continue
             payload = None
             for line in ev.split(b"\n"):
                 if line.startswith(b"data:"):

@@ -1,0 +1,240 @@
+"""Spreading one load point over several load-generator processes.
+
+One Python process keeps its clock honest up to some tens of thousands of chunks per
+second (``benchmarks/loadgen_fidelity.py`` measures where); beyond that, ``run_workers``
+forks ``n`` worker processes.  They share one schedule: the parent fixes ``t0`` (a
+``perf_counter_ns`` time, CLOCK_MONOTONIC, the same clock in every process on the host)
+once every worker has its connection pool open, and open-loop request ``i`` of the single
+schedule goes to worker ``i % n`` at exactly the time the single-process dispatcher would
+have sent it.  Closed loop: the users (``load.concurrency``) are dealt out over the
+workers, and so are the requests.  Each worker streams its records to a part file; the
+parent merges the parts into the one ``requests.parquet`` the run writes anyway, so the
+results' format does not change.
+
+Workers are forked (not spawned) so that the tokenizer-based token counter and the
+finalize callback travel without pickling; they import nothing new after the fork.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+import pyarrow.parquet as pq
+
+from loadgen.client import ClientConfig, StreamingClient
+from loadgen.dispatch import Dispatcher, LoadSpec
+from loadgen.records import RecordWriter, RequestRecord
+from loadgen.workload import WorkItem
+
+perf_ns = time.perf_counter_ns
+START_MARGIN_NS = 20_000_000  # from "all workers ready" to t0: time for the message to reach them
+
+
+class _Status:
+    """What a worker reports to the parent per finished request (progress bars, counts)."""
+
+    __slots__ = ("status", "request_id")
+
+    def __init__(self, status: str, request_id: str):
+        self.status = status
+        self.request_id = request_id
+
+
+def _share(total: int, n: int, w: int) -> int:
+    return total // n + (1 if w < total % n else 0)
+
+
+def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder: int = 0):
+    """Deal one load point out to ``n`` workers: ``[(spec_w, items_w, plan_w)]``.
+
+    Open loop: ``plan_w`` holds worker w's ``(index, item, offset_ns)`` entries, every n-th
+    entry of the one schedule (offsets relative to t0).  Closed loop: ``plan_w`` is None and
+    the worker runs ``spec_w.concurrency`` users over ``items_w``."""
+    if n < 1:
+        raise ValueError(f"client.workers must be >= 1, got {n}")
+    out = []
+    if spec.kind == "concurrency":
+        items = list(items)
+        conc = int(spec.concurrency)
+        if n > conc:
+            raise ValueError(f"client.workers={n} is more than load.concurrency={conc}: some workers would idle")
+        warm = int(spec.warmup_requests)
+        for w in range(n):
+            its = items[w::n]
+            sw = replace(spec, concurrency=_share(conc, n, w), num_requests=len(its),
+                         warmup_requests=_share(warm, n, w),
+                         max_concurrency=None, prewarm_connections=None)
+            out.append((sw, its, None))
+        return out
+    # Lazily consumed: a duration-bound run takes only the items its duration holds.
+    sched = list(Dispatcher.schedule(iter(items), spec, t0_placeholder))
+    for w in range(n):
+        mine = sched[w::n]
+        sw = replace(spec, num_requests=None if spec.duration_s is not None else max(len(mine), 1),
+                     max_concurrency=_share(int(spec.max_concurrency), n, w) if spec.max_concurrency else None,
+                     prewarm_connections=(max(Dispatcher._prewarm_count(spec) // n, 1)
+                                          if spec.prewarm_connections is None else
+                                          _share(int(spec.prewarm_connections), n, w)))
+        out.append((sw, [it for _, it, _ in mine], [(i, it, off - t0_placeholder) for i, it, off in mine]))
+    return out
+
+
+def _worker_main(w: int, cfg: ClientConfig, count_tokens, spec: LoadSpec, items, plan, part: str,
+                 finalize, conn, status_q, followup=None) -> None:
+    """Body of one forked worker; reports ``("ok", stats)`` or ``("error", text)`` on ``conn``."""
+    try:
+        try:
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+        writer = RecordWriter(part, batch_size=512)
+        pending: list = []
+
+        def on_done(rec: RequestRecord) -> None:
+            pending.append((rec.status, rec.request_id))
+            if len(pending) >= 32:
+                status_q.put(list(pending))
+                pending.clear()
+
+        async def ready() -> int:
+            conn.send(("ready", w))
+            return conn.recv()  # t0 from the parent
+
+        async def go():
+            async with StreamingClient(cfg, count_tokens) as client:
+                d = Dispatcher(client, writer, finalize=finalize, on_done=on_done, followup=followup)
+                if plan is None:
+                    return await d.run(iter(items), spec, ready=ready)
+                t0_box = {}
+
+                async def ready_abs() -> int:
+                    t0_box["t0"] = await ready()
+                    return t0_box["t0"]
+
+                def planned():
+                    t0 = t0_box["t0"]
+                    for i, it, off in plan:
+                        yield i, it, t0 + off
+
+                return await d.run(iter(items), spec, plan=_Lazy(planned), ready=ready_abs)
+
+        cpu0 = time.process_time()
+        stats = asyncio.run(go())
+        writer.close()
+        if pending:
+            status_q.put(list(pending))
+        stats["cpu_s"] = time.process_time() - cpu0
+        conn.send(("ok", stats))
+    except BaseException as e:  # the parent reports it with the worker's number
+        try:
+            conn.send(("error", f"worker {w}: {type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"))
+        except Exception:
+            pass
+        os._exit(1)
+    os._exit(0)
+
+
+class _Lazy:
+    """An iterable whose iterator is made when iteration starts (after t0 is known)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __iter__(self):
+        return iter(self.make())
+
+
+def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: LoadSpec, writer: RecordWriter,
+                count_tokens=None, finalize: Callable | None = None,
+                on_done: Callable | None = None, followup: Callable | None = None) -> dict:
+    """Run one load point over ``n`` forked worker processes; every record ends in ``writer``.
+
+    Returns the dispatcher's stats (``start_ns`` = the shared t0, ``end_ns``, ``sent``) plus
+    ``client_cpu_s`` summed over the workers.  ``on_done`` gets an object with ``status``
+    and ``request_id`` per finished request (for progress displays).  ``followup``
+    (sessions) runs in the worker that ran the previous turn."""
+    import multiprocessing as mp
+
+    spec.validate()
+    if spec.num_requests is not None:
+        items = list(itertools.islice(items, int(spec.num_requests)))
+    elif spec.kind == "concurrency":
+        raise ValueError("client.workers > 1 with load=concurrency needs load.num_requests "
+                         "(the requests are dealt out to the workers before the start)")
+    ctx = mp.get_context("fork")
+    status_q = ctx.SimpleQueue()
+    parts = [f"{writer.path}.worker{w}" for w in range(n)]
+    shares = split_load(items, spec, n)
+    procs, pipes = [], []
+    try:
+        for w, (sw, its, plan) in enumerate(shares):
+            parent_end, child_end = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, name=f"tokenfactory-loadgen-{w}", daemon=True,
+                            args=(w, cfg, count_tokens, sw, its, plan, parts[w], finalize, child_end, status_q,
+                                  followup))
+            p.start()
+            child_end.close()
+            procs.append(p)
+            pipes.append(parent_end)
+        for w, c in enumerate(pipes):  # every pool is open: fix the shared t0
+            msg = c.recv()
+            if msg[0] != "ready":
+                raise RuntimeError(msg[1])
+        t0 = perf_ns() + START_MARGIN_NS
+        for c in pipes:
+            c.send(t0)
+        results = [None] * n
+        waiting = set(range(n))
+        while waiting:
+            while not status_q.empty():
+                for status, rid in status_q.get():
+                    if on_done is not None:
+                        on_done(_Status(status, rid))
+            for w in list(waiting):
+                if pipes[w].poll(0.02):
+                    msg = pipes[w].recv()
+                    if msg[0] != "ok":
+                        raise RuntimeError(msg[1])
+                    results[w] = msg[1]
+                    waiting.discard(w)
+                elif not procs[w].is_alive() and not pipes[w].poll(0):
+                    raise RuntimeError(f"load-generator worker {w} died (exit code {procs[w].exitcode})")
+        for p in procs:
+            p.join(10)
+        while not status_q.empty():
+            for status, rid in status_q.get():
+                if on_done is not None:
+                    on_done(_Status(status, rid))
+        seen: set[str] = set()
+        for part in parts:  # merge: one file, one row per request, same schema
+            f = pq.ParquetFile(part)
+            for g in range(f.num_row_groups):
+                t = f.read_row_group(g)
+                ids = t.column("request_id").to_pylist()
+                dup = seen.intersection(ids)
+                if dup:
+                    raise RuntimeError(f"request ids {sorted(dup)[:5]} recorded by two workers")
+                seen.update(ids)
+                writer.append_table(t)
+        sent = sum(r["sent"] for r in results)
+        if len(seen) != sent:
+            raise RuntimeError(f"workers sent {sent} requests but recorded {len(seen)}")
+        return {"start_ns": t0, "end_ns": max(r["end_ns"] for r in results), "sent": sent,
+                "client_cpu_s": sum(r["cpu_s"] for r in results), "workers": n}
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+        for part in parts:
+            for path in (part, part + ".partial"):
+                if os.path.exists(path):
+                    os.unlink(path)

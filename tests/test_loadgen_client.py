@@ -1,0 +1,178 @@
+"""The streaming client against a scripted server: chunk times, token attribution, statuses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from loadgen.records import RequestRecord
+from tests.fake_stream_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+
+
+def _send(url, n=1, count_tokens=None, continuous=False, timeouts=None, max_tokens=8, api="completions"):
+    cfg = ClientConfig(base_url=url, model="m", continuous_usage=continuous, api=api,
+                       timeouts=timeouts or Timeouts())
+
+    async def go():
+        async with StreamingClient(cfg, count_tokens) as c:
+            out = []
+            for i in range(n):
+                rec = RequestRecord(request_id=f"r{i}", scheduled_ns=0)
+                out.append(await c.send(rec, c.body("hi", max_tokens)))
+            return out
+
+    return asyncio.run(go())
+
+
+def test_coalesced_events_share_the_read_time_and_count_each_chunk():
+    # Three output events and the usage event arrive in ONE write: three chunks, one time.
+    body = (event(completion("s-1", "a")) + event(completion("s-1", "b")) +
+            event(completion("s-1", "c", "length")) +
+            event(completion("s-1", None, usage={"prompt_tokens": 3, "completion_tokens": 3})) + event(b"[DONE]"))
+
+    def script(req, k):
+        return [HEAD_CHUNKED, 0.01, chunk(body) + END]
+
+    with FakeServer(script) as srv:
+        (rec,) = _send(srv.url)
+    assert rec.status == "ok", rec.error
+    assert rec.response_id == "s-1"
+    assert len(rec.chunk_ns) == 3 and len(set(rec.chunk_ns)) == 1
+    assert rec.chunk_tokens == [1, 1, 1]
+    assert rec.output_tokens == 3 and rec.prompt_tokens == 3
+    assert rec.first_token_ns == rec.end_ns == rec.chunk_ns[0]
+    assert rec.text == "abc"
+    assert srv.requests[0]["stream_options"] == {"include_usage": True}
+    assert srv.requests[0]["max_tokens"] == 8 and srv.requests[0]["stream"] is True
+
+
+def test_event_split_across_reads_gets_the_time_of_the_completing_read():
+    ev = event(completion("s-2", "hello", "stop"))
+    cut = len(ev) // 2
+
+    def script(req, k):
+        # The HTTP chunk itself is split too: the decoder must stitch both layers.
+        framed = chunk(ev)
+        return [HEAD_CHUNKED, framed[:cut], 0.05, framed[cut:], chunk(event(b"[DONE]")) + END]
+
+    with FakeServer(script) as srv:
+        (rec,) = _send(srv.url)
+    assert rec.status == "ok", rec.error
+    first_part, second_part = srv.writes[1][1], srv.writes[2][1]
+    assert second_part - first_part >= 40_000_000
+    # The chunk is timed when its last byte arrived, not when its first did.
+    assert rec.chunk_ns[0] >= second_part
+    assert rec.chunk_ns[0] - rec.sent_ns >= 40_000_000
+    assert rec.tokens_source == "chunks"  # no usage, no tokenizer: one token per chunk
+    assert rec.chunk_tokens == [1] and rec.output_tokens == 1
+
+
+def test_continuous_usage_deltas_give_tokens_per_chunk():
+    # vLLM with continuous_usage_stats: every chunk carries the cumulative completion tokens;
+    # a chunk holding 3 tokens (speculative decoding) must count 3, not 1.
+    cum = [1, 4, 5, 7]
+    evs = [event(completion("s-3", f"t{i}", "length" if i == 3 else None,
+                            usage={"prompt_tokens": 2, "completion_tokens": c})) for i, c in enumerate(cum)]
+
+    def script(req, k):
+        steps = [HEAD_CHUNKED]
+        for e in evs:
+            steps += [chunk(e), 0.005]
+        return steps + [chunk(event(b"[DONE]")) + END]
+
+    with FakeServer(script) as srv:
+        (rec,) = _send(srv.url, continuous=True)
+    assert rec.status == "ok", rec.error
+    assert srv.requests[0]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert rec.chunk_tokens == [1, 3, 1, 2]
+    assert rec.output_tokens == 7 and rec.tokens_source == "usage_continuous"
+    assert len(rec.chunk_ns) == 4 and rec.chunk_ns == sorted(rec.chunk_ns)
+
+
+def test_final_usage_split_over_chunks_by_tokenizer_weights():
+    texts = ["a", "bb cc", "d"]
+    evs = [event(completion("s-4", t, "length" if i == 2 else None)) for i, t in enumerate(texts)]
+    evs.append(event(completion("s-4", None, usage={"prompt_tokens": 5, "completion_tokens": 6})))
+
+    def script(req, k):
+        return [HEAD_CHUNKED] + [chunk(e) for e in evs] + [chunk(event(b"[DONE]")) + END]
+
+    words = lambda s: len(s.split())  # noqa: E731  a stand-in tokenizer: one token per word
+    with FakeServer(script) as srv:
+        (rec,) = _send(srv.url, count_tokens=words)
+    assert rec.status == "ok"
+    assert rec.output_tokens == 6
+    assert sum(rec.chunk_tokens) == 6 and all(k >= 1 for k in rec.chunk_tokens)
+    assert rec.chunk_tokens[1] == max(rec.chunk_tokens)  # the two-word chunk gets the rest
+    assert rec.tokens_source == "usage+tokenizer_split"
+
+
+def test_chat_deltas_role_only_chunk_is_not_output():
+    evs = [event({"id": "c-1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
+           event({"id": "c-1", "choices": [{"index": 0, "delta": {"content": "x"}}]}),
+           event({"id": "c-1", "choices": [{"index": 0, "delta": {"content": "y"}, "finish_reason": "stop"}]})]
+
+    def script(req, k):
+        return [HEAD_CHUNKED, chunk(evs[0]), 0.03, chunk(evs[1]), chunk(evs[2]), chunk(event(b"[DONE]")) + END]
+
+    with FakeServer(script) as srv:
+        (rec,) = _send(srv.url, api="chat")
+    assert rec.status == "ok"
+    assert srv.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
+    assert len(rec.chunk_ns) == 2
+    assert rec.first_token_ns - rec.sent_ns >= 25_000_000  # the role chunk did not start TTFT
+    assert rec.finish_reason == "stop" and rec.text == "xy"
+
+
+def test_keep_alive_reuses_one_connection_and_content_length_bodies_work():
+    def script(req, k):
+        body = event(completion(f"s-{k}", "z", "stop")) + event(b"[DONE]")
+        return [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body),
+                body]
+
+    with FakeServer(script) as srv:
+        recs = _send(srv.url, n=3)
+    assert [r.status for r in recs] == ["ok"] * 3
+    assert [r.response_id for r in recs] == ["s-0", "s-1", "s-2"]
+    assert srv.connections == 1
+
+
+def test_http_error_truncation_and_server_close():
+    def script(req, k):
+        if k == 0:
+            msg = b'{"error": "overloaded"}'
+            return [b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n" % len(msg), msg]
+        if k == 1:  # output, then the connection drops without finish or [DONE]
+            return [HEAD_CHUNKED, chunk(event(completion("s-1", "a"))), 0.01, CLOSE]
+        return [HEAD_CHUNKED, chunk(event(completion("s-2", "b", "stop"))) + END]
+
+    with FakeServer(script) as srv:
+        recs = _send(srv.url, n=3)
+    assert recs[0].status == "http_error" and recs[0].http_status == 503 and "overloaded" in recs[0].error
+    assert recs[1].status == "connection_error" and len(recs[1].chunk_ns) == 1
+    assert recs[2].status == "ok"  # a fresh connection after the drop
+    assert srv.connections == 2
+
+
+def test_ttft_and_idle_timeouts_say_which():
+    def script(req, k):
+        if k == 0:
+            return [HEAD_CHUNKED, 1.0]
+        return [HEAD_CHUNKED, chunk(event(completion("s", "a"))), 1.0]
+
+    t = Timeouts(connect_s=2, ttft_s=0.1, idle_s=0.1, total_s=5)
+    with FakeServer(script) as srv:
+        recs = _send(srv.url, n=2, timeouts=t)
+    assert recs[0].status == "timeout" and recs[0].error.startswith("ttft timeout")
+    assert recs[1].status == "timeout" and recs[1].error.startswith("idle timeout")
+    assert 0.09e9 <= recs[0].done_ns - recs[0].sent_ns <= 0.5e9
+
+
+def test_connection_refused_is_a_connection_error():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (rec,) = _send(f"http://127.0.0.1:{port}")
+    assert rec.status == "connection_error" and rec.sent_ns is not None
