@@ -43,9 +43,9 @@ def test_ctrl_c_then_resume(tmp_path):
         assert not (second / "summary.json").exists()
         assert not (second / "requests.parquet").exists()  # only a .partial, never the final name
         partial = second / "requests.parquet.partial"
-        if partial.exists():  # what was finished before Ctrl-C is kept for inspection
+        if partial.exists():  # what was finished (or cut off) before Ctrl-C is kept for inspection
             t = pq.read_table(partial)
-            assert t.num_rows <= 40 and "cancelled" in t.column("status").to_pylist()
+            assert t.num_rows <= 40 and set(t.column("status").to_pylist()) <= {"ok", "cancelled"}
 
         before = (out / "00-constant-rate=20" / "requests.parquet").stat().st_mtime_ns
         p2 = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
