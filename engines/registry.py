@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from engines.base import EngineAdapter, EngineError
 from engines.openai_compat import OpenAICompatible
+from engines.sglang import SGLang
 from engines.transformers_serve import TransformersServe
+from engines.vllm import VLLM
 
 ADAPTERS: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersServe,
     "openai": OpenAICompatible,
+    "vllm": VLLM,
+    "sglang": SGLang,
 }
 
 

@@ -19,7 +19,9 @@ from engines.tiny_model import ensure_tiny_model
 class TransformersServe(EngineAdapter):
     name = "transformers"
     supported_features = frozenset({"continuous_batching", "attn_implementation", "compile", "quantization",
-                                    "max_batch_tokens", "kv_cache_blocks", "dtype"})
+                                    "max_batch_tokens", "kv_cache_blocks", "dtype",
+                                    # the shared vocabulary's names for two of them (engines/features.py)
+                                    "attention_backend", "max_num_batched_tokens"})
 
     def prepare(self) -> None:
         if not self.model and self.launched:
@@ -32,19 +34,24 @@ class TransformersServe(EngineAdapter):
         return feats
 
     def launch_command(self) -> list[str]:
-        f = self.features()
-        argv = [self.python(), "-m", "transformers.cli.transformers", "serve", str(self.model),
+        return [self.python(), "-m", "transformers.cli.transformers", "serve", str(self.model),
                 "--host", self.host, "--port", str(self.port),
-                "--device", str(self.cfg.get("device") or "cpu"), "--log-level", "info"]
+                "--device", str(self.cfg.get("device") or "cpu"), "--log-level", "info"] + self.feature_flags()
+
+    def feature_flags(self) -> list[str]:
+        f = self.features()
+        argv: list[str] = []
         argv.append("--continuous-batching" if f.get("continuous_batching") else "--no-continuous-batching")
-        if f.get("attn_implementation"):
-            argv += ["--attn-implementation", str(f["attn_implementation"])]
+        attn = f.get("attn_implementation") or f.get("attention_backend")
+        if attn:
+            argv += ["--attn-implementation", str(attn)]
         if f.get("compile"):
             argv.append("--compile")
         if f.get("quantization"):
             argv += ["--quantization", str(f["quantization"])]
-        if f.get("max_batch_tokens"):
-            argv += ["--cb-max-batch-tokens", str(f["max_batch_tokens"])]
+        batch_tokens = f.get("max_batch_tokens") or f.get("max_num_batched_tokens")
+        if batch_tokens:
+            argv += ["--cb-max-batch-tokens", str(batch_tokens)]
         if f.get("kv_cache_blocks"):
             argv += ["--cb-num-blocks", str(f["kv_cache_blocks"])]
         if f.get("dtype"):

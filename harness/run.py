@@ -33,6 +33,7 @@ from loadgen.trace_workload import TraceWorkload, check_workload
 from loadgen.workers import run_workers
 from metrics.cost import check_profile
 from metrics.energy import steady_capacity
+from metrics.engine_metrics import EngineMetricsSampler
 from metrics.request_metrics import finalize_record
 from metrics.slo import SLO
 from metrics.summary import summarize
@@ -165,6 +166,11 @@ class Experiment:
                 raise UserError(str(e)) from None
             if self.engine.process is not None:
                 self.telemetry.watch_process("engine", self.engine.process.pid)
+            self.engine_sampler = None
+            if self.engine.server_metric_map:  # the engine's own /metrics, once it is up
+                self.engine_sampler = EngineMetricsSampler(
+                    self.engine.server_metrics, {k: v[0] for k, v in self.engine.server_metric_map.items()})
+                self.telemetry.add_sampler(self.engine_sampler)
             print(f"engine ready at {self.engine.base_url} after "
                   f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
             tok = load_tokenizer(self.engine.tokenizer)
@@ -231,8 +237,19 @@ class Experiment:
             (run_dir / stale).unlink(missing_ok=True)
         warmup = int(spec.load.get("warmup_requests") or 0)
         lspec = load_spec(spec.load, warmup)
-        if (self.cfg.engine.get("cache_state") or "warm") == "cold":
-            self.engine.reset_cache()
+        cache_state = self.cfg.engine.get("cache_state") or "warm"
+        if cache_state not in ("cold", "warm"):
+            raise UserError(f"engine.cache_state must be cold or warm, got {cache_state!r}")
+        if cache_state == "cold":
+            try:
+                if not self.engine.reset_cache():
+                    raise UserError(f"engine={self.engine.name} has no way to reset its cache; "
+                                    "use engine.cache_state=warm")
+            except EngineError as e:
+                raise UserError(str(e)) from None
+        engine_sampler = self.engine_sampler
+        if engine_sampler is not None:  # the run's own share of the engine's counters starts here
+            self.telemetry.record(engine_sampler.rows(engine_sampler.snapshot("start"), "start"))
         writer = RecordWriter(run_dir / "requests.parquet")
         n_total = lspec.num_requests
         counts = {"ok": 0, "fail": 0}
@@ -282,8 +299,12 @@ class Experiment:
         if bar is not None:
             bar.close()
         writer.close()
+        if engine_sampler is not None:  # before the engine may be stopped below
+            self.telemetry.record(engine_sampler.rows(engine_sampler.snapshot("end"), "end"))
         engine_alive = self.engine.alive()
         if last or not engine_alive:
+            if engine_sampler is not None and engine_alive:
+                self.telemetry.remove_sampler(engine_sampler)  # its page goes away with the engine
             self.engine.stop()
         window_close = perf_ns()
         self.telemetry.sample_now()  # a sample after the window closes
@@ -305,8 +326,11 @@ class Experiment:
             "client_cpu_s": client_cpu_s, "client_cpu_util": client_cpu_s / load_s if load_s > 0 else float("nan"),
             "engine_alive_after": engine_alive,
             "engine_startup_s": (self.engine.ready_ns - self.engine.started_ns) / 1e9,
+            "cache_state": cache_state,
         })
         summary.update(workload_describe.summary_keys(wl_stats, items))
+        if engine_sampler is not None:
+            summary.update(engine_sampler.summary())
         exp = table.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
         got = table.column("prompt_tokens").to_numpy(zero_copy_only=False)
         with np.errstate(invalid="ignore"):
@@ -319,7 +343,11 @@ class Experiment:
         results_io.write_json(run_dir / "provenance.json", self.engine_prov)
         results_io.write_json(run_dir / "summary.json", summary)  # last: marks the run complete
         if self.mlflow:
-            params = {**self.safe_config, "load": spec.load}
+            eng = self.engine_prov.get("engine") or {}
+            params = {**self.safe_config, "load": spec.load,
+                      "engine_resolved": {"version": eng.get("engine_version"),
+                                          "feature_flags": " ".join(eng.get("feature_flags") or []),
+                                          "command": " ".join(eng.get("command") or [])}}
             self.mlflow.log_child(f"{self.out.name}/{spec.label}", params, summary, run_dir,
                                   tags={"label": spec.label})
         print(f"  {spec.label}: {summary['completed']}/{summary['num_requests']} ok, "

@@ -396,6 +396,31 @@ class TelemetryCollector:
                     self.rows.append((now, s.source, "sample_error", math.nan, f"{type(e).__name__}: {e}"))
         return now
 
+    def add_sampler(self, s: Sampler) -> bool:
+        """Add a source once it can be read (an engine's metrics page after the engine is up)."""
+        try:
+            ok, why = s.available()
+        except Exception as e:  # noqa: BLE001 - a probe that crashes is an unavailable source
+            ok, why = False, f"{type(e).__name__}: {e}"
+        with self._lock:
+            if ok:
+                self.samplers.append(s)
+            else:
+                self.unavailable[s.source] = why
+                self.rows.append((time.perf_counter_ns(), s.source, UNAVAILABLE, math.nan, why))
+        return ok
+
+    def remove_sampler(self, s: Sampler) -> None:
+        """Stop sampling a source (an engine about to be stopped on purpose)."""
+        with self._lock:
+            if s in self.samplers:
+                self.samplers.remove(s)
+
+    def record(self, rows: list[tuple]) -> None:
+        """Rows taken outside the timer (exact snapshots at a run's edges)."""
+        with self._lock:
+            self.rows.extend(rows)
+
     def mark(self, name: str, t_ns: int | None = None, detail: str | None = None) -> int:
         t = time.perf_counter_ns() if t_ns is None else int(t_ns)
         with self._lock:

