@@ -59,13 +59,33 @@ def run_vllm_bench(python: str, base_url: str, model: str, a, out: Path) -> dict
             "--max-concurrency", str(a.concurrency), "--request-rate", "inf", "--ignore-eos",
             "--num-warmups", str(a.concurrency), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--seed", "0", "--disable-tqdm",
-            "--save-result", "--result-dir", str(out), "--result-filename", "bench.json"]
+            "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", "bench.json"]
     log = out / "bench.log"
     with open(log, "wb") as f:
         rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=out).returncode
     if rc != 0:
         sys.exit(f"vllm.benchmarks.serve failed ({rc}); see {log}:\n{log.read_text()[-3000:]}")
     return json.loads((out / "bench.json").read_text())
+
+
+def stream_stats_tokenfactory(run_dir: Path) -> dict:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    rows = [r for r in pq.read_table(run_dir / "requests.parquet").to_pylist() if not r["warmup"] and r["status"] == "ok"]
+    gaps = np.concatenate([np.diff(np.asarray(r["chunk_ns"], dtype=np.int64)) / 1e6 for r in rows])
+    return {"tokens_per_chunk": sum(r["output_tokens"] for r in rows) / sum(len(r["chunk_ns"]) for r in rows),
+            "gaps_below_0.05ms": float((gaps < 0.05).mean())}
+
+
+def stream_stats_vllm(result: dict) -> dict:
+    import numpy as np
+
+    itls = [x for per_req in result.get("itls") or [] for x in per_req]
+    chunks = sum(len(x) + 1 for x in result.get("itls") or [])
+    gaps = np.asarray(itls, dtype=np.float64) * 1e3
+    return {"tokens_per_chunk": result["total_output_tokens"] / chunks if chunks else float("nan"),
+            "gaps_below_0.05ms": float((gaps < 0.05).mean()) if gaps.size else float("nan")}
 
 
 def main() -> int:
@@ -121,6 +141,12 @@ def main() -> int:
         print(f"{k:<22}" + "".join(f"{v:>11.2f}" for v in tf + vb) + f"{ratio:>10.3f}")
     for k in ("completed", "total_output_tokens"):
         print(f"{k:<22}" + "".join(f"{int(s[k]):>11d}" for s in rows["tokenfactory"] + rows["vllm bench serve"]))
+    # Why medians of ITL can differ: how the stream was cut (tokens per chunk, events that
+    # came in one network read), seen by each tool.
+    tf_stats = [stream_stats_tokenfactory(work / f"tf{r}") for r in range(a.repeats)]
+    vb_stats = [stream_stats_vllm(s) for s in rows["vllm bench serve"]]
+    for k in ("tokens_per_chunk", "gaps_below_0.05ms"):
+        print(f"{k:<22}" + "".join(f"{st[k]:>11.3f}" for st in tf_stats + vb_stats))
     print(f"\nrun folders: {work}")
     return 0
 
