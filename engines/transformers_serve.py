@@ -42,14 +42,14 @@ class TransformersServe(EngineAdapter):
         f = self.features()
         argv: list[str] = []
         argv.append("--continuous-batching" if f.get("continuous_batching") else "--no-continuous-batching")
-        attn = f.get("attn_implementation") or f.get("attention_backend")
+        attn = f.get("attention_backend") or f.get("attn_implementation")
         if attn:
             argv += ["--attn-implementation", str(attn)]
         if f.get("compile"):
             argv.append("--compile")
         if f.get("quantization"):
             argv += ["--quantization", str(f["quantization"])]
-        batch_tokens = f.get("max_batch_tokens") or f.get("max_num_batched_tokens")
+        batch_tokens = f.get("max_num_batched_tokens") or f.get("max_batch_tokens")  # the shared name wins
         if batch_tokens:
             argv += ["--cb-max-batch-tokens", str(batch_tokens)]
         if f.get("kv_cache_blocks"):

@@ -18,9 +18,15 @@ def _external(name, url, tmp_path, **over):
     return make_engine(engine_cfg(name, launch=False, base_url=url, model="tiny", **over), tmp_path)
 
 
+def _warm_up_route(fake):
+    # start() sends one short request before any load (engines that load lazily).
+    fake.route("POST", "/v1/completions", (200, {"choices": [{"index": 0, "text": " x", "finish_reason": "length"}]}))
+
+
 def test_vllm_provenance_metrics_and_reset(tmp_path):
     with FakeEngine() as fake:
         fake.route("GET", "/health", (200, ""))
+        _warm_up_route(fake)
         fake.route("GET", "/version", (200, {"version": "0.32.0"}))
         fake.route("GET", "/server_info?config_format=json",
                    (200, json.loads((FIXTURES / "vllm_0.32.0_server_info.json").read_text())))
@@ -56,6 +62,7 @@ def test_vllm_reset_without_dev_mode_is_a_clear_error(tmp_path):
 def test_sglang_provenance_metrics_and_flush(tmp_path):
     with FakeEngine() as fake:
         fake.route("GET", "/health_generate", (503, ""), (200, ""))
+        _warm_up_route(fake)
         # An older SGLang: /server_info is missing, /get_server_info answers.
         fake.route("GET", "/get_server_info", (200, json.loads((FIXTURES / "sglang_get_server_info.json").read_text())))
         fake.route("GET", "/metrics", (200, (FIXTURES / "sglang_metrics.txt").read_text()))
@@ -118,6 +125,7 @@ def test_openai_records_models_and_version(tmp_path):
     with FakeEngine() as fake:
         fake.route("GET", "/v1/models", (200, {"object": "list", "data": [{"id": "served-x"}]}))
         fake.route("GET", "/version", (200, {"version": "9.9.9"}))
+        _warm_up_route(fake)
         e = _external("openai", fake.url, tmp_path)
         e.start()
         p = e.provenance()
