@@ -43,7 +43,8 @@ def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
                  f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}",
                  "load=concurrency", f"load.concurrency={a.concurrency}", f"load.num_requests={a.num_prompts}",
                  f"load.warmup_requests={a.concurrency}", "protocol.load_points=[]", "mlflow.enabled=false",
-                 "report.enabled=false", "progress=false", f"output_dir={out}"]
+                 "report.enabled=false", "progress=false", f"output_dir={out}",
+                 f"telemetry.interval_s={a.telemetry_interval}", *a.tf_override]
     with initialize_config_module("conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     Experiment(cfg).run()
@@ -99,6 +100,10 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--tf-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra Hydra override for tokenfactory's runs (repeatable)")
+    ap.add_argument("--telemetry-interval", type=float, default=0.5,
+                    help="tokenfactory's sampling period (host and the engine's /metrics page)")
     a = ap.parse_args()
     if not a.python or not Path(a.python).exists():
         sys.exit("--python (or $TOKENFACTORY_VLLM_PYTHON) must name the vLLM venv's interpreter; "
