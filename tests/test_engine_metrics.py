@@ -57,3 +57,19 @@ def test_unreadable_engine_is_recorded_unavailable(tmp_path):
     col.stop()
     rows = pq.read_table(tmp_path / "t.parquet").to_pylist()
     assert rows[0]["name"] == "unavailable" and "no engine" in rows[0]["detail"]
+
+
+def test_engine_source_added_once_up_and_removed_before_stop():
+    ok = EngineMetricsSampler(lambda: {"running": 1.0})
+    col = TelemetryCollector(None, [], interval_s=60)
+    assert col.add_sampler(ok) is True
+    col.sample_now()
+    col.remove_sampler(ok)
+    col.sample_now()
+    assert [r[2] for r in col.rows] == ["running"]
+
+    def dead():
+        raise ConnectionRefusedError("engine down")
+
+    assert col.add_sampler(EngineMetricsSampler(dead)) is False
+    assert col.rows[-1][2] == "unavailable" and "engine down" in col.rows[-1][4]

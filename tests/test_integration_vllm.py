@@ -105,8 +105,10 @@ def test_prefix_hits_cold_resets_and_warm_keeps(vllm_on, tmp_path):
     assert [s["cache_state"] for s in cold + warm] == ["cold", "cold", "warm", "warm"]
     tel = pq.read_table(tmp_path / "cold" / "00-concurrency=1" / "telemetry.parquet").to_pylist()
     hits = [r for r in tel if r["source"] == "engine" and r["name"] == "prefix_cache_hits"]
-    assert hits[0]["detail"] == "start" and hits[-1]["detail"] == "end"
-    assert hits[-1]["value"] - hits[0]["value"] == (N - 1) * PREFIX_HIT
+    start = [r for r in hits if r["detail"] == "start"]
+    end = [r for r in hits if r["detail"] == "end"]
+    assert len(start) == len(end) == 1 and end[0]["value"] - start[0]["value"] == (N - 1) * PREFIX_HIT
+    assert any(r["detail"] == "vllm:prefix_cache_hits_total" for r in hits)  # the timer's samples
 
     # MLflow holds the resolved flags and version next to the config.
     import mlflow
