@@ -199,6 +199,13 @@ class Experiment:
                 self.mlflow.end_parent(status)
         return self._finish()
 
+    def _energy_unavailable(self, summary: dict) -> str:
+        # The reason is long and the same for every point: say it in full once.
+        if getattr(self, "_said_energy_reason", False):
+            return "energy unavailable (energy_unavailable_reason in summary.json)"
+        self._said_energy_reason = True
+        return f"energy unavailable: {summary['energy_unavailable_reason']}"
+
     def _idle_baseline(self, seconds: float) -> None:
         """Engine up, no load: the power the devices draw doing nothing (only where power is measured)."""
         if seconds <= 0 or not self.telemetry.measures_energy:
@@ -356,7 +363,7 @@ class Experiment:
         print(f"  cost {summary.get('cost_total', float('nan')):.4g} {summary.get('cost_currency', '')} over "
               f"{summary['window_s']:.1f} s, {summary.get('cost_per_mtok_good', float('nan')):.4g} per M good tok; "
               + (f"energy {summary['energy_j']:.1f} J ({summary['energy_source']}, {summary['energy_method']})"
-                 if summary["energy_available"] else f"energy unavailable: {summary['energy_unavailable_reason']}"),
+                 if summary["energy_available"] else self._energy_unavailable(summary)),
               flush=True)
         if not engine_alive:
             raise UserError(f"engine={self.engine.name} died during {spec.label}; finished requests are kept in "
