@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engines import prometheus
 from engines.features import FeatureError, normalize
+from engines.tiny_model import ensure_tiny_model
 from engines.process import EngineProcess, free_port, port_in_use
 
 
@@ -138,6 +139,9 @@ class EngineAdapter:
     def prepare(self) -> None:
         """Resolve what must be known before launch (model path, port)."""
         self.check_features()
+        if not self.model and self.launched:
+            # An engine we launch with no model named serves the embedded tiny model.
+            self.model = str(ensure_tiny_model())
         if not self.launched:
             if not self._base_url:
                 raise EngineError(f"engine={self.name} with launch=false needs engine.base_url=http://HOST:PORT")

@@ -16,7 +16,6 @@ import time
 
 from engines.base import EngineAdapter, EngineError, http_get, http_post, interpreter_package_version
 from engines.features import SHARED_KNOBS
-from engines.tiny_model import ensure_tiny_model
 
 # The shared speculative methods under SGLang's names for them.
 SPEC_METHODS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "nextn": "NEXTN", "mtp": "NEXTN", "ngram": "NGRAM",
@@ -42,11 +41,6 @@ class SGLang(EngineAdapter):
         "spec_decode_accept_rate": ("sglang:spec_accept_rate", None),
         "spec_decode_accept_length": ("sglang:spec_accept_length", None),
     }
-
-    def prepare(self) -> None:
-        if not self.model and self.launched:
-            self.model = str(ensure_tiny_model())
-        super().prepare()
 
     # --- launch --------------------------------------------------------------------------
     def feature_flags(self) -> list[str]:

@@ -13,7 +13,6 @@ from importlib import metadata
 from pathlib import Path
 
 from engines.base import EngineAdapter, EngineError, http_get
-from engines.tiny_model import ensure_tiny_model
 
 
 class TransformersServe(EngineAdapter):
@@ -22,11 +21,6 @@ class TransformersServe(EngineAdapter):
                                     "max_batch_tokens", "kv_cache_blocks", "dtype",
                                     # the shared vocabulary's names for two of them (engines/features.py)
                                     "attention_backend", "max_num_batched_tokens"})
-
-    def prepare(self) -> None:
-        if not self.model and self.launched:
-            self.model = str(ensure_tiny_model())
-        super().prepare()
 
     def features(self) -> dict:
         feats = super().features()

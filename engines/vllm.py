@@ -16,7 +16,6 @@ import time
 
 from engines.base import EngineAdapter, EngineError, http_get, http_post, interpreter_package_version
 from engines.features import SHARED_KNOBS
-from engines.tiny_model import ensure_tiny_model
 
 
 class VLLM(EngineAdapter):
@@ -37,11 +36,6 @@ class VLLM(EngineAdapter):
         "spec_decode_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", None),
         "spec_decode_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total", None),
     }
-
-    def prepare(self) -> None:
-        if not self.model and self.launched:
-            self.model = str(ensure_tiny_model())
-        super().prepare()
 
     # --- launch --------------------------------------------------------------------------
     def feature_flags(self) -> list[str]:
