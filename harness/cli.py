@@ -32,8 +32,7 @@ def _hydra_run(argv: list[str]) -> int:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            print("\ninterrupted: finished load points are complete and kept; run the same command with "
-                  "output_dir=... to resume", file=sys.stderr)
+            print("interrupted: finished load points are complete and kept", file=sys.stderr)
             sys.exit(130)
 
     sys.argv = ["tokenfactory run"] + argv

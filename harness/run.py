@@ -191,6 +191,7 @@ class Experiment:
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
+            print(f"\nto resume, run the same command with output_dir={self.out}", file=sys.stderr, flush=True)
             raise
         finally:
             self.engine.stop()

@@ -37,7 +37,7 @@ def test_ctrl_c_then_resume(tmp_path):
         p.send_signal(signal.SIGINT)
         text = p.communicate(timeout=60)[0]
         assert p.returncode == 130, text
-        assert "interrupted" in text
+        assert "interrupted" in text and f"output_dir={out}" in text
         assert pq.read_table(out / "00-constant-rate=20" / "requests.parquet").num_rows == 40
         second = out / "01-constant-rate=20"
         assert not (second / "summary.json").exists()
