@@ -242,7 +242,17 @@ class EngineAdapter:
             "feature_flags": self.feature_flags(),
             "extra_args": redact_argv([str(a) for a in (self.cfg.get("extra_args") or [])]),
             "dialect": self.dialect(),
+            "v1_models": self.get_json("/v1/models"),
         }
+
+    def get_json(self, path: str):
+        """GET a JSON endpoint of the server (with the API key where one is set); None when absent."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            status, body = http_get(self.base_url + path, timeout=5, headers=headers)
+            return json.loads(body) if status == 200 else None
+        except (OSError, ValueError):
+            return None
 
     def reset_cache(self) -> bool:
         """Reset the engine's prefix cache; False where it has no way to."""

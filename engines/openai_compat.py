@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from engines.base import EngineAdapter, http_get
 
@@ -27,14 +26,9 @@ class OpenAICompatible(EngineAdapter):
 
     def provenance(self) -> dict:
         p = super().provenance()
-        for path, key in (("/v1/models", "v1_models"), ("/version", "version_endpoint")):
-            try:
-                status, body = http_get(self.base_url + path, timeout=5, headers=self._headers())
-                if status == 200:
-                    p[key] = json.loads(body)
-            except (OSError, ValueError):
-                pass
-        v = p.get("version_endpoint")
+        v = self.get_json("/version")
+        if v is not None:
+            p["version_endpoint"] = v
         if isinstance(v, dict) and v.get("version"):
             p["engine_version"] = v["version"]
         return p

@@ -133,12 +133,6 @@ class SGLang(EngineAdapter):
                 p["engine_version"] = str(info["version"])
         else:
             p["effective"] = {"note": "/server_info and /get_server_info unavailable"}
-        try:
-            status, body = http_get(self.base_url + "/v1/models", timeout=5)
-            if status == 200:
-                p["v1_models"] = json.loads(body)
-        except (OSError, ValueError):
-            pass
         return p
 
     # --- cache ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import json
 from importlib import metadata
 from pathlib import Path
 
-from engines.base import EngineAdapter, EngineError, http_get
+from engines.base import EngineAdapter, EngineError
 
 
 class TransformersServe(EngineAdapter):
@@ -81,10 +81,4 @@ class TransformersServe(EngineAdapter):
         except (OSError, ValueError):
             pass
         p["device"] = self.cfg.get("device") or "cpu"
-        try:
-            status, body = http_get(self.base_url + "/v1/models", timeout=5)
-            if status == 200:
-                p["v1_models"] = json.loads(body)
-        except OSError:
-            pass
         return p

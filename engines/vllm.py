@@ -139,12 +139,6 @@ class VLLM(EngineAdapter):
                     break
         except (OSError, EngineError, ValueError):
             pass
-        try:
-            status, body = http_get(self.base_url + "/v1/models", timeout=5)
-            if status == 200:
-                p["v1_models"] = json.loads(body)
-        except (OSError, ValueError):
-            pass
         return p
 
     # --- cache ---------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def sessions_from_ids(table: WorkloadTable, sid: np.ndarray, elapsed: np.ndarray
     turn = np.zeros(len(table), dtype=np.int32)
     think = np.full(len(table), np.nan)
     arrival = table.arrival_s.copy()
-    prev = -1
+    prev = last = -1
     k = 0
     for i in order.tolist():
         c = codes[i]

@@ -64,9 +64,9 @@ def test_collector_window_energy_matches_the_fake_gpus():
     try:
         a = c.sample_now()
         time.sleep(0.05)
-        i0 = c.mark("idle_baseline_start", c.sample_now())
+        c.mark("idle_baseline_start", c.sample_now())
         time.sleep(0.1)
-        i1 = c.mark("idle_baseline_end", c.sample_now())
+        c.mark("idle_baseline_end", c.sample_now())
         time.sleep(0.3)
         b = c.sample_now()
     finally:
