@@ -77,7 +77,8 @@ class _Stream:
 class TruthServer:
     """Streams ``max_tokens`` chunks per request on a fixed schedule; records every write."""
 
-    def __init__(self, first_ms: float, gap_ms: float, tokens_per_chunk: int, record: bool):
+    def __init__(self, first_ms: float, gap_ms: float, tokens_per_chunk: int, record: bool, tag: str = ""):
+        self.tag = tag  # several server processes share the port: ids must not collide
         self.first_ns = int(first_ms * 1e6)
         self.gap_ns = int(gap_ms * 1e6)
         self.k = tokens_per_chunk
@@ -139,7 +140,7 @@ class TruthServer:
         s = _Stream()
         self.seq += 1
         s.seq = self.seq
-        s.sid = f"tf-{self.seq}"
+        s.sid = f"tf{self.tag}-{self.seq}"
         s.transport = transport
         s.recv_ns = now
         s.due0 = now + self.first_ns
@@ -206,11 +207,12 @@ class TruthServer:
 
 def server_main(a) -> None:
     _uvloop()
-    srv = TruthServer(a.first_ms, a.gap_ms, a.tokens_per_chunk, not a.no_truth)
+    srv = TruthServer(a.first_ms, a.gap_ms, a.tokens_per_chunk, not a.no_truth, a.tag)
 
     async def main():
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(srv.protocol(), "127.0.0.1", a.port, backlog=4096)
+        # reuse_port: with several server processes the kernel spreads connections over them
+        server = await loop.create_server(srv.protocol(), "127.0.0.1", a.port, backlog=4096, reuse_port=True)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
@@ -251,12 +253,20 @@ def client_main(a) -> None:
     if os.environ.get("TF_GC") == "freeze":
         import gc
         gc.freeze()
-    stats = asyncio.run(go())
-    writer.close()
-    cpu = time.process_time() - cpu0
+    if a.workers > 1:  # the harness's own multi-process path (client.workers)
+        from loadgen.workers import run_workers
+
+        stats = run_workers(a.workers, cfg, items, spec, writer)
+        writer.close()
+        cpu = time.process_time() - cpu0 + stats["client_cpu_s"]
+    else:
+        stats = asyncio.run(go())
+        writer.close()
+        cpu = time.process_time() - cpu0
+    rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
     print(json.dumps({"cpu_s": cpu, "load_s": load_s, "runq_s": _runq_wait_s() - rq0, "wall_s": (perf_ns() - w0) / 1e9,
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+                      "peak_rss_mib": rss / 1024}), flush=True)
 
 
 # ============================================================================ orchestration
@@ -285,30 +295,42 @@ class Point:
         self.tokens, self.first_ms, self.gap_ms, self.k = tokens, first_ms, gap_ms, k
 
 
-def _start_server(p: Point, port: int, truth: str | None, core: str) -> subprocess.Popen:
-    cmd = _pin(core) + [sys.executable, __file__, "server", "--port", str(port),
-           "--first-ms", str(p.first_ms), "--gap-ms", str(p.gap_ms), "--tokens-per-chunk", str(p.k)]
-    cmd += ["--truth", truth] if truth else ["--no-truth"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if line.strip() != "ready":
-        proc.kill()
-        raise SystemExit(f"truth server did not start: {line!r}")
-    return proc
+def _start_server(p: Point, port: int, truth: str | None, cores: str) -> list[subprocess.Popen]:
+    """One truth-server process per core in ``cores`` (comma-separated), all on ``port``."""
+    procs = []
+    for k, core in enumerate(cores.split(",")):
+        cmd = _pin(core) + [sys.executable, __file__, "server", "--port", str(port), "--tag", str(k),
+               "--first-ms", str(p.first_ms), "--gap-ms", str(p.gap_ms), "--tokens-per-chunk", str(p.k)]
+        cmd += ["--truth", f"{truth}.{k}"] if truth else ["--no-truth"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            _stop(procs)
+            raise SystemExit(f"truth server did not start: {line!r}")
+    return procs
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _truth(path: str):
-    d = orjson.loads(Path(path).read_bytes())
-    return d["streams"], np.asarray(d["late_ns"], dtype=np.float64), d["runq_s"]
+    """The server processes' records, merged: streams by id, lateness, runnable-waiting seconds."""
+    streams, late, runq = {}, [], 0.0
+    for f in sorted(glob.glob(f"{glob.escape(path)}.*")):
+        d = orjson.loads(Path(f).read_bytes())
+        streams.update(d["streams"])
+        late.append(np.asarray(d["late_ns"], dtype=np.float64))
+        runq += d["runq_s"]
+    return streams, np.concatenate(late) if late else np.empty(0), runq
 
 
 def _errors(rows, streams):
@@ -352,10 +374,11 @@ def run_ours(p: Point, a, tmp: str) -> dict:
                "--kind", p.kind, "--num", str(p.num), "--tokens", str(p.tokens), "--out", out,
                "--tokens-per-chunk", str(p.k)]
         cmd += ["--spin-us", str(a.spin_us)] if a.spin_us is not None else []
+        cmd += ["--workers", str(a.workers)]
         cmd += ["--rate", str(p.rate)] if p.rate else []
         cmd += ["--max-concurrency", str(p.max_conc)] if p.max_conc and p.kind != "concurrency" else []
         cmd += ["--concurrency", str(p.max_conc)] if p.kind == "concurrency" else []
-        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
                            timeout=600)
         if r.returncode != 0:
             raise SystemExit(f"client failed:\n{r.stderr[-3000:]}")
@@ -462,7 +485,8 @@ def orchestrate(a) -> None:
             points.append(streams_point(n, a.seconds))
         # open loop, short requests: schedule lag
         points.append(Point("poisson500", "poisson", 500.0, None, int(500 * a.seconds), 4, 10.0, 5.0))
-        print(f"client core {a.client_core}, server core {a.server_core}, nice {a.nice}; {a.seconds:g} s per point; "
+        print(f"client core(s) {a.client_core} ({a.workers} worker(s)), server core(s) {a.server_core}, nice {a.nice}; "
+              f"{a.seconds:g} s per point; "
               f"errors in ms (client time - server truth)", flush=True)
         cap = []
         for p in points:
@@ -488,7 +512,7 @@ def orchestrate(a) -> None:
                           flush=True)
         within = [c for c, err, _ in cap if err <= 1.0]
         if cap:
-            print(f"capacity: {max(within) if within else 0:.0f} chunks/s with p99 chunk error <= 1 ms "
+            print(f"capacity ({a.workers} client worker(s)): {max(within) if within else 0:.0f} chunks/s with p99 chunk error <= 1 ms "
                   f"(points: {', '.join(f'{c:.0f}/s p99 {err:.2f} ms' for c, err, _ in cap)})")
             us = min(u for _, _, u in cap)
             print(f"CPU bound: {us:.1f} us of client CPU per chunk (yield-spin before sends included) -> "
@@ -510,6 +534,7 @@ def main() -> None:
     s.add_argument("--tokens-per-chunk", type=int, default=1)
     s.add_argument("--truth")
     s.add_argument("--no-truth", action="store_true")
+    s.add_argument("--tag", default="0")
     c = sub.add_parser("client")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--kind", default="poisson")
@@ -522,11 +547,16 @@ def main() -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--out", required=True)
     c.add_argument("--spin-us", type=float)
+    c.add_argument("--workers", type=int, default=1)
     ap.add_argument("--streams", type=lambda v: [int(x) for x in v.split(",")], default=[32, 256, 512, 768, 1024])
     ap.add_argument("--only", help="comma-separated points: 32,512,poisson500")
     ap.add_argument("--seconds", type=float, default=4.0, help="offered-load seconds per point")
-    ap.add_argument("--client-core", default="0")
-    ap.add_argument("--server-core", default="1")
+    ap.add_argument("--client-core", default="0",
+                    help="taskset core list for the client (e.g. 0-3 with --workers 4)")
+    ap.add_argument("--server-core", default="1",
+                    help="comma-separated cores: one truth-server process on each (they share the port)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="our client: load-generator processes (client.workers), one schedule, one merged record")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--tokenizer", default=os.environ.get("TOKENFACTORY_TOKENIZER"),
                     help="tokenizer folder for vllm bench serve's random dataset (default: the tiny model)")
