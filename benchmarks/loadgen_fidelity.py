@@ -35,6 +35,7 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,18 @@ def _runq_wait_s() -> float:
     return total / 1e9
 
 
+def _realtime_offset() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC in ns (kernel socket timestamps are realtime)."""
+    best = None
+    for _ in range(20):  # the tightest bracket wins
+        a = perf_ns()
+        r = time.time_ns()
+        b = perf_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, r - (a + b) // 2)
+    return best[1]
+
+
 def _uvloop() -> None:
     try:
         import uvloop
@@ -74,8 +87,27 @@ class _Stream:
     __slots__ = ("seq", "sid", "transport", "recv_ns", "due0", "n", "i", "writes", "k", "cont")
 
 
+class _Conn:
+    """One accepted socket of the truth server: non-blocking, read through recvmsg so the
+    kernel's receive time of each request comes with its bytes."""
+
+    __slots__ = ("sock", "fd", "buf", "out", "closed")
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.fd, self.buf, self.out, self.closed = sock, sock.fileno(), b"", b"", False
+
+
+SO_TIMESTAMPNS = 35  # Linux: the kernel stamps each received segment (CLOCK_REALTIME, ns)
+_CMSG = socket.CMSG_SPACE(16)
+
+
 class TruthServer:
-    """Streams ``max_tokens`` chunks per request on a fixed schedule; records every write."""
+    """Streams ``max_tokens`` chunks per request on a fixed schedule; records every write.
+
+    A request's truth clock starts at the kernel's receive timestamp of its last segment
+    (SO_TIMESTAMPNS), not when this process got round to reading it: a busy server must not
+    charge its own read delay to the client under test.  Write times are taken just before
+    the ``send`` system call."""
 
     def __init__(self, first_ms: float, gap_ms: float, tokens_per_chunk: int, record: bool, tag: str = ""):
         self.tag = tag  # several server processes share the port: ids must not collide
@@ -88,54 +120,118 @@ class TruthServer:
         self.done: list[_Stream] = []
         self.wake: asyncio.Event | None = None
         self.late_ns: list[int] = []  # write time - due time: whether the server kept its schedule
+        self.recv_lag_ns: list[int] = []  # kernel receive -> this process parsed the request
         self.runq0, self.cpu0 = _runq_wait_s(), time.process_time()
 
-    def protocol(self):
-        server = self
+    def serve(self, loop, lsock: socket.socket) -> None:
+        self.loop = loop
+        self.real_off = _realtime_offset()
+        lsock.setblocking(False)
+        loop.add_reader(lsock.fileno(), self._accept, lsock)
 
-        class P(asyncio.Protocol):
-            def connection_made(self, transport):
-                self.t = transport
-                self.buf = b""
+    def _accept(self, lsock: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            c = _Conn(sock)
+            self.loop.add_reader(c.fd, self._read, c)
 
-            def data_received(self, data):
-                now = perf_ns()
-                self.buf += data
-                while True:
-                    i = self.buf.find(b"\r\n\r\n")
-                    if i < 0:
-                        return
-                    head = self.buf[:i].decode("latin-1")
-                    n = 0
-                    for line in head.split("\r\n")[1:]:
-                        k, _, v = line.partition(":")
-                        if k.strip().lower() == "content-length":
-                            n = int(v)
-                    if len(self.buf) < i + 4 + n:
-                        return
-                    body = self.buf[i + 4:i + 4 + n]
-                    self.buf = self.buf[i + 4 + n:]
-                    server.start(self.t, head, body, now)
+    def _read(self, c: _Conn) -> None:
+        kernel_ns = None
+        while True:
+            try:
+                data, anc, _, _ = c.sock.recvmsg(65536, _CMSG)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self._close(c)
+                return
+            c.buf += data
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, ns = struct.unpack("qq", raw[:16])
+                    kernel_ns = sec * 1_000_000_000 + ns - self.real_off
+        now = perf_ns()
+        recv = kernel_ns if kernel_ns is not None and kernel_ns <= now else now
+        while True:
+            i = c.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = c.buf[:i].decode("latin-1")
+            n = 0
+            for line in head.split("\r\n")[1:]:
+                k, _, v = line.partition(":")
+                if k.strip().lower() == "content-length":
+                    n = int(v)
+            if len(c.buf) < i + 4 + n:
+                return
+            body = c.buf[i + 4:i + 4 + n]
+            c.buf = c.buf[i + 4 + n:]
+            self.recv_lag_ns.append(now - recv)
+            self.start(c, head, body, recv)
 
-        return P
+    def write(self, c: _Conn, data: bytes) -> None:
+        if c.closed:
+            return
+        if c.out:  # earlier bytes still queued: keep the order
+            c.out += data
+            return
+        try:
+            sent = c.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._close(c)
+            return
+        if sent < len(data):
+            c.out = data[sent:]
+            self.loop.add_writer(c.fd, self._flush, c)
+
+    def _flush(self, c: _Conn) -> None:
+        try:
+            sent = c.sock.send(c.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(c)
+            return
+        c.out = c.out[sent:]
+        if not c.out:
+            self.loop.remove_writer(c.fd)
+
+    def _close(self, c: _Conn) -> None:
+        if c.closed:
+            return
+        c.closed = True
+        self.loop.remove_reader(c.fd)
+        if c.out:
+            self.loop.remove_writer(c.fd)
+        c.sock.close()
 
     def start(self, transport, head: str, body: bytes, now: int) -> None:
         path = head.split(" ", 2)[1] if " " in head else ""
         if path.startswith("/v1/models") or path.startswith("/health"):  # so the harness can use it as an engine
             js = orjson.dumps({"object": "list", "data": [{"id": "truth", "object": "model", "max_model_len": 4096}]})
-            transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                            % (len(js), js))
+            self.write(transport, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(js), js))
             return
         if not path.startswith("/v1/completions") and not path.startswith("/v1/chat/completions"):
-            transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            self.write(transport, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
             return
         req = orjson.loads(body) if body else {}
         if not req.get("stream"):
             js = orjson.dumps({"id": "tf-0", "object": "text_completion", "model": "truth",
                                "choices": [{"index": 0, "text": "ok", "finish_reason": "length"}],
                                "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
-            transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                            % (len(js), js))
+            self.write(transport, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(js), js))
             return
         s = _Stream()
         self.seq += 1
@@ -149,8 +245,8 @@ class TruthServer:
         s.writes = []
         s.k = self.k
         s.cont = bool((req.get("stream_options") or {}).get("continuous_usage_stats"))
-        transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                        b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+        self.write(transport, b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                   b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
         heapq.heappush(self.heap, (s.due0, self.seq, s))
         self.wake.set()
 
@@ -187,8 +283,8 @@ class TruthServer:
             due, _, s = heapq.heappop(heap)
             frame = self._frame(s)
             t = perf_ns()
-            if not s.transport.is_closing():
-                s.transport.write(frame)
+            if not s.transport.closed:
+                self.write(s.transport, frame)
             if self.record:
                 s.writes.append(t)
                 self.late_ns.append(t - due)
@@ -201,7 +297,7 @@ class TruthServer:
 
     def dump(self, path: str) -> None:
         out = {"streams": {s.sid: [s.recv_ns, s.writes] for s in self.done},
-               "late_ns": self.late_ns, "runq_s": _runq_wait_s() - self.runq0, "cpu_s": time.process_time() - self.cpu0}
+               "late_ns": self.late_ns, "recv_lag_ns": self.recv_lag_ns, "runq_s": _runq_wait_s() - self.runq0, "cpu_s": time.process_time() - self.cpu0}
         Path(path).write_bytes(orjson.dumps(out))
 
 
@@ -212,7 +308,12 @@ def server_main(a) -> None:
     async def main():
         loop = asyncio.get_running_loop()
         # reuse_port: with several server processes the kernel spreads connections over them
-        server = await loop.create_server(srv.protocol(), "127.0.0.1", a.port, backlog=4096, reuse_port=True)
+        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        lsock.bind(("127.0.0.1", a.port))
+        lsock.listen(4096)
+        srv.serve(loop, lsock)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
@@ -220,7 +321,7 @@ def server_main(a) -> None:
         print("ready", flush=True)
         await stop.wait()
         pump.cancel()
-        server.close()
+        lsock.close()
         if a.truth:
             srv.dump(a.truth)
 
@@ -267,6 +368,85 @@ def client_main(a) -> None:
     load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
     print(json.dumps({"cpu_s": cpu, "load_s": load_s, "runq_s": _runq_wait_s() - rq0, "wall_s": (perf_ns() - w0) / 1e9,
                       "peak_rss_mib": rss / 1024}), flush=True)
+
+
+# ============================================================================ the floor
+def floor_main(a) -> None:
+    """The least a Python client on uvloop can do per chunk: a bare Protocol that only stamps
+    its reads (no HTTP, SSE or JSON parsing, no records, no timeouts), on the same schedule.
+    Its CPU per read and its errors are the floor our client is compared with."""
+    import random
+
+    _uvloop()
+
+    class P(asyncio.Protocol):
+        def __init__(self):
+            self.reads, self.done = [], None
+
+        def connection_made(self, t):
+            self.t = t
+
+        def data_received(self, d):
+            self.reads.append((perf_ns(), d))
+            if d.endswith(b"0\r\n\r\n"):
+                self.done.set_result(None)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        body = orjson.dumps({"model": "truth", "prompt": "hello", "max_tokens": a.tokens, "stream": True})
+        req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        pool = [(await loop.create_connection(P, "127.0.0.1", a.port))[1] for _ in range(a.conns)]
+        free = list(pool)
+        rng = random.Random(a.seed)
+        t = perf_ns() + 5_000_000
+        t0, cpu0, sent, futs = t, time.process_time(), [], []
+        for _ in range(a.num):
+            t += int(rng.expovariate(a.rate) * 1e9)
+            d = (t - perf_ns()) / 1e9
+            if d > 0:
+                await asyncio.sleep(d)
+            p = free.pop() if free else (await loop.create_connection(P, "127.0.0.1", a.port))[1]
+            p.done = loop.create_future()
+            p.done.add_done_callback(lambda _f, p=p: free.append(p))
+            start = len(p.reads)
+            sent.append((p, start, perf_ns()))
+            p.t.write(req)
+            futs.append(p.done)
+        await asyncio.gather(*futs)
+        return time.process_time() - cpu0, (perf_ns() - t0) / 1e9, sent, pool
+
+    cpu, load_s, sent, pool = asyncio.run(go())
+    # Offline (outside the measured loop): which read completed each output event.
+    sys.path.insert(0, str(ROOT))
+    from loadgen.http1 import ChunkedDecoder
+    from loadgen.sse import SSEDecoder
+
+    rows, n_reads = [], sum(len(p.reads) for p in pool)
+    ends = {}
+    for p, start, _ in sent:
+        ends.setdefault(id(p), []).append(start)
+    for p, start, sent_ns in sent:
+        nxt = [s for s in ends[id(p)] if s > start]
+        reads = p.reads[start:min(nxt) if nxt else len(p.reads)]
+        head_done, dec, sse, sid, chunks = False, ChunkedDecoder(), SSEDecoder(), None, []
+        for ns, d in reads:
+            if not head_done:
+                i = d.find(b"\r\n\r\n")
+                if i < 0:
+                    continue
+                head_done, d = True, d[i + 4:]
+            pieces = []
+            dec.feed(d, pieces)
+            for ev in sse.feed(b"".join(pieces)):
+                if ev == b"[DONE]":
+                    continue
+                obj = orjson.loads(ev)
+                if obj.get("choices"):
+                    sid = sid or obj.get("id")
+                    chunks.append(ns)
+        rows.append((sid, sent_ns, chunks))
+    Path(a.out).write_bytes(orjson.dumps({"cpu_s": cpu, "load_s": load_s, "reads": n_reads, "rows": rows}))
 
 
 # ============================================================================ orchestration
@@ -324,18 +504,21 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def _truth(path: str):
     """The server processes' records, merged: streams by id, lateness, runnable-waiting seconds."""
-    streams, late, runq = {}, [], 0.0
+    streams, late, rlag, runq = {}, [], [], 0.0
     for f in sorted(glob.glob(f"{glob.escape(path)}.*")):
         d = orjson.loads(Path(f).read_bytes())
         streams.update(d["streams"])
         late.append(np.asarray(d["late_ns"], dtype=np.float64))
+        rlag.append(np.asarray(d["recv_lag_ns"], dtype=np.float64))
         runq += d["runq_s"]
-    return streams, np.concatenate(late) if late else np.empty(0), runq
+    cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
+    return streams, cat(late), cat(rlag), runq
 
 
 def _errors(rows, streams):
     """rows: iterable of (sid, sent_ns, chunk_ns list, scheduled_ns) -> error arrays (ms)."""
     ttft_true, ttft_meas, chunk_err, lag, itl_true, itl_meas = [], [], [], [], [], []
+    send_err, all_w, spans = [], [], []
     n_chunks = 0
     t_lo, t_hi = np.inf, -np.inf
     unmatched = 0
@@ -350,7 +533,10 @@ def _errors(rows, streams):
         c = np.asarray(chunks[:m], dtype=np.int64)
         ttft_true.append((w[0] - recv) / 1e6)
         ttft_meas.append((c[0] - sent) / 1e6)
+        send_err.append((recv - sent) / 1e6)  # client's send stamp -> request in the server's kernel
         chunk_err.append((c - w) / 1e6)
+        all_w.append(w)
+        spans.append((recv, w[-1]))
         itl_true.append(np.diff(w) / 1e6)
         itl_meas.append(np.diff(c) / 1e6)
         if sched is not None:
@@ -358,9 +544,20 @@ def _errors(rows, streams):
         n_chunks += m
         t_lo, t_hi = min(t_lo, w[0]), max(t_hi, w[-1])
     cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
+    # The window average understates a Poisson ramp's plateau: also the busiest second and
+    # the most streams open at once (a request counts from its arrival to its last chunk).
+    peak, in_flight = 0.0, 0
+    if n_chunks:
+        ws = cat(all_w)
+        peak = float(np.histogram(ws, bins=np.arange(t_lo, t_hi + 1_000_000_000, 1_000_000_000))[0].max()) \
+            if t_hi - t_lo >= 1_000_000_000 else n_chunks / ((t_hi - t_lo) / 1e9)
+        ev = np.array([(r, 1) for r, _ in spans] + [(e, -1) for _, e in spans], dtype=np.int64)
+        ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]
+        in_flight = int(np.cumsum(ev[:, 1]).max())
     return {"ttft_true": np.asarray(ttft_true), "ttft_meas": np.asarray(ttft_meas),
             "chunk_err": cat(chunk_err), "lag": np.asarray(lag), "itl_true": cat(itl_true),
             "itl_meas": cat(itl_meas), "chunks_per_s": n_chunks / ((t_hi - t_lo) / 1e9) if n_chunks else 0.0,
+            "peak_chunks_per_s": peak, "max_in_flight": in_flight, "send_err": np.asarray(send_err),
             "matched": len(ttft_true), "unmatched": unmatched, "n_chunks": n_chunks}
 
 
@@ -388,14 +585,42 @@ def run_ours(p: Point, a, tmp: str) -> dict:
     import pyarrow.parquet as pq
 
     t = pq.read_table(out, columns=["response_id", "sent_ns", "chunk_ns", "scheduled_ns", "status"]).to_pydict()
-    streams, late, srv_runq = _truth(truth)
+    streams, late, rlag, srv_runq = _truth(truth)
     bad = sum(s != "ok" for s in t["status"])
     e = _errors(zip(t["response_id"], t["sent_ns"], t["chunk_ns"], t["scheduled_ns"]), streams)
     e.update(cpu=cstats["cpu_s"] / cstats["load_s"], runq=cstats["runq_s"] / cstats["load_s"],
-             srv_runq=srv_runq / cstats["load_s"], late=late, failed=bad, rss=cstats["peak_rss_mib"],
+             srv_runq=srv_runq / cstats["load_s"], late=late, rlag=rlag, failed=bad, rss=cstats["peak_rss_mib"],
              req_per_s=len(t["status"]) / cstats["load_s"],
              cpu_us_per_chunk=cstats["cpu_s"] * 1e6 / max(e["n_chunks"], 1))
     return e
+
+
+def run_floor(p: Point, a, tmp: str) -> dict:
+    port = _free_port()
+    truth = os.path.join(tmp, f"truth-floor-{p.name}.json")
+    out = os.path.join(tmp, f"floor-{p.name}.json")
+    srv = _start_server(p, port, truth, a.server_core)
+    try:
+        cmd = _pin(a.client_core.split(",")[0].split("-")[0]) + [
+            sys.executable, __file__, "floor", "--port", str(port), "--rate", str(p.rate), "--num", str(p.num),
+            "--tokens", str(p.tokens), "--conns", str(_our_prewarm(p)), "--out", out]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise SystemExit(f"floor client failed:\n{r.stderr[-3000:]}")
+    finally:
+        _stop(srv)
+    d = orjson.loads(Path(out).read_bytes())
+    streams, late, rlag, srv_runq = _truth(truth)
+    e = _errors(((sid, sent, chunks, None) for sid, sent, chunks in d["rows"]), streams)
+    e.update(cpu=d["cpu_s"] / d["load_s"], runq=float("nan"), srv_runq=srv_runq / d["load_s"], late=late, rlag=rlag,
+             failed=len(d["rows"]) - e["matched"], rss=float("nan"),
+             cpu_us_per_chunk=d["cpu_s"] * 1e6 / max(d["reads"], 1))
+    return e
+
+
+def _our_prewarm(p: Point) -> int:
+    """As many connections as our client prewarms for this point (loadgen.dispatch)."""
+    return min(int(p.rate or 0) + 1, 256) if p.rate else 16
 
 
 def run_vllm(p: Point, a, tmp: str) -> dict | None:
@@ -431,7 +656,7 @@ def run_vllm(p: Point, a, tmp: str) -> dict | None:
         print("  vllm bench serve wrote no result file", flush=True)
         return None
     d = json.loads(Path(files[0]).read_text())
-    streams, late, srv_runq = _truth(truth)
+    streams, late, rlag, srv_runq = _truth(truth)
     rows = []
     for st, ttft, itl, text in zip(d["start_times"], d["ttfts"], d["itls"], d["generated_texts"]):
         sid = (text or "").split(" ", 1)[0]
@@ -440,7 +665,7 @@ def run_vllm(p: Point, a, tmp: str) -> dict | None:
         chunks = [first] + list(first + np.cumsum(np.asarray(itl) * 1e9).round().astype(np.int64))
         rows.append((sid, sent, chunks, None))
     e = _errors(rows, streams)
-    e.update(cpu=float("nan"), runq=float("nan"), srv_runq=float("nan"), late=late, failed=len(d["start_times"]) - e["matched"], rss=float("nan"))
+    e.update(cpu=float("nan"), runq=float("nan"), srv_runq=float("nan"), late=late, rlag=rlag, failed=len(d["start_times"]) - e["matched"], rss=float("nan"))
     return e
 
 
@@ -448,14 +673,17 @@ def _line(tag: str, e: dict) -> str:
     tt, tm = e["ttft_true"], e["ttft_meas"]
     terr = tm - tt if tt.size else np.empty(0)
     ce = e["chunk_err"]
-    return (f"  {tag:<6} ok {e['matched']:>5} fail {e['failed']:>3} | {e['chunks_per_s']:>7.0f} ch/s | "
+    return (f"  {tag:<6} ok {e['matched']:>5} fail {e['failed']:>3} | {e['chunks_per_s']:>7.0f} ch/s "
+            f"(busiest second {e['peak_chunks_per_s']:>6.0f}, {e['max_in_flight']} streams open at most) | "
             f"TTFT p50 {_pct(tt, 50):6.1f}->{_pct(tm, 50):6.1f} p99 {_pct(tt, 99):6.1f}->{_pct(tm, 99):6.1f} ms "
             f"| TTFT err p50/p99/p99.9 {_pct(terr, 50):6.3f}/{_pct(terr, 99):6.3f}/{_pct(terr, 99.9):6.3f} "
             f"| chunk err p50/p99/p99.9 {_pct(ce, 50):6.3f}/{_pct(ce, 99):6.3f}/{_pct(ce, 99.9):6.3f} ms "
+            f"| send->server kernel p50/p99 {_pct(e['send_err'], 50):6.3f}/{_pct(e['send_err'], 99):6.3f} ms "
             f"| ITL p99 {_pct(e['itl_true'], 99):5.1f}->{_pct(e['itl_meas'], 99):5.1f} "
             f"| lag p50/p99 {_pct(e['lag'], 50):6.3f}/{_pct(e['lag'], 99):6.3f} ms "
             f"| client CPU {e['cpu'] * 100:3.0f}% ({e.get('cpu_us_per_chunk', float('nan')):4.1f} us/chunk), runnable-waiting {e['runq'] * 100:3.0f}% "
-            f"| server late p99 {_pct(e['late'], 99) / 1e6:5.2f} ms, runnable-waiting {e['srv_runq'] * 100:3.0f}%")
+            f"| server late p99 {_pct(e['late'], 99) / 1e6:5.2f} ms, read lag p99 {_pct(e['rlag'], 99) / 1e6:5.2f} ms, "
+            f"runnable-waiting {e['srv_runq'] * 100:3.0f}%")
 
 
 def streams_point(n: int, seconds: float, tokens: int = 100, first_ms: float = 50, gap_ms: float = 20) -> Point:
@@ -497,6 +725,11 @@ def orchestrate(a) -> None:
                   f"{p.tokens} chunks (first {p.first_ms:g} ms, then every {p.gap_ms:g} ms)", flush=True)
             e = run_ours(p, a, tmp)
             print(_line("ours", e), flush=True)
+            if a.floor and p.kind == "poisson":
+                f = run_floor(p, a, tmp)
+                print(_line("floor", f), flush=True)
+                print(f"         CPU per chunk: ours/floor = {e['cpu_us_per_chunk'] / f['cpu_us_per_chunk']:.2f}x",
+                      flush=True)
             if p.name.startswith("s"):
                 cap.append((e["chunks_per_s"], _pct(e["chunk_err"], 99), e["cpu_us_per_chunk"]))
             if vllm_ok:
@@ -535,6 +768,14 @@ def main() -> None:
     s.add_argument("--truth")
     s.add_argument("--no-truth", action="store_true")
     s.add_argument("--tag", default="0")
+    f = sub.add_parser("floor")
+    f.add_argument("--port", type=int, required=True)
+    f.add_argument("--rate", type=float, required=True)
+    f.add_argument("--num", type=int, required=True)
+    f.add_argument("--tokens", type=int, default=100)
+    f.add_argument("--conns", type=int, default=16)
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--out", required=True)
     c = sub.add_parser("client")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--kind", default="poisson")
@@ -560,6 +801,8 @@ def main() -> None:
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--tokenizer", default=os.environ.get("TOKENFACTORY_TOKENIZER"),
                     help="tokenizer folder for vllm bench serve's random dataset (default: the tiny model)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run a bare uvloop client that only stamps reads: the floor of CPU and error")
     ap.add_argument("--memory", type=int, help="instead: run N tiny requests and print the client's peak RSS")
     ap.add_argument("--keep", action="store_true", help="keep the raw files")
     ap.add_argument("--spin-us", type=float, help="our client: yield-spin before each scheduled send (default 500)")
@@ -570,6 +813,8 @@ def main() -> None:
         server_main(a)
     elif a.role == "client":
         client_main(a)
+    elif a.role == "floor":
+        floor_main(a)
     else:
         global NICE
         NICE = a.nice

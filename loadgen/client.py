@@ -363,6 +363,11 @@ class StreamingClient:
         self._active: dict[int, object] = {}   # id(rec) -> _Conn or connecting task
         self._dirty: list[_Conn] = []          # connections with stamped, unparsed reads
         self._flush_soon = False
+        # Open loop, the pool can run dry (more in flight than were prewarmed); a request
+        # that finds it empty waits for a TCP connect, which is charged to its send lag.
+        # Below this many idle connections, more are opened in the background.
+        self._low_water = 0
+        self._topping: asyncio.Task | None = None
 
     def _stamped(self, conn: _Conn) -> None:
         self._dirty.append(conn)
@@ -381,6 +386,8 @@ class StreamingClient:
         return self
 
     async def __aexit__(self, *exc):
+        if self._topping is not None:
+            self._topping.cancel()
         for c in list(self._active.values()):
             if isinstance(c, _Conn):
                 c.cancel()
@@ -417,16 +424,39 @@ class StreamingClient:
         self._all.add(conn)
         return conn
 
-    async def prewarm(self, n: int) -> int:
-        """Open up to ``n`` idle connections before the measured window; returns how many are idle."""
+    async def prewarm(self, n: int, top_up: bool = True) -> int:
+        """Open up to ``n`` idle connections before the measured window; returns how many are idle.
+
+        With ``top_up``, the pool is kept from running dry afterwards: once fewer than a
+        quarter of ``n`` (at least 4) are idle, that many more are opened in the background."""
         want = max(int(n) - len(self._idle), 0)
+        opened = await self._open_idle(want)
+        if top_up and opened == want:
+            self._low_water = max(int(n) // 4, 4)
+        return len(self._idle)
+
+    async def _open_idle(self, want: int) -> int:
+        """Open ``want`` connections into the idle pool, 64 at a time; stops at the first failure."""
+        opened = 0
         for i in range(0, want, 64):
             got = await asyncio.gather(*(self._connect() for _ in range(min(64, want - i))), return_exceptions=True)
-            errs = [g for g in got if isinstance(g, BaseException)]
-            self._idle.extend(g for g in got if isinstance(g, _Conn))
-            if errs:
+            conns = [g for g in got if isinstance(g, _Conn)]
+            self._idle.extend(conns)
+            opened += len(conns)
+            if len(conns) < len(got):
                 break
-        return len(self._idle)
+        return opened
+
+    def _maybe_top_up(self) -> None:
+        if len(self._idle) < self._low_water and self._topping is None:
+            self._topping = self.loop.create_task(self._top_up())
+
+    async def _top_up(self) -> None:
+        try:
+            if await self._open_idle(self._low_water) < self._low_water:
+                self._low_water = 0  # the server refuses more connections: stop trying
+        finally:
+            self._topping = None
 
     def _forget(self, conn: _Conn) -> None:
         self._all.discard(conn)
@@ -444,8 +474,12 @@ class StreamingClient:
             conn = self._idle.pop()
             if not conn.closed and not conn.transport.is_closing():
                 conn.begin(rec, payload, fut)
+                if self._low_water:
+                    self._maybe_top_up()
                 return fut
         self._open_and_begin(rec, payload, fut)
+        if self._low_water:
+            self._maybe_top_up()
         return fut
 
     def _open_and_begin(self, rec, payload, fut, retried: bool = False) -> None:

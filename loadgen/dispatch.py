@@ -165,7 +165,8 @@ class Dispatcher:
             items = itertools.islice(items, int(spec.num_requests))
         prewarm = getattr(self.client, "prewarm", None)
         if prewarm is not None:
-            await prewarm(self._prewarm_count(spec))
+            # Closed loop or capped: the users never need more connections than were opened.
+            await prewarm(self._prewarm_count(spec), top_up=spec.kind != "concurrency" and not spec.max_concurrency)
         frozen = _freeze_gc()
         # A background thread (telemetry sampler, record writer) holding the GIL when the loop
         # wakes would keep it waiting up to the switch interval (5 ms by default).

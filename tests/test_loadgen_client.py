@@ -176,3 +176,34 @@ def test_connection_refused_is_a_connection_error():
         port = s.getsockname()[1]
     (rec,) = _send(f"http://127.0.0.1:{port}")
     assert rec.status == "connection_error" and rec.sent_ns is not None
+
+
+def _pool_run(url, top_up: bool):
+    cfg = ClientConfig(base_url=url, model="m")
+
+    async def go():
+        async with StreamingClient(cfg) as c:
+            assert await c.prewarm(8, top_up=top_up) == 8
+            futs = [c.start(RequestRecord(request_id=f"r{i}", scheduled_ns=0), c.body("hi", 4)) for i in range(7)]
+            await asyncio.sleep(0.15)  # the responses take 0.3 s: all 7 still in flight
+            idle_mid = len(c._idle)
+            return idle_mid, await asyncio.gather(*futs)
+
+    return asyncio.run(go())
+
+
+def test_open_loop_pool_is_topped_up_in_the_background_before_it_runs_dry():
+    def script(req, k):
+        return [HEAD_CHUNKED, 0.3, chunk(event(completion(f"s-{k}", "z", "stop")) + event(b"[DONE]")) + END]
+
+    # 8 prewarmed, 7 taken: below the low-water mark (max(8 // 4, 4) = 4 idle) four more open.
+    with FakeServer(script) as srv:
+        idle_mid, recs = _pool_run(srv.url, top_up=True)
+    assert [r.status for r in recs] == ["ok"] * 7
+    assert idle_mid == 1 + 4
+    assert srv.connections == 12
+    # Closed loop (no top-up): the users' own connections are all there is.
+    with FakeServer(script) as srv:
+        idle_mid, recs = _pool_run(srv.url, top_up=False)
+    assert [r.status for r in recs] == ["ok"] * 7
+    assert idle_mid == 1 and srv.connections == 8
