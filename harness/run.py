@@ -332,6 +332,7 @@ class Experiment:
         summary.update({
             "label": spec.label, "offered_load": offered_load(spec.load), "load_kind": spec.load.get("kind"),
             "client_cpu_s": client_cpu_s, "client_cpu_util": client_cpu_s / load_s if load_s > 0 else float("nan"),
+            "chunk_timestamps": stats.get("timestamp_source", "read"),  # kernel receive stamps or read times
             "engine_alive_after": engine_alive,
             "engine_startup_s": (self.engine.ready_ns - self.engine.started_ns) / 1e9,
             "cache_state": cache_state,

@@ -1,11 +1,14 @@
 """The streaming client: one request in, one ``RequestRecord`` out, timed at the socket.
 
-A pool of keep-alive HTTP/1.1 connections serves every request of a run; each is an
-asyncio ``Protocol`` whose ``data_received`` reads ``time.perf_counter_ns()`` before it
-parses anything, so the time of a chunk is when its bytes arrived, not when a task got to
-it (a library stream reader adds a task switch and its buffering per read, which under
-hundreds of streams becomes milliseconds).  The SSE events a read completes share its
-time; an event split over reads gets the time of the read that completed it.  Output tokens come from the server's
+A pool of keep-alive HTTP/1.1 connections serves every request of a run.  On plain TCP
+under Linux a read's time is the kernel's receive timestamp of its bytes
+(``loadgen.stamped_socket``): when they reached this host, whatever the event loop was busy
+with.  Elsewhere (TLS, other systems) each connection is an asyncio ``Protocol`` whose
+``data_received`` reads ``time.perf_counter_ns()`` before it parses anything (a library
+stream reader would add a task switch and its buffering per read, which under hundreds of
+streams becomes milliseconds).  Parsing waits for a deferred pass either way.  The SSE
+events a read completes share its time; an event split over reads gets the time of the
+read that completed it.  Output tokens come from the server's
 ``usage`` (requested with ``stream_options.include_usage``, per chunk where the engine
 offers ``continuous_usage_stats``); the tokenizer is the fallback, and the row says which.
 """
@@ -23,6 +26,7 @@ import orjson
 from loadgen.http1 import ChunkedDecoder, parse_head
 from loadgen.records import RequestRecord
 from loadgen.sse import SSEDecoder
+from loadgen.stamped_socket import ReadClock, kernel_stamps_supported, open_stamped
 
 perf_ns = time.perf_counter_ns
 
@@ -50,6 +54,7 @@ class ClientConfig:
     extra_body: dict = field(default_factory=dict)  # the engine's dialect: ignore_eos, min_tokens, ...
     continuous_usage: bool = False
     exact_output: bool = True         # ask for exactly max_tokens (min_tokens where the dialect allows)
+    kernel_timestamps: bool = True    # chunk times from the kernel's receive stamps where available
 
     @property
     def url(self) -> str:
@@ -98,10 +103,13 @@ class _Conn(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        # Stamp and stash only; parsing waits until every socket of this poll round has been
-        # stamped (one deferred pass per round), so a burst of chunks on many connections
-        # is timed at arrival instead of after the parsing of the ones before it.
-        self.inbox.append((perf_ns(), data))
+        self.data_received_at(data, perf_ns())
+
+    def data_received_at(self, data: bytes, ns: int) -> None:
+        # Stash only; parsing waits until every socket of this poll round has been read
+        # (one deferred pass per round), so a burst of chunks on many connections is timed
+        # at arrival instead of after the parsing of the ones before it.
+        self.inbox.append((ns, data))
         if not self.queued:
             self.queued = True
             self.client._stamped(self)
@@ -368,6 +376,7 @@ class StreamingClient:
         # Below this many idle connections, more are opened in the background.
         self._low_water = 0
         self._topping: asyncio.Task | None = None
+        self._clock = ReadClock() if (cfg.kernel_timestamps and not self.ssl and kernel_stamps_supported()) else None
 
     def _stamped(self, conn: _Conn) -> None:
         self._dirty.append(conn)
@@ -416,11 +425,22 @@ class StreamingClient:
     def _request(self, payload: bytes) -> bytes:
         return self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
 
+    @property
+    def timestamp_source(self) -> str:
+        """Where chunk times come from: ``kernel`` (SO_TIMESTAMPNS) or ``read`` (perf_counter at the read)."""
+        return "kernel" if self._clock is not None else "read"
+
     async def _connect(self) -> _Conn:
         t = self.cfg.timeouts
-        ssl = True if self.ssl else None
-        _, conn = await asyncio.wait_for(
-            self.loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=ssl), t.connect_s)
+        if self._clock is not None:
+            tr, conn = await asyncio.wait_for(
+                open_stamped(self.loop, self.host, self.port, lambda: _Conn(self), self._clock), t.connect_s)
+            if not tr.stamps:  # the socket refused SO_TIMESTAMPNS: read times from now on
+                self._clock = None
+        else:
+            ssl = True if self.ssl else None
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=ssl), t.connect_s)
         self._all.add(conn)
         return conn
 

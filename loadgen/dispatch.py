@@ -197,7 +197,8 @@ class Dispatcher:
             if self.in_flight:
                 await asyncio.gather(*self.in_flight, return_exceptions=True)
             await asyncio.sleep(0)  # let the futures' done-callbacks store the cancelled records
-        return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent}
+        return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent,
+                "timestamp_source": getattr(self.client, "timestamp_source", "read")}
 
     @staticmethod
     def _prewarm_count(spec: LoadSpec) -> int:

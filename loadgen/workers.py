@@ -228,6 +228,8 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
         if len(seen) != sent:
             raise RuntimeError(f"workers sent {sent} requests but recorded {len(seen)}")
         return {"start_ns": t0, "end_ns": max(r["end_ns"] for r in results), "sent": sent,
+                # "read" if any worker fell back to read times
+                "timestamp_source": min((r.get("timestamp_source", "read") for r in results), key=("read", "kernel").index),
                 "client_cpu_s": sum(r["cpu_s"] for r in results), "workers": n}
     finally:
         for p in procs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.records import RequestRecord
@@ -207,3 +208,35 @@ def test_open_loop_pool_is_topped_up_in_the_background_before_it_runs_dry():
         idle_mid, recs = _pool_run(srv.url, top_up=False)
     assert [r.status for r in recs] == ["ok"] * 7
     assert idle_mid == 1 and srv.connections == 8
+
+
+def _late_reader(url, kernel: bool):
+    """One request whose only output chunk arrives while the client's loop is blocked."""
+    cfg = ClientConfig(base_url=url, model="m", kernel_timestamps=kernel)
+
+    async def go():
+        async with StreamingClient(cfg) as c:
+            await c.prewarm(1)  # so that start() writes at once
+            fut = c.start(RequestRecord(request_id="r0", scheduled_ns=0), c.body("hi", 1))
+            time.sleep(0.25)  # the event loop is busy elsewhere while the bytes arrive
+            unblocked = time.perf_counter_ns()
+            return c.timestamp_source, unblocked, await fut
+
+    return asyncio.run(go())
+
+
+def test_kernel_receive_stamps_time_a_chunk_the_loop_read_late():
+    def script(req, k):
+        return [HEAD_CHUNKED, 0.05,
+                chunk(event(completion("s-k", "a", "length"))) + chunk(event(b"[DONE]")) + END]
+
+    with FakeServer(script) as srv:
+        source, unblocked, rec = _late_reader(srv.url, kernel=True)
+        written = srv.writes[-1][1]
+    assert source == "kernel" and rec.status == "ok", rec.error
+    assert 0 <= rec.chunk_ns[0] - written < 5_000_000          # when the bytes reached this host
+    assert unblocked - rec.chunk_ns[0] > 150_000_000          # not when the loop got to them
+    with FakeServer(script) as srv:
+        source, unblocked, rec = _late_reader(srv.url, kernel=False)
+    assert source == "read" and rec.status == "ok"
+    assert rec.chunk_ns[0] >= unblocked                       # the read time, after the stall
