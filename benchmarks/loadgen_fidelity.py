@@ -1,9 +1,10 @@
 """How far the load generator's clock is from the truth, under heavy streaming load.
 
-A ground-truth streaming server (``server`` role, pinned to one core) answers
-``/v1/completions`` with an exactly known schedule (first chunk ``--first-ms`` after the
-request arrived, then one chunk every ``--gap-ms``), records the monotonic time just before
-it writes every chunk, and puts its own request id in the stream's ``id`` field (and at the
+A ground-truth streaming server (``server`` role, pinned to one core; one process per core
+given, sharing the port) answers ``/v1/completions`` with an exactly known schedule (first
+chunk ``--first-ms`` after the request arrived, by the kernel's receive stamp of the
+request, then one chunk every ``--gap-ms``), records the monotonic time just before it
+writes every chunk, and puts its own request id in the stream's ``id`` field (and at the
 start of the text, for clients that keep only text).  The load generator (``client`` role,
 pinned to the other core with ``taskset``) runs a load point through tokenfactory's
 Dispatcher and StreamingClient; its rows are matched to the server's through
@@ -16,11 +17,17 @@ the host), so client and server times compare directly.
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py            # all points
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --only 512 --no-vllm
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --memory 100000
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --only 512 --floor --nice -10
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --workers 4 --client-core 0-3 \
+        --server-core 8,9,10,11 --streams 512,1024,2048 --no-vllm          # a many-core host
 
 Figures (per point): truth vs measured TTFT, TTFT error and per-chunk delivery error
-(client receive time - server write time) at p50/p99/p99.9, schedule lag, chunks/s
-delivered, client CPU use; then the capacity (the most chunks/s with p99 chunk error
-<= 1 ms).  Keep each point a few seconds: the machine is shared and noisy.
+(client receive time - server write time) at p50/p99/p99.9, the client's send stamp to the
+server kernel's receive stamp, schedule lag, chunks/s delivered (window average and busiest
+second), client CPU use; then the capacity (the most chunks/s with p99 chunk error
+<= 1 ms).  ``--floor`` adds a bare uvloop client that only stamps its reads (no parsing, no
+records): the floor of CPU per chunk and of error for a Python client timed at the read.
+Keep each point a few seconds: the machine is shared and noisy.
 """
 
 from __future__ import annotations
