@@ -26,7 +26,7 @@ import orjson
 from loadgen.http1 import ChunkedDecoder, parse_head
 from loadgen.records import RequestRecord
 from loadgen.sse import SSEDecoder
-from loadgen.stamped_socket import ReadClock, kernel_stamps_supported, open_stamped
+from loadgen.stamped_socket import ReadClock, kernel_stamps_supported, open_stamped, resolve
 
 perf_ns = time.perf_counter_ns
 
@@ -377,6 +377,7 @@ class StreamingClient:
         self._low_water = 0
         self._topping: asyncio.Task | None = None
         self._clock = ReadClock() if (cfg.kernel_timestamps and not self.ssl and kernel_stamps_supported()) else None
+        self._addrs: list | None = None
 
     def _stamped(self, conn: _Conn) -> None:
         self._dirty.append(conn)
@@ -433,8 +434,10 @@ class StreamingClient:
     async def _connect(self) -> _Conn:
         t = self.cfg.timeouts
         if self._clock is not None:
+            if self._addrs is None:
+                self._addrs = await asyncio.wait_for(resolve(self.loop, self.host, self.port), t.connect_s)
             tr, conn = await asyncio.wait_for(
-                open_stamped(self.loop, self.host, self.port, lambda: _Conn(self), self._clock), t.connect_s)
+                open_stamped(self.loop, self._addrs, lambda: _Conn(self), self._clock), t.connect_s)
             if not tr.stamps:  # the socket refused SO_TIMESTAMPNS: read times from now on
                 self._clock = None
         else:

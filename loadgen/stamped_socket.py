@@ -66,11 +66,16 @@ class ReadClock:
         return self.value if now - self.at < 1_000_000_000 else self.refresh()
 
 
-async def open_stamped(loop, host: str, port: int, protocol_factory, clock: ReadClock):
-    """Connect (non-blocking, every resolved address in turn) and wrap the socket."""
+async def resolve(loop, host: str, port: int) -> list:
+    """``getaddrinfo`` for TCP, once per client (it goes through a thread pool)."""
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     if not infos:
         raise OSError(f"could not resolve {host!r}")
+    return infos
+
+
+async def open_stamped(loop, infos: list, protocol_factory, clock: ReadClock):
+    """Connect (non-blocking, every resolved address of ``resolve`` in turn) and wrap the socket."""
     err: OSError | None = None
     for family, type_, proto, _, addr in infos:
         sock = socket.socket(family, type_, proto)
