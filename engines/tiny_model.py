@@ -4,6 +4,14 @@ Serving performance does not depend on weight values, so a random model lets any
 harness on a laptop CPU without downloading weights.  The build is deterministic (fixed seeds)
 and cached under a folder named after its parameters, so every run of the same version serves
 the same model.
+
+The model cannot generate a token whose text is empty or incomplete on its own: special
+tokens (a streaming server skips them), lone bytes of multi-byte UTF-8 characters (a streaming
+detokenizer holds them back until the character completes, which a random model never does)
+and control characters.  Left reachable, a random model that settles into repeating one of
+them streams no text at all while generating ``max_tokens`` tokens (builder version 1 did so
+for about 1 request in 300).  End-of-text is among them, so every output runs to
+``max_tokens``.  ``forbid_tokens`` explains how.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ TINY_SPEC = {
     "max_position_embeddings": 4096,
     "seed": 1234,
     "corpus_lines": 4000,
-    "builder_version": 1,
+    "forbid_residual": 0.1,
+    "forbid_logit_scale": 100.0,
+    "builder_version": 2,
 }
 
 CHAT_TEMPLATE = (
@@ -71,6 +81,39 @@ def _corpus(n_lines: int, seed: int) -> list[str]:
         sent = rng.choices(words, weights=weights, k=n)
         lines.append(" ".join(sent).capitalize() + rng.choice([".", ".", "?", "!", ","]))
     return lines
+
+
+def unstreamable_ids(tokenizer) -> list[int]:
+    """Token ids whose text on its own is empty, has an incomplete UTF-8 character (U+FFFD)
+    or a control character other than newline and tab."""
+    ids = list(range(len(tokenizer)))
+    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=True)
+    special = set(tokenizer.all_special_ids)
+    return [i for i, t in zip(ids, texts)
+            if i in special or not t or "\ufffd" in t or not all(c.isprintable() or c in "\n\t" for c in t)]
+
+
+def forbid_tokens(model, ids: list[int], residual: float, scale: float) -> None:
+    """Make ``ids`` unreachable for greedy decoding and sampling alike, whatever the context.
+
+    Llama's output layer has no bias, so the model gets one: the last hidden dimension of every
+    token embedding holds the constant ``residual`` and no layer writes to it (its rows of
+    o_proj and down_proj are zero), so after the final RMSNorm it is positive at every
+    position.  The forbidden tokens' output rows read only that dimension, with weight
+    ``-scale``; every other row ignores it.  Their logits stay far below every other token's.
+    """
+    import torch
+
+    k = model.config.hidden_size - 1
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, k] = residual
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[k, :] = 0.0
+            layer.mlp.down_proj.weight[k, :] = 0.0
+        head = model.lm_head.weight
+        head[:, k] = 0.0
+        head[ids, :] = 0.0
+        head[ids, k] = -scale
 
 
 def build_tiny_model(out_dir: str | os.PathLike, spec: dict | None = None) -> Path:
@@ -120,12 +163,15 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: dict | None = None) -> Pa
             torch_dtype="float32",
         )
         model = LlamaForCausalLM(cfg)
+        forbidden = unstreamable_ids(fast)
+        forbid_tokens(model, forbidden, spec["forbid_residual"], spec["forbid_logit_scale"])
         model.generation_config = GenerationConfig(
             bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
             do_sample=False,
         )
         model.save_pretrained(tmp)
-        (tmp / "tokenfactory_tiny.json").write_text(json.dumps({"spec": spec, "digest": spec_digest(spec)}, indent=2))
+        (tmp / "tokenfactory_tiny.json").write_text(json.dumps(
+            {"spec": spec, "digest": spec_digest(spec), "forbidden_ids": forbidden}, indent=2))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
