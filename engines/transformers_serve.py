@@ -2,8 +2,8 @@
 
 Its OpenAI-compatible server rejects fields it does not know (HTTP 422), ``ignore_eos`` and
 ``min_tokens`` among them, so its dialect sends only ``max_tokens``.  The embedded tiny model
-decodes greedily and never ranks its end-of-text token first in practice, so outputs run to
-``max_tokens``; each row's ``finish_reason`` shows where that did not hold.
+cannot generate its end-of-text token (engines/tiny_model.py), so outputs run to
+``max_tokens``; with another model each row's ``finish_reason`` shows where they stopped early.
 """
 
 from __future__ import annotations

@@ -322,6 +322,10 @@ class _Conn(asyncio.Protocol):
         if status is None:
             if not rec.chunk_ns:
                 status, error = "invalid_response", "the stream carried no output token"
+                if self.usage_completion:  # generated, but none of it decoded to text on the way
+                    error = (f"the stream carried no output text although usage.completion_tokens="
+                             f"{self.usage_completion} (tokens whose text is empty on its own, e.g. special "
+                             "tokens or pieces of an unfinished UTF-8 character, which the server sends as nothing)")
             elif not (self.saw_done or rec.finish_reason):
                 status, error = "truncated", "stream closed before a finish_reason or [DONE]"
             else:

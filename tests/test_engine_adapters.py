@@ -131,3 +131,21 @@ def test_openai_records_models_and_version(tmp_path):
         p = e.provenance()
     assert p["v1_models"]["data"][0]["id"] == "served-x" and p["engine_version"] == "9.9.9"
     assert e.server_metrics() == {}
+
+
+def test_transformers_recorded_stream_without_text_names_the_generated_tokens(tmp_path):
+    # transformers serve 5.24.0, tiny model v1, synthetic request r0000299 (seed 0): 64 tokens
+    # generated, each an unfinished UTF-8 byte, so the only event is the final one with no text.
+    with FakeEngine() as fake:
+        fake.streams["/v1/completions"] = (FIXTURES / "transformers_serve_completions_no_text_stream.txt").read_bytes()
+        cfg = ClientConfig(base_url=fake.url, model="tiny", continuous_usage=False)
+
+        async def go():
+            async with StreamingClient(cfg) as c:
+                rec = RequestRecord(request_id="r0000299", scheduled_ns=0, expected_prompt_tokens=128, max_tokens=64)
+                return await c.send(rec, c.body("hello", 64))
+
+        rec = asyncio.run(go())
+    assert rec.status == "invalid_response" and rec.finish_reason == "length"
+    assert "usage.completion_tokens=64" in rec.error and rec.chunk_ns == []
+    assert rec.output_tokens == 64 and rec.prompt_tokens == 128
