@@ -7,7 +7,7 @@ the same model.
 
 The model cannot generate a token whose text is empty or incomplete on its own: special
 tokens (a streaming server skips them), lone bytes of multi-byte UTF-8 characters (a streaming
-detokenizer holds them back until the character completes, which a random model never does)
+detokenizer holds them back until the character completes, which a random model seldom does)
 and control characters.  Left reachable, a random model that settles into repeating one of
 them streams no text at all while generating ``max_tokens`` tokens (builder version 1 did so
 for about 1 request in 300).  End-of-text is among them, so every output runs to
