@@ -756,8 +756,8 @@ def orchestrate(a) -> None:
                   f"with p99 chunk error <= 1 ms over the point "
                   f"(points: {', '.join(f'{c:.0f}/s p99 {err:.2f} ms' for c, err, _ in cap)})")
             us = min(u for _, _, u in cap)
-            print(f"CPU bound: {us:.1f} us of client CPU per chunk (yield-spin before sends included) -> "
-                  f"at most ~{1e6 / us:.0f} chunks/s for one client process on a core of its own")
+            print(f"client CPU: {us:.1f} us per chunk at best, averaged over a point (yield-spin before sends "
+                  f"included; it falls as the rate rises and one wake-up reads more sockets)")
     finally:
         if a.keep:
             print(f"kept: {tmp}")
