@@ -240,3 +240,30 @@ def test_kernel_receive_stamps_time_a_chunk_the_loop_read_late():
         source, unblocked, rec = _late_reader(srv.url, kernel=False)
     assert source == "read" and rec.status == "ok"
     assert rec.chunk_ns[0] >= unblocked                       # the read time, after the stall
+
+
+def test_request_larger_than_the_socket_buffer_is_sent_whole(monkeypatch):
+    # 4 MB of prompt cannot leave in one send(): the rest waits for the socket to drain.
+    from loadgen import stamped_socket
+
+    drained = []
+    on_writable = stamped_socket.StampedTransport._on_writable
+    monkeypatch.setattr(stamped_socket.StampedTransport, "_on_writable",
+                        lambda self: (drained.append(len(self.out)), on_writable(self)))
+
+    def script(req, k):
+        return [HEAD_CHUNKED, chunk(event(completion("s-big", str(len(req["prompt"])), "length")))
+                + chunk(event(b"[DONE]")) + END]
+
+    async def go(url):
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            assert c.timestamp_source == "kernel"
+            rec = RequestRecord(request_id="r0", scheduled_ns=0)
+            return await c.send(rec, c.body("x" * 4_000_000, 1))
+
+    with FakeServer(script) as srv:
+        rec = asyncio.run(go(srv.url))
+    assert rec.status == "ok", rec.error
+    assert rec.text == "4000000"                  # the server read every byte of the prompt
+    assert drained and drained[0] < 4_000_000    # and the partial-send path carried the rest
+    assert rec.sent_ns < rec.chunk_ns[0] <= rec.done_ns
