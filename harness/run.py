@@ -320,6 +320,8 @@ class Experiment:
         self.telemetry.mark("load_end", stats["end_ns"], spec.label)
         tel_path = self.telemetry.write_window(run_dir / "telemetry.parquet", window_open_ns, window_close,
                                                also=[self.idle_interval] if self.idle_interval else [])
+        # The next window opens here: what is older is on disk (memory stays one window's worth).
+        self.telemetry.forget_before(window_close, keep=[self.idle_interval] if self.idle_interval else [])
 
         table = read_requests(run_dir / "requests.parquet")
         capacity, why = steady_capacity(spec.load)

@@ -348,6 +348,32 @@ def write_table(path: str | os.PathLike, rows: list[tuple]) -> str:
     return path
 
 
+def _needed(rows: list[tuple], intervals: list[tuple[int, int]]) -> set[int]:
+    """Indices of the rows that windows over ``intervals`` need (see ``window_rows``)."""
+    keep = set()
+    for a, b in intervals:
+        before: dict = {}
+        after: dict = {}
+        for i, r in enumerate(rows):
+            key = (r[1], r[2])
+            if r[1] == MARK:  # events: only those inside an interval
+                if a <= r[0] <= b:
+                    keep.add(i)
+                continue
+            if r[0] < a:
+                before[key] = i
+            elif r[0] > b:
+                after.setdefault(key, i)
+            else:
+                keep.add(i)
+        keep.update(before.values())
+        keep.update(after.values())
+    for i, r in enumerate(rows):
+        if r[2] in (UNAVAILABLE, "sample_error") or (r[4] or "").startswith(UNAVAILABLE):
+            keep.add(i)
+    return keep
+
+
 class TelemetryCollector:
     """Runs samplers every ``interval_s`` on a daemon thread.
 
@@ -443,28 +469,19 @@ class TelemetryCollector:
         interpolated), and every unavailable/failure row."""
         with self._lock:
             rows = list(self.rows)
-        keep = set()
-        for a, b in [(start_ns, end_ns), *also]:
-            before: dict = {}
-            after: dict = {}
-            for i, r in enumerate(rows):
-                key = (r[1], r[2])
-                if r[1] == MARK:  # events: only those inside an interval
-                    if a <= r[0] <= b:
-                        keep.add(i)
-                    continue
-                if r[0] < a:
-                    before[key] = i
-                elif r[0] > b:
-                    after.setdefault(key, i)
-                else:
-                    keep.add(i)
-            keep.update(before.values())
-            keep.update(after.values())
-        for i, r in enumerate(rows):
-            if r[2] in (UNAVAILABLE, "sample_error") or (r[4] or "").startswith(UNAVAILABLE):
-                keep.add(i)
-        return [rows[i] for i in sorted(keep, key=lambda i: (rows[i][0], i))]
+        return [rows[i] for i in sorted(_needed(rows, [(start_ns, end_ns), *also]), key=lambda i: (rows[i][0], i))]
+
+    def forget_before(self, t_ns: int, keep: list[tuple[int, int]] = ()) -> int:
+        """Drop the rows no window from ``t_ns`` on can need, so an experiment's telemetry
+        stays the size of one window (plus ``keep``, e.g. the idle baseline every window
+        reuses) however long it runs.  Kept: rows from ``t_ns`` on, the last sample of each
+        series before it, the ``keep`` intervals with their edges, unavailable/failure rows.
+        Returns how many rows were dropped."""
+        with self._lock:
+            rows = self.rows
+            needed = _needed(rows, [(t_ns, 1 << 62), *keep])
+            self.rows = [r for i, r in enumerate(rows) if i in needed]
+            return len(rows) - len(self.rows)
 
     def write_window(self, path: str | os.PathLike, start_ns: int, end_ns: int,
                      also: list[tuple[int, int]] = ()) -> str:

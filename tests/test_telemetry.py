@@ -102,6 +102,33 @@ def test_window_rows_keep_edges_marks_and_reasons(tmp_path):
     assert not os.path.exists(path + ".partial")
 
 
+def test_forget_before_keeps_what_later_windows_need_and_drops_the_rest():
+    # Windows tile time: [0, 100] then [100, 200] then [200, 300]; idle baseline [5, 12].
+    rows = [(t, "nvml", "gpu0.energy_j", float(t), None) for t in range(0, 300, 3)]
+    rows += [(t, "host", "cpu_percent", 1.0, None) for t in range(1, 300, 10)]
+    rows += [(1, "rapl", "unavailable", math.nan, "no powercap"), (6, "mark", "idle_baseline_start", math.nan, None),
+             (11, "mark", "idle_baseline_end", math.nan, None), (150, "mark", "load_start", math.nan, "b")]
+    rows.sort(key=lambda r: r[0])
+    idle = [(5, 12)]
+    full = TelemetryCollector(None, [], 1.0)
+    full.rows = list(rows)
+    pruned = TelemetryCollector(None, [], 1.0)
+    pruned.rows = [r for r in rows if r[0] <= 100]
+    pruned.forget_before(100, keep=idle)
+    # later rows arrive after the prune, as the sampler thread adds them
+    pruned.rows += [r for r in rows if r[0] > 100]
+    assert pruned.window_rows(100, 200, also=idle) == full.window_rows(100, 200, also=idle)
+    n = len(pruned.rows)
+    dropped = pruned.forget_before(200, keep=idle)
+    assert dropped > 0 and len(pruned.rows) == n - dropped
+    assert pruned.window_rows(200, 300, also=idle) == full.window_rows(200, 300, also=idle)
+    # what is left: the idle interval with its edges, the last sample before 200, rows after it
+    assert sorted(r[0] for r in pruned.rows if r[2] == "gpu0.energy_j")[:5] == [3, 6, 9, 12, 15]  # idle + edges
+    assert min(r[0] for r in pruned.rows if r[2] == "gpu0.energy_j" and r[0] > 15) == 198
+    assert all(r[0] >= 198 or r[0] <= 15 or r[2] in ("unavailable", "cpu_percent") for r in pruned.rows)
+    assert not any(r[2] == "load_start" for r in pruned.rows)
+
+
 DCGM_PAGE = """# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
 # TYPE DCGM_FI_DEV_POWER_USAGE gauge
 DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:19:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node1"} 412.5
