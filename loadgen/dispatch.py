@@ -102,6 +102,7 @@ class Dispatcher:
         self.pending: dict[int, tuple] = {}  # id(rec) -> (rec, future) for requests sent with client.start
         self.spin_ns = SPIN_NS
         self.sent = 0
+        self._limit: asyncio.Semaphore | None = None  # open loop's max_concurrency, session turns too
 
     def _record(self, item: WorkItem, scheduled_ns: int, warmup: bool) -> RequestRecord:
         return RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, session_id=item.session_id,
@@ -129,7 +130,11 @@ class Dispatcher:
 
         async def later() -> None:
             await self.wait_until(target)
-            self._launch(rec, payload)
+            if self._limit is not None:  # a session's next turn counts against the cap too
+                await self._limit.acquire()
+                self._launch(rec, payload, self._limit.release)
+            else:
+                self._launch(rec, payload)
 
         task = asyncio.get_running_loop().create_task(later())
         self.in_flight.add(task)
@@ -302,6 +307,7 @@ class Dispatcher:
         Requests are prepared (prompt built, body encoded) ahead of their time while the
         loop has slack, so that a slow prompt builder does not become schedule lag."""
         limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
+        self._limit = limit
         plan = iter(plan)
         ahead: deque = deque()
 

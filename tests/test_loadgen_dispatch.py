@@ -80,3 +80,29 @@ def test_duration_bound_run_cancels_and_records_unfinished(tmp_path):
     assert set(t["status"]) == {"cancelled"}
     assert all(d is not None for d in t["done_ns"])
 
+
+
+def test_open_loop_session_turns_count_against_max_concurrency(tmp_path):
+    # Every first turn has a second turn with no think time; with max_concurrency=2 no more
+    # than 2 requests may be between send and end at any moment, second turns included.
+    def followup(rec):
+        if rec.turn == 0:
+            return WorkItem(rec.request_id + "-t1", "p", 1, 2, session_id=rec.session_id, turn=1), 0.0
+        return None
+
+    spec = LoadSpec(kind="poisson", rate=500.0, num_requests=12, seed=1, max_concurrency=2)
+    items = (WorkItem(f"r{i}", "p", 1, 2, session_id=f"r{i}", turn=0) for i in range(12))
+    writer = RecordWriter(tmp_path / "r.parquet")
+
+    async def go(url):
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            return await Dispatcher(c, writer, followup=followup).run(items, spec)
+
+    with FakeServer(short_script(delay=0.02)) as srv:
+        stats = asyncio.run(go(srv.url))
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert stats["sent"] == 24 and sorted(t["turn"]) == [0] * 12 + [1] * 12
+    assert set(t["status"]) == {"ok"}
+    edges = sorted([(s, 1) for s in t["sent_ns"]] + [(d, -1) for d in t["done_ns"]], key=lambda e: (e[0], e[1]))
+    assert max(np.cumsum([e[1] for e in edges])) == 2
