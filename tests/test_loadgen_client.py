@@ -243,7 +243,8 @@ def test_kernel_receive_stamps_time_a_chunk_the_loop_read_late():
 
 
 def test_request_larger_than_the_socket_buffer_is_sent_whole(monkeypatch):
-    # 4 MB of prompt cannot leave in one send(): the rest waits for the socket to drain.
+    # 24 MB of prompt cannot leave in one send() (send and receive buffers hold at most ~10 MB
+    # on Linux): the rest waits for the socket to drain.
     from loadgen import stamped_socket
 
     drained = []
@@ -259,11 +260,11 @@ def test_request_larger_than_the_socket_buffer_is_sent_whole(monkeypatch):
         async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
             assert c.timestamp_source == "kernel"
             rec = RequestRecord(request_id="r0", scheduled_ns=0)
-            return await c.send(rec, c.body("x" * 4_000_000, 1))
+            return await c.send(rec, c.body("x" * 24_000_000, 1))
 
     with FakeServer(script) as srv:
         rec = asyncio.run(go(srv.url))
     assert rec.status == "ok", rec.error
-    assert rec.text == "4000000"                  # the server read every byte of the prompt
-    assert drained and drained[0] < 4_000_000    # and the partial-send path carried the rest
+    assert rec.text == "24000000"                 # the server read every byte of the prompt
+    assert drained and drained[0] < 24_000_000   # and the partial-send path carried the rest
     assert rec.sent_ns < rec.chunk_ns[0] <= rec.done_ns
