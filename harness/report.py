@@ -159,6 +159,10 @@ def render(root, out_path=None, title: str | None = None) -> Path:
     prov = json.loads(prov_file.read_text()) if prov_file.exists() else {}
     eng = prov.get("engine", {})
     subtitle = f"engine {eng.get('engine')} {eng.get('engine_version') or ''} · model {eng.get('model')}"
+    stamps = sorted({p["summary"].get("chunk_timestamps") for p in points} - {None})
+    if stamps:  # how the load generator timed chunks (loadgen/stamped_socket.py)
+        names = {"kernel": "the kernel's receive stamps", "read": "read times"}
+        subtitle += " · chunk times: " + ", ".join(names.get(s, s) for s in stamps)
     first = points[0]["summary"]
     if first.get("energy_available") is False and first.get("energy_unavailable_reason"):
         subtitle += f" · energy unavailable: {first['energy_unavailable_reason']}"

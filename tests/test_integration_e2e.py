@@ -119,6 +119,7 @@ def test_report_renders_offline_in_headless_chromium(sweep):
     report = tmp / "out" / "report.html"
     html = report.read_text()
     assert "<script src=\"http" not in html  # plotly.js is inlined, not fetched
+    assert "chunk times: the kernel&#x27;s receive stamps" in html  # loopback TCP on Linux
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])

@@ -27,7 +27,10 @@ def test_ctrl_c_then_resume(tmp_path):
                 "engine.model=fake", f"engine.tokenizer={tok}", "load=constant", "load.num_requests=40",
                 "load.warmup_requests=0", "protocol.load_points=[20,20,20]", f"output_dir={out}",
                 "mlflow.enabled=false", "progress=false", "report.enabled=false"]
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)
+        # As from a terminal: a runner that started us in the background (SIGINT ignored,
+        # which exec keeps) must not make the harness deaf to Ctrl-C.
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         first = out / "00-constant-rate=20" / "summary.json"
         deadline = time.monotonic() + 120
         while not first.exists() and time.monotonic() < deadline and p.poll() is None:
