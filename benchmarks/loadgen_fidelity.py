@@ -96,7 +96,8 @@ class _Stream:
 
 class _Conn:
     """One accepted socket of the truth server: non-blocking, read through recvmsg so the
-    kernel's receive time of each request comes with its bytes."""
+    kernel's receive time of each request comes with its bytes.  (Like loadgen's stamped
+    transport on purpose but not shared with it: the truth must not rest on the code it judges.)"""
 
     __slots__ = ("sock", "fd", "buf", "out", "closed")
 
