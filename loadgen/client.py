@@ -1,9 +1,9 @@
 """The streaming client: one request in, one ``RequestRecord`` out, timed at the socket.
 
-A pool of keep-alive HTTP/1.1 connections serves every request of a run.  On plain TCP
-under Linux a read's time is the kernel's receive timestamp of its bytes
-(``loadgen.stamped_socket``): when they reached this host, whatever the event loop was busy
-with.  Elsewhere (TLS, other systems) each connection is an asyncio ``Protocol`` whose
+A pool of keep-alive HTTP/1.1 connections serves every request of a run.  Under Linux a
+read's time is the kernel's receive timestamp of its bytes (``loadgen.stamped_socket``;
+TLS runs in memory over the same socket): when they reached this host, whatever the event
+loop was busy with.  Elsewhere each connection is an asyncio ``Protocol`` whose
 ``data_received`` reads ``time.perf_counter_ns()`` before it parses anything (a library
 stream reader would add a task switch and its buffering per read, which under hundreds of
 streams becomes milliseconds).  Parsing waits for a deferred pass either way.  The SSE
@@ -16,6 +16,7 @@ offers ``continuous_usage_stats``); the tokenizer is the fallback, and the row s
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -381,7 +382,8 @@ class StreamingClient:
         # Below this many idle connections, more are opened in the background.
         self._low_water = 0
         self._topping: asyncio.Task | None = None
-        self._clock = ReadClock() if (cfg.kernel_timestamps and not self.ssl and kernel_stamps_supported()) else None
+        self._clock = ReadClock() if (cfg.kernel_timestamps and kernel_stamps_supported()) else None
+        self._ssl_context = ssl.create_default_context() if self.ssl and self._clock is not None else None
         self._addrs: list | None = None
 
     def _stamped(self, conn: _Conn) -> None:
@@ -453,7 +455,8 @@ class StreamingClient:
             if self._addrs is None:
                 self._addrs = await asyncio.wait_for(resolve(self.loop, self.host, self.port), t.connect_s)
             tr, conn = await asyncio.wait_for(
-                open_stamped(self.loop, self._addrs, lambda: _Conn(self), self._clock), t.connect_s)
+                open_stamped(self.loop, self._addrs, lambda: _Conn(self), self._clock, self._ssl_context,
+                             self.host if self.ssl else None), t.connect_s)
             if not tr.stamps:  # the socket refused SO_TIMESTAMPNS: read times from now on
                 self._clock = None
         else:

@@ -14,14 +14,16 @@ second of stamps, and a stamp later than the read itself is never used.
 
 ``StampedTransport`` offers what ``loadgen.client._Conn`` uses of an asyncio transport
 (``write``, ``close``, ``is_closing``) and calls the protocol's ``data_received_at(data,
-ns)``, ``eof_received()`` and ``connection_lost(exc)``.  TLS connections keep asyncio's
-own transport and the read time.
+ns)``, ``eof_received()`` and ``connection_lost(exc)``.  TLS (``https``) runs in memory
+over the same socket (``ssl.SSLObject``): the stamp is when the encrypted bytes arrived,
+and the plaintext they decrypt to carries it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -74,8 +76,10 @@ async def resolve(loop, host: str, port: int) -> list:
     return infos
 
 
-async def open_stamped(loop, infos: list, protocol_factory, clock: ReadClock):
-    """Connect (non-blocking, every resolved address of ``resolve`` in turn) and wrap the socket."""
+async def open_stamped(loop, infos: list, protocol_factory, clock: ReadClock,
+                       ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None):
+    """Connect (non-blocking, every resolved address of ``resolve`` in turn), run the TLS
+    handshake when ``ssl_context`` is given, and wrap the socket."""
     err: OSError | None = None
     for family, type_, proto, _, addr in infos:
         sock = socket.socket(family, type_, proto)
@@ -90,16 +94,51 @@ async def open_stamped(loop, infos: list, protocol_factory, clock: ReadClock):
         except BaseException:
             sock.close()
             raise
+        tls = None
+        if ssl_context is not None:
+            try:
+                tls = await _handshake(loop, sock, ssl_context, server_hostname)
+            except BaseException:
+                sock.close()
+                raise
         proto_obj = protocol_factory()
-        return StampedTransport(loop, sock, proto_obj, clock), proto_obj
+        return StampedTransport(loop, sock, proto_obj, clock, tls), proto_obj
     raise err
 
 
-class StampedTransport:
-    __slots__ = ("loop", "sock", "fd", "proto", "out", "closing", "clock", "stamps")
+class _TLS:
+    __slots__ = ("obj", "incoming", "outgoing")
 
-    def __init__(self, loop, sock: socket.socket, proto, clock: ReadClock):
+    def __init__(self, obj: ssl.SSLObject, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO):
+        self.obj, self.incoming, self.outgoing = obj, incoming, outgoing
+
+
+async def _handshake(loop, sock: socket.socket, ctx: ssl.SSLContext, server_hostname: str | None) -> _TLS:
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_side=False, server_hostname=server_hostname)
+    while True:
+        try:
+            obj.do_handshake()
+            done = True
+        except ssl.SSLWantReadError:
+            done = False
+        pending = outgoing.read()
+        if pending:
+            await loop.sock_sendall(sock, pending)
+        if done:
+            return _TLS(obj, incoming, outgoing)
+        data = await loop.sock_recv(sock, 65536)
+        if not data:
+            raise ConnectionResetError("connection closed during the TLS handshake")
+        incoming.write(data)
+
+
+class StampedTransport:
+    __slots__ = ("loop", "sock", "fd", "proto", "out", "closing", "clock", "stamps", "tls")
+
+    def __init__(self, loop, sock: socket.socket, proto, clock: ReadClock, tls: _TLS | None = None):
         self.loop, self.sock, self.fd, self.proto, self.clock = loop, sock, sock.fileno(), proto, clock
+        self.tls = tls
         self.out = b""
         self.closing = False
         try:
@@ -115,6 +154,18 @@ class StampedTransport:
 
     def write(self, data: bytes) -> None:
         if self.closing:
+            return
+        if self.tls is not None:
+            try:
+                self.tls.obj.write(data)
+            except ssl.SSLError as e:
+                self._lost(e)
+                return
+            data = self.tls.outgoing.read()
+        self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        if not data:
             return
         if self.out:  # earlier bytes still queued: keep the order
             self.out += data
@@ -162,8 +213,35 @@ class StampedTransport:
                 k = sec * 1_000_000_000 + nsec - self.clock.get(now)
                 if k <= now:
                     ns = k
-        self.proto.data_received_at(bytes(self.clock.view[:n]), ns)
+        data = bytes(self.clock.view[:n])
         # A full buffer means more may be queued; level-triggered polling calls again.
+        if self.tls is None:
+            self.proto.data_received_at(data, ns)
+            return
+        self.tls.incoming.write(data)
+        plain = []
+        try:
+            while True:
+                piece = self.tls.obj.read(65536)
+                if not piece:
+                    break
+                plain.append(piece)
+            eof = False
+        except ssl.SSLWantReadError:
+            eof = False
+        except ssl.SSLZeroReturnError:  # the server's close_notify
+            eof = True
+        except ssl.SSLError as e:
+            self._lost(e)
+            return
+        pending = self.tls.outgoing.read()  # e.g. a key update's answer
+        if pending:
+            self._send(pending)
+        if plain:
+            self.proto.data_received_at(b"".join(plain), ns)
+        if eof:
+            self.proto.eof_received()
+            self._lost(None)
 
     def close(self) -> None:
         if self.closing:

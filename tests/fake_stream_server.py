@@ -40,8 +40,9 @@ def completion(rid: str, text: str | None, finish=None, usage=None) -> dict:
 
 
 class FakeServer:
-    def __init__(self, script):
+    def __init__(self, script, ssl_context=None):
         self.script = script
+        self.ssl_context = ssl_context  # serve https
         self.requests: list[dict] = []
         self.connections = 0
         self.writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
@@ -60,11 +61,12 @@ class FakeServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0,
+                                                                   ssl=self.ssl_context))
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self.loop.run_forever()

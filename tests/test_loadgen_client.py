@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
 import time
+
+import pytest
 
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.records import RequestRecord
@@ -268,3 +273,54 @@ def test_request_larger_than_the_socket_buffer_is_sent_whole(monkeypatch):
     assert rec.text == "24000000"                 # the server read every byte of the prompt
     assert drained and drained[0] < 24_000_000   # and the partial-send path carried the rest
     assert rec.sent_ns < rec.chunk_ns[0] <= rec.done_ns
+
+
+@pytest.fixture(scope="module")
+def tls_cert(tmp_path_factory):
+    """A self-signed certificate for 127.0.0.1 (made with the openssl command)."""
+    if not shutil.which("openssl"):
+        pytest.skip("the openssl command is needed to make a test certificate")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+def _tls_server(script, tls_cert, monkeypatch):
+    cert, key = tls_cert
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client's default context trusts it
+    return FakeServer(script, ssl_context=ctx)
+
+
+def test_https_stream_is_timed_by_the_kernel_too(tls_cert, monkeypatch):
+    def script(req, k):
+        return [HEAD_CHUNKED, 0.05,
+                chunk(event(completion("s-k", "a", "length"))) + chunk(event(b"[DONE]")) + END]
+
+    with _tls_server(script, tls_cert, monkeypatch) as srv:
+        assert srv.url.startswith("https://")
+        source, unblocked, rec = _late_reader(srv.url, kernel=True)
+        written = srv.writes[-1][1]
+        # keep-alive and several requests over one TLS connection
+        recs = _send(srv.url, n=3)
+    assert source == "kernel" and rec.status == "ok", rec.error
+    assert 0 <= rec.chunk_ns[0] - written < 5_000_000      # the encrypted bytes' arrival
+    assert unblocked - rec.chunk_ns[0] > 150_000_000
+    assert [r.status for r in recs] == ["ok"] * 3 and [r.text for r in recs] == ["a"] * 3
+    with _tls_server(script, tls_cert, monkeypatch) as srv:
+        source, unblocked, rec = _late_reader(srv.url, kernel=False)  # asyncio's own TLS transport
+    assert source == "read" and rec.status == "ok" and rec.chunk_ns[0] >= unblocked
+
+
+def test_https_with_an_untrusted_certificate_is_a_connection_error(tls_cert, monkeypatch):
+    def script(req, k):
+        return [HEAD_CHUNKED, chunk(event(completion("s", "a", "length"))) + END]
+
+    with _tls_server(script, tls_cert, monkeypatch) as srv:
+        monkeypatch.delenv("SSL_CERT_FILE")
+        (rec,) = _send(srv.url)
+    assert rec.status == "connection_error" and "CERTIFICATE_VERIFY_FAILED" in rec.error
