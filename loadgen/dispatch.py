@@ -345,16 +345,24 @@ class Dispatcher:
         if delay > 0:
             await asyncio.sleep(delay)
 
+        def take():  # a shared iterator: each user takes the next request
+            item = next(items, None)
+            return None if item is None else (item, self.client.body(item.prompt, item.max_tokens))
+
         async def user() -> None:
             ready = t0
-            for item in items:  # a shared iterator: each user takes the next request
+            nxt = take()
+            while nxt is not None:
                 if end_ns is not None and perf_ns() > end_ns:
                     return
+                item, payload = nxt
                 i = next(counter)
-                payload = self.client.body(item.prompt, item.max_tokens)
                 rec = self._record(item, ready, i < spec.warmup_requests)
                 self.sent += 1
-                await self._one(rec, payload)
+                one = asyncio.ensure_future(self._one(rec, payload))
+                await asyncio.sleep(0)  # the request goes out first; then the next prompt is
+                nxt = take()            # built while it streams, not between the two
+                await one               # (cancelling the user cancels ``one`` too)
                 await self._session_turns(rec)
                 ready = perf_ns()
 
