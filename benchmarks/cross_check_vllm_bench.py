@@ -102,8 +102,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tf-override", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra Hydra override for tokenfactory's runs (repeatable)")
-    ap.add_argument("--telemetry-interval", type=float, default=0.5,
-                    help="tokenfactory's sampling period (host and the engine's /metrics page)")
+    ap.add_argument("--telemetry-interval", type=float, default=10.0,
+                    help="tokenfactory's sampling period (host and the engine's /metrics page).  With a CPU "
+                         "engine holding every core, each sample's few ms of work get starved and stall the "
+                         "load generator for up to ~0.7 s (flagged client_limited): 0.5, the harness's "
+                         "default, cost 30%% of throughput against vLLM bench here, which samples nothing")
     a = ap.parse_args()
     if not a.python or not Path(a.python).exists():
         sys.exit("--python (or $TOKENFACTORY_VLLM_PYTHON) must name the vLLM venv's interpreter; "
