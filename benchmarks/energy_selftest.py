@@ -26,8 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from metrics.energy import Telemetry, energy_summary, power_energy  # noqa: E402
-from metrics.telemetry import NvmlSampler, TelemetryCollector, build_samplers  # noqa: E402
+from metrics.energy import energy_summary, power_energy, source_energy  # noqa: E402
+from metrics.telemetry.collector import TelemetryCollector  # noqa: E402
+from metrics.telemetry.index import TelemetryIndex  # noqa: E402
+from metrics.telemetry.nvml import NvmlSampler  # noqa: E402
+from metrics.telemetry.sources import build_samplers  # noqa: E402
 
 COUNTER_VS_POWER_TOL = 0.05
 COLLECTOR_VS_DIRECT_TOL = 0.01
@@ -58,12 +61,12 @@ def measure(nvml, gpu: int, load, idle_s: float, load_s: float, tail_s: float, i
     finally:
         col.stop()
     table = col.table()
-    tel = Telemetry(table)
+    tel = TelemetryIndex(table)
     power = tel.series["nvml"][f"gpu{gpu}"]["power_w"]
     phases = {"idle": (t0, t1), "load": (t1, t2), "tail": (t2, t3), "window": (t0, t3)}
     out = {"phases": {}}
     for name, (a, b) in phases.items():
-        e = tel.energy("nvml", a, b)
+        e = source_energy(tel, "nvml", a, b)
         out["phases"][name] = {"seconds": (b - a) / 1e9, "counter_j": e["energy_j"],
                                "method": e["methods"].get(f"gpu{gpu}"),
                                "power_integrated_j": power_energy(*power, a, b)["energy_j"]}

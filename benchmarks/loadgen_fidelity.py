@@ -342,7 +342,8 @@ def client_main(a) -> None:
     from loadgen.client import ClientConfig, StreamingClient
     from loadgen.dispatch import Dispatcher, LoadSpec
     from loadgen.records import RecordWriter
-    from loadgen.workload import WorkItem
+    from loadgen.workloads.item import WorkItem
+    from metrics.token_attribution import attribute_tokens  # what the harness's finalize does per record
 
     _uvloop()
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{a.port}", model="truth", continuous_usage=a.tokens_per_chunk > 1)
@@ -354,7 +355,7 @@ def client_main(a) -> None:
 
     async def go():
         async with StreamingClient(cfg) as c:
-            d = Dispatcher(c, writer)
+            d = Dispatcher(c, writer, finalize=attribute_tokens)
             if a.spin_us is not None:
                 d.spin_ns = int(a.spin_us * 1000)
             return await d.run(items, spec)
@@ -365,7 +366,7 @@ def client_main(a) -> None:
     if a.workers > 1:  # the harness's own multi-process path (client.workers)
         from loadgen.workers import run_workers
 
-        stats = run_workers(a.workers, cfg, items, spec, writer)
+        stats = run_workers(a.workers, cfg, items, spec, writer, finalize=attribute_tokens)
         writer.close()
         cpu = time.process_time() - cpu0 + stats["client_cpu_s"]
     else:
@@ -427,8 +428,8 @@ def floor_main(a) -> None:
     cpu, load_s, sent, pool = asyncio.run(go())
     # Offline (outside the measured loop): which read completed each output event.
     sys.path.insert(0, str(ROOT))
-    from loadgen.http1 import ChunkedDecoder
-    from loadgen.sse import SSEDecoder
+    from loadgen.client.http1 import ChunkedDecoder
+    from loadgen.client.sse import SSEDecoder
 
     rows, n_reads = [], sum(len(p.reads) for p in pool)
     ends = {}

@@ -58,7 +58,7 @@ def generate(path: str, rows: int, seed: int = 0) -> None:
 
 
 def read_child(path: str) -> None:
-    from loadgen.trace_readers import read_azure
+    from loadgen.workloads.traces.azure import read_azure
 
     t = time.perf_counter()
     table = read_azure(path)

@@ -25,19 +25,20 @@ from harness import provenance, report, results_io, workload_describe
 from harness.mlflow_log import MlflowLogger, tracking_uri
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.dispatch import Dispatcher, LoadSpec
-from loadgen.prompts import PromptBuilder, load_tokenizer
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.records import RecordWriter, read_requests
-from loadgen.synthetic import synthetic_items
-from loadgen.trace_readers import FORMATS as TRACE_FORMATS
-from loadgen.trace_workload import TraceWorkload, check_workload
+from loadgen.workloads.synthetic import synthetic_items
+from loadgen.workloads.traces.readers import FORMATS as TRACE_FORMATS
+from loadgen.workloads.traces.replay import TraceWorkload, check_workload
 from loadgen.workers import run_workers
 from metrics.cost import check_profile
 from metrics.energy import steady_capacity
-from metrics.engine_metrics import EngineMetricsSampler
-from metrics.request_metrics import finalize_record
+from metrics.request_metrics import complete_record
 from metrics.slo import SLO
 from metrics.summary import summarize
-from metrics.telemetry import TelemetryCollector, build_samplers
+from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.engine import EngineMetricsSampler
+from metrics.telemetry.sources import build_samplers
 from protocols.plan import RunSpec, offered_load, plan_runs
 
 perf_ns = time.perf_counter_ns
@@ -278,9 +279,12 @@ class Experiment:
         wl_stats = self._describe_workload(run_dir, items, lspec.num_requests)
         cpu0 = time.process_time()
 
+        def finalize(rec) -> None:
+            complete_record(rec, self.slo, self.count_tokens)
+
         async def go():
-            async with StreamingClient(self.client_cfg, self.count_tokens) as client:
-                d = Dispatcher(client, writer, finalize=lambda r: finalize_record(r, self.slo), on_done=on_done,
+            async with StreamingClient(self.client_cfg) as client:
+                d = Dispatcher(client, writer, finalize=finalize, on_done=on_done,
                                followup=getattr(items, "followup", None))
                 return await d.run(items, lspec)
 
@@ -289,8 +293,7 @@ class Experiment:
         try:
             try:
                 if n_workers > 1:  # one shared schedule over forked load-generator processes
-                    stats = run_workers(n_workers, self.client_cfg, items, lspec, writer, self.count_tokens,
-                                        lambda r: finalize_record(r, self.slo), on_done,
+                    stats = run_workers(n_workers, self.client_cfg, items, lspec, writer, finalize, on_done,
                                         followup=getattr(items, "followup", None))
                 else:
                     stats = asyncio.run(go())

@@ -19,10 +19,10 @@ import numpy as np
 
 from harness.results_io import read_json, write_atomic, write_json
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
-from loadgen.characterise import characterise, replay_lengths
-from loadgen.synthetic import prefix_group_spec, synthetic_blocks
-from loadgen.trace_readers import FORMATS
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.characterise import characterise, replay_lengths
+from loadgen.workloads.synthetic import prefix_group_spec, synthetic_blocks
+from loadgen.workloads.traces.readers import FORMATS
+from loadgen.workloads.table import WorkloadTable
 
 JSON_NAME, HTML_NAME = "workload.json", "workload.html"
 
@@ -51,7 +51,7 @@ def synthetic_table(wcfg, load, n: int) -> WorkloadTable:
 
 def workload_table(cfg, n: int | None = None) -> WorkloadTable:
     """The table of ``cfg.workload`` as a run would replay it (``n``: request cap)."""
-    from loadgen.trace_workload import load_table
+    from loadgen.workloads.traces.replay import load_table
 
     name = cfg.workload.get("name")
     if name == "synthetic":
@@ -173,7 +173,7 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
 
 def _tokenizer_count(cfg):
     """``str -> tokens`` under the served model's tokenizer (the embedded tiny model's by default)."""
-    from loadgen.prompts import load_tokenizer
+    from loadgen.workloads.prompts import load_tokenizer
 
     name = cfg.engine.get("tokenizer") or cfg.engine.get("model")
     if not name:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.client import StreamingClient
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.workload import WorkItem
+from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
 PREPARE_AHEAD = 256        # open loop: at most this many requests prepared ahead of their time
@@ -53,13 +53,6 @@ class LoadSpec:
     seed: int = 0
     drain_timeout_s: float | None = None  # after duration_s: how long in-flight requests may finish
     prewarm_connections: int | None = None  # connections opened before t0 (default: from the load)
-
-    def label(self) -> str:
-        if self.kind == "concurrency":
-            return f"concurrency={self.concurrency}"
-        if self.kind == "trace":
-            return "trace"
-        return f"{self.kind} rate={self.rate:g}/s"
 
     def validate(self) -> None:
         if self.kind not in LOAD_KINDS:
@@ -238,11 +231,6 @@ class Dispatcher:
                 await asyncio.sleep((left - spin) / 1e9)
             else:
                 await asyncio.sleep(0)
-
-    async def ready_at(self, item: WorkItem, target_ns: int) -> int:
-        """Wait until ``item``'s arrival time and return it as its ``scheduled_ns``."""
-        await self.wait_until(target_ns)
-        return target_ns
 
     def _launch(self, rec: RequestRecord, payload: bytes, release=None) -> None:
         """Send ``rec`` now; it is stored when its response is over."""

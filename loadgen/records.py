@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -20,65 +20,55 @@ import pyarrow.parquet as pq
 # Statuses of DESIGN.md's failure taxonomy.
 STATUSES = ("ok", "http_error", "timeout", "connection_error", "invalid_response", "truncated", "cancelled")
 
-SCHEMA = pa.schema([
-    ("request_id", pa.string()),
-    ("response_id", pa.string()),
-    ("session_id", pa.string()),
-    ("turn", pa.int32()),
-    ("scheduled_ns", pa.int64()),
-    ("sent_ns", pa.int64()),
-    ("first_token_ns", pa.int64()),
-    ("end_ns", pa.int64()),
-    ("done_ns", pa.int64()),          # stream closed (after the usage chunk); end_ns is the last output chunk
-    ("chunk_ns", pa.list_(pa.int64())),
-    ("chunk_tokens", pa.list_(pa.int32())),
-    ("prompt_tokens", pa.int64()),
-    ("expected_prompt_tokens", pa.int64()),
-    ("max_tokens", pa.int64()),
-    ("output_tokens", pa.int64()),
-    ("tokens_source", pa.string()),   # usage_continuous | usage | usage+tokenizer_split | tokenizer | none
-    ("status", pa.string()),
-    ("http_status", pa.int32()),
-    ("error", pa.string()),
-    ("finish_reason", pa.string()),
-    ("ttft_s", pa.float64()),
-    ("tpot_s", pa.float64()),
-    ("e2el_s", pa.float64()),
-    ("slo_ok", pa.bool_()),
-    ("warmup", pa.bool_()),
-])
 
-COLUMNS = tuple(SCHEMA.names)
+def _col(arrow_type: pa.DataType, default=None, factory=None):
+    """A field written to ``requests.parquet`` as ``arrow_type`` (the one schema: see ``SCHEMA``)."""
+    meta = {"arrow": arrow_type}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(slots=True)
 class RequestRecord:
-    request_id: str
-    scheduled_ns: int
-    session_id: str | None = None
-    turn: int = 0
-    warmup: bool = False
-    expected_prompt_tokens: int | None = None
-    max_tokens: int | None = None
-    response_id: str | None = None
-    sent_ns: int | None = None
-    first_token_ns: int | None = None
-    end_ns: int | None = None
-    done_ns: int | None = None
-    chunk_ns: list = field(default_factory=list)
-    chunk_tokens: list = field(default_factory=list)
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    tokens_source: str = "none"
-    status: str = "cancelled"
-    http_status: int | None = None
-    error: str | None = None
-    finish_reason: str | None = None
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2el_s: float | None = None
-    slo_ok: bool = False
-    text: str = ""  # generated text; kept for multi-turn prompts, not written to parquet
+    """One request; the fields with an Arrow type are the columns of ``requests.parquet``,
+    in this order (DESIGN.md's data contract), the others live in memory only."""
+
+    request_id: str = _col(pa.string())
+    response_id: str | None = _col(pa.string())
+    session_id: str | None = _col(pa.string())
+    turn: int = _col(pa.int32(), 0)
+    scheduled_ns: int | None = _col(pa.int64())
+    sent_ns: int | None = _col(pa.int64())
+    first_token_ns: int | None = _col(pa.int64())
+    end_ns: int | None = _col(pa.int64())         # the last output chunk
+    done_ns: int | None = _col(pa.int64())        # stream closed (after the usage chunk)
+    chunk_ns: list = _col(pa.list_(pa.int64()), factory=list)
+    chunk_tokens: list = _col(pa.list_(pa.int32()), factory=list)
+    prompt_tokens: int | None = _col(pa.int64())
+    expected_prompt_tokens: int | None = _col(pa.int64())
+    max_tokens: int | None = _col(pa.int64())
+    output_tokens: int | None = _col(pa.int64())
+    tokens_source: str = _col(pa.string(), "none")  # usage_continuous | usage | usage+tokenizer_split | tokenizer | ...
+    status: str = _col(pa.string(), "cancelled")
+    http_status: int | None = _col(pa.int32())
+    error: str | None = _col(pa.string())
+    finish_reason: str | None = _col(pa.string())
+    ttft_s: float | None = _col(pa.float64())
+    tpot_s: float | None = _col(pa.float64())
+    e2el_s: float | None = _col(pa.float64())
+    slo_ok: bool = _col(pa.bool_(), False)
+    warmup: bool = _col(pa.bool_(), False)
+    # In memory only: what the stream said, before token attribution (metrics.token_attribution).
+    chunk_text: list = field(default_factory=list)     # text of each output chunk
+    chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    text: str = ""  # generated text; kept for multi-turn prompts
+
+
+SCHEMA = pa.schema([(f.name, f.metadata["arrow"]) for f in fields(RequestRecord) if "arrow" in f.metadata])
+COLUMNS = tuple(SCHEMA.names)
 
 
 LIST_COLUMNS = ("chunk_ns", "chunk_tokens")

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.workload import WorkItem
+from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
 START_MARGIN_NS = 20_000_000  # from "all workers ready" to t0: time for the message to reach them
@@ -85,7 +85,7 @@ def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder
     return out
 
 
-def _worker_main(w: int, cfg: ClientConfig, count_tokens, spec: LoadSpec, items, plan, part: str,
+def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: str,
                  finalize, conn, status_q, followup=None) -> None:
     """Body of one forked worker; reports ``("ok", stats)`` or ``("error", text)`` on ``conn``."""
     try:
@@ -109,7 +109,7 @@ def _worker_main(w: int, cfg: ClientConfig, count_tokens, spec: LoadSpec, items,
             return conn.recv()  # t0 from the parent
 
         async def go():
-            async with StreamingClient(cfg, count_tokens) as client:
+            async with StreamingClient(cfg) as client:
                 d = Dispatcher(client, writer, finalize=finalize, on_done=on_done, followup=followup)
                 if plan is None:
                     return await d.run(iter(items), spec, ready=ready)
@@ -153,7 +153,7 @@ class _Lazy:
 
 
 def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: LoadSpec, writer: RecordWriter,
-                count_tokens=None, finalize: Callable | None = None,
+                finalize: Callable | None = None,
                 on_done: Callable | None = None, followup: Callable | None = None) -> dict:
     """Run one load point over ``n`` forked worker processes; every record ends in ``writer``.
 
@@ -178,7 +178,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
         for w, (sw, its, plan) in enumerate(shares):
             parent_end, child_end = ctx.Pipe()
             p = ctx.Process(target=_worker_main, name=f"tokenfactory-loadgen-{w}", daemon=True,
-                            args=(w, cfg, count_tokens, sw, its, plan, parts[w], finalize, child_end, status_q,
+                            args=(w, cfg, sw, its, plan, parts[w], finalize, child_end, status_q,
                                   followup))
             p.start()
             child_end.close()

@@ -109,25 +109,3 @@ def per_unit(cost_total: float, units: float) -> float:
     if units <= 0:
         return math.inf
     return cost_total / units
-
-
-def hourly_cost_per_mtok(hourly: float, tokens_per_s: float) -> float:
-    """Steady-rate form of the same ratio: 1e6 x hourly / (tokens_per_s x 3600)."""
-    return per_million(hourly, tokens_per_s * 3600.0)
-
-
-def task_cost(cost_per_attempt: float, attempts: float) -> float:
-    """What one finished task costs when it takes ``attempts`` tries on average.
-
-    A cheaper system that needs more attempts can cost more per task: 0.08 x 1 = 0.08
-    against 0.05 x 2 = 0.10.  With a success rate p per attempt (retry until success),
-    ``attempts = 1 / p``; see :func:`attempts_for_success_rate`.
-    """
-    return cost_per_attempt * attempts
-
-
-def attempts_for_success_rate(p: float) -> float:
-    """Expected attempts until the first success (geometric): 1 / p; +inf when p = 0."""
-    if not 0 <= p <= 1:
-        raise ValueError(f"success rate must be in [0, 1], got {p}")
-    return math.inf if p == 0 else 1.0 / p

@@ -34,11 +34,7 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
-from metrics.telemetry import MARK, UNAVAILABLE
-
-ACCELERATOR_SOURCES = ("nvml", "dcgm")  # in order of preference (NVML is read locally)
-CPU_SOURCES = ("rapl",)
-_QTY = re.compile(r"^(?P<dev>.+)\.(?P<qty>energy_counter_j|energy_counter_range_j|power_w)$")
+from metrics.telemetry.index import TelemetryIndex
 COVERAGE_TOLERANCE = 1e-6
 
 
@@ -96,106 +92,44 @@ def power_energy(t_ns, watts, start_ns: int, end_ns: int) -> dict:
     return {"energy_j": e, "covered_s": (b - a) / 1e9}
 
 
-# ------------------------------------------------------------------------------ telemetry table
-class Telemetry:
-    """A ``telemetry.parquet`` table, indexed for energy: series per (source, device)."""
-
-    def __init__(self, table: pa.Table | None):
-        self.series: dict[str, dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]] = defaultdict(dict)
-        self.unavailable: dict[str, str] = {}
-        self.quantity_notes: dict[tuple[str, str], str] = {}
-        self.marks: dict[str, list[int]] = defaultdict(list)
-        if table is None:
-            return
-        d = table.to_pydict()
-        acc: dict = defaultdict(lambda: ([], []))
-        for t, src, name, val, detail in zip(d["time_ns"], d["source"], d["name"], d["value"], d["detail"]):
-            if src == MARK:
-                self.marks[name].append(int(t))
-                continue
-            if name == UNAVAILABLE:
-                self.unavailable[src] = detail or "unavailable"
-                continue
-            m = _QTY.match(name or "")
-            if not m:
-                continue
-            if val is None or (isinstance(val, float) and math.isnan(val)):
-                if detail:
-                    self.quantity_notes[(src, m["dev"])] = f"{m['qty']} {detail}"
-                continue
-            ts, vs = acc[(src, m["dev"], m["qty"])]
-            ts.append(t)
-            vs.append(val)
-        for (src, dev, qty), (ts, vs) in acc.items():
-            self.series[src].setdefault(dev, {})[qty] = (np.asarray(ts, dtype=np.int64), np.asarray(vs, dtype=float))
-
-    @classmethod
-    def read(cls, path) -> "Telemetry":
-        import pyarrow.parquet as pq
-
-        return cls(pq.read_table(path))
-
-    def interval(self, start_mark: str, end_mark: str) -> tuple[int, int] | None:
-        a, b = self.marks.get(start_mark), self.marks.get(end_mark)
-        if not a or not b or b[-1] <= a[-1]:
-            return None
-        return a[-1], b[-1]
-
-    def scope(self) -> tuple[str | None, str]:
-        """The source the window energy is taken from, and its scope's name."""
-        for src in ACCELERATOR_SOURCES:
-            if self.series.get(src):
-                return src, "accelerators"
-        for src in CPU_SOURCES:
-            if self.series.get(src):
-                return src, "cpu_packages"
-        return None, ""
-
-    def why_unavailable(self) -> str:
-        if not self.unavailable:
-            return "no power or energy samples were recorded"
-        parts = [f"{src}: {self.unavailable[src]}" for src in (*ACCELERATOR_SOURCES, *CPU_SOURCES)
-                 if src in self.unavailable]
-        return "no power or energy source on this host (" + "; ".join(parts) + ")"
-
-    def energy(self, source: str, start_ns: int, end_ns: int) -> dict:
-        """Energy of ``source``'s devices in [start, end], summed; per-device method and notes."""
-        total, methods, notes, covered = 0.0, {}, [], []
-        wraps = resets = 0
-        for dev in sorted(self.series[source]):
-            q = self.series[source][dev]
-            r = None
-            if "energy_counter_j" in q:
-                wrap = q.get("energy_counter_range_j")
-                wrap_j = float(np.nanmax(wrap[1])) if wrap is not None else None
-                r = counter_energy(*q["energy_counter_j"], start_ns, end_ns, wrap_j)
-                if r["covered_s"] > 0:
-                    methods[dev] = "counter"
-                    wraps += r["wraps"]
-                    resets += r["resets"]
-                else:
-                    r = None
-            if r is None and "power_w" in q:
-                r = power_energy(*q["power_w"], start_ns, end_ns)
-                if r["covered_s"] > 0:
-                    why = self.quantity_notes.get((source, dev), "energy counter not sampled in the window")
-                    methods[dev] = "power_integration"
-                    notes.append(f"{dev}: integrated power ({why})")
-                else:
-                    r = None
-            if r is None:
-                notes.append(f"{dev}: no energy or power samples span the window")
-                continue
-            total += r["energy_j"]
-            covered.append(r["covered_s"])
-        if not methods:
-            return {"energy_j": math.nan, "methods": {}, "notes": notes, "coverage": 0.0, "wraps": 0, "resets": 0}
-        window_s = (end_ns - start_ns) / 1e9
-        coverage = min(covered) / window_s if window_s > 0 else 1.0
-        if resets:
-            notes.append(f"{resets} counter reset(s) inside the window (driver reload?): energy since each reset added")
-        return {"energy_j": total, "methods": methods, "notes": notes, "coverage": coverage,
-                "wraps": wraps, "resets": resets}
+def source_energy(tel: TelemetryIndex, source: str, start_ns: int, end_ns: int) -> dict:
+    """Energy of ``source``'s devices in [start, end], summed; per-device method and notes."""
+    total, methods, notes, covered = 0.0, {}, [], []
+    wraps = resets = 0
+    for dev in sorted(tel.series[source]):
+        q = tel.series[source][dev]
+        r = None
+        if "energy_counter_j" in q:
+            wrap = q.get("energy_counter_range_j")
+            wrap_j = float(np.nanmax(wrap[1])) if wrap is not None else None
+            r = counter_energy(*q["energy_counter_j"], start_ns, end_ns, wrap_j)
+            if r["covered_s"] > 0:
+                methods[dev] = "counter"
+                wraps += r["wraps"]
+                resets += r["resets"]
+            else:
+                r = None
+        if r is None and "power_w" in q:
+            r = power_energy(*q["power_w"], start_ns, end_ns)
+            if r["covered_s"] > 0:
+                why = tel.quantity_notes.get((source, dev), "energy counter not sampled in the window")
+                methods[dev] = "power_integration"
+                notes.append(f"{dev}: integrated power ({why})")
+            else:
+                r = None
+        if r is None:
+            notes.append(f"{dev}: no energy or power samples span the window")
+            continue
+        total += r["energy_j"]
+        covered.append(r["covered_s"])
+    if not methods:
+        return {"energy_j": math.nan, "methods": {}, "notes": notes, "coverage": 0.0, "wraps": 0, "resets": 0}
+    window_s = (end_ns - start_ns) / 1e9
+    coverage = min(covered) / window_s if window_s > 0 else 1.0
+    if resets:
+        notes.append(f"{resets} counter reset(s) inside the window (driver reload?): energy since each reset added")
+    return {"energy_j": total, "methods": methods, "notes": notes, "coverage": coverage,
+            "wraps": wraps, "resets": resets}
 
 
 def _method_name(methods: dict) -> str:
@@ -284,12 +218,12 @@ def token_figures(energy_j: float, good_tokens: float, all_tokens: float) -> dic
     return out
 
 
-def energy_summary(telemetry: Telemetry | pa.Table | None, window_start_ns: int, window_end_ns: int,
+def energy_summary(telemetry: TelemetryIndex | pa.Table | None, window_start_ns: int, window_end_ns: int,
                    good_tokens: float, all_tokens: float, requests: pa.Table | None = None,
                    capacity: int | None = None, capacity_reason: str = "") -> dict:
     """The summary's energy block (module doc has the definitions).  Unavailable -> NaN figures,
     ``energy_available`` False and ``energy_unavailable_reason``; never zeros."""
-    tel = telemetry if isinstance(telemetry, Telemetry) else Telemetry(telemetry)
+    tel = telemetry if isinstance(telemetry, TelemetryIndex) else TelemetryIndex(telemetry)
     window_s = (window_end_ns - window_start_ns) / 1e9
     nan = math.nan
     out: dict = {"energy_available": False, "energy_j": nan, "energy_source": None, "energy_scope": None,
@@ -300,7 +234,7 @@ def energy_summary(telemetry: Telemetry | pa.Table | None, window_start_ns: int,
                  "cpu_package_energy_j": nan}
     src, scope = tel.scope()
     if src is not None:
-        e = tel.energy(src, window_start_ns, window_end_ns)
+        e = source_energy(tel, src, window_start_ns, window_end_ns)
         if e["methods"]:
             out.update({"energy_available": True, "energy_j": e["energy_j"], "energy_source": src,
                         "energy_scope": scope, "energy_method": _method_name(e["methods"]),
@@ -320,12 +254,12 @@ def energy_summary(telemetry: Telemetry | pa.Table | None, window_start_ns: int,
     out["mean_power_w"] = ej / window_s if window_s > 0 else nan
     out.update(token_figures(ej, good_tokens, all_tokens))
     if scope == "accelerators" and tel.series.get("rapl"):
-        out["cpu_package_energy_j"] = tel.energy("rapl", window_start_ns, window_end_ns)["energy_j"]
+        out["cpu_package_energy_j"] = source_energy(tel, "rapl", window_start_ns, window_end_ns)["energy_j"]
 
     # Idle baseline (same source and per-device method as the window).
     idle = tel.interval("idle_baseline_start", "idle_baseline_end")
     if out["energy_available"] and idle is not None:
-        ie = tel.energy(src, *idle)
+        ie = source_energy(tel, src, *idle)
         if ie["methods"]:
             out["idle_power_w"] = ie["energy_j"] / ((idle[1] - idle[0]) / 1e9)
             out["idle_baseline_s"] = (idle[1] - idle[0]) / 1e9
@@ -353,7 +287,7 @@ def energy_summary(telemetry: Telemetry | pa.Table | None, window_start_ns: int,
             out.update({"steady_start_ns": s, "steady_end_ns": e, "steady_window_s": (e - s) / 1e9,
                         "steady_output_tokens": toks, "steady_output_throughput": toks / ((e - s) / 1e9)})
             if out["energy_available"]:
-                se = tel.energy(src, s, e)
+                se = source_energy(tel, src, s, e)
                 out["steady_energy_j"] = se["energy_j"]
                 out["steady_energy_per_token_j"] = _ratio(se["energy_j"], toks)
             else:

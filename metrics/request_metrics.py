@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from metrics.slo import good_mask
+from metrics.token_attribution import attribute_tokens
 
 NS = 1e9
 
@@ -59,6 +60,13 @@ def itl_per_token_s(chunk_ns, chunk_tokens) -> np.ndarray:
     gaps = np.diff(c).astype(np.float64) / NS
     k = np.maximum(k, 1)  # a chunk counted as output carries at least one token
     return np.repeat(gaps / k, k)
+
+
+def complete_record(rec, slo=None, count_tokens=None) -> None:
+    """A record as the stream left it -> its row: tokens attributed to chunks
+    (``metrics.token_attribution``), then the derived columns (``finalize_record``)."""
+    attribute_tokens(rec, count_tokens)
+    finalize_record(rec, slo)
 
 
 def finalize_record(rec, slo=None) -> None:

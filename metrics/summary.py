@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from metrics.cost import per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
 from metrics.percentiles import describe
-from metrics.request_metrics import itl_per_token_s
+from metrics.request_metrics import chunk_gaps_s, itl_per_token_s
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
 
 QUANTILES = (50, 90, 95, 99)
@@ -48,7 +48,7 @@ def itl_values(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     for chunks, toks in zip(t.column("chunk_ns").to_pylist(), t.column("chunk_tokens").to_pylist()):
         if chunks and len(chunks) > 1:
             per_token.append(itl_per_token_s(chunks, toks))
-            raw.append(np.diff(np.asarray(chunks, dtype=np.int64)) / 1e9)
+            raw.append(chunk_gaps_s(chunks))
     cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
     return cat(per_token), cat(raw)
 

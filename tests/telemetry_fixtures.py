@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from loadgen.records import SCHEMA as REQUEST_SCHEMA
-from metrics.telemetry import SCHEMA as TELEMETRY_SCHEMA
+from metrics.telemetry.base import SCHEMA as TELEMETRY_SCHEMA
 
 S = 1_000_000_000
 

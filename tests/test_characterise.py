@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main as cli
-from loadgen.characterise import characterise
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.characterise import characterise
+from loadgen.workloads.table import WorkloadTable
 
 
 def moon():

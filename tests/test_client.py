@@ -7,9 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from loadgen.client import ClientConfig, StreamingClient, Timeouts, split_total
+from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.records import RequestRecord
-from metrics.request_metrics import finalize_record, itl_per_token_s
+from metrics.request_metrics import complete_record, itl_per_token_s
+from metrics.token_attribution import split_total
 from tests.fake_server import FakeServer
 
 
@@ -30,13 +31,13 @@ def _send(base_url, prompt, api="completions", timeouts=None, count_tokens=None,
                        continuous_usage=True)
 
     async def go():
-        async with StreamingClient(cfg, count_tokens) as c:
+        async with StreamingClient(cfg) as c:
             rec = RequestRecord(request_id="r1", scheduled_ns=0, expected_prompt_tokens=7, max_tokens=max_tokens)
             await c.send(rec, c.body(prompt, max_tokens))
             return rec
 
     rec = asyncio.run(go())
-    finalize_record(rec)
+    complete_record(rec, count_tokens=count_tokens)
     return rec
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from metrics.cost import (attempts_for_success_rate, check_profile, hourly_cost_per_mtok, per_million, per_unit,
-                          task_cost, window_cost)
+from metrics.cost import check_profile, per_million, per_unit, window_cost
 
 CONF_COST = Path(__file__).resolve().parents[1] / "conf" / "cost"
 HOUR = 3600.0
@@ -15,8 +14,8 @@ HOUR = 3600.0
 
 def test_worked_example_tokens_per_second():
     # 100/h at 10,000 good tokens/s -> 2.78 per million; 120/h at 15,000 -> 2.22, 20 % less.
-    a = hourly_cost_per_mtok(100, 10_000)
-    b = hourly_cost_per_mtok(120, 15_000)
+    a = per_million(window_cost({"hourly_per_host": 100.0}, HOUR)["cost_total"], 10_000 * HOUR)
+    b = per_million(window_cost({"hourly_per_host": 120.0}, HOUR)["cost_total"], 15_000 * HOUR)
     assert a == pytest.approx(2.7778, abs=1e-4)
     assert b == pytest.approx(2.2222, abs=1e-4)
     assert (b - a) / a == pytest.approx(-0.20, abs=1e-9)
@@ -40,16 +39,6 @@ def test_worked_example_good_fraction():
     # counted over all tokens, A would look cheaper: 100 per M against 122.2
     assert per_million(100.0, 1e6) == pytest.approx(100.0)
     assert b < a
-
-
-def test_worked_example_attempts():
-    # 0.08 per attempt, 1 attempt vs 0.05 per attempt, 2 attempts: 0.08 vs 0.10 per task.
-    assert task_cost(0.08, 1) == pytest.approx(0.08)
-    assert task_cost(0.05, 2) == pytest.approx(0.10)
-    assert task_cost(0.05, attempts_for_success_rate(0.5)) == pytest.approx(0.10)
-    assert attempts_for_success_rate(0.0) == math.inf
-    with pytest.raises(ValueError):
-        attempts_for_success_rate(1.5)
 
 
 def test_nothing_good_is_infinite_not_an_error():

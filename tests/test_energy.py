@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from metrics.energy import (Telemetry, counter_energy, energy_summary, power_energy, steady_capacity,
+from metrics.energy import (counter_energy, energy_summary, power_energy, source_energy, steady_capacity,
                             steady_state_interval, tokens_between)
+from metrics.telemetry.index import TelemetryIndex
 from tests.telemetry_fixtures import S, energy_at, gpu_rows, nan, request_table, telemetry_table
 
 
@@ -217,7 +218,7 @@ def test_nothing_good_gives_infinite_energy_per_good_token_with_reason():
 def test_telemetry_index_reads_marks_and_notes():
     rows = gpu_rows(counter=False) + _marks(1.0, 2.0)
     rows.append((0.0, "nvml", "gpu0.energy_counter_j", math.nan, "unavailable: NVMLError_NotSupported"))
-    t = Telemetry(telemetry_table(rows))
+    t = TelemetryIndex(telemetry_table(rows))
     assert t.interval("idle_baseline_start", "idle_baseline_end") == (1 * S, 2 * S)
     assert "NotSupported" in t.quantity_notes[("nvml", "gpu0")]
     assert set(t.series["nvml"]["gpu0"]) == {"power_w"}

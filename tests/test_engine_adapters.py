@@ -10,6 +10,7 @@ from engines.base import EngineError
 from engines.registry import make_engine
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.records import RequestRecord
+from metrics.token_attribution import attribute_tokens
 from tests.engine_cfg import FIXTURES, engine_cfg
 from tests.fake_engine import FakeEngine
 
@@ -96,7 +97,9 @@ def _stream(fake, tmp_path, fixture):
             rec = RequestRecord(request_id="r0", scheduled_ns=0, expected_prompt_tokens=12, max_tokens=6)
             return await c.send(rec, c.body("hello", 6))
 
-    return asyncio.run(go())
+    rec = asyncio.run(go())
+    attribute_tokens(rec)  # the metrics' rule, as the dispatcher applies it
+    return rec
 
 
 def test_sglang_recorded_stream_multi_token_chunks(tmp_path):
@@ -146,6 +149,7 @@ def test_transformers_recorded_stream_without_text_names_the_generated_tokens(tm
                 return await c.send(rec, c.body("hello", 64))
 
         rec = asyncio.run(go())
+    attribute_tokens(rec)
     assert rec.status == "invalid_response" and rec.finish_reason == "length"
     assert "usage.completion_tokens=64" in rec.error and rec.chunk_ns == []
     assert rec.output_tokens == 64 and rec.prompt_tokens == 128

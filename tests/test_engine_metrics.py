@@ -2,8 +2,9 @@ import math
 
 import pyarrow.parquet as pq
 
-from metrics.engine_metrics import EngineMetricsSampler, counter_deltas
-from metrics.telemetry import TelemetryCollector
+from metrics.engine_counters import counter_deltas
+from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.engine import EngineMetricsSampler
 
 
 def test_counter_deltas_and_ratios():

@@ -13,7 +13,7 @@ from loadgen.arrivals import arrival_offsets
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter
-from loadgen.workload import WorkItem
+from loadgen.workloads.item import WorkItem
 from tests.fake_server import FakeServer
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.records import RequestRecord
+from metrics.token_attribution import attribute_tokens
 from tests.fake_stream_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 
@@ -20,14 +21,17 @@ def _send(url, n=1, count_tokens=None, continuous=False, timeouts=None, max_toke
                        timeouts=timeouts or Timeouts())
 
     async def go():
-        async with StreamingClient(cfg, count_tokens) as c:
+        async with StreamingClient(cfg) as c:
             out = []
             for i in range(n):
                 rec = RequestRecord(request_id=f"r{i}", scheduled_ns=0)
                 out.append(await c.send(rec, c.body("hi", max_tokens)))
             return out
 
-    return asyncio.run(go())
+    recs = asyncio.run(go())
+    for rec in recs:  # tokens per chunk: the metrics' rule, as the dispatcher applies it
+        attribute_tokens(rec, count_tokens)
+    return recs
 
 
 def test_coalesced_events_share_the_read_time_and_count_each_chunk():
@@ -250,7 +254,7 @@ def test_kernel_receive_stamps_time_a_chunk_the_loop_read_late():
 def test_request_larger_than_the_socket_buffer_is_sent_whole(monkeypatch):
     # 24 MB of prompt cannot leave in one send() (send and receive buffers hold at most ~10 MB
     # on Linux): the rest waits for the socket to drain.
-    from loadgen import stamped_socket
+    from loadgen.client import stamped_socket
 
     drained = []
     on_writable = stamped_socket.StampedTransport._on_writable

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.http1 import ChunkedDecoder, HTTPFramingError, parse_head
-from loadgen.sse import SSEDecoder
+from loadgen.client.http1 import ChunkedDecoder, HTTPFramingError, parse_head
+from loadgen.client.sse import SSEDecoder
 
 
 def _dechunk(data: bytes, cuts) -> tuple[bytes, bool]:

@@ -11,7 +11,7 @@ from loadgen.client import ClientConfig
 from loadgen.dispatch import LoadSpec
 from loadgen.records import SCHEMA, RecordWriter
 from loadgen.workers import run_workers, split_load
-from loadgen.workload import WorkItem
+from loadgen.workloads.item import WorkItem
 from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 

@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from engines.tiny_model import ensure_tiny_model
-from loadgen.prompts import PromptBuilder, load_tokenizer
-from loadgen.synthetic import sample_lengths, synthetic_items
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
+from loadgen.workloads.synthetic import sample_lengths, synthetic_items
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from metrics.energy import energy_summary
-from metrics.telemetry import (DcgmSampler, HostSampler, NvmlSampler, RaplSampler, TelemetryCollector,
-                               build_samplers, parse_dcgm)
+from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.dcgm import DcgmSampler, parse_dcgm
+from metrics.telemetry.host import HostSampler
+from metrics.telemetry.nvml import NvmlSampler
+from metrics.telemetry.rapl import RaplSampler
+from metrics.telemetry.sources import build_samplers
 from tests.fake_nvml import FakeNvml, NVMLError_LibraryNotFound
 
 

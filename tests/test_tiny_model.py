@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 from tokenizers.decoders import DecodeStream
 
 from engines.tiny_model import ensure_tiny_model, unstreamable_ids
-from loadgen.prompts import PromptBuilder, load_tokenizer
-from loadgen.synthetic import synthetic_items
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
+from loadgen.workloads.synthetic import synthetic_items
 
 REQUESTS = ("r0000000", "r0000001", "r0000299")  # r0000299: all 64 tokens unstreamable under v1
 

@@ -47,7 +47,7 @@ def test_replay_first_minutes(engine, fmt, tmp_path):
     from hydra import compose, initialize_config_module
 
     from harness.run import Experiment
-    from loadgen.trace_workload import load_table
+    from loadgen.workloads.traces.replay import load_table
 
     path = FILES[fmt]
     if not path.exists():

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from loadgen.prompts import PromptBuilder, load_tokenizer
-from loadgen.synthetic import synthetic_blocks, synthetic_items
-from loadgen.trace_prompts import TracePrompts, fit_lengths
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
+from loadgen.workloads.synthetic import synthetic_blocks, synthetic_items
+from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
+from loadgen.workloads.table import WorkloadTable
 
 
 @pytest.fixture(scope="module")

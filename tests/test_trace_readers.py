@@ -7,8 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from loadgen.trace_readers import (TraceError, parse_timestamp_ns, read_azure, read_burstgpt, read_jsonl,
-                                   read_mooncake, read_sharegpt, read_trace)
+from loadgen.workloads.traces.azure import parse_timestamp_ns, read_azure
+from loadgen.workloads.traces.burstgpt import read_burstgpt
+from loadgen.workloads.traces.common import TraceError
+from loadgen.workloads.traces.jsonl import read_jsonl
+from loadgen.workloads.traces.mooncake import read_mooncake
+from loadgen.workloads.traces.readers import read_trace
+from loadgen.workloads.traces.sharegpt import read_sharegpt
 
 
 def write(tmp_path, name, text):

@@ -12,11 +12,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from loadgen.dispatch import Dispatcher, LoadSpec
-from loadgen.prompts import PromptBuilder, load_tokenizer
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.records import RequestRecord
-from loadgen.trace_table import WorkloadTable
-from loadgen.trace_time import burst, first_n, long_tail, mean_rate, to_rate
-from loadgen.trace_workload import TraceWorkload, load_table
+from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces.transforms import burst, first_n, long_tail, mean_rate, to_rate
+from loadgen.workloads.traces.replay import TraceWorkload, load_table
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +190,8 @@ def test_load_trace_config_and_no_times(tmp_path, builder):
 
 
 def test_think_time_distribution(tmp_path, builder):
-    from loadgen.sessions import SessionReplay
-    from loadgen.trace_prompts import TracePrompts
+    from loadgen.workloads.sessions import SessionReplay
+    from loadgen.workloads.traces.prompts import TracePrompts
 
     t = WorkloadTable(arrival_s=np.array([0.0]), input_tokens=np.array([5]), output_tokens=np.array([1]))
     r = SessionReplay(WorkloadTable(arrival_s=np.array([0.0, np.nan]), input_tokens=np.array([5, 9]),

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from loadgen.prompts import PromptBuilder
-from loadgen.workload import WorkItem
+from loadgen.workloads.prompts import PromptBuilder
+from loadgen.workloads.item import WorkItem
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.table import WorkloadTable
 
 
 def _session_start(table: WorkloadTable) -> np.ndarray:

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.table import WorkloadTable
 
 
 def _dist(x: np.ndarray) -> dict:
@@ -111,7 +111,7 @@ def repeated_prefix_tokens(table: WorkloadTable, ins: np.ndarray, outs: np.ndarr
 def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None) -> dict:
     """``workload.json``'s content for ``table`` (see the module doc for every definition);
     ``lengths``: the (prompt, output) tokens from ``replay_lengths`` when already known."""
-    from loadgen.trace_time import replay_order
+    from loadgen.workloads.traces.transforms import replay_order
 
     ins, outs = lengths if lengths is not None else replay_lengths(table, count)
     order = replay_order(table)

@@ -18,8 +18,8 @@ import functools
 
 import numpy as np
 
-from loadgen.prompts import PromptBuilder
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.prompts import PromptBuilder
+from loadgen.workloads.table import WorkloadTable
 
 TOO_LONG_POLICIES = ("error", "clip", "skip")
 _GROUP_SALT = 1 << 40  # keeps group prefixes apart from Mooncake block ids

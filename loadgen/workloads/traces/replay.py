@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen import trace_time
-from loadgen.prompts import PromptBuilder
-from loadgen.sessions import SessionReplay, request_id
-from loadgen.trace_prompts import TracePrompts, fit_lengths
-from loadgen.trace_readers import FORMATS, read_trace
-from loadgen.trace_table import WorkloadTable
-from loadgen.workload import WorkItem
+from loadgen.workloads.traces import transforms
+from loadgen.workloads.prompts import PromptBuilder
+from loadgen.workloads.sessions import SessionReplay, request_id
+from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
+from loadgen.workloads.traces.readers import FORMATS, read_trace
+from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.item import WorkItem
 
 
 def _get(cfg, key, default=None):
@@ -62,17 +62,17 @@ def load_table(wcfg, n: int | None = None) -> WorkloadTable:
     if win is not None:
         if len(win) != 2:
             raise ValueError(f"workload.window must be [start_s, end_s], got {list(win)}")
-        table = trace_time.window(table, win[0], win[1])
+        table = transforms.window(table, win[0], win[1])
     cap = _get(wcfg, "max_requests")
     if n is not None:
         cap = min(int(cap), int(n)) if cap is not None else int(n)
     if cap is not None:
-        table = trace_time.first_n(table, cap)
+        table = transforms.first_n(table, cap)
     if len(table) == 0:
         raise ValueError(f"{table.path}: no request left after workload.window={list(win) if win else None}")
-    table = trace_time.scale_time(table, float(_get(wcfg, "time_scale", 1.0)))
+    table = transforms.scale_time(table, float(_get(wcfg, "time_scale", 1.0)))
     if _get(wcfg, "target_rate") is not None:
-        table = trace_time.to_rate(table, float(wcfg.target_rate))
+        table = transforms.to_rate(table, float(wcfg.target_rate))
     table = apply_stress(table, _get(wcfg, "stress"), int(_get(wcfg, "seed", 0)))
     cap_out = _get(wcfg, "max_output_tokens")
     if cap_out is not None:
@@ -92,10 +92,10 @@ def apply_stress(table: WorkloadTable, stress, seed: int = 0) -> WorkloadTable:
         return table
     b = stress.get("burst")
     if b and b.get("factor") not in (None, 1, 1.0):
-        table = trace_time.burst(table, float(b["factor"]), b.get("start_s"), b.get("end_s"), seed)
+        table = transforms.burst(table, float(b["factor"]), b.get("start_s"), b.get("end_s"), seed)
     lt = stress.get("long_tail")
     if lt and float(lt.get("fraction") or 0) > 0:
-        table = trace_time.long_tail(table, float(lt["fraction"]), lt.get("kind", "input"),
+        table = transforms.long_tail(table, float(lt["fraction"]), lt.get("kind", "input"),
                                      lt.get("input_tokens"), lt.get("output_tokens"), seed)
     return table
 
@@ -132,7 +132,7 @@ class TraceWorkload:
 
     def _generate(self):
         t = self.table
-        for i in trace_time.replay_order(t).tolist():
+        for i in transforms.replay_order(t).tolist():
             in_session = t.session is not None and t.session[i] >= 0
             if in_session and not self.sessions.is_first_turn(i):
                 continue

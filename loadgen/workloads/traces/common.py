@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from loadgen.trace_table import WorkloadTable
+from loadgen.workloads.table import WorkloadTable
 
 BAD_LINE_POLICIES = ("error", "skip")
 

@@ -1,16 +1,15 @@
-"""The streaming client: one request in, one ``RequestRecord`` out, timed at the socket.
+"""The transport: one request in, one ``RequestRecord`` out, timed at the socket.
 
 A pool of keep-alive HTTP/1.1 connections serves every request of a run.  Under Linux a
-read's time is the kernel's receive timestamp of its bytes (``loadgen.stamped_socket``;
-TLS runs in memory over the same socket): when they reached this host, whatever the event
-loop was busy with.  Elsewhere each connection is an asyncio ``Protocol`` whose
-``data_received`` reads ``time.perf_counter_ns()`` before it parses anything (a library
-stream reader would add a task switch and its buffering per read, which under hundreds of
-streams becomes milliseconds).  Parsing waits for a deferred pass either way.  The SSE
-events a read completes share its time; an event split over reads gets the time of the
-read that completed it.  Output tokens come from the server's
-``usage`` (requested with ``stream_options.include_usage``, per chunk where the engine
-offers ``continuous_usage_stats``); the tokenizer is the fallback, and the row says which.
+read's time is the kernel's receive timestamp of its bytes (``stamped_socket``; TLS runs in
+memory over the same socket): when they reached this host, whatever the event loop was
+busy with.  Elsewhere each connection is an asyncio ``Protocol`` whose ``data_received``
+reads ``time.perf_counter_ns()`` before it parses anything (a library stream reader would
+add a task switch and its buffering per read, which under hundreds of streams becomes
+milliseconds).  Parsing waits for a deferred pass either way.  The SSE events a read
+completes share its time; an event split over reads gets the time of the read that
+completed it.  What the events mean is ``openai_stream``'s business, how requests are
+worded ``dialect``'s.
 """
 
 from __future__ import annotations
@@ -18,50 +17,20 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from dataclasses import dataclass, field
-
 from urllib.parse import urlsplit
 
 import orjson
 
-from loadgen.http1 import ChunkedDecoder, parse_head
+from engines.http import auth_headers
+from loadgen.client.config import ClientConfig
+from loadgen.client.dialect import RequestDialect
+from loadgen.client.http1 import ChunkedDecoder, parse_head
+from loadgen.client.openai_stream import OpenAIStream, finish_text
+from loadgen.client.stamped_socket import ReadClock, kernel_stamps_supported, open_stamped, resolve
 from loadgen.records import RequestRecord
-from loadgen.sse import SSEDecoder
-from loadgen.stamped_socket import ReadClock, kernel_stamps_supported, open_stamped, resolve
 
 perf_ns = time.perf_counter_ns
 FLUSH_SLICE_NS = 200_000  # longest parse pass before the loop gets a turn
-
-
-@dataclass
-class Timeouts:
-    connect_s: float = 10.0   # TCP connect
-    ttft_s: float = 600.0     # request sent -> first output chunk
-    idle_s: float = 120.0     # between consecutive chunks once output started
-    total_s: float = 1800.0   # whole request
-
-    @classmethod
-    def from_config(cls, cfg) -> "Timeouts":
-        cfg = cfg or {}
-        return cls(**{k: float(cfg[k]) for k in ("connect_s", "ttft_s", "idle_s", "total_s") if cfg.get(k) is not None})
-
-
-@dataclass
-class ClientConfig:
-    base_url: str
-    model: str
-    api: str = "completions"          # completions | chat
-    api_key: str | None = None
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    extra_body: dict = field(default_factory=dict)  # the engine's dialect: ignore_eos, min_tokens, ...
-    continuous_usage: bool = False
-    exact_output: bool = True         # ask for exactly max_tokens (min_tokens where the dialect allows)
-    kernel_timestamps: bool = True    # chunk times from the kernel's receive stamps where available
-
-    @property
-    def url(self) -> str:
-        path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
-        return self.base_url.rstrip("/") + path
 
 
 class _Conn(asyncio.Protocol):
@@ -88,15 +57,9 @@ class _Conn(asyncio.Protocol):
         self.head = None
         self.body_left = 0
         self.chunked: ChunkedDecoder | None = None
-        self.sse: SSEDecoder | None = None
-        self.pieces: list[str] = []
-        self.usage_prompt = None
-        self.usage_completion = None
-        self.last_cum = 0
-        self.saw_done = False
+        self.stream: OpenAIStream | None = None
         self.got_bytes = False
         self.err_body = b""
-        self.last_ns = 0
         self.timer = None
         self.retried = False
 
@@ -162,7 +125,7 @@ class _Conn(asyncio.Protocol):
         self._clear()
         self.rec, self.payload, self.fut, self.retried = rec, payload, fut, retried
         self.client._active[id(rec)] = self
-        rec.sent_ns = self.last_ns = perf_ns()
+        rec.sent_ns = perf_ns()
         self.transport.write(payload)
         self._arm()
 
@@ -173,7 +136,7 @@ class _Conn(asyncio.Protocol):
         if rec.first_token_ns is None:
             deadline = min(deadline, rec.sent_ns + int(t.ttft_s * 1e9))
         else:
-            deadline = min(deadline, self.last_ns + int(t.idle_s * 1e9))
+            deadline = min(deadline, rec.end_ns + int(t.idle_s * 1e9))
         self.timer = self.client.loop.call_later(max(deadline - perf_ns(), 0) / 1e9, self._on_timer, deadline)
 
     def _on_timer(self, deadline: int) -> None:
@@ -195,7 +158,7 @@ class _Conn(asyncio.Protocol):
             which, limit = "ttft", t.ttft_s
         else:
             which, limit = "idle", t.idle_s
-        fresh = (self.last_ns + int(t.idle_s * 1e9)) if rec.first_token_ns is not None else (rec.sent_ns + int(t.ttft_s * 1e9))
+        fresh = (rec.end_ns + int(t.idle_s * 1e9)) if rec.first_token_ns is not None else (rec.sent_ns + int(t.ttft_s * 1e9))
         if which != "total" and perf_ns() < min(fresh, total) - 500_000:
             self._arm()
             return
@@ -235,7 +198,7 @@ class _Conn(asyncio.Protocol):
                 self.chunked = ChunkedDecoder()
             elif head.mode == "length":
                 self.body_left = head.length
-            self.sse = SSEDecoder()
+            self.stream = OpenAIStream(self.rec)
             if not data and not (head.mode == "length" and head.length == 0):
                 return
         head = self.head
@@ -257,50 +220,9 @@ class _Conn(asyncio.Protocol):
                 if len(self.err_body) < 2000:
                     self.err_body += p
         elif pieces:
-            for ev in self.sse.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces)):
-                self._event(ev, now)
+            self.stream.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces), now)
         if done:
             self._complete(now)
-
-    def _event(self, ev: bytes, now: int) -> None:
-        rec = self.rec
-        if ev == b"[DONE]":
-            self.saw_done = True
-            return
-        obj = orjson.loads(ev)
-        if rec.response_id is None:
-            rec.response_id = obj.get("id")
-        choices = obj.get("choices")
-        if "error" in obj and not choices:
-            raise ValueError(f"error event in stream: {str(obj['error'])[:500]}")
-        usage = obj.get("usage")
-        if usage:
-            self.usage_prompt = usage.get("prompt_tokens", self.usage_prompt)
-            self.usage_completion = usage.get("completion_tokens", self.usage_completion)
-        if not choices:
-            return
-        c0 = choices[0]
-        delta = c0.get("delta")
-        if delta is not None:
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-        else:
-            text = c0.get("text")
-        if text:
-            rec.chunk_ns.append(now)
-            self.pieces.append(text)
-            cum = usage.get("completion_tokens") if usage else None
-            if cum is not None:
-                # continuous_usage_stats: the cumulative count tells how many tokens this chunk carried
-                rec.chunk_tokens.append(max(cum - self.last_cum, 1))
-                self.last_cum = cum
-            else:
-                rec.chunk_tokens.append(0)  # resolved once the total is known
-            if rec.first_token_ns is None:
-                rec.first_token_ns = now
-            self.last_ns = now
-        fr = c0.get("finish_reason")
-        if fr:
-            rec.finish_reason = fr
 
     def _complete(self, now: int) -> None:
         head = self.head
@@ -308,8 +230,8 @@ class _Conn(asyncio.Protocol):
             text = self.err_body[:2000].decode("utf-8", "replace")
             self._finish("http_error", f"HTTP {head.status}: {text}", reusable=head.keep_alive)
             return
-        tail = self.sse.tail().strip()
-        if tail and not self.saw_done:
+        tail = self.stream.unfinished()
+        if tail:
             self._finish("invalid_response", f"stream ended inside an event: {tail[:200]!r}", reusable=False)
             return
         self._finish(None, None, reusable=head.keep_alive)
@@ -319,18 +241,9 @@ class _Conn(asyncio.Protocol):
         self._cancel_timer()
         self.client._active.pop(id(rec), None)
         rec.done_ns = perf_ns()
-        self.client._finish_tokens(rec, self.pieces, self.usage_prompt, self.usage_completion)
+        finish_text(rec)
         if status is None:
-            if not rec.chunk_ns:
-                status, error = "invalid_response", "the stream carried no output token"
-                if self.usage_completion:  # generated, but none of it decoded to text on the way
-                    error = (f"the stream carried no output text although usage.completion_tokens="
-                             f"{self.usage_completion} (tokens whose text is empty on its own, e.g. special "
-                             "tokens or pieces of an unfinished UTF-8 character, which the server sends as nothing)")
-            elif not (self.saw_done or rec.finish_reason):
-                status, error = "truncated", "stream closed before a finish_reason or [DONE]"
-            else:
-                status = "ok"
+            status, error = self.stream.outcome()
         rec.status, rec.error = status, error
         self._clear()
         if reusable and not self.closed:
@@ -350,9 +263,8 @@ class StreamingClient:
     returns a future resolved with the filled record; ``send`` awaits it.
     """
 
-    def __init__(self, cfg: ClientConfig, count_tokens=None):
+    def __init__(self, cfg: ClientConfig):
         self.cfg = cfg
-        self.count_tokens = count_tokens  # str -> int, the served model's tokenizer (fallback only)
         u = urlsplit(cfg.url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"engine.base_url must be http(s)://HOST[:PORT], got {cfg.base_url!r}")
@@ -363,14 +275,9 @@ class StreamingClient:
         hostport = u.netloc.rsplit("@", 1)[-1]
         head = [f"POST {path} HTTP/1.1", f"Host: {hostport}", "Content-Type: application/json",
                 "Accept: text/event-stream", "Connection: keep-alive"]
-        if cfg.api_key:
-            head.append(f"Authorization: Bearer {cfg.api_key}")
+        head += [f"{k}: {v}" for k, v in auth_headers(cfg.api_key).items()]
         self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode()
-        stream_options = {"include_usage": True}
-        if cfg.continuous_usage:
-            stream_options["continuous_usage_stats"] = True
-        self._base_body = {"model": cfg.model, "stream": True, "stream_options": stream_options,
-                           **cfg.extra_body}
+        self.dialect = RequestDialect(cfg)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
@@ -431,15 +338,7 @@ class StreamingClient:
 
     def body(self, prompt, max_tokens: int) -> bytes:
         """The JSON request body for one prompt (framed into HTTP by ``start``)."""
-        b = dict(self._base_body)
-        if self.cfg.api == "chat":
-            b["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-        else:
-            b["prompt"] = prompt
-        b["max_tokens"] = int(max_tokens)
-        if self.cfg.exact_output and "min_tokens" in self.cfg.extra_body:
-            b["min_tokens"] = int(max_tokens)
-        return orjson.dumps(b)
+        return self.dialect.body(prompt, max_tokens)
 
     def _request(self, payload: bytes) -> bytes:
         return self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
@@ -546,7 +445,6 @@ class StreamingClient:
             if rec.sent_ns is None:
                 rec.sent_ns = perf_ns()
             rec.done_ns = perf_ns()
-            self._finish_tokens(rec, [], None, None)
             rec.status, rec.error = err
             if not fut.done():
                 fut.set_result(rec)
@@ -573,60 +471,3 @@ class StreamingClient:
         except asyncio.CancelledError:
             self.cancel(rec)
             raise
-
-    def _finish_tokens(self, rec: RequestRecord, pieces, usage_prompt, usage_completion) -> None:
-        """Settle output/prompt token counts and per-chunk tokens once the stream is over."""
-        rec.text = "".join(pieces)
-        if rec.chunk_ns:
-            rec.end_ns = rec.chunk_ns[-1]
-        rec.prompt_tokens = usage_prompt if usage_prompt is not None else rec.expected_prompt_tokens
-        n_chunks = len(rec.chunk_ns)
-        if usage_completion is not None:
-            rec.output_tokens = int(usage_completion)
-            if n_chunks and all(k > 0 for k in rec.chunk_tokens):
-                rec.tokens_source = "usage_continuous"
-                return
-            rec.tokens_source = "usage"
-            if rec.output_tokens == n_chunks:
-                rec.chunk_tokens = [1] * n_chunks
-                return
-            rec.tokens_source = "usage+tokenizer_split"
-            weights = [max(self.count_tokens(p), 1) for p in pieces] if self.count_tokens else [1] * n_chunks
-            rec.chunk_tokens = split_total(rec.output_tokens, weights)
-        elif n_chunks:
-            rec.tokens_source = "tokenizer" if self.count_tokens else "chunks"
-            counts = [max(self.count_tokens(p), 1) for p in pieces] if self.count_tokens else [1] * n_chunks
-            rec.chunk_tokens = counts
-            rec.output_tokens = sum(counts)
-        else:
-            rec.output_tokens = 0
-
-
-def split_total(total: int, weights: list[int]) -> list[int]:
-    """Split ``total`` tokens over chunks in proportion to ``weights`` (largest remainder),
-    at least one token a chunk while there are tokens to go round."""
-    n = len(weights)
-    if n == 0:
-        return []
-    if total <= n:
-        return [1] * total + [0] * (n - total)
-    w = [max(x, 1) for x in weights]
-    sw = sum(w)
-    shares = [total * x / sw for x in w]
-    out = [max(1, int(s)) for s in shares]
-    left = total - sum(out)
-    order = sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)
-    j = 0
-    while left > 0:
-        out[order[j % n]] += 1
-        left -= 1
-        j += 1
-    big = sorted(range(n), key=lambda i: out[i], reverse=True)
-    j = 0
-    while left < 0:  # the minimum of one a chunk overshot: take back from the largest
-        i = big[j % n]
-        if out[i] > 1:
-            out[i] -= 1
-            left += 1
-        j += 1
-    return out

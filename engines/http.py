@@ -1,0 +1,55 @@
+"""Small HTTP helpers every adapter shares: GET/POST with the API key, and one retry loop.
+
+The ``Authorization`` header is built here only (``auth_headers``), for the adapters' own
+calls (health, ``/v1/models``, ``/metrics``, cache resets) and for the load generator's
+requests alike.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The bearer-token header an OpenAI-compatible server expects; empty without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the engine's own URL
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def http_post(url: str, body: dict | None = None, timeout: float = 30.0,
+              headers: dict | None = None) -> tuple[int, bytes]:
+    data = json.dumps(body or {}).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the engine's own URL
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def retry_until(attempt: Callable[[], bool], timeout_s: float, interval_s: float = 0.5,
+                on_timeout: Callable[[], Exception] | None = None) -> bool:
+    """Call ``attempt`` until it returns True or ``timeout_s`` has passed (then raise
+    ``on_timeout()`` if given, else return False).  ``attempt`` raises to stop at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if attempt():
+            return True
+        if time.monotonic() >= deadline:
+            if on_timeout is not None:
+                raise on_timeout()
+            return False
+        time.sleep(interval_s)

@@ -1,0 +1,39 @@
+"""What the streaming client is told: where to send, how to word requests, its time limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Timeouts:
+    connect_s: float = 10.0   # TCP connect
+    ttft_s: float = 600.0     # request sent -> first output chunk
+    idle_s: float = 120.0     # between consecutive chunks once output started
+    total_s: float = 1800.0   # whole request
+
+    @classmethod
+    def from_config(cls, cfg) -> "Timeouts":
+        """From ``client.timeouts`` (every key is in the config schema)."""
+        return cls(**{k: float(cfg[k]) for k in ("connect_s", "ttft_s", "idle_s", "total_s")})
+
+
+@dataclass
+class ClientConfig:
+    base_url: str
+    model: str
+    api: str = "completions"          # completions | chat
+    api_key: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    extra_body: dict = field(default_factory=dict)  # the engine's dialect: ignore_eos, min_tokens, ...
+    continuous_usage: bool = False
+    exact_output: bool = True         # ask for exactly max_tokens (min_tokens where the dialect allows)
+    kernel_timestamps: bool = True    # chunk times from the kernel's receive stamps where available
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + self.path

@@ -1,0 +1,47 @@
+"""What the JSON trace readers share: JSON lines with bad-line handling, field checks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.workloads.traces.common import BadLines
+
+
+def json_lines(path: str, bad: BadLines):
+    import orjson
+
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                bad(lineno, raw.decode("utf-8", "replace"), f"not JSON ({e})")
+                continue
+            if not isinstance(obj, dict):
+                bad(lineno, raw.decode("utf-8", "replace"), "expected a JSON object")
+                continue
+            yield lineno, raw, obj
+
+
+def nonneg_int(obj: dict, key: str, required: bool = True):
+    v = obj.get(key)
+    if v is None:
+        if required:
+            raise ValueError(f"missing {key!r}")
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
+        raise ValueError(f"{key!r} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+def number(obj: dict, key: str, required: bool = True):
+    v = obj.get(key)
+    if v is None:
+        if required:
+            raise ValueError(f"missing {key!r}")
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+        raise ValueError(f"{key!r} must be a number, got {v!r}")
+    return float(v)

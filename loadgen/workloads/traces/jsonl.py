@@ -1,0 +1,92 @@
+"""tokenfactory's own JSON-lines trace: one request per line (see ``read_jsonl``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces.common import (BadLines, TraceError, check_file, empty_trace, sessions_from_ids,
+                                             sorted_by_time)
+from loadgen.workloads.traces.json_fields import json_lines, nonneg_int, number
+
+
+def read_jsonl(path, on_bad_line: str = "error") -> WorkloadTable:
+    """Our own JSON-lines trace: one request per line.
+
+    Fields (``timestamp`` optional everywhere or nowhere):
+
+    - ``timestamp``: seconds (any origin; replay starts at the earliest), optional.
+    - ``input_tokens`` (int) or ``prompt`` (str, the user's message): one is required.
+    - ``output_tokens`` (int): required.
+    - ``session_id`` (str or int) and ``turn`` (int, from 0), optional: a multi-turn
+      session; turns after the first are sent when the previous one ended plus
+      ``think_s`` (seconds, default: the gap between the turns' timestamps, else 0).
+    - ``prefix_group`` (str or int) and ``prefix_tokens`` (int), optional: requests of one
+      group start with the same ``prefix_tokens`` tokens.
+    """
+    path = check_file(path)
+    bad = BadLines(path, on_bad_line)
+    ts, ins, outs, lines, texts, sids, turns, thinks, groups, plens = ([] for _ in range(10))
+    any_text = False
+    for lineno, raw, obj in json_lines(path, bad):
+        try:
+            t = number(obj, "timestamp", required=False)
+            prompt = obj.get("prompt")
+            if prompt is not None and not isinstance(prompt, str):
+                raise ValueError("'prompt' must be a string")
+            a = nonneg_int(obj, "input_tokens", required=prompt is None)
+            b = nonneg_int(obj, "output_tokens")
+            if b < 1:
+                raise ValueError("'output_tokens' must be >= 1")
+            turn = nonneg_int(obj, "turn", required=False)
+            think = number(obj, "think_s", required=False)
+            plen = nonneg_int(obj, "prefix_tokens", required=False)
+            grp = obj.get("prefix_group")
+            if (grp is None) != (plen is None):
+                raise ValueError("'prefix_group' and 'prefix_tokens' go together")
+            if plen is not None and a is not None and plen > a:
+                raise ValueError(f"'prefix_tokens'={plen} exceeds 'input_tokens'={a}")
+            sid = obj.get("session_id")
+        except ValueError as e:
+            bad(lineno, raw.decode("utf-8", "replace"), str(e))
+            continue
+        any_text |= prompt is not None
+        ts.append(np.nan if t is None else t)
+        ins.append(-1 if a is None else a)
+        outs.append(b)
+        texts.append(prompt)
+        sids.append("" if sid is None else str(sid))
+        turns.append(turn)
+        thinks.append(np.nan if think is None else think)
+        groups.append("" if grp is None else str(grp))
+        plens.append(0 if plen is None else plen)
+        lines.append(lineno)
+    if not lines:
+        raise empty_trace(path)
+    ts = np.asarray(ts, dtype=np.float64)
+    if np.isnan(ts).any() and not np.isnan(ts).all():
+        first = lines[int(np.flatnonzero(np.isnan(ts))[0])]
+        raise TraceError(f"{path}:{first}: 'timestamp' missing here but present on other lines; give it on "
+                         "every line or on none")
+    table = WorkloadTable(arrival_s=ts - (np.nanmin(ts) if not np.isnan(ts).all() else 0.0),
+                          input_tokens=np.asarray(ins, dtype=np.int64), output_tokens=np.asarray(outs, dtype=np.int64),
+                          source="jsonl", path=path, line=np.asarray(lines, dtype=np.int64), bad_lines=bad.count,
+                          text=texts if any_text else None)
+    gnames = np.asarray(groups)
+    if (gnames != "").any():
+        uniq, codes = np.unique(gnames, return_inverse=True)
+        codes = codes.astype(np.int64)
+        if "" in uniq:
+            e = int(np.searchsorted(uniq, ""))
+            codes = np.where(codes == e, -1, codes - (codes > e))
+        table.prefix_group, table.prefix_tokens = codes, np.asarray(plens, dtype=np.int64)
+    sid = np.asarray(sids)
+    if (sid != "").any():
+        # Turn order: the explicit ``turn`` where given, else the timestamp, else line order.
+        key = np.asarray([t if t is not None else np.nan for t in turns], dtype=np.float64)
+        fallback = table.arrival_s if not np.isnan(table.arrival_s).all() else np.arange(len(table), dtype=np.float64)
+        key = np.where(np.isnan(key), fallback, key)
+        sessions_from_ids(table, sid, None, order_key=key)
+        explicit = np.asarray(thinks)
+        table.think_s = np.where(~np.isnan(explicit) & (table.turn > 0), explicit, table.think_s)
+    return sorted_by_time(table)
