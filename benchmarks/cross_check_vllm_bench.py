@@ -37,7 +37,7 @@ BENCH_DRIVER = ("import sys\n"
 def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
     from hydra import compose, initialize_config_module
 
-    from harness.run import Experiment
+    from harness.experiment import Experiment
 
     overrides = ["engine=vllm", "engine.launch=false", f"engine.base_url={base_url}", f"engine.model={model}",
                  f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}",

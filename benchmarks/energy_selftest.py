@@ -26,6 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from omegaconf import OmegaConf  # noqa: E402
+
+from conf.schema import Telemetry as TelemetrySchema  # noqa: E402
 from metrics.energy import energy_summary, power_energy, source_energy  # noqa: E402
 from metrics.telemetry.collector import TelemetryCollector  # noqa: E402
 from metrics.telemetry.index import TelemetryIndex  # noqa: E402
@@ -121,7 +124,7 @@ def print_gpu(r: dict) -> None:
 def no_gpu(reason: str) -> int:
     print(f"NO NVIDIA GPU PRESENT: {reason}")
     print("GPU checks skipped; checking what this host has instead.")
-    col = TelemetryCollector(None, build_samplers({"nvml": {"enabled": False}}), 0.1).start()
+    col = TelemetryCollector(None, build_samplers(OmegaConf.merge(OmegaConf.structured(TelemetrySchema), {"nvml": {"enabled": False}})), 0.1).start()
     a = col.sample_now()
     time.sleep(1.0)
     b = col.sample_now()

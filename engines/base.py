@@ -2,8 +2,9 @@
 
 An adapter knows how to start its engine (an argument list, from the interpreter or
 command the config names), how to tell it is healthy, what it is (provenance), how its
-requests must be worded (dialect), and how to stop it.  External endpoints (``launch:
-false``) skip the start and stop.
+requests must be worded (dialect), how to empty its prefix cache, and how to stop it.
+External endpoints (``launch: false``) skip the start and stop.  The config is the
+engine group of conf/schema.py: every key is there, with its default.
 """
 
 from __future__ import annotations
@@ -12,38 +13,17 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from engines import prometheus
 from engines.features import FeatureError, normalize
-from engines.tiny_model import ensure_tiny_model
+from engines.http import auth_headers, http_get, http_post, retry_until
 from engines.process import EngineProcess, free_port, port_in_use
+from engines.tiny_model import ensure_tiny_model
 
 
 class EngineError(RuntimeError):
     """An engine that cannot be started, reached or used; the message is for the user."""
-
-
-def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def http_post(url: str, body: dict | None = None, timeout: float = 30.0, headers: dict | None = None) -> tuple[int, bytes]:
-    data = json.dumps(body or {}).encode()
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 class EngineAdapter:
@@ -55,22 +35,33 @@ class EngineAdapter:
     # sampler records these, and the summary's counter deltas use the same names.
     server_metric_map: dict[str, tuple[str, dict | None]] = {}
     metrics_path = "/metrics"
+    # A server launched as ``python -m MODULE`` (vLLM, SGLang): the module, its flags for
+    # the shared settings (None: the engine has no such flag) and flags it always gets.
+    module: str | None = None
+    launch_flags: dict[str, str | None] = {"model": "--model", "served_model_name": "--served-model-name",
+                                           "max_model_len": "--max-model-len", "revision": "--revision",
+                                           "device": None, "seed": "--seed"}
+    always_flags: tuple[str, ...] = ()
+    # Engines that take ``ignore_eos`` and ``min_tokens`` (exact output lengths).
+    takes_exact_output = False
+    # POST this to empty the prefix cache (None: no way to); see ``reset_cache``.
+    reset_path: str | None = None
 
     def __init__(self, cfg, run_dir: str | os.PathLike):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.process: EngineProcess | None = None
-        self.host = cfg.get("host") or "127.0.0.1"
-        self.port = cfg.get("port")
-        self._base_url = cfg.get("base_url")
-        self.model = cfg.get("model")
+        self.host = cfg.host
+        self.port = cfg.port
+        self._base_url = cfg.base_url
+        self.model = cfg.model
         self.started_ns: int | None = None
         self.ready_ns: int | None = None
 
     # --- configuration -------------------------------------------------------------------
     @property
     def launched(self) -> bool:
-        return bool(self.cfg.get("launch", True))
+        return bool(self.cfg.launch)
 
     @property
     def base_url(self) -> str:
@@ -80,25 +71,28 @@ class EngineAdapter:
 
     @property
     def served_model(self) -> str:
-        return str(self.cfg.get("served_model_name") or self.model)
+        return str(self.cfg.served_model_name or self.model)
 
     @property
     def tokenizer(self) -> str:
-        return str(self.cfg.get("tokenizer") or self.model)
+        return str(self.cfg.tokenizer or self.model)
 
     @property
     def api_key(self) -> str | None:
-        if self.cfg.get("api_key"):
-            return str(self.cfg.get("api_key"))
-        env = self.cfg.get("api_key_env")
+        if self.cfg.api_key:
+            return str(self.cfg.api_key)
+        env = self.cfg.api_key_env
         return os.environ.get(env) if env else None
 
+    def auth(self) -> dict[str, str]:
+        """The header every call to the engine carries when an API key is set."""
+        return auth_headers(self.api_key)
+
     def python(self) -> str:
-        return str(self.cfg.get("python") or sys.executable)
+        return str(self.cfg.python or sys.executable)
 
     def features(self) -> dict:
-        feats = self.cfg.get("features") or {}
-        feats = feats if isinstance(feats, dict) else _plain(feats)
+        feats = _plain(self.cfg.features) or {}
         try:
             return normalize({k: _plain(v) for k, v in dict(feats).items() if v is not None})
         except FeatureError as e:
@@ -116,23 +110,38 @@ class EngineAdapter:
         return []
 
     def launch_command(self) -> list[str]:
-        raise NotImplementedError
+        """``python -m MODULE`` with the shared settings under this engine's flags, then its features."""
+        if self.module is None:
+            raise NotImplementedError(f"engine={self.name} builds its own launch command")
+        flags = self.launch_flags
+        argv = [self.python(), "-m", self.module, flags["model"], str(self.model),
+                "--host", self.host, "--port", str(self.port), *self.always_flags]
+        for key in ("served_model_name", "max_model_len", "revision", "device", "seed"):
+            value = self.cfg.get(key)
+            if flags.get(key) and value is not None and value != "":
+                argv += [flags[key], str(int(value) if key in ("max_model_len", "seed") else value)]
+        return argv + self.feature_flags()
 
     def full_command(self) -> list[str]:
-        cmd = self.cfg.get("command")
+        cmd = self.cfg.command
         argv = [str(a) for a in cmd] if cmd else self.launch_command()
-        return argv + [str(a) for a in (self.cfg.get("extra_args") or [])]
+        return argv + [str(a) for a in self.cfg.extra_args]
 
     def launch_env(self) -> dict:
-        return {str(k): str(v) for k, v in dict(self.cfg.get("env") or {}).items()}
+        return {str(k): str(v) for k, v in dict(self.cfg.env).items()}
 
     def dialect(self) -> dict:
-        """How requests to this engine are worded: ``api``, ``extra_body``, ``continuous_usage``."""
-        return {"api": self.cfg.get("api") or "completions", "extra_body": dict(self.cfg.get("request_extra") or {}),
-                "continuous_usage": bool(self.cfg.get("continuous_usage", False))}
+        """How requests to this engine are worded: ``api``, ``extra_body``, ``continuous_usage``.
+
+        Engines that take them get ``ignore_eos`` and ``min_tokens`` (the client sets
+        ``min_tokens`` to each request's ``max_tokens``) unless ``engine.exact_output=false``."""
+        extra = dict(_plain(self.cfg.request_extra) or {})
+        if self.takes_exact_output and self.cfg.exact_output:
+            extra = {"ignore_eos": True, "min_tokens": 0, **extra}
+        return {"api": self.cfg.api, "extra_body": extra, "continuous_usage": bool(self.cfg.continuous_usage)}
 
     def max_model_len(self) -> int | None:
-        v = self.cfg.get("max_model_len")
+        v = self.cfg.max_model_len
         return int(v) if v else None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -157,8 +166,9 @@ class EngineAdapter:
     def start(self) -> None:
         self.prepare()
         self.started_ns = time.perf_counter_ns()
+        timeout = float(self.cfg.startup_timeout_s)
         if not self.launched:
-            self.wait_healthy(float(self.cfg.get("startup_timeout_s") or 30))
+            self.wait_healthy(timeout)
             self.warm_up()
             self.ready_ns = time.perf_counter_ns()
             return
@@ -166,7 +176,7 @@ class EngineAdapter:
         self.process = EngineProcess(argv, self.run_dir / "engine.log", env=self.launch_env())
         self.process.start()
         try:
-            self.wait_healthy(float(self.cfg.get("startup_timeout_s") or 600))
+            self.wait_healthy(timeout)
             self.warm_up()
         except BaseException:
             self.stop()
@@ -184,10 +194,9 @@ class EngineAdapter:
         else:
             body["prompt"] = "warm up"
         path = "/v1/chat/completions" if d["api"] == "chat" else "/v1/completions"
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            status, text = http_post(self.base_url + path, body, timeout=float(self.cfg.get("startup_timeout_s") or 600),
-                                     headers=headers)
+            status, text = http_post(self.base_url + path, body, timeout=float(self.cfg.startup_timeout_s),
+                                     headers=self.auth())
         except OSError as e:
             raise EngineError(f"engine={self.name}: the warm-up request to {path} failed: {e}") from None
         if status != 200:
@@ -196,26 +205,27 @@ class EngineAdapter:
 
     def health_ok(self) -> bool:
         try:
-            status, _ = http_get(self.base_url + self.health_path, timeout=5)
+            status, _ = http_get(self.base_url + self.health_path, timeout=5, headers=self.auth())
             return status == 200
-        except (OSError, urllib.error.URLError):
+        except OSError:
             return False
 
     def wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise EngineError(
                     f"engine={self.name} exited with code {self.process.poll()} before it was healthy.\n"
                     f"command: {' '.join(self.process.argv)}\nlast lines of {self.process.log_path}:\n"
                     f"{self.process.tail()}")
-            if self.health_ok():
-                return
-            time.sleep(0.5)
-        tail = f"\nlast lines of {self.process.log_path}:\n{self.process.tail()}" if self.process else ""
-        where = "did not become healthy" if self.process else "is unreachable"
-        raise EngineError(f"engine={self.name} at {self.base_url} {where} within {timeout_s:g} s "
-                          f"(GET {self.health_path}){tail}")
+            return self.health_ok()
+
+        def never() -> EngineError:
+            tail = f"\nlast lines of {self.process.log_path}:\n{self.process.tail()}" if self.process else ""
+            where = "did not become healthy" if self.process else "is unreachable"
+            return EngineError(f"engine={self.name} at {self.base_url} {where} within {timeout_s:g} s "
+                               f"(GET {self.health_path}){tail}")
+
+        retry_until(healthy, timeout_s, 0.5, on_timeout=never)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -240,29 +250,57 @@ class EngineAdapter:
             "tokenizer": self.tokenizer,
             "features": self.features(),
             "feature_flags": self.feature_flags(),
-            "extra_args": redact_argv([str(a) for a in (self.cfg.get("extra_args") or [])]),
+            "extra_args": redact_argv([str(a) for a in self.cfg.extra_args]),
             "dialect": self.dialect(),
             "v1_models": self.get_json("/v1/models"),
         }
 
-    def get_json(self, path: str):
+    def get_json(self, path: str, timeout: float = 5):
         """GET a JSON endpoint of the server (with the API key where one is set); None when absent."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            status, body = http_get(self.base_url + path, timeout=5, headers=headers)
+            status, body = http_get(self.base_url + path, timeout=timeout, headers=self.auth())
             return json.loads(body) if status == 200 else None
         except (OSError, ValueError):
             return None
 
+    # --- the prefix cache ----------------------------------------------------------------
     def reset_cache(self) -> bool:
-        """Reset the engine's prefix cache; False where it has no way to."""
-        return False
+        """POST ``reset_path``, retried while the engine refuses (requests still hold cache
+        blocks) for up to ``engine.reset_timeout_s``; False where the engine has no way to."""
+        if self.reset_path is None:
+            return False
+        last: list = []
 
+        def attempt() -> bool:
+            try:
+                status, body = http_post(self.base_url + self.reset_path, {}, timeout=30, headers=self.auth())
+            except OSError as e:
+                raise EngineError(f"engine={self.name}: POST {self.reset_path} failed: {e}") from None
+            if status == 404:
+                raise EngineError(self.no_reset_route())
+            last[:] = [status, body]
+            return self.reset_succeeded(status, body)
+
+        def refused() -> EngineError:
+            status, body = last or (None, b"")
+            return EngineError(f"engine={self.name}: POST {self.reset_path} did not succeed within "
+                               f"engine.reset_timeout_s={self.cfg.reset_timeout_s:g} "
+                               f"(HTTP {status}: {body[:200].decode('utf-8', 'replace')})")
+
+        return retry_until(attempt, float(self.cfg.reset_timeout_s), 0.5, on_timeout=refused)
+
+    def reset_succeeded(self, status: int, body: bytes) -> bool:
+        return status == 200
+
+    def no_reset_route(self) -> str:
+        return f"engine={self.name} has no {self.reset_path}; use engine.cache_state=warm"
+
+    # --- its own metrics -----------------------------------------------------------------
     def scrape_metrics(self) -> str | None:
         """The engine's Prometheus page, where it has one."""
         if not self.server_metric_map:
             return None
-        status, body = http_get(self.base_url + self.metrics_path, timeout=5)
+        status, body = http_get(self.base_url + self.metrics_path, timeout=5, headers=self.auth())
         if status != 200:
             raise EngineError(f"engine={self.name}: GET {self.metrics_path} answered HTTP {status}")
         return body.decode("utf-8", "replace")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from engines.base import EngineAdapter, http_get
+from engines.base import EngineAdapter
 
 
 class OpenAICompatible(EngineAdapter):
@@ -13,16 +13,6 @@ class OpenAICompatible(EngineAdapter):
     @property
     def launched(self) -> bool:
         return False
-
-    def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def health_ok(self) -> bool:
-        try:
-            status, _ = http_get(self.base_url + self.health_path, timeout=5, headers=self._headers())
-            return status == 200
-        except OSError:
-            return False
 
     def provenance(self) -> dict:
         p = super().provenance()

@@ -12,9 +12,8 @@ on ``/metrics``.  Its OpenAI routes accept ``ignore_eos``, ``min_tokens`` and
 from __future__ import annotations
 
 import json
-import time
 
-from engines.base import EngineAdapter, EngineError, http_get, http_post, interpreter_package_version
+from engines.base import EngineAdapter, interpreter_package_version
 from engines.features import SHARED_KNOBS
 
 # The shared speculative methods under SGLang's names for them.
@@ -27,6 +26,12 @@ class SGLang(EngineAdapter):
     health_path = "/health_generate"
     module = "sglang.launch_server"
     supported_features = SHARED_KNOBS
+    launch_flags = {"model": "--model-path", "served_model_name": "--served-model-name",
+                    "max_model_len": "--context-length", "revision": "--revision", "device": "--device",
+                    "seed": "--random-seed"}
+    always_flags = ("--enable-metrics",)
+    takes_exact_output = True
+    reset_path = "/flush_cache"   # refused (HTTP 400) while requests run or wait: retried
     server_metric_map = {
         "running": ("sglang:num_running_reqs", None),
         "waiting": ("sglang:num_queue_reqs", None),
@@ -82,37 +87,13 @@ class SGLang(EngineAdapter):
                 argv += [f"--speculative-{k.replace('_', '-')}", str(v)]
         return argv
 
-    def launch_command(self) -> list[str]:
-        argv = [self.python(), "-m", self.module, "--model-path", str(self.model),
-                "--host", self.host, "--port", str(self.port), "--enable-metrics"]
-        if self.cfg.get("served_model_name"):
-            argv += ["--served-model-name", str(self.cfg.served_model_name)]
-        if self.cfg.get("max_model_len"):
-            argv += ["--context-length", str(int(self.cfg.max_model_len))]
-        if self.cfg.get("revision"):
-            argv += ["--revision", str(self.cfg.revision)]
-        if self.cfg.get("device"):
-            argv += ["--device", str(self.cfg.device)]
-        if self.cfg.get("seed") is not None:
-            argv += ["--random-seed", str(int(self.cfg.seed))]
-        return argv + self.feature_flags()
-
-    def dialect(self) -> dict:
-        d = super().dialect()
-        if self.cfg.get("exact_output", True):
-            d["extra_body"] = {"ignore_eos": True, "min_tokens": 0, **d["extra_body"]}
-        d["continuous_usage"] = bool(self.cfg.get("continuous_usage", True))
-        return d
-
     # --- what it is ----------------------------------------------------------------------
     def server_info(self) -> dict | None:
+        """``/server_info`` (``/get_server_info`` on older releases), or None."""
         for path in ("/server_info", "/get_server_info"):
-            try:
-                status, body = http_get(self.base_url + path, timeout=30)
-                if status == 200:
-                    return json.loads(body)
-            except (OSError, ValueError):
-                continue
+            info = self.get_json(path, timeout=30)
+            if info is not None:
+                return info
         return None
 
     def version(self) -> str | None:
@@ -134,24 +115,6 @@ class SGLang(EngineAdapter):
         else:
             p["effective"] = {"note": "/server_info and /get_server_info unavailable"}
         return p
-
-    # --- cache ---------------------------------------------------------------------------
-    def reset_cache(self) -> bool:
-        """POST /flush_cache; SGLang answers 400 while requests are running or waiting."""
-        deadline = time.monotonic() + float(self.cfg.get("reset_timeout_s") or 30)
-        while True:
-            try:
-                status, body = http_post(self.base_url + "/flush_cache", None, timeout=30)
-            except OSError as e:
-                raise EngineError(f"engine=sglang: POST /flush_cache failed: {e}") from None
-            if status == 200:
-                return True
-            if status == 404:
-                raise EngineError("engine=sglang has no /flush_cache; use engine.cache_state=warm")
-            if time.monotonic() > deadline:
-                raise EngineError(f"engine=sglang: /flush_cache was refused until the reset timeout "
-                                  f"(HTTP {status}: {body[:200].decode('utf-8', 'replace')})")
-            time.sleep(0.5)
 
 
 def effective_config(info: dict) -> dict:

@@ -58,7 +58,7 @@ class TransformersServe(EngineAdapter):
             if bad in d["extra_body"]:
                 raise EngineError(f"engine=transformers rejects the request field {bad!r} (HTTP 422); "
                                   "remove it from engine.request_extra")
-        d["continuous_usage"] = False
+        d["continuous_usage"] = False  # it has no continuous_usage_stats
         return d
 
     def version(self) -> str | None:

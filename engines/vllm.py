@@ -12,9 +12,8 @@ cumulative token count in every chunk.
 from __future__ import annotations
 
 import json
-import time
 
-from engines.base import EngineAdapter, EngineError, http_get, http_post, interpreter_package_version
+from engines.base import EngineAdapter, EngineError, interpreter_package_version
 from engines.features import SHARED_KNOBS
 
 
@@ -23,6 +22,8 @@ class VLLM(EngineAdapter):
     health_path = "/health"
     module = "vllm.entrypoints.openai.api_server"
     supported_features = SHARED_KNOBS
+    takes_exact_output = True
+    reset_path = "/reset_prefix_cache"
     server_metric_map = {
         "running": ("vllm:num_requests_running", None),
         "waiting": ("vllm:num_requests_waiting", None),
@@ -70,53 +71,23 @@ class VLLM(EngineAdapter):
             out["num_speculative_tokens"] = int(spec["num_tokens"])
         return out
 
-    def launch_command(self) -> list[str]:
-        argv = [self.python(), "-m", self.module, "--model", str(self.model),
-                "--host", self.host, "--port", str(self.port)]
-        if self.cfg.get("served_model_name"):
-            argv += ["--served-model-name", str(self.cfg.served_model_name)]
-        if self.cfg.get("max_model_len"):
-            argv += ["--max-model-len", str(int(self.cfg.max_model_len))]
-        if self.cfg.get("revision"):
-            argv += ["--revision", str(self.cfg.revision)]
-        if self.cfg.get("seed") is not None:
-            argv += ["--seed", str(int(self.cfg.seed))]
-        return argv + self.feature_flags()
-
     def launch_env(self) -> dict:
         env = {"VLLM_SERVER_DEV_MODE": "1"}
         env.update(super().launch_env())
         return env
 
-    def dialect(self) -> dict:
-        d = super().dialect()
-        if self.cfg.get("exact_output", True):
-            # min_tokens is set to each request's max_tokens by the client (ClientConfig.exact_output).
-            d["extra_body"] = {"ignore_eos": True, "min_tokens": 0, **d["extra_body"]}
-        d["continuous_usage"] = bool(self.cfg.get("continuous_usage", True))
-        return d
-
     # --- what it is ----------------------------------------------------------------------
     def version(self) -> str | None:
-        try:
-            status, body = http_get(self.base_url + "/version", timeout=5)
-            if status == 200:
-                return json.loads(body).get("version")
-        except (OSError, ValueError):
-            pass
+        v = self.get_json("/version")
+        if isinstance(v, dict) and v.get("version"):
+            return str(v["version"])
         if self.launched:
             return interpreter_package_version(self.python(), "vllm")
         return None
 
     def server_info(self) -> dict | None:
         """``/server_info`` (dev mode): the engine's full effective config, or None."""
-        try:
-            status, body = http_get(self.base_url + "/server_info?config_format=json", timeout=30)
-            if status == 200:
-                return json.loads(body)
-        except (OSError, ValueError):
-            pass
-        return None
+        return self.get_json("/server_info?config_format=json", timeout=30)
 
     def provenance(self) -> dict:
         p = super().provenance()
@@ -142,31 +113,18 @@ class VLLM(EngineAdapter):
         return p
 
     # --- cache ---------------------------------------------------------------------------
-    def reset_cache(self) -> bool:
-        """POST /reset_prefix_cache; vLLM refuses while blocks are held, so retry briefly."""
-        deadline = time.monotonic() + float(self.cfg.get("reset_timeout_s") or 30)
-        while True:
-            try:
-                status, body = http_post(self.base_url + "/reset_prefix_cache", {}, timeout=30)
-            except OSError as e:
-                raise EngineError(f"engine=vllm: POST /reset_prefix_cache failed: {e}") from None
-            if status == 404:
-                raise EngineError("engine=vllm has no /reset_prefix_cache: start it with VLLM_SERVER_DEV_MODE=1 "
-                                  "(tokenfactory does when it launches vLLM) or use engine.cache_state=warm")
-            ok = status == 200 and _success(body)
-            if ok:
-                return True
-            if time.monotonic() > deadline:
-                raise EngineError(f"engine=vllm: /reset_prefix_cache did not succeed within the reset timeout "
-                                  f"(HTTP {status}: {body[:200].decode('utf-8', 'replace')})")
-            time.sleep(0.5)
+    def reset_succeeded(self, status: int, body: bytes) -> bool:
+        """vLLM answers 200 with ``{"success": false}`` while blocks are still held (retried)."""
+        if status != 200:
+            return False
+        try:
+            return bool(json.loads(body).get("success", True))
+        except (ValueError, AttributeError):
+            return True  # older servers answered 200 with an empty body
 
-
-def _success(body: bytes) -> bool:
-    try:
-        return bool(json.loads(body).get("success", True))
-    except (ValueError, AttributeError):
-        return True  # older servers answered 200 with an empty body
+    def no_reset_route(self) -> str:
+        return ("engine=vllm has no /reset_prefix_cache: start it with VLLM_SERVER_DEV_MODE=1 "
+                "(tokenfactory does when it launches vLLM) or use engine.cache_state=warm")
 
 
 def effective_config(cfg: dict) -> dict:

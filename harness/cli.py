@@ -18,16 +18,16 @@ def _hydra_run(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
 
-    import harness.run
-    from harness.run import UserError, run_experiment
+    from harness.errors import UserError
+    from harness.experiment import run_experiment
+    from harness.multirun import swept_keys
 
-    if "-m" in argv or "--multirun" in argv:
-        harness.run.SWEPT_KEYS.update(harness.run.swept_keys(argv))
+    swept = swept_keys(argv) if ("-m" in argv or "--multirun" in argv) else frozenset()
 
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def _main(cfg: DictConfig) -> None:
         try:
-            run_experiment(cfg)
+            run_experiment(cfg, swept)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)

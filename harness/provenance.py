@@ -62,7 +62,9 @@ def host_info() -> dict:
     }
 
 
-def collect(engine_prov: dict) -> dict:
+def collect(engine_prov: dict, hardware: dict | None = None) -> dict:
+    """Everything a reader needs to know what ran: harness, host, GPUs seen, the engine's own
+    account of itself, and the ``hardware`` profile the config named (conf/hardware/)."""
     from importlib import metadata
 
     try:
@@ -70,4 +72,4 @@ def collect(engine_prov: dict) -> dict:
     except metadata.PackageNotFoundError:
         version = None
     return {"harness": {"name": "tokenfactory", "version": version, "commit": harness_commit()},
-            "host": host_info(), "gpus": gpus(), "engine": engine_prov}
+            "host": host_info(), "gpus": gpus(), "hardware": hardware, "engine": engine_prov}

@@ -54,6 +54,17 @@ class LoadSpec:
     drain_timeout_s: float | None = None  # after duration_s: how long in-flight requests may finish
     prewarm_connections: int | None = None  # connections opened before t0 (default: from the load)
 
+    @classmethod
+    def from_load(cls, load: dict) -> "LoadSpec":
+        """From a ``load`` config (every key of conf/schema.py's ``Load``); warm-up requests
+        come on top of the measured ``num_requests``."""
+        n, warmup = load["num_requests"], int(load["warmup_requests"])
+        return cls(kind=load["kind"], rate=load["rate"], concurrency=load["concurrency"],
+                   num_requests=(int(n) + warmup) if n is not None else None, duration_s=load["duration_s"],
+                   warmup_requests=warmup, burstiness=float(load["burstiness"]),
+                   max_concurrency=load["max_concurrency"], seed=int(load["seed"]),
+                   drain_timeout_s=load["drain_timeout_s"])
+
     def validate(self) -> None:
         if self.kind not in LOAD_KINDS:
             raise ValueError(f"load: unknown load {self.kind!r} (expected one of {', '.join(LOAD_KINDS)})")

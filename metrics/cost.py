@@ -14,48 +14,36 @@ is ``hours x rate``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import numbers
 
 HOURS_PER_YEAR = 365.25 * 24
 
-_COMMON = {"model", "currency", "description", "extra_hourly", "num_gpus", "assumptions"}
-_FIELDS = {
-    "rental": _COMMON | {"hourly_per_gpu", "num_hosts", "hourly_per_host"},
-    "owned": _COMMON | {"hardware_price", "depreciation_years", "electricity_per_kwh", "pue", "ops_hourly",
-                        "unmeasured_power_w"},
-}
-# Fields whose value must be a number >= 0 (depreciation_years and pue must be > 0 / >= 1).
-_NUMBERS = {"hourly_per_gpu", "num_gpus", "num_hosts", "hourly_per_host", "hardware_price", "depreciation_years",
-            "electricity_per_kwh", "pue", "ops_hourly", "unmeasured_power_w"}
-
 
 def check_profile(cost_cfg) -> None:
-    """Raise ValueError naming the ``cost.<field>`` at fault, before a run spends any time."""
+    """Raise ValueError naming the ``cost.<field>`` at fault, before a run spends any time.
+
+    A profile is checked against its schema (conf/schema.py's ``RentalCost`` or ``OwnedCost``):
+    known fields, numbers where numbers go, and their ranges."""
     if cost_cfg is None:
         return
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from conf.schema import OwnedCost, RentalCost, validate
+
     model = cost_cfg.get("model", "rental")
-    if model not in _FIELDS:
+    schema = {"rental": RentalCost, "owned": OwnedCost}.get(model)
+    if schema is None:
         raise ValueError(f"cost.model: unknown cost model {model!r} (expected 'rental' or 'owned')")
-    unknown = sorted(set(cost_cfg) - _FIELDS[model])
-    if unknown:
-        raise ValueError(f"cost.{unknown[0]}: not a field of a {model} cost profile "
-                         f"(known: {', '.join(sorted(_FIELDS[model]))})")
-    for k in _NUMBERS & set(cost_cfg):
-        v = cost_cfg[k]
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"cost.{k}: expected a finite number >= 0, got {v!r}")
-    if model == "owned":
-        if float(cost_cfg.get("depreciation_years") or 0) <= 0:
-            raise ValueError(f"cost.depreciation_years: must be > 0 for an owned profile, "
-                             f"got {cost_cfg.get('depreciation_years')!r}")
-        if cost_cfg.get("pue") is not None and float(cost_cfg["pue"]) < 1:
-            raise ValueError(f"cost.pue: a power usage effectiveness is >= 1, got {cost_cfg['pue']!r}")
-    for name, v in (cost_cfg.get("extra_hourly") or {}).items():
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"cost.extra_hourly.{name}: expected a finite hourly rate >= 0, got {v!r}")
+    given = {k: v for k, v in dict(cost_cfg).items() if v is not None}
+    try:
+        node = OmegaConf.merge(OmegaConf.structured(schema), given)
+    except OmegaConfBaseException as e:
+        known = ", ".join(f.name for f in dataclasses.fields(schema))
+        raise ValueError(f"cost.{e.full_key}: {str(e.msg).splitlines()[0]} (a {model} cost profile's fields: "
+                         f"{known})") from None
+    validate(node, "cost")
 
 
 def _num(cfg, key, default=0.0) -> float:

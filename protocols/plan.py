@@ -45,9 +45,8 @@ def offered_load(load: dict) -> float | None:
 
 def plan_runs(cfg: DictConfig) -> list[RunSpec]:
     base = OmegaConf.to_container(cfg.load, resolve=True)
-    proto = cfg.get("protocol") or {}
-    points = proto.get("load_points")
-    repeats = int(proto.get("repeats") or 1)
+    points = cfg.protocol.load_points
+    repeats = int(cfg.protocol.repeats)
     if repeats < 1:
         raise ValueError(f"protocol.repeats must be >= 1, got {repeats}")
     if points is None or len(points) == 0:

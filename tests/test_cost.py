@@ -4,7 +4,6 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
 
 from metrics.cost import check_profile, per_million, per_unit, window_cost
 
@@ -82,20 +81,29 @@ def test_owned_without_energy_is_marked_incomplete():
     assert "energy unavailable" in c["cost_notes"][0]
 
 
+def _profile(name: str) -> dict:
+    """A shipped profile as a run sees it: composed through Hydra with its schema."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("conf", version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=[f"cost={name}"]).cost, resolve=True)
+
+
 @pytest.mark.parametrize("path", sorted(CONF_COST.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_profiles_are_marked_examples_and_valid(path):
     text = path.read_text()
     assert "EXAMPLE" in text and "assumptions" in text.lower()
-    prof = yaml.safe_load(text)
+    prof = _profile(path.stem)
     check_profile(prof)
     c = window_cost(prof, 3600.0, energy_j=3.6e6)
     assert c["cost_total"] > 0
 
 
 def test_shipped_profile_figures():
-    h100 = yaml.safe_load((CONF_COST / "example_h100_rental.yaml").read_text())
+    h100 = _profile("example_h100_rental")
     assert window_cost(h100, 3600.0)["cost_total"] == pytest.approx(2.50 + 0.20 + 0.05 + 0.02)
-    owned = yaml.safe_load((CONF_COST / "example_8gpu_owned.yaml").read_text())
+    owned = _profile("example_8gpu_owned")
     # 8 GPUs at 700 W measured for an hour: 5.6 kWh + 1.2 kWh unmeasured, x 0.12 x 1.3
     c = window_cost(owned, 3600.0, energy_j=5600 * 3600.0)
     assert c["cost_lines"]["depreciation"] == pytest.approx(300_000 / (4 * 8766))
@@ -107,7 +115,9 @@ def test_shipped_profile_figures():
     ({"model": "leased"}, "cost.model"),
     ({"model": "rental", "hourly_per_gpus": 2.0}, "cost.hourly_per_gpus"),
     ({"model": "rental", "hourly_per_gpu": -1.0}, "cost.hourly_per_gpu"),
-    ({"model": "rental", "hourly_per_gpu": "2.5"}, "cost.hourly_per_gpu"),
+    ({"model": "rental", "hourly_per_gpu": "cheap"}, "cost.hourly_per_gpu"),
+    ({"model": "rental", "hourly_per_host": float("inf")}, "cost.hourly_per_host"),
+    ({"model": "rental", "extra_hourly": {"network": -0.5}}, "cost.extra_hourly.network"),
     ({"model": "owned", "hardware_price": 1.0, "depreciation_years": 0}, "cost.depreciation_years"),
     ({"model": "owned", "hardware_price": 1.0, "depreciation_years": 3, "pue": 0.8}, "cost.pue"),
     ({"model": "rental", "extra_hourly": {"network": "lots"}}, "cost.extra_hourly.network"),
@@ -134,7 +144,8 @@ def test_profiles_compose_through_hydra_with_overrides(name):
 def test_experiment_rejects_a_misspelt_cost_field_before_starting():
     from hydra import compose, initialize_config_dir
 
-    from harness.run import Experiment, UserError
+    from harness.errors import UserError
+    from harness.experiment import Experiment
 
     with initialize_config_dir(str(CONF_COST.parent), version_base="1.3"):
         cfg = compose("config", overrides=["+cost.hourly_per_gpus=2.0", "output_dir=/tmp/tokenfactory-never-written"])

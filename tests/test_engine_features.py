@@ -69,18 +69,31 @@ def test_sglang_chunked_prefill_off_keeps_the_batch_budget(tmp_path):
     assert e.feature_flags() == ["--chunked-prefill-size", "-1", "--max-prefill-tokens", "2048"]
 
 
+def _compose_error(overrides: list[str]) -> str:
+    """The message a user sees for these overrides: composition (OmegaConf) or range (conf.schema)."""
+    from hydra import compose, initialize_config_module
+
+    from conf.schema import validate
+
+    try:
+        with initialize_config_module("conf", version_base="1.3"):
+            validate(compose("config", overrides=overrides))
+    except Exception as e:  # noqa: BLE001 - whichever layer caught it, the message must name the key
+        return f"{e} {e.__cause__ or ''}"
+    raise AssertionError(f"{overrides} composed without error")
+
+
 def test_unsupported_knob_names_engine_and_knob(tmp_path):
-    e = _engine("transformers", tmp_path, **{"features.prefix_caching": True, "features.speculative": {"method": "x"}})
-    with pytest.raises(EngineError, match=r"engine=transformers does not support engine.features.prefix_caching "
-                                          r"\(nor speculative\)"):
-        e.check_features()
+    # Typed engines refuse a knob they lack while the config is composed, naming the full key ...
+    msg = _compose_error(["engine=transformers", "engine.features.prefix_caching=true"])
+    assert "engine.features.prefix_caching" in msg and "TransformersFeatures" in msg
+    msg = _compose_error(["engine=vllm", "+engine.features.continuous_batching=true"])
+    assert "engine.features.continuous_batching: not a field of SharedFeatures" in msg
+    # ... and the adapter names engine and knob for configs that reach it otherwise.
     o = make_engine(engine_cfg("openai", base_url="http://127.0.0.1:1", model="m",
                                **{"features.max_num_seqs": 4}), tmp_path)
     with pytest.raises(EngineError, match="engine=openai does not support engine.features.max_num_seqs"):
         o.prepare()
-    v = _engine("vllm", tmp_path, **{"features.continuous_batching": True})
-    with pytest.raises(EngineError, match="engine=vllm does not support engine.features.continuous_batching"):
-        v.check_features()
 
 
 def test_transformers_takes_the_shared_names_it_has(tmp_path):
@@ -92,9 +105,6 @@ def test_transformers_takes_the_shared_names_it_has(tmp_path):
 
 
 @pytest.mark.parametrize("knob,value,msg", [
-    ("prefix_caching", "yes", "prefix_caching must be true or false"),
-    ("max_num_seqs", 0, "max_num_seqs must be >= 1"),
-    ("max_num_seqs", "lots", "max_num_seqs must be a whole number"),
     ("speculative", "ngram", "speculative must be a mapping"),
     ("speculative", {"num_tokens": 3}, "speculative.method is required"),
 ])
@@ -102,6 +112,15 @@ def test_bad_knob_values_are_named(tmp_path, knob, value, msg):
     e = _engine("vllm", tmp_path, **{f"features.{knob}": value})
     with pytest.raises(EngineError, match=f"engine=vllm: engine.features.{msg}"):
         e.feature_flags()
+
+
+@pytest.mark.parametrize("override,msg", [
+    ("engine.features.prefix_caching=maybe", "engine.features.prefix_caching"),
+    ("engine.features.max_num_seqs=0", "engine.features.max_num_seqs=0: must be >= 1"),
+    ("engine.features.max_num_seqs=lots", "engine.features.max_num_seqs"),
+])
+def test_bad_knob_values_are_named_at_composition(override, msg):
+    assert msg in _compose_error(["engine=vllm", override])
 
 
 def test_dialects_ask_for_exact_output_and_continuous_usage(tmp_path):

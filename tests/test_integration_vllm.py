@@ -47,7 +47,7 @@ def compose(overrides: list[str]):
 
 
 def run(overrides: list[str]):
-    from harness.run import Experiment
+    from harness.experiment import Experiment
 
     return Experiment(compose(overrides)).run()
 
@@ -138,7 +138,8 @@ def test_launched_without_prefix_caching_then_killed(tmp_path):
     """The harness launches vLLM with prefix caching off: no hits; then the engine is killed
     in the second load point: in-flight requests end as connection_error, finished ones stay,
     the run is reported as failed, and nothing of the engine survives."""
-    from harness.run import Experiment, UserError
+    from harness.errors import UserError
+    from harness.experiment import Experiment
 
     out = tmp_path / "off"
     cfg = compose(["engine=vllm", f"engine.python={VLLM_PYTHON}", "engine.features.prefix_caching=false",

@@ -10,6 +10,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
+from omegaconf import OmegaConf
+
+from conf.schema import Telemetry as TelemetrySchema
 from metrics.energy import energy_summary
 from metrics.telemetry.collector import TelemetryCollector
 from metrics.telemetry.dcgm import DcgmSampler, parse_dcgm
@@ -264,7 +267,8 @@ def test_host_sampler_cpu_memory_network_disk_and_processes():
 
 
 def test_build_samplers_from_config(tmp_path):
-    samplers = build_samplers({"nvml": {"enabled": False}, "dcgm": {"url": None}, "rapl": {"root": str(tmp_path)}})
+    samplers = build_samplers(OmegaConf.merge(OmegaConf.structured(TelemetrySchema),
+                                              {"nvml": {"enabled": False}, "rapl": {"root": str(tmp_path)}}))
     assert [s.source for s in samplers] == ["host", "dcgm", "rapl"]
     c = TelemetryCollector(None, samplers, 0.1)
     assert set(c.unavailable) == {"dcgm", "rapl"} and "host" not in c.unavailable

@@ -46,7 +46,7 @@ def engine(tmp_path_factory):
 def test_replay_first_minutes(engine, fmt, tmp_path):
     from hydra import compose, initialize_config_module
 
-    from harness.run import Experiment
+    from harness.experiment import Experiment
     from loadgen.workloads.traces.replay import load_table
 
     path = FILES[fmt]

@@ -196,7 +196,8 @@ def test_jsonl_own_format(tmp_path):
 def test_bad_trace_fails_before_the_engine_starts(tmp_path):
     from hydra import compose, initialize_config_module
 
-    from harness.run import Experiment, UserError
+    from harness.errors import UserError
+    from harness.experiment import Experiment
 
     def experiment(path, *extra):
         with initialize_config_module(config_module="conf", version_base="1.3"):

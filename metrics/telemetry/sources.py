@@ -10,16 +10,12 @@ from metrics.telemetry.rapl import RaplSampler
 
 
 def build_samplers(tcfg, pids: dict[str, int] | None = None) -> list[Sampler]:
-    """The samplers ``telemetry.*`` asks for (see conf/config.yaml)."""
-    tcfg = tcfg or {}
+    """The samplers ``telemetry.*`` asks for (conf/schema.py's ``Telemetry``)."""
     out: list[Sampler] = [HostSampler(pids)]
-    nv = tcfg.get("nvml") or {}
-    if nv.get("enabled", True):
-        devices = nv.get("devices")
+    if tcfg.nvml.enabled:
+        devices = tcfg.nvml.devices
         out.append(NvmlSampler(list(devices) if devices is not None else None))
-    dc = tcfg.get("dcgm") or {}
-    out.append(DcgmSampler(dc.get("url"), float(dc.get("timeout_s") or 2.0)))
-    rp = tcfg.get("rapl") or {}
-    if rp.get("enabled", True):
-        out.append(RaplSampler(rp.get("root") or "/sys/class/powercap"))
+    out.append(DcgmSampler(tcfg.dcgm.url, float(tcfg.dcgm.timeout_s)))
+    if tcfg.rapl.enabled:
+        out.append(RaplSampler(tcfg.rapl.root))
     return out

@@ -1,0 +1,403 @@
+"""The typed schema of every config group: one dataclass per group (stored in Hydra's
+ConfigStore as ``<group>/schema``), so OmegaConf checks types and unknown keys while Hydra
+composes, naming the full key (``load.rate``, ``engine.features.max_num_seqs``).
+
+Each YAML file of a group starts from its schema (``defaults: [schema, _self_]``) and
+writes only what differs from it: a key is defined once, here.  What types cannot say
+(ranges, a choice among names) is in each field's metadata and checked by ``validate``
+right after composition, with the same full key in the message:
+
+- ``ge`` / ``gt`` / ``le`` / ``lt``: bounds of a number, which must also be finite (None
+  passes: the field is unset);
+- ``choices``: the allowed values of a string;
+- ``each``: rules for every value of a mapping or list field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional  # noqa: UP035 - OmegaConf reads typing's generics
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value outside what its field allows; the message names the full key."""
+
+
+def _f(default=None, *, factory=None, **rules):
+    """A field with checks for ``validate`` (``ge``, ``gt``, ``le``, ``lt``, ``choices``)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata=rules)
+    return field(default=default, metadata=rules)
+
+
+# ------------------------------------------------------------------------------------ engine
+@dataclass
+class SharedFeatures:
+    """``engine.features.*`` for vLLM and SGLang (engines/features.py says what each means)."""
+    prefix_caching: Optional[bool] = None
+    chunked_prefill: Optional[bool] = None
+    max_num_batched_tokens: Optional[int] = _f(None, ge=1)
+    max_num_seqs: Optional[int] = _f(None, ge=1)
+    kv_cache_dtype: Optional[str] = None
+    quantization: Optional[str] = None
+    speculative: Any = None  # {method, draft_model, num_tokens, ...}: checked by engines/features.py
+    tensor_parallel_size: Optional[int] = _f(None, ge=1)
+    enforce_eager: Optional[bool] = None
+    attention_backend: Optional[str] = None
+    dtype: Optional[str] = None
+
+
+@dataclass
+class TransformersFeatures:
+    """``engine.features.*`` for ``transformers serve``."""
+    continuous_batching: Optional[bool] = True
+    attn_implementation: Optional[str] = None
+    compile: Optional[bool] = None
+    quantization: Optional[str] = None
+    max_batch_tokens: Optional[int] = _f(None, ge=1)
+    kv_cache_blocks: Optional[int] = _f(None, ge=1)
+    dtype: Optional[str] = None
+    attention_backend: Optional[str] = None       # the shared vocabulary's names for two of the above
+    max_num_batched_tokens: Optional[int] = _f(None, ge=1)
+
+
+@dataclass
+class EngineBase:
+    name: str = MISSING
+    launch: bool = True
+    model: Optional[str] = None              # null: the embedded tiny random-weight Llama, built once and cached
+    tokenizer: Optional[str] = None          # tokenizer used to build prompts; null: the model's
+    served_model_name: Optional[str] = None
+    revision: Optional[str] = None
+    python: Optional[str] = None             # interpreter to launch the engine with; null: this one
+    command: Optional[List[str]] = None      # the full argument list instead of the built one
+    extra_args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: Optional[int] = _f(None, ge=1, le=65535)
+    base_url: Optional[str] = None
+    device: Optional[str] = None
+    api: str = _f("completions", choices=("completions", "chat"))
+    api_key: Optional[str] = None            # prefer api_key_env: a key given here is redacted everywhere
+    api_key_env: Optional[str] = None
+    request_extra: Dict[str, Any] = field(default_factory=dict)
+    exact_output: bool = True                # ignore_eos + min_tokens=max_tokens where the engine takes them
+    continuous_usage: bool = False           # stream_options.continuous_usage_stats
+    max_model_len: Optional[int] = _f(None, ge=1)
+    seed: Optional[int] = None
+    startup_timeout_s: float = _f(600.0, gt=0)
+    reset_timeout_s: float = _f(30.0, gt=0)
+    cache_state: str = _f("warm", choices=("warm", "cold"))
+
+
+@dataclass
+class SharedEngine(EngineBase):
+    features: SharedFeatures = field(default_factory=SharedFeatures)
+
+
+@dataclass
+class TransformersEngine(EngineBase):
+    features: TransformersFeatures = field(default_factory=TransformersFeatures)
+
+
+@dataclass
+class OpenAIEngine(EngineBase):
+    # No knobs: an endpoint we do not launch; any key given is refused by the adapter by name.
+    features: Dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------ workload
+@dataclass
+class LengthDist:
+    kind: str = _f("fixed", choices=("fixed", "uniform", "normal", "lognormal"))
+    min: Optional[int] = _f(None, ge=1)
+    max: Optional[int] = _f(None, ge=1)
+    std: Optional[float] = _f(None, gt=0)
+    sigma: Optional[float] = _f(None, gt=0)
+
+
+@dataclass
+class PrefixGroups:
+    count: int = _f(0, ge=0)                 # 0: no shared prefixes
+    prefix_tokens: int = _f(0, ge=0)
+    popularity: str = _f("uniform", choices=("uniform", "zipf"))
+    zipf_s: float = _f(1.0, gt=0)
+
+
+@dataclass
+class LongTail:
+    fraction: float = _f(0.0, ge=0, le=1)
+    kind: str = _f("input", choices=("input", "output"))
+    input_tokens: Optional[int] = _f(None, ge=1)
+    output_tokens: Optional[int] = _f(None, ge=1)
+
+
+@dataclass
+class Burst:
+    factor: float = _f(1.0, ge=1)
+    start_s: Optional[float] = None
+    end_s: Optional[float] = None
+
+
+@dataclass
+class SyntheticStress:
+    long_tail: LongTail = field(default_factory=LongTail)
+
+
+@dataclass
+class TraceStress:
+    burst: Burst = field(default_factory=Burst)
+    long_tail: LongTail = field(default_factory=LongTail)
+
+
+@dataclass
+class SyntheticWorkload:
+    name: str = "synthetic"
+    input_tokens: int = _f(128, ge=1)
+    output_tokens: int = _f(64, ge=1)
+    input_dist: LengthDist = field(default_factory=LengthDist)
+    output_dist: LengthDist = field(default_factory=LengthDist)
+    prefix_groups: PrefixGroups = field(default_factory=PrefixGroups)
+    stress: SyntheticStress = field(default_factory=SyntheticStress)
+    seed: int = 0
+
+
+@dataclass
+class TraceWorkload:
+    name: str = MISSING
+    path: Optional[str] = None               # the trace file (required: the reader says so)
+    model_filter: Optional[str] = None       # burstgpt: keep one model's rows
+    # a malformed line: error (file:line and text) | skip (counted in the summary)
+    on_bad_line: str = _f("error", choices=("error", "skip"))
+    # input + output over engine.max_model_len: error | clip | skip
+    on_too_long: str = _f("error", choices=("error", "clip", "skip"))
+    max_output_tokens: Optional[int] = _f(None, ge=1)  # cap every output (a small engine replaying a big trace)
+    window: Optional[List[float]] = None     # [start_s, end_s] on the trace's own clock (0 = its first request)
+    max_requests: Optional[int] = _f(None, ge=1)       # the first N requests (replay order) after the window
+    time_scale: float = _f(1.0, gt=0)        # speed-up of the trace's clock (2: twice as fast; think times too)
+    target_rate: Optional[float] = _f(None, gt=0)      # rescale time to this mean rate, keeping the burst shape
+    think_s: float = _f(0.0, ge=0)           # think time between session turns where the trace gives none
+    think_dist: str = _f("fixed", choices=("fixed", "exponential"))  # exponential: mean think_s
+    stress: TraceStress = field(default_factory=TraceStress)  # burst: factor x rate over [start_s, end_s)
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------ load
+LOAD_KINDS = ("poisson", "constant", "gamma", "concurrency", "trace")
+
+
+@dataclass
+class Load:
+    kind: str = _f(MISSING, choices=LOAD_KINDS)
+    rate: Optional[float] = _f(None, gt=0)            # open loop: requests/s
+    concurrency: Optional[int] = _f(None, ge=1)       # closed loop: users
+    burstiness: float = _f(1.0, gt=0)                 # gamma shape (1: Poisson)
+    num_requests: Optional[int] = _f(None, ge=1)      # measured requests (warm-up on top)
+    duration_s: Optional[float] = _f(None, gt=0)      # alternative: stop sending after this long
+    warmup_requests: int = _f(2, ge=0)                # inside the cost window, outside latency statistics
+    max_concurrency: Optional[int] = _f(None, ge=1)   # cap on requests in flight
+    drain_timeout_s: float = _f(120.0, ge=0)          # after duration_s, how long in-flight requests may finish
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------ protocol
+@dataclass
+class SweepProtocol:
+    name: str = "sweep"
+    load_points: List[Any] = field(default_factory=list)  # numbers (rate or concurrency) or load mappings
+    repeats: int = _f(1, ge=1)
+
+
+# ------------------------------------------------------------------------------------ slo, cost, hardware
+@dataclass
+class Slo:
+    ttft_ms: Optional[float] = _f(None, gt=0)
+    tpot_ms: Optional[float] = _f(None, gt=0)
+    e2el_ms: Optional[float] = _f(None, gt=0)
+    percentile: float = _f(99.0, gt=0, lt=100)
+
+
+@dataclass
+class CostBase:
+    model: str = MISSING
+    currency: str = "USD"
+    description: Optional[str] = None
+    assumptions: Optional[str] = None
+    num_gpus: int = _f(0, ge=0)
+    extra_hourly: Dict[str, float] = _f(factory=dict, each={"ge": 0})  # every line: hours x rate
+
+
+@dataclass
+class RentalCost(CostBase):
+    model: str = _f("rental", choices=("rental",))
+    hourly_per_gpu: float = _f(0.0, ge=0)
+    num_hosts: int = _f(1, ge=0)
+    hourly_per_host: float = _f(0.0, ge=0)
+
+
+@dataclass
+class OwnedCost(CostBase):
+    model: str = _f("owned", choices=("owned",))
+    hardware_price: float = _f(0.0, ge=0)
+    depreciation_years: float = _f(3.0, gt=0)
+    electricity_per_kwh: float = _f(0.0, ge=0)
+    pue: float = _f(1.0, ge=1)
+    ops_hourly: float = _f(0.0, ge=0)
+    unmeasured_power_w: float = _f(0.0, ge=0)
+
+
+@dataclass
+class Hardware:
+    """What the run's hardware is: provenance, and the roofline's peak rates."""
+    name: str = MISSING
+    accelerator: str = "none"
+    num_accelerators: int = _f(0, ge=0)
+    peak_tflops: Dict[str, float] = field(default_factory=dict)  # dense, per precision (bf16, fp8, ...)
+    memory_bandwidth_gbs: Optional[float] = _f(None, gt=0)       # per accelerator
+    memory_gb: Optional[float] = _f(None, gt=0)                  # per accelerator
+    interconnect_gbs: Optional[float] = _f(None, gt=0)           # per accelerator, one direction
+    source: Optional[str] = None                                 # where the figures come from
+
+
+# ------------------------------------------------------------------------------------ client
+@dataclass
+class ClientTimeouts:
+    connect_s: float = _f(10.0, gt=0)         # TCP connect
+    ttft_s: float = _f(300.0, gt=0)           # request sent -> first output chunk
+    idle_s: float = _f(60.0, gt=0)            # between chunks once output started
+    total_s: float = _f(900.0, gt=0)          # whole request
+
+
+@dataclass
+class Client:
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+    max_schedule_lag_ms: float = _f(10.0, ge=0)   # p99 send lag above this flags the run as client-limited
+    workers: int = _f(1, ge=1)                    # load-generator processes sharing one schedule
+
+
+# ------------------------------------------------------------------------------------ root
+@dataclass
+class Nvml:
+    enabled: bool = True
+    devices: Optional[List[int]] = None       # NVML indices to sample; null: every GPU
+
+
+@dataclass
+class Dcgm:
+    url: Optional[str] = None                 # a DCGM exporter, e.g. http://127.0.0.1:9400/metrics
+    timeout_s: float = _f(2.0, gt=0)
+
+
+@dataclass
+class Rapl:
+    enabled: bool = True
+    root: str = "/sys/class/powercap"
+
+
+@dataclass
+class Telemetry:
+    interval_s: float = _f(0.5, gt=0)         # background sampling period (host, GPUs, engine /metrics)
+    idle_baseline_s: float = _f(5.0, ge=0)    # engine up, no load: seconds of idle power (where measured)
+    nvml: Nvml = field(default_factory=Nvml)
+    dcgm: Dcgm = field(default_factory=Dcgm)
+    rapl: Rapl = field(default_factory=Rapl)
+
+
+@dataclass
+class Mlflow:
+    enabled: bool = True
+    tracking_uri: Optional[str] = None        # null: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db
+
+
+@dataclass
+class Report:
+    enabled: bool = True
+
+
+@dataclass
+class Root:
+    engine: Any = MISSING
+    workload: Any = MISSING
+    load: Load = MISSING
+    protocol: Any = MISSING
+    slo: Slo = MISSING
+    cost: Any = MISSING
+    hardware: Hardware = MISSING
+    client: Client = MISSING
+    experiment: str = "default"               # MLflow experiment and results/<experiment>/ folder
+    output_dir: Optional[str] = None          # default: results/<experiment>/<run id>/
+    resume: bool = True                       # with an existing output_dir: skip finished load points
+    seed: int = 0
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    mlflow: Mlflow = field(default_factory=Mlflow)
+    report: Report = field(default_factory=Report)
+    progress: bool = True                     # a progress bar per load point
+
+
+# group -> {option name -> schema}; the YAML of each option names its schema in `defaults`.
+SCHEMAS: dict[str, dict[str, type]] = {
+    "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine},
+    "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
+    "load": {"schema": Load},
+    "protocol": {"schema": SweepProtocol},
+    "slo": {"schema": Slo},
+    "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
+    "hardware": {"schema": Hardware},
+    "client": {"schema": Client},
+}
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="root_schema", node=Root)
+    for group, nodes in SCHEMAS.items():
+        for name, node in nodes.items():
+            cs.store(group=group, name=name, node=node)
+
+
+# ------------------------------------------------------------------------------------ ranges
+def _check(key: str, value, rules: dict) -> None:
+    if value is None or not rules:
+        return
+    if "choices" in rules and value not in rules["choices"]:
+        raise ConfigError(f"{key}={value!r}: expected one of {', '.join(map(str, rules['choices']))}")
+    bounds = {"ge", "gt", "le", "lt"} & set(rules)
+    if bounds and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        raise ConfigError(f"{key}={value!r}: expected a finite number")
+    for rule, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                           ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+        if rule in rules and not ok(value, rules[rule]):
+            raise ConfigError(f"{key}={value!r}: must be {word} {rules[rule]}")
+
+
+def validate(cfg: DictConfig, prefix: str = "") -> None:
+    """Check every field's ``ge``/``gt``/``le``/``lt``/``choices`` (see module doc); raises
+    ``ConfigError`` naming the full key.  Types and unknown keys were checked by OmegaConf."""
+    if isinstance(cfg, ListConfig):
+        for i, v in enumerate(cfg):
+            if isinstance(v, (DictConfig, ListConfig)):
+                validate(v, f"{prefix}[{i}]")
+        return
+    kind = OmegaConf.get_type(cfg)
+    typed = dataclasses.is_dataclass(kind)
+    rules = {f.name: dict(f.metadata) for f in dataclasses.fields(kind)} if typed else {}
+    for key in cfg:
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if typed and key not in rules:  # added with Hydra's +key=value, which opens the node
+            raise ConfigError(f"{full}: not a field of {kind.__name__} (known: {', '.join(rules)})")
+        if OmegaConf.is_missing(cfg, key):
+            continue
+        v = cfg[key]
+        rule = rules.get(key, {})
+        if isinstance(v, (DictConfig, ListConfig)):
+            validate(v, full)
+            if "each" in rule:
+                for k, item in (v.items() if isinstance(v, DictConfig) else enumerate(v)):
+                    _check(f"{full}.{k}" if isinstance(v, DictConfig) else f"{full}[{k}]", item, rule["each"])
+        else:
+            _check(full, v, rule)

@@ -1,0 +1,121 @@
+"""One engine config, up: the engine process, the telemetry around it, and what the load
+points run against it share (client config, prompt builder, idle baseline, windows).
+
+Windows: the first load point's observation window opens when the engine is started, each
+later point's when the previous one closed, and the last one closes when the engine has
+stopped, so the windows tile the engine's whole life and their costs add up to the bill.
+One telemetry collector samples from before the engine starts to after it stops; each
+window's rows (and the idle baseline taken once the engine is up) go to its
+``telemetry.parquet``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from engines.base import EngineAdapter, EngineError
+from engines.registry import make_engine
+from harness import provenance, results_io
+from harness.errors import UserError
+from harness.mlflow_log import MlflowLogger
+from loadgen.client import ClientConfig, Timeouts
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
+from metrics.slo import SLO
+from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.engine import EngineMetricsSampler
+from metrics.telemetry.sources import build_samplers
+
+
+class EngineSession:
+    """``start()`` launches the engine and everything around it, ``run_point`` runs one load
+    point's steps (``harness.point``), ``stop()`` releases it all (also after errors)."""
+
+    def __init__(self, cfg: DictConfig, out: Path, mlflow: MlflowLogger | None = None, total_points: int = 1,
+                 name: str | None = None):
+        self.cfg = cfg
+        self.out = out                      # the experiment's folder (engine.log, workload.html)
+        self.name = name                    # the config's name in a comparison (None in a sweep)
+        self.mlflow = mlflow
+        self.total_points = total_points    # for progress labels
+        self.container = OmegaConf.to_container(cfg, resolve=True)
+        self.safe_config = results_io.redact(self.container)
+        self.slo = SLO.from_config(cfg.slo)
+        self.engine: EngineAdapter = make_engine(cfg.engine, out)
+        self.telemetry: TelemetryCollector | None = None
+        self.engine_sampler: EngineMetricsSampler | None = None
+        self.builder: PromptBuilder | None = None
+        self.tokenizer = None
+        self.client_cfg: ClientConfig | None = None
+        self.engine_prov: dict | None = None
+        self.idle_interval: tuple[int, int] | None = None
+        self.window_open_ns: int | None = None   # where the next point's window opens
+        self.workload_figures_written = False    # workload.html is drawn once per experiment folder
+        self.energy_reason_said = False          # the long "energy unavailable" reason is printed once
+
+    # ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg, tcfg = self.cfg, self.cfg.telemetry
+        self.telemetry = TelemetryCollector(None, build_samplers(tcfg, {"loadgen": os.getpid()}),
+                                            float(tcfg.interval_s)).start()
+        print(f"starting engine={self.engine.name}" + (f" ({self.name})" if self.name else "") + " ...", flush=True)
+        self.telemetry.sample_now()  # a sample before the first window opens
+        try:
+            self.engine.start()
+        except EngineError as e:
+            raise UserError(str(e)) from None
+        if self.engine.process is not None:
+            self.telemetry.watch_process("engine", self.engine.process.pid)
+        if self.engine.server_metric_map:  # the engine's own /metrics, once it is up
+            self.engine_sampler = EngineMetricsSampler(
+                self.engine.server_metrics, {k: v[0] for k, v in self.engine.server_metric_map.items()})
+            self.telemetry.add_sampler(self.engine_sampler)
+        print(f"engine ready at {self.engine.base_url} after "
+              f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
+        try:
+            self.tokenizer = load_tokenizer(self.engine.tokenizer)
+            dialect = self.engine.dialect()
+            self.builder = PromptBuilder(self.tokenizer, seed=int(cfg.workload.seed), chat=dialect["api"] == "chat")
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        self.client_cfg = ClientConfig(
+            base_url=self.engine.base_url, model=self.engine.served_model, api=dialect["api"],
+            api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.timeouts),
+            extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"])
+        self.engine_prov = provenance.collect(self.engine.provenance(), self.container.get("hardware"))
+        self.idle_baseline(float(tcfg.idle_baseline_s))
+        self.window_open_ns = self.engine.started_ns
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of an output text under the served model's tokenizer (token attribution's fallback)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def idle_baseline(self, seconds: float) -> None:
+        """Engine up, no load: the power the devices draw doing nothing (only where power is measured)."""
+        if seconds <= 0 or not self.telemetry.measures_energy:
+            return
+        print(f"idle baseline: {seconds:g} s of power with the engine up and no load", flush=True)
+        a = self.telemetry.mark("idle_baseline_start", self.telemetry.sample_now())
+        time.sleep(seconds)
+        b = self.telemetry.mark("idle_baseline_end", self.telemetry.sample_now())
+        self.idle_interval = (a, b)
+
+    def stop(self) -> None:
+        self.engine.stop()
+        if self.telemetry is not None:
+            self.telemetry.stop()
+
+    def run_point(self, spec, last: bool, steps=None):
+        """Run one load point's steps (default ``harness.point.POINT_STEPS``); returns its ``PointRun``."""
+        from harness.point import POINT_STEPS, PointRun
+
+        point = PointRun(spec=spec, run_dir=self.out / spec.subdir if spec.subdir else self.out, last=last,
+                         window_open_ns=self.window_open_ns)
+        for step in steps or POINT_STEPS:
+            step(self, point)
+        self.window_open_ns = point.window_close_ns
+        return point
+

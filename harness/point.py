@@ -1,0 +1,273 @@
+"""One load point as named steps, in the order ``POINT_STEPS`` runs them.
+
+Each step is ``step(session, point)``: ``session`` is the ``EngineSession`` (engine,
+telemetry, client config, prompt builder), ``point`` the ``PointRun`` that carries what
+earlier steps made.  A protocol can run its own list (skip the cache reset, add a fault
+between dispatch and the window's close, ...).  ``summary.json`` is written last of the
+files: a folder without it is not a finished run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engines.base import EngineError
+from harness import results_io, workload_describe
+from harness.errors import UserError
+from loadgen.client import StreamingClient
+from loadgen.dispatch import Dispatcher, LoadSpec
+from loadgen.records import RecordWriter, read_requests
+from loadgen.workers import run_workers
+from loadgen.workloads.build import make_workload
+from metrics.energy import steady_capacity
+from metrics.request_metrics import complete_record
+from metrics.summary import summarize
+from protocols.plan import RunSpec, offered_load
+
+perf_ns = time.perf_counter_ns
+
+
+@dataclass
+class PointRun:
+    spec: RunSpec
+    run_dir: Path
+    last: bool                           # the engine is stopped when this point ends
+    window_open_ns: int                  # this point's observation window opened here
+    load: LoadSpec | None = None
+    items: object = None                 # the workload's iterator of WorkItems
+    workload_stats: dict = field(default_factory=dict)
+    writer: RecordWriter | None = None
+    stats: dict = field(default_factory=dict)   # the dispatcher's: start_ns, end_ns, sent, timestamp_source
+    client_cpu_s: float = 0.0
+    engine_alive: bool = True
+    window_close_ns: int | None = None
+    telemetry_path: Path | None = None
+    requests: pa.Table | None = None
+    summary: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------- steps
+def prepare_folder(s, p: PointRun) -> None:
+    """The run folder, without what a previous, interrupted attempt left under final names."""
+    p.run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("summary.json", "requests.parquet"):
+        (p.run_dir / stale).unlink(missing_ok=True)
+    p.load = LoadSpec.from_load(p.spec.load)
+
+
+def reset_cache(s, p: PointRun) -> None:
+    """``engine.cache_state=cold``: empty the engine's prefix cache before the load."""
+    if s.cfg.engine.cache_state != "cold":
+        return
+    try:
+        if not s.engine.reset_cache():
+            raise UserError(f"engine={s.engine.name} has no way to reset its cache; use engine.cache_state=warm")
+    except EngineError as e:
+        raise UserError(str(e)) from None
+
+
+def engine_counters_start(s, p: PointRun) -> None:
+    """The run's own share of the engine's counters starts here."""
+    if s.engine_sampler is not None:
+        s.telemetry.record(s.engine_sampler.rows(s.engine_sampler.snapshot("start"), "start"))
+
+
+def build_workload(s, p: PointRun) -> None:
+    try:
+        p.items = make_workload(s.cfg.workload, s.builder, p.load.num_requests, s.engine.max_model_len())
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def describe_workload(s, p: PointRun) -> None:
+    """workload.json in the run folder (logged to MLflow with it); the figures (workload.html)
+    once, in the experiment's folder and its MLflow parent run."""
+    first = not s.workload_figures_written
+    try:
+        p.workload_stats = workload_describe.describe(s.cfg, p.run_dir, n=p.load.num_requests,
+                                                      table=getattr(p.items, "table", None), count=s.builder.count,
+                                                      html_dir=s.out, figures_too=first)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if first:
+        s.workload_figures_written = True
+        if s.mlflow:
+            s.mlflow.log_parent_artifact(s.out / workload_describe.HTML_NAME)
+
+
+def dispatch(s, p: PointRun) -> None:
+    """Send the load and record every request (one process, or ``client.workers`` of them)."""
+    p.writer = RecordWriter(p.run_dir / "requests.parquet")
+    bar, on_done = _progress(s, p)
+    followup = getattr(p.items, "followup", None)
+
+    def finalize(rec) -> None:
+        complete_record(rec, s.slo, s.count_tokens)
+
+    async def go():
+        async with StreamingClient(s.client_cfg) as client:
+            d = Dispatcher(client, p.writer, finalize=finalize, on_done=on_done, followup=followup)
+            return await d.run(p.items, p.load)
+
+    _event_loop_policy()
+    cpu0 = time.process_time()
+    n_workers = int(s.cfg.client.workers)
+    try:
+        try:
+            if n_workers > 1:  # one shared schedule over forked load-generator processes
+                p.stats = run_workers(n_workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
+                                      followup=followup)
+            else:
+                p.stats = asyncio.run(go())
+        except ValueError as e:
+            raise UserError(f"{p.spec.label}: {e}") from None
+    except BaseException:
+        p.writer.abort()
+        # kept beside requests.parquet.partial, under a name that never reads as complete
+        s.telemetry.write_window(p.run_dir / "telemetry.parquet.partial", p.window_open_ns, perf_ns())
+        if bar is not None:
+            bar.close()
+        raise
+    p.client_cpu_s = time.process_time() - cpu0 + p.stats.get("client_cpu_s", 0.0)
+    if bar is not None:
+        bar.close()
+    p.writer.close()
+
+
+def engine_counters_end(s, p: PointRun) -> None:
+    """Before the engine may be stopped by ``close_window``."""
+    if s.engine_sampler is not None:
+        s.telemetry.record(s.engine_sampler.rows(s.engine_sampler.snapshot("end"), "end"))
+
+
+def close_window(s, p: PointRun) -> None:
+    """Stop the engine after the last point (or a dead one), close the window and write its
+    telemetry; what is older is on disk, so memory stays one window's worth."""
+    p.engine_alive = s.engine.alive()
+    if p.last or not p.engine_alive:
+        if s.engine_sampler is not None and p.engine_alive:
+            s.telemetry.remove_sampler(s.engine_sampler)  # its page goes away with the engine
+        s.engine.stop()
+    p.window_close_ns = perf_ns()
+    tel = s.telemetry
+    tel.sample_now()  # a sample after the window closes
+    tel.mark("load_start", p.stats["start_ns"], p.spec.label)
+    tel.mark("load_end", p.stats["end_ns"], p.spec.label)
+    keep = [s.idle_interval] if s.idle_interval else []
+    p.telemetry_path = Path(tel.write_window(p.run_dir / "telemetry.parquet", p.window_open_ns, p.window_close_ns,
+                                             also=keep))
+    tel.forget_before(p.window_close_ns, keep=keep)
+
+
+def summarise(s, p: PointRun) -> None:
+    """``summary.json``'s numbers, from requests.parquet, the window and its telemetry."""
+    p.requests = read_requests(p.run_dir / "requests.parquet")
+    capacity, why = steady_capacity(p.spec.load)
+    summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
+                        max_schedule_lag_ms=float(s.cfg.client.max_schedule_lag_ms),
+                        telemetry=pq.read_table(p.telemetry_path), steady_capacity=capacity, steady_reason=why,
+                        expected_turns=getattr(p.items, "expected_turns", None))
+    load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
+    summary.update({
+        "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),
+        "client_cpu_s": p.client_cpu_s, "client_cpu_util": p.client_cpu_s / load_s if load_s > 0 else float("nan"),
+        "chunk_timestamps": p.stats.get("timestamp_source", "read"),  # kernel receive stamps or read times
+        "engine_alive_after": p.engine_alive,
+        "engine_startup_s": (s.engine.ready_ns - s.engine.started_ns) / 1e9,
+        "cache_state": s.cfg.engine.cache_state,
+    })
+    summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
+    if s.engine_sampler is not None:
+        summary.update(s.engine_sampler.summary())
+    exp = p.requests.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
+    got = p.requests.column("prompt_tokens").to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        summary["prompt_tokens_mismatch"] = int(np.nansum(exp.astype(float) != got.astype(float)))
+    p.summary = summary
+
+
+def write_results(s, p: PointRun) -> None:
+    run_meta = {"index": p.spec.index, "label": p.spec.label, "load": p.spec.load, "repeat": p.spec.repeat,
+                "window_start_ns": p.window_open_ns, "window_end_ns": p.window_close_ns}
+    results_io.write_json(p.run_dir / "run.json", run_meta)
+    results_io.write_yaml(p.run_dir / "config.yaml", {**s.safe_config, "load": p.spec.load})
+    results_io.write_json(p.run_dir / "provenance.json", s.engine_prov)
+    results_io.write_json(p.run_dir / "summary.json", p.summary)  # last: marks the run complete
+
+
+def log_mlflow(s, p: PointRun) -> None:
+    if not s.mlflow:
+        return
+    eng = s.engine_prov.get("engine") or {}
+    params = {**s.safe_config, "load": p.spec.load,
+              "engine_resolved": {"version": eng.get("engine_version"),
+                                  "feature_flags": " ".join(eng.get("feature_flags") or []),
+                                  "command": " ".join(eng.get("command") or [])}}
+    s.mlflow.log_child(f"{s.out.name}/{p.spec.label}", params, p.summary, p.run_dir, tags={"label": p.spec.label})
+
+
+def print_point(s, p: PointRun) -> None:
+    m = p.summary
+    print(f"  {p.spec.label}: {m['completed']}/{m['num_requests']} ok, "
+          f"{m['output_throughput']:.1f} out tok/s, p99 TTFT {m['p99_ttft_ms']:.1f} ms, "
+          f"goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    if m["energy_available"]:
+        energy = f"energy {m['energy_j']:.1f} J ({m['energy_source']}, {m['energy_method']})"
+    elif s.energy_reason_said:  # the reason is long and the same for every point: say it in full once
+        energy = "energy unavailable (energy_unavailable_reason in summary.json)"
+    else:
+        s.energy_reason_said = True
+        energy = f"energy unavailable: {m['energy_unavailable_reason']}"
+    print(f"  cost {m.get('cost_total', float('nan')):.4g} {m.get('cost_currency', '')} over "
+          f"{m['window_s']:.1f} s, {m.get('cost_per_mtok_good', float('nan')):.4g} per M good tok; {energy}",
+          flush=True)
+
+
+def engine_survived(s, p: PointRun) -> None:
+    """An engine that died during the point ends the sweep; what finished is kept."""
+    if not p.engine_alive:
+        raise UserError(f"engine={s.engine.name} died during {p.spec.label}; finished requests are kept in "
+                        f"{p.run_dir / 'requests.parquet'}.\nlast lines of its log:\n"
+                        f"{s.engine.process.tail() if s.engine.process else ''}")
+
+
+POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workload, describe_workload, dispatch,
+               engine_counters_end, close_window, summarise, write_results, log_mlflow, print_point,
+               engine_survived)
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _progress(s, p: PointRun):
+    """A tqdm bar (``progress=true``) and the per-request callback that feeds it."""
+    counts = {"ok": 0, "fail": 0}
+    bar = None
+    if s.cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=p.load.num_requests, desc=f"[{p.spec.index + 1}/{s.total_points}] {p.spec.label}",
+                   unit="req", file=sys.stderr, dynamic_ncols=True)
+
+    def on_done(rec) -> None:
+        counts["ok" if rec.status == "ok" else "fail"] += 1
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(ok=counts["ok"], failed=counts["fail"], refresh=False)
+
+    return bar, on_done
+
+
+def _event_loop_policy() -> None:
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
