@@ -73,7 +73,8 @@ def stream_stats_tokenfactory(run_dir: Path) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
 
-    rows = [r for r in pq.read_table(run_dir / "requests.parquet").to_pylist() if not r["warmup"] and r["status"] == "ok"]
+    rows = [r for r in pq.read_table(run_dir / "requests.parquet").to_pylist()
+            if not r["warmup"] and r["status"] == "ok"]
     gaps = np.concatenate([np.diff(np.asarray(r["chunk_ns"], dtype=np.int64)) / 1e6 for r in rows])
     return {"tokens_per_chunk": sum(r["output_tokens"] for r in rows) / sum(len(r["chunk_ns"]) for r in rows),
             "gaps_below_0.05ms": float((gaps < 0.05).mean())}

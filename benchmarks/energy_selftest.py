@@ -26,14 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf
 
-from conf.schema import Telemetry as TelemetrySchema  # noqa: E402
-from metrics.energy import energy_summary, power_energy, source_energy  # noqa: E402
-from metrics.telemetry.collector import TelemetryCollector  # noqa: E402
-from metrics.telemetry.index import TelemetryIndex  # noqa: E402
-from metrics.telemetry.nvml import NvmlSampler  # noqa: E402
-from metrics.telemetry.sources import build_samplers  # noqa: E402
+from conf.schema import Telemetry as TelemetrySchema
+from metrics.energy import energy_summary, power_energy, source_energy
+from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.index import TelemetryIndex
+from metrics.telemetry.nvml import NvmlSampler
+from metrics.telemetry.sources import build_samplers
 
 COUNTER_VS_POWER_TOL = 0.05
 COLLECTOR_VS_DIRECT_TOL = 0.01
@@ -114,7 +114,8 @@ def print_gpu(r: dict) -> None:
         print(f"{name:8} {p['seconds']:6.2f} {p['counter_j']:11.1f} {p['power_integrated_j']:12.1f} {diff:+7.1%} "
               f"{p['counter_j'] / p['seconds']:8.1f}")
     print(f"power samples: {r['samples']}; idle baseline {r['collector_idle_power_w']:.1f} W")
-    print(f"counter vs integrated power over the window: {r['counter_vs_power']:.2%} (limit {COUNTER_VS_POWER_TOL:.0%})")
+    print(f"counter vs integrated power over the window: {r['counter_vs_power']:.2%} "
+          f"(limit {COUNTER_VS_POWER_TOL:.0%})")
     print(f"collector window energy {r['collector_window_j']:.1f} J vs direct counter reads {r['direct_j']:.1f} J: "
           f"{r['collector_vs_direct']:.3%} (limit {COLLECTOR_VS_DIRECT_TOL:.0%})")
     print("idle/tail phases differ more than the window: NVML's power reading is a ~1 s average, "
@@ -124,7 +125,8 @@ def print_gpu(r: dict) -> None:
 def no_gpu(reason: str) -> int:
     print(f"NO NVIDIA GPU PRESENT: {reason}")
     print("GPU checks skipped; checking what this host has instead.")
-    col = TelemetryCollector(None, build_samplers(OmegaConf.merge(OmegaConf.structured(TelemetrySchema), {"nvml": {"enabled": False}})), 0.1).start()
+    tcfg = OmegaConf.merge(OmegaConf.structured(TelemetrySchema), {"nvml": {"enabled": False}})
+    col = TelemetryCollector(None, build_samplers(tcfg), 0.1).start()
     a = col.sample_now()
     time.sleep(1.0)
     b = col.sample_now()

@@ -305,7 +305,8 @@ class TruthServer:
 
     def dump(self, path: str) -> None:
         out = {"streams": {s.sid: [s.recv_ns, s.writes] for s in self.done},
-               "late_ns": self.late_ns, "recv_lag_ns": self.recv_lag_ns, "runq_s": _runq_wait_s() - self.runq0, "cpu_s": time.process_time() - self.cpu0}
+               "late_ns": self.late_ns, "recv_lag_ns": self.recv_lag_ns, "runq_s": _runq_wait_s() - self.runq0,
+               "cpu_s": time.process_time() - self.cpu0}
         Path(path).write_bytes(orjson.dumps(out))
 
 
@@ -373,7 +374,8 @@ def client_main(a) -> None:
         stats = asyncio.run(go())
         writer.close()
         cpu = time.process_time() - cpu0
-    rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+              resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
     print(json.dumps({"cpu_s": cpu, "load_s": load_s, "runq_s": _runq_wait_s() - rq0, "wall_s": (perf_ns() - w0) / 1e9,
                       "peak_rss_mib": rss / 1024}), flush=True)
@@ -584,7 +586,8 @@ def run_ours(p: Point, a, tmp: str) -> dict:
         cmd += ["--rate", str(p.rate)] if p.rate else []
         cmd += ["--max-concurrency", str(p.max_conc)] if p.max_conc and p.kind != "concurrency" else []
         cmd += ["--concurrency", str(p.max_conc)] if p.kind == "concurrency" else []
-        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath},
                            timeout=600)
         if r.returncode != 0:
             raise SystemExit(f"client failed:\n{r.stderr[-3000:]}")
@@ -674,7 +677,8 @@ def run_vllm(p: Point, a, tmp: str) -> dict | None:
         chunks = [first] + list(first + np.cumsum(np.asarray(itl) * 1e9).round().astype(np.int64))
         rows.append((sid, sent, chunks, None))
     e = _errors(rows, streams)
-    e.update(cpu=float("nan"), runq=float("nan"), srv_runq=float("nan"), late=late, rlag=rlag, failed=len(d["start_times"]) - e["matched"], rss=float("nan"))
+    e.update(cpu=float("nan"), runq=float("nan"), srv_runq=float("nan"), late=late, rlag=rlag,
+             failed=len(d["start_times"]) - e["matched"], rss=float("nan"))
     return e
 
 
@@ -690,7 +694,8 @@ def _line(tag: str, e: dict) -> str:
             f"| send->server kernel p50/p99 {_pct(e['send_err'], 50):6.3f}/{_pct(e['send_err'], 99):6.3f} ms "
             f"| ITL p99 {_pct(e['itl_true'], 99):5.1f}->{_pct(e['itl_meas'], 99):5.1f} "
             f"| lag p50/p99 {_pct(e['lag'], 50):6.3f}/{_pct(e['lag'], 99):6.3f} ms "
-            f"| client CPU {e['cpu'] * 100:3.0f}% ({e.get('cpu_us_per_chunk', float('nan')):4.1f} us/chunk), runnable-waiting {e['runq'] * 100:3.0f}% "
+            f"| client CPU {e['cpu'] * 100:3.0f}% ({e.get('cpu_us_per_chunk', float('nan')):4.1f} us/chunk), "
+            f"runnable-waiting {e['runq'] * 100:3.0f}% "
             f"| server late p99 {_pct(e['late'], 99) / 1e6:5.2f} ms, read lag p99 {_pct(e['rlag'], 99) / 1e6:5.2f} ms, "
             f"runnable-waiting {e['srv_runq'] * 100:3.0f}%")
 
@@ -746,15 +751,18 @@ def orchestrate(a) -> None:
                 if v is not None:
                     print(_line("vllm", v), flush=True)
                     for q in (50, 99):
-                        ours, theirs = _pct(e["ttft_meas"] - e["ttft_true"], q), _pct(v["ttft_meas"] - v["ttft_true"], q)
-                        print(f"         TTFT error p{q}: vllm/ours = {theirs / ours if ours > 0 else float('inf'):.1f}x",
+                        ours = _pct(e["ttft_meas"] - e["ttft_true"], q)
+                        theirs = _pct(v["ttft_meas"] - v["ttft_true"], q)
+                        ratio = theirs / ours if ours > 0 else float("inf")
+                        print(f"         TTFT error p{q}: vllm/ours = {ratio:.1f}x",
                               flush=True)
                     ours, theirs = _pct(e["chunk_err"], 99), _pct(v["chunk_err"], 99)
                     print(f"         chunk error p99: vllm/ours = {theirs / ours if ours > 0 else float('inf'):.1f}x",
                           flush=True)
         within = [c for c, err, _ in cap if err <= 1.0]
         if cap:
-            print(f"capacity ({a.workers} client worker(s)): {max(within) if within else 0:.0f} chunks/s (busiest second) "
+            best = max(within) if within else 0
+            print(f"capacity ({a.workers} client worker(s)): {best:.0f} chunks/s (busiest second) "
                   f"with p99 chunk error <= 1 ms over the point "
                   f"(points: {', '.join(f'{c:.0f}/s p99 {err:.2f} ms' for c, err, _ in cap)})")
             us = min(u for _, _, u in cap)
@@ -835,7 +843,7 @@ def main() -> None:
             try:
                 os.setsid()
             except OSError:  # already a group leader: start again under setsid(1)
-                raise SystemExit(subprocess.call(["setsid", "-w", sys.executable] + sys.argv))
+                raise SystemExit(subprocess.call(["setsid", "-w", sys.executable] + sys.argv)) from None
             try:
                 Path("/proc/self/autogroup").write_text(str(a.nice))
             except OSError as e:
@@ -848,7 +856,7 @@ def main() -> None:
                 from engines.tiny_model import ensure_tiny_model
 
                 a.tokenizer = str(ensure_tiny_model())
-            except Exception as e:  # the comparison is optional; ours still runs
+            except Exception as e:  # noqa: BLE001 - the comparison is optional; ours still runs
                 print(f"no tokenizer for vllm bench serve ({e}); pass --tokenizer", flush=True)
         orchestrate(a)
 

@@ -68,7 +68,8 @@ def normalize(feats: dict) -> dict:
         spec = out["speculative"]
         if not isinstance(spec, dict):
             raise FeatureError("engine.features.speculative must be a mapping like "
-                               "{method: ngram, num_tokens: 4} or {method: draft_model, draft_model: PATH, num_tokens: 4}")
+                               "{method: ngram, num_tokens: 4} or "
+                               "{method: draft_model, draft_model: PATH, num_tokens: 4}")
         spec = {k: v for k, v in spec.items() if v is not None}
         if not spec.get("method"):
             raise FeatureError("engine.features.speculative.method is required (e.g. ngram, eagle, draft_model)")

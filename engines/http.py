@@ -19,10 +19,17 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def _check_scheme(url: str) -> str:
+    # urllib would also open file:// and ftp:// URLs; an engine is only ever http(s).
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    return url
+
+
 def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers=headers or {})
+    req = urllib.request.Request(_check_scheme(url), headers=headers or {})  # noqa: S310 - scheme checked
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the engine's own URL
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - scheme checked
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -31,10 +38,10 @@ def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> tup
 def http_post(url: str, body: dict | None = None, timeout: float = 30.0,
               headers: dict | None = None) -> tuple[int, bytes]:
     data = json.dumps(body or {}).encode()
-    req = urllib.request.Request(url, data=data, method="POST",
+    req = urllib.request.Request(_check_scheme(url), data=data, method="POST",  # noqa: S310 - scheme checked
                                  headers={"Content-Type": "application/json", **(headers or {})})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the engine's own URL
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - scheme checked
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-_LIVE: set["EngineProcess"] = set()
+_LIVE: set[EngineProcess] = set()
 
 
 def port_in_use(host: str, port: int) -> bool:

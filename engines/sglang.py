@@ -11,8 +11,6 @@ on ``/metrics``.  Its OpenAI routes accept ``ignore_eos``, ``min_tokens`` and
 
 from __future__ import annotations
 
-import json
-
 from engines.base import EngineAdapter, interpreter_package_version
 from engines.features import SHARED_KNOBS
 

@@ -60,7 +60,8 @@ class MlflowLogger:
                 return run_id
             except Exception:  # noqa: BLE001 - a parent from another store: start a new one
                 pass
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={"tokenfactory.kind": "sweep", **(tags or {})})
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={"tokenfactory.kind": "sweep", **(tags or {})})
         self.parent_id = run.info.run_id
         self._params(self.parent_id, params)
         return self.parent_id
@@ -73,9 +74,9 @@ class MlflowLogger:
         for i in range(0, len(batch), 100):
             self.client.log_batch(run_id, params=batch[i:i + 100])
 
-    def log_child(self, name: str, params: dict, summary: dict, run_dir: str | os.PathLike, tags: dict | None = None) -> str:
+    def log_child(self, name: str, params: dict, summary: dict, run_dir: str | os.PathLike,
+                  tags: dict | None = None) -> str:
         from mlflow.entities import Metric, RunTag
-
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
         t = {"tokenfactory.kind": "load_point", **(tags or {})}

@@ -93,7 +93,8 @@ def build_figures(points: list[dict]) -> list:
                                     line=dict(dash="dash")))
     gp.update_layout(title="Goodput and SLO attainment vs load", xaxis_title=_x_title(points),
                      yaxis=dict(title="requests/s"),
-                     yaxis2=dict(title="attainment", overlaying="y", side="right", range=[0, 1.05], tickformat=".0%", dtick=0.2),
+                     yaxis2=dict(title="attainment", overlaying="y", side="right", range=[0, 1.05],
+                                 tickformat=".0%", dtick=0.2),
                      template="plotly_white")
     figs.append(gp)
 
@@ -153,7 +154,8 @@ def render(root, out_path=None, title: str | None = None) -> Path:
         flag = " class='client-limited'" if p["summary"].get("client_limited") else ""
         rows.append(f"<tr{flag}><td>{html.escape(p['label'])}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     warnings = [f"<li>{html.escape(p['label'])}: client-limited (p99 send lag "
-                f"{_fmt(p['summary'].get('schedule_lag_p99_ms'))} ms); latencies include the load generator's own delay</li>"
+                f"{_fmt(p['summary'].get('schedule_lag_p99_ms'))} ms); latencies include the load generator's "
+                "own delay</li>"
                 for p in points if p["summary"].get("client_limited")]
     prov_file = points[0]["dir"] / "provenance.json"
     prov = json.loads(prov_file.read_text()) if prov_file.exists() else {}

@@ -21,8 +21,8 @@ from harness.results_io import read_json, write_atomic, write_json
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.workloads.characterise import characterise, replay_lengths
 from loadgen.workloads.synthetic import prefix_group_spec, synthetic_blocks
-from loadgen.workloads.traces.readers import FORMATS
 from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces.readers import FORMATS
 
 JSON_NAME, HTML_NAME = "workload.json", "workload.html"
 
@@ -165,7 +165,8 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
     divs = "".join(pio.to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
                    for i, f in enumerate(figs))
     title = f"workload {stats['workload']}" + (f": {table.path}" if table.path else "")
-    write_atomic(Path(html_dir or out_dir) / HTML_NAME, f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+    write_atomic(Path(html_dir or out_dir) / HTML_NAME,
+                 f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
                  f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
                  f"{html_table(stats)}{divs}</body></html>\n")
     return stats
@@ -189,7 +190,8 @@ def summary_keys(stats: dict, items=None) -> dict:
     with what the replay left out (text prompts over the limit, session turns not buildable)."""
     sessions = getattr(items, "sessions", None)
     return {"workload_skipped_requests": int(getattr(items, "skipped", 0) or 0),
-            "workload_unbuildable_turns": int(getattr(sessions, "unbuildable", 0) or 0),"workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
+            "workload_unbuildable_turns": int(getattr(sessions, "unbuildable", 0) or 0),
+            "workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
             "workload_mean_rate_rps": stats.get("mean_rate_rps"),
             "workload_interarrival_cv": stats.get("interarrival_cv"),
             "workload_prefix_reuse_share": stats.get("prefix_reuse_share")}

@@ -55,7 +55,7 @@ class LoadSpec:
     prewarm_connections: int | None = None  # connections opened before t0 (default: from the load)
 
     @classmethod
-    def from_load(cls, load: dict) -> "LoadSpec":
+    def from_load(cls, load: dict) -> LoadSpec:
         """From a ``load`` config (every key of conf/schema.py's ``Load``); warm-up requests
         come on top of the measured ``num_requests``."""
         n, warmup = load["num_requests"], int(load["warmup_requests"])

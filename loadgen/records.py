@@ -13,7 +13,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -160,12 +159,12 @@ class RecordWriter:
         try:
             self.flush()
             self._wait()
-        except Exception:
+        except Exception:  # noqa: BLE001 - aborting already: keep what reached the file, lose the rest
             pass
         self._pool.shutdown()
         try:
             self._writer.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - as above
             pass
 
 

@@ -133,10 +133,10 @@ def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: s
             status_q.put(list(pending))
         stats["cpu_s"] = time.process_time() - cpu0
         conn.send(("ok", stats))
-    except BaseException as e:  # the parent reports it with the worker's number
+    except BaseException as e:  # noqa: BLE001 - the parent reports it with the worker's number
         try:
             conn.send(("error", f"worker {w}: {type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"))
-        except Exception:
+        except Exception:  # noqa: BLE001 - the parent is gone: nobody to tell
             pass
         os._exit(1)
     os._exit(0)
@@ -184,7 +184,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
             child_end.close()
             procs.append(p)
             pipes.append(parent_end)
-        for w, c in enumerate(pipes):  # every pool is open: fix the shared t0
+        for c in pipes:  # every pool is open: fix the shared t0
             msg = c.recv()
             if msg[0] != "ready":
                 raise RuntimeError(msg[1])
@@ -229,7 +229,8 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
             raise RuntimeError(f"workers sent {sent} requests but recorded {len(seen)}")
         return {"start_ns": t0, "end_ns": max(r["end_ns"] for r in results), "sent": sent,
                 # "read" if any worker fell back to read times
-                "timestamp_source": min((r.get("timestamp_source", "read") for r in results), key=("read", "kernel").index),
+                "timestamp_source": min((r.get("timestamp_source", "read") for r in results),
+                                        key=("read", "kernel").index),
                 "client_cpu_s": sum(r["cpu_s"] for r in results), "workers": n}
     finally:
         for p in procs:

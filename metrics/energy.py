@@ -28,13 +28,12 @@ Definitions (one place for each):
 from __future__ import annotations
 
 import math
-import re
-from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa
 
 from metrics.telemetry.index import TelemetryIndex
+
 COVERAGE_TOLERANCE = 1e-6
 
 
@@ -242,7 +241,8 @@ def energy_summary(telemetry: TelemetryIndex | pa.Table | None, window_start_ns:
                         "energy_notes": e["notes"], "energy_counter_wraps": e["wraps"],
                         "energy_counter_resets": e["resets"]})
             if e["coverage"] < 1 - COVERAGE_TOLERANCE:
-                out["energy_notes"].append(f"samples cover {e['coverage']:.1%} of the window: energy_j is a lower bound")
+                out["energy_notes"].append(f"samples cover {e['coverage']:.1%} of the window: "
+                                           "energy_j is a lower bound")
         else:
             out["energy_unavailable_reason"] = f"{src}: " + "; ".join(e["notes"])
     if not out["energy_available"]:

@@ -23,7 +23,7 @@ class SLO:
     percentile: float = 99.0
 
     @classmethod
-    def from_config(cls, cfg) -> "SLO":
+    def from_config(cls, cfg) -> SLO:
         get = (lambda k: cfg.get(k)) if cfg is not None else (lambda k: None)
         return cls(
             ttft_ms=_opt_float(get("ttft_ms")),

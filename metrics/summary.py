@@ -192,7 +192,9 @@ def _sessions(measured: pa.Table, status: np.ndarray, expected_turns: dict | Non
             continue
         per[s] = per.get(s, True) and st == "ok"
     if expected_turns is not None:
-        warm = set(table.filter(table.column("warmup")).column("session_id").to_pylist()) if table is not None else set()
+        warm = set()
+        if table is not None:
+            warm = set(table.filter(table.column("warmup")).column("session_id").to_pylist())
         ok_turns: dict = {}
         for s, st in zip(sid, status):
             if s is not None and st == "ok":

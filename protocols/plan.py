@@ -67,7 +67,7 @@ def plan_runs(cfg: DictConfig) -> list[RunSpec]:
         single = False
     out = []
     for r in range(repeats):
-        for i, load in enumerate(runs):
+        for load in runs:
             idx = len(out)
             label = load_label(load) + (f" #{r}" if repeats > 1 else "")
             sub = None if single else f"{idx:02d}-{_slug(label.replace(' ', '-'))}"

@@ -131,7 +131,8 @@ class FakeServer:
             return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
         if mode == "role_only_first" and chat:
-            await resp.write(b"data: " + json.dumps({"id": rid, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}).encode() + b"\n\n")
+            role = {"id": rid, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+            await resp.write(b"data: " + json.dumps(role).encode() + b"\n\n")
         await asyncio.sleep(p["ttft_ms"] / 1e3)
         if mode == "stall_first":
             await asyncio.sleep(30)

@@ -5,8 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from metrics.energy import (counter_energy, energy_summary, power_energy, source_energy, steady_capacity,
-                            steady_state_interval, tokens_between)
+from metrics.energy import (
+    counter_energy,
+    energy_summary,
+    power_energy,
+    steady_capacity,
+    steady_state_interval,
+    tokens_between,
+)
 from metrics.telemetry.index import TelemetryIndex
 from tests.telemetry_fixtures import S, energy_at, gpu_rows, nan, request_table, telemetry_table
 

@@ -126,7 +126,8 @@ def test_report_renders_offline_in_headless_chromium(sweep):
         page = browser.new_page()
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+        page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:")
+                   else route.continue_())
         page.goto(report.as_uri())
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 6")
         titles = page.eval_on_selector_all(".gtitle", "els => els.map(e => e.textContent)")

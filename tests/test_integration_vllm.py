@@ -33,7 +33,8 @@ if not VLLM_PYTHON or not Path(VLLM_PYTHON).exists():
 
 N = 6            # measured requests per load point
 PREFIX_HIT = 512  # tokens each request after the first finds in the prefix cache
-WORKLOAD = ["workload.input_tokens=640", "workload.prefix_groups.count=1", "workload.prefix_groups.prefix_tokens=512", "workload.output_tokens=8",
+WORKLOAD = ["workload.input_tokens=640", "workload.prefix_groups.count=1", "workload.prefix_groups.prefix_tokens=512",
+            "workload.output_tokens=8",
             "load=concurrency", "load.concurrency=1", f"load.num_requests={N}", "load.warmup_requests=0",
             "report.enabled=false", "progress=false"]
 

@@ -28,7 +28,8 @@ def _run(tmp_path, base_url, tokenizer_dir, *extra):
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
            "MY_KEY": SECRET}
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", *[a for a in extra if a == "-m"], "engine=openai", f"engine.base_url={base_url}",
+        [sys.executable, "-m", "harness.cli", "run", *[a for a in extra if a == "-m"], "engine=openai",
+         f"engine.base_url={base_url}",
          "engine.model=fake", f"engine.tokenizer={tokenizer_dir}", "engine.api_key_env=MY_KEY",
          "engine.continuous_usage=true", "load=constant", "load.num_requests=6", "load.warmup_requests=1",
          "workload.input_tokens=20", "progress=false", *[a for a in extra if a != "-m"]],

@@ -9,7 +9,6 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-
 from omegaconf import OmegaConf
 
 from conf.schema import Telemetry as TelemetrySchema
@@ -164,7 +163,7 @@ def dcgm_server():
     page = {"text": DCGM_PAGE}
 
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             body = page["text"].encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

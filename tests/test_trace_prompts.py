@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.workloads.synthetic import synthetic_blocks, synthetic_items
-from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
 from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
 
 
 @pytest.fixture(scope="module")

@@ -188,7 +188,8 @@ def test_jsonl_own_format(tmp_path):
     bad = write(tmp_path, "bad.jsonl", json.dumps({"timestamp": 1, "output_tokens": 3}) + "\n")
     with pytest.raises(TraceError, match=r"bad.jsonl:1: missing 'input_tokens'"):
         read_jsonl(bad)
-    mixed = write(tmp_path, "mixed.jsonl", json.dumps(rows[0]) + "\n" + json.dumps({"input_tokens": 3, "output_tokens": 1}))
+    mixed = write(tmp_path, "mixed.jsonl",
+                  json.dumps(rows[0]) + "\n" + json.dumps({"input_tokens": 3, "output_tokens": 1}))
     with pytest.raises(TraceError, match=r"mixed.jsonl:2: 'timestamp' missing"):
         read_jsonl(mixed)
 

@@ -12,11 +12,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from loadgen.dispatch import Dispatcher, LoadSpec
-from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.records import RequestRecord
+from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.traces.transforms import burst, first_n, long_tail, mean_rate, to_rate
 from loadgen.workloads.traces.replay import TraceWorkload, load_table
+from loadgen.workloads.traces.transforms import burst, first_n, long_tail, mean_rate, to_rate
 
 
 @pytest.fixture(scope="module")

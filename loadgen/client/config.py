@@ -13,7 +13,7 @@ class Timeouts:
     total_s: float = 1800.0   # whole request
 
     @classmethod
-    def from_config(cls, cfg) -> "Timeouts":
+    def from_config(cls, cfg) -> Timeouts:
         """From ``client.timeouts`` (every key is in the config schema)."""
         return cls(**{k: float(cfg[k]) for k in ("connect_s", "ttft_s", "idle_s", "total_s")})
 

@@ -21,7 +21,6 @@ and the plaintext they decrypt to carries it.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import ssl
 import struct

@@ -40,7 +40,7 @@ class _Conn(asyncio.Protocol):
     its bytes reached the load generator, not the moment some task got round to parsing it.
     """
 
-    def __init__(self, client: "StreamingClient"):
+    def __init__(self, client: StreamingClient):
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -158,7 +158,10 @@ class _Conn(asyncio.Protocol):
             which, limit = "ttft", t.ttft_s
         else:
             which, limit = "idle", t.idle_s
-        fresh = (rec.end_ns + int(t.idle_s * 1e9)) if rec.first_token_ns is not None else (rec.sent_ns + int(t.ttft_s * 1e9))
+        if rec.first_token_ns is not None:
+            fresh = rec.end_ns + int(t.idle_s * 1e9)
+        else:
+            fresh = rec.sent_ns + int(t.ttft_s * 1e9)
         if which != "total" and perf_ns() < min(fresh, total) - 500_000:
             self._arm()
             return
@@ -434,7 +437,7 @@ class StreamingClient:
             conn = await self._connect()
         except asyncio.CancelledError:
             err = ("cancelled", "cancelled by the load generator")
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             err = ("timeout", f"connect timeout after {t.connect_s:g} s")
         except OSError as e:
             err = ("connection_error", f"{type(e).__name__}: {e}")

@@ -130,7 +130,8 @@ def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None
         bin_s = max(1.0, float(np.ceil(span / bins)))
         counts = np.bincount(((a - a[0]) // bin_s).astype(np.int64))
         out["rate_timeline"] = {"bin_s": bin_s, "counts": counts.tolist(),
-                                "peak_rps": float(counts.max() / bin_s), "mean_rps_in_bins": float(counts.mean() / bin_s)}
+                                "peak_rps": float(counts.max() / bin_s),
+                                "mean_rps_in_bins": float(counts.mean() / bin_s)}
     rep = repeated_prefix_tokens(table, ins, outs, order)
     kinds = [k for k, on in (("hash_ids", table.has_hashes), ("prefix_groups", table.prefix_group is not None),
                              ("sessions", table.has_sessions)) if on]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from loadgen.records import RequestRecord
-from loadgen.workloads.traces.prompts import TracePrompts
-from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.item import WorkItem
+from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces.prompts import TracePrompts
 
 
 def request_id(row: int) -> str:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from loadgen.workloads.prompts import PromptBuilder
 from loadgen.workloads.item import WorkItem
+from loadgen.workloads.prompts import PromptBuilder
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
 
@@ -115,7 +115,9 @@ def synthetic_items(cfg, builder: PromptBuilder, n: int | None, max_model_len: i
                 raise ValueError(f"workload: a request of {a} input + {b} output tokens exceeds the "
                                  f"model's max length {max_model_len}; lower workload.input_tokens/output_tokens")
             idx = start + i
-            prefix = group_prefix_ids(builder, seed, int(g), plen)[:max(int(a) - builder.overhead, 0)] if g >= 0 else None
+            prefix = None
+            if g >= 0:
+                prefix = group_prefix_ids(builder, seed, int(g), plen)[:max(int(a) - builder.overhead, 0)]
             yield WorkItem(request_id=f"r{idx:07d}", prompt=builder.prompt(int(a), prefix_ids=prefix),
                            prompt_tokens=int(a), max_tokens=int(b))
 

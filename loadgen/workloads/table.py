@@ -70,7 +70,7 @@ class WorkloadTable:
             return f"{self.path}:{int(self.line[i])}"
         return f"request {i}"
 
-    def take(self, idx: np.ndarray) -> "WorkloadTable":
+    def take(self, idx: np.ndarray) -> WorkloadTable:
         """The rows ``idx`` (in that order) as a new table: one gather per column."""
         idx = np.asarray(idx, dtype=np.int64)
         kw = {}

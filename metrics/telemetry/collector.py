@@ -87,7 +87,7 @@ class TelemetryCollector:
     def measures_energy(self) -> bool:
         return any(s.measures_energy for s in self.samplers)
 
-    def start(self) -> "TelemetryCollector":
+    def start(self) -> TelemetryCollector:
         self._thread.start()
         return self
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from metrics.engine_counters import GAUGES, counter_deltas
 from metrics.telemetry.base import Sampler
 
+
 class EngineMetricsSampler(Sampler):
     """Samples ``read()`` (the adapter's ``server_metrics``: common name -> value)."""
 

@@ -51,7 +51,7 @@ class TelemetryIndex:
             self.series[src].setdefault(dev, {})[qty] = (np.asarray(ts, dtype=np.int64), np.asarray(vs, dtype=float))
 
     @classmethod
-    def read(cls, path) -> "TelemetryIndex":
+    def read(cls, path) -> TelemetryIndex:
         import pyarrow.parquet as pq
 
         return cls(pq.read_table(path))

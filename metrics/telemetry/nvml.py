@@ -48,10 +48,11 @@ class NvmlSampler(Sampler):
         nv, rows, r = self._nv, [], self._fail.read
         for i, h in self.handles.items():
             d = f"gpu{i}"
-            r(rows, now_ns, f"{d}.energy_counter_j", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), 1e-3)
-            r(rows, now_ns, f"{d}.power_w", lambda: nv.nvmlDeviceGetPowerUsage(h), 1e-3)
-            r(rows, now_ns, f"{d}.sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
-            r(rows, now_ns, f"{d}.mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+            # (each lambda is called at once by ``r``, inside this iteration: h is this GPU's)
+            r(rows, now_ns, f"{d}.energy_counter_j", lambda h=h: nv.nvmlDeviceGetTotalEnergyConsumption(h), 1e-3)
+            r(rows, now_ns, f"{d}.power_w", lambda h=h: nv.nvmlDeviceGetPowerUsage(h), 1e-3)
+            r(rows, now_ns, f"{d}.sm_clock_mhz", lambda h=h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+            r(rows, now_ns, f"{d}.mem_clock_mhz", lambda h=h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
             try:
                 util, err = nv.nvmlDeviceGetUtilizationRates(h), None
             except Exception as e:  # noqa: BLE001 - recorded below, once per quantity
@@ -64,8 +65,8 @@ class NvmlSampler(Sampler):
 
             r(rows, now_ns, f"{d}.util_gpu_percent", lambda: rate("gpu"))
             r(rows, now_ns, f"{d}.util_mem_percent", lambda: rate("memory"))
-            r(rows, now_ns, f"{d}.mem_used_bytes", lambda: nv.nvmlDeviceGetMemoryInfo(h).used)
-            r(rows, now_ns, f"{d}.temperature_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+            r(rows, now_ns, f"{d}.mem_used_bytes", lambda h=h: nv.nvmlDeviceGetMemoryInfo(h).used)
+            r(rows, now_ns, f"{d}.temperature_c", lambda h=h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
         return rows
 
     def close(self) -> None:

@@ -14,7 +14,6 @@ from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.traces.common import BadLines, check_file, empty_trace, first_line, sorted_by_time
 from loadgen.workloads.traces.csv_fields import check_header, csv_fast, csv_slow, int_field
 
-
 _TS = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$")
 
 

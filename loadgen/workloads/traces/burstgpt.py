@@ -6,10 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.traces.common import (BadLines, TraceError, check_file, empty_trace, first_line,
-                                             sessions_from_ids, sorted_by_time)
+from loadgen.workloads.traces.common import (
+    BadLines,
+    TraceError,
+    check_file,
+    empty_trace,
+    first_line,
+    sessions_from_ids,
+    sorted_by_time,
+)
 from loadgen.workloads.traces.csv_fields import check_header, csv_fast, csv_slow, float_field, int_field
-
 
 BURST_COLUMNS = ["Timestamp", "Model", "Request tokens", "Response tokens"]
 

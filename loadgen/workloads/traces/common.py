@@ -42,7 +42,7 @@ def check_file(path) -> str:
 
 
 def first_line(path: str) -> str:
-    with open(path, "r", encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         return f.readline().lstrip("\ufeff").rstrip("\r\n")
 
 

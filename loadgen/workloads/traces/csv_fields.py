@@ -34,7 +34,7 @@ def csv_slow(path: str, header: list[str], parsers: dict, bad: BadLines) -> tupl
     idx = {name: header.index(name) for name in parsers}
     out = {name: [] for name in parsers}
     lines = []
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as f:
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
         f.readline()
         for lineno, raw in enumerate(f, start=2):
             if not raw.strip():

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.traces.common import (BadLines, TraceError, check_file, empty_trace, sessions_from_ids,
-                                             sorted_by_time)
+from loadgen.workloads.traces.common import (
+    BadLines,
+    TraceError,
+    check_file,
+    empty_trace,
+    sessions_from_ids,
+    sorted_by_time,
+)
 from loadgen.workloads.traces.json_fields import json_lines, nonneg_int, number
 
 

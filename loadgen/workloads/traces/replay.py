@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.workloads.traces import transforms
+from loadgen.workloads.item import WorkItem
 from loadgen.workloads.prompts import PromptBuilder
 from loadgen.workloads.sessions import SessionReplay, request_id
+from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces import transforms
 from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
 from loadgen.workloads.traces.readers import FORMATS, read_trace
-from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.item import WorkItem
 
 
 def _get(cfg, key, default=None):
