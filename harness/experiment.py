@@ -42,6 +42,7 @@ class Experiment:
         out = cfg.output_dir or os.path.join("results", str(cfg.experiment), results_io.new_run_id())
         self.out = Path(out) / job_subdir(swept_keys)
         self.mlflow: MlflowLogger | None = None
+        self.session: EngineSession | None = None  # the engine config that is up, while it is
 
     def run_dir(self, spec: RunSpec) -> Path:
         return self.out / spec.subdir if spec.subdir else self.out
@@ -57,7 +58,7 @@ class Experiment:
         if not todo:
             return self.finish()
         self.start_mlflow()
-        session = EngineSession(self.cfg, self.out, self.mlflow, total_points=len(self.plan))
+        self.session = session = EngineSession(self.cfg, self.out, self.mlflow, total_points=len(self.plan))
         status = "FAILED"
         try:
             session.start()

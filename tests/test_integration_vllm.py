@@ -155,7 +155,7 @@ def test_launched_without_prefix_caching_then_killed(tmp_path):
         while not first.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(3.0)  # let some requests of the second point finish
-        pgid = exp.engine.process.pid
+        pgid = exp.session.engine.process.pid
         killed["pgid"] = pgid
         os.killpg(pgid, signal.SIGKILL)
 
