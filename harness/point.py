@@ -94,7 +94,7 @@ def describe_workload(s, p: PointRun) -> None:
     try:
         p.workload_stats = workload_describe.describe(s.cfg, p.run_dir, n=p.load.num_requests,
                                                       table=getattr(p.items, "table", None), count=s.builder.count,
-                                                      html_dir=s.out, figures_too=first)
+                                                      html_dir=s.out, figures_too=first, load=p.spec.load)
     except ValueError as e:
         raise UserError(str(e)) from None
     if first:

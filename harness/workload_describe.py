@@ -35,10 +35,9 @@ def synthetic_table(wcfg, load, n: int) -> WorkloadTable:
         outs.append(b)
         groups.append(g)
     ins, outs, groups = (np.concatenate(x) if x else np.empty(0, dtype=np.int64) for x in (ins, outs, groups))
-    kind = (load or {}).get("kind")
-    if kind in OPEN_LOOP and load.get("rate"):
-        arr = arrival_offsets(kind, float(load["rate"]), n, float(load.get("burstiness") or 1.0),
-                              int(load.get("seed") or 0))
+    kind = load["kind"]
+    if kind in OPEN_LOOP and load["rate"]:
+        arr = arrival_offsets(kind, float(load["rate"]), n, float(load["burstiness"]), int(load["seed"]))
     else:
         arr = np.full(n, np.nan)  # closed loop: arrivals follow the server, not a schedule
     _, plen, _ = prefix_group_spec(wcfg)
@@ -49,16 +48,17 @@ def synthetic_table(wcfg, load, n: int) -> WorkloadTable:
     return t
 
 
-def workload_table(cfg, n: int | None = None) -> WorkloadTable:
-    """The table of ``cfg.workload`` as a run would replay it (``n``: request cap)."""
+def workload_table(cfg, n: int | None = None, load: dict | None = None) -> WorkloadTable:
+    """The table of ``cfg.workload`` as a run would replay it (``n``: request cap) under
+    ``load`` (a load point's; default ``cfg.load``)."""
     from loadgen.workloads.traces.replay import load_table
 
     name = cfg.workload.get("name")
     if name == "synthetic":
-        load = dict(cfg.load) if cfg.get("load") is not None else {}
+        load = dict(load if load is not None else cfg.load)
         if n is None:
-            nr = load.get("num_requests")
-            n = int(nr) + int(load.get("warmup_requests") or 0) if nr is not None else 1000
+            nr = load["num_requests"]
+            n = int(nr) + int(load["warmup_requests"]) if nr is not None else 1000
         return synthetic_table(cfg.workload, load, int(n))
     if name in FORMATS:
         return load_table(cfg.workload, n)
@@ -145,13 +145,13 @@ def html_table(stats: dict) -> str:
 
 
 def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = None, count=None,
-             html_dir=None, figures_too: bool = True) -> dict:
-    """Characterise the workload of ``cfg`` and write ``workload.json`` into ``out_dir`` and,
-    with ``figures_too``, ``workload.html`` into ``html_dir`` (default ``out_dir``); returns
-    the numbers."""
+             html_dir=None, figures_too: bool = True, load: dict | None = None) -> dict:
+    """Characterise the workload of ``cfg`` (under ``load``, a load point's; default
+    ``cfg.load``) and write ``workload.json`` into ``out_dir`` and, with ``figures_too``,
+    ``workload.html`` into ``html_dir`` (default ``out_dir``); returns the numbers."""
     import plotly.io as pio
 
-    table = table if table is not None else workload_table(cfg, n)
+    table = table if table is not None else workload_table(cfg, n, load)
     if count is None and ((table.input_tokens < 0).any() or (table.output_tokens < 0).any()):
         count = _tokenizer_count(cfg)
     ins, outs = replay_lengths(table, count)

@@ -109,3 +109,19 @@ def test_text_sessions_carry_the_conversation():
     assert c["input_tokens"]["total"] == 12 and c["output_tokens"]["total"] == 5
     assert c["prefix_reuse_tokens"] == 7 and c["prefix_reuse_share"] == pytest.approx(7 / 12)
     assert c["prefix_info"] == "sessions" and c["sessions"]["count"] == 1
+
+
+def test_each_load_point_is_described_at_its_own_rate():
+    # A sweep's points share cfg.load (rate 2); each point's workload.json must use the point's rate.
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from harness.workload_describe import workload_table
+    from protocols.plan import plan_runs
+
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=["load.num_requests=2000", "protocol.load_points=[2,16]"])
+    plan = plan_runs(cfg)
+    rates = [characterise(workload_table(cfg, None, spec.load))["mean_rate_rps"] for spec in plan]
+    assert OmegaConf.select(cfg, "load.rate") == 2.0
+    assert rates[0] == pytest.approx(2.0, rel=0.1) and rates[1] == pytest.approx(16.0, rel=0.1)
