@@ -45,21 +45,37 @@ def chunk_gaps_s(chunk_ns) -> np.ndarray:
 
 
 def itl_per_token_s(chunk_ns, chunk_tokens) -> np.ndarray:
-    """Per-token ITL of one request.
+    """Per-token ITL of one request: ``output_tokens - 1`` values that sum to its decode time
+    (last output chunk - first output chunk), so their mean is its TPOT.
 
-    Every chunk after the first contributes ``k`` values of ``gap / k``, where ``gap`` is the
-    time since the previous output chunk and ``k`` the tokens it carries, so the values sum
-    to (last chunk - first chunk) and a multi-token chunk (speculative decoding, buffered
-    detokenisation) is not mistaken for one slow token.  Tokens that arrive in the first
-    chunk belong to TTFT and contribute no ITL.
+    With ``n`` tokens over chunks at times ``t_0 .. t_m`` carrying ``k_0 .. k_m`` tokens
+    (``metrics.token_attribution``): the first token is the first of the first chunk that
+    carries any; the other tokens of that chunk arrived with it and contribute 0 each.  Every
+    later chunk that carries ``k > 0`` tokens contributes ``k`` values of ``G / k``, where
+    ``G`` is the time since the previous output chunk plus the gaps of the chunks before it
+    that carried none (text without a token of its own); a multi-token chunk (speculative
+    decoding, buffered detokenisation) is not mistaken for one slow token.  Gaps after the
+    last chunk that carries tokens are spread over that chunk's values.
     """
     c = np.asarray(chunk_ns, dtype=np.int64)
-    if c.size < 2:
+    k = np.asarray(chunk_tokens, dtype=np.int64)
+    n = int(k.sum()) if k.size else 0
+    if c.size == 0 or n < 2:
         return np.empty(0)
-    k = np.asarray(chunk_tokens, dtype=np.int64)[1:]
+    first = int(np.argmax(k > 0))
     gaps = np.diff(c).astype(np.float64) / NS
-    k = np.maximum(k, 1)  # a chunk counted as output carries at least one token
-    return np.repeat(gaps / k, k)
+    values = [np.zeros(k[first] - 1)]
+    pending = float(gaps[:first].sum())   # before the first token: part of the decode time still
+    for i in range(first + 1, c.size):
+        pending += gaps[i - 1]
+        if k[i] > 0:
+            values.append(np.full(k[i], pending / k[i]))
+            pending = 0.0
+    if pending:  # trailing chunks that carried no token: their time goes to the last tokens
+        last = values[-1]
+        if last.size:
+            values[-1] = last + pending / last.size
+    return np.concatenate(values)
 
 
 def complete_record(rec, slo=None, count_tokens=None) -> None:

@@ -5,14 +5,21 @@ From what the stream said (``loadgen.client.openai_stream``): the cumulative
 ``usage.completion_tokens`` at each output chunk where the engine streams it
 (``continuous_usage_stats``), the final ``usage``, and each chunk's text.
 
-- ``usage_continuous``: every chunk carried a cumulative count; a chunk carries
-  ``max(count - previous count, 1)`` tokens.  ``output_tokens`` is the final usage.
-- ``usage``: the final usage only, and it equals the number of output chunks: one each.
-- ``usage+tokenizer_split``: the final usage only, and it differs from the number of chunks:
-  the total is split over the chunks in proportion to their texts' token counts under the
-  served model's tokenizer (largest remainder, at least one a chunk while tokens go round).
-- ``tokenizer``: no usage at all; each chunk carries its text's token count (at least 1).
-- ``chunks``: neither usage nor a tokenizer; one token a chunk.
+- ``output_tokens`` is the final ``usage.completion_tokens``; without usage, the sum of the
+  chunks' token counts below.
+- A chunk with a cumulative count carries its increase over the previous known count (0
+  when the count did not move: text without a token of its own).  Chunks without a count
+  before it share that increase with it, in proportion to their texts' token counts under
+  the served model's tokenizer (largest remainder).  Chunks after the last count share what
+  the final usage adds to it the same way; tokens the final usage counts after the last
+  chunk that had a count of its own (no text, e.g. an end-of-text token) go to that chunk.
+  So the chunks always carry exactly ``output_tokens``.
+- With the final usage only: one token a chunk when they are as many, else the total split
+  over the chunks by their texts' token counts (at least one a chunk while tokens go round).
+- ``tokens_source``: ``usage_continuous`` (a count on every chunk), ``usage`` (the final
+  usage only, one token a chunk), ``usage+tokenizer_split`` (the final usage split by the
+  tokenizer, or counts on some chunks only), ``tokenizer`` (no usage: each chunk's text
+  counted, at least 1), ``chunks`` (no usage, no tokenizer: one a chunk).
 The prompt's tokens are ``usage.prompt_tokens``, else the count the workload built.
 """
 
@@ -29,51 +36,68 @@ def attribute_tokens(rec, count_tokens: Callable[[str], int] | None = None) -> N
     rec.prompt_tokens = rec.usage_prompt_tokens if rec.usage_prompt_tokens is not None else rec.expected_prompt_tokens
     n_chunks = len(rec.chunk_ns)
     total = rec.usage_completion_tokens
-    cumulative = rec.chunk_usage if len(rec.chunk_usage) == n_chunks else []
-    if total is not None:
-        rec.output_tokens = int(total)
-        if n_chunks and all(c != NO_USAGE for c in cumulative):
-            rec.tokens_source = "usage_continuous"
-            rec.chunk_tokens = continuous_deltas(cumulative)
-            return
+
+    def weights(lo: int, hi: int) -> list[int]:
+        if count_tokens is None:
+            return [1] * (hi - lo)
+        return [max(count_tokens(p), 1) for p in rec.chunk_text[lo:hi]]
+
+    if total is None:
+        rec.chunk_tokens = weights(0, n_chunks)
+        rec.output_tokens = sum(rec.chunk_tokens)
+        rec.tokens_source = ("tokenizer" if count_tokens else "chunks") if n_chunks else "none"
+        return
+    rec.output_tokens = total = int(total)
+    counts = list(rec.chunk_usage) if len(rec.chunk_usage) == n_chunks else [NO_USAGE] * n_chunks
+    if all(c == NO_USAGE for c in counts):
         rec.tokens_source = "usage"
-        if rec.output_tokens == n_chunks:
+        if total == n_chunks:
             rec.chunk_tokens = [1] * n_chunks
             return
-        rec.tokens_source = "usage+tokenizer_split"
-        weights = [max(count_tokens(p), 1) for p in rec.chunk_text] if count_tokens else [1] * n_chunks
-        rec.chunk_tokens = split_total(rec.output_tokens, weights)
-    elif n_chunks:
-        rec.tokens_source = "tokenizer" if count_tokens else "chunks"
-        counts = [max(count_tokens(p), 1) for p in rec.chunk_text] if count_tokens else [1] * n_chunks
-        rec.chunk_tokens = counts
-        rec.output_tokens = sum(counts)
-    else:
-        rec.chunk_tokens = []
-        rec.output_tokens = 0
+        rec.tokens_source = "usage+tokenizer_split" if n_chunks else "usage"
+        rec.chunk_tokens = split_total(total, weights(0, n_chunks))
+        return
+    rec.chunk_tokens = split_counts(counts, total, weights)
+    rec.tokens_source = "usage_continuous" if NO_USAGE not in counts else "usage+tokenizer_split"
 
 
-def continuous_deltas(cumulative: list[int]) -> list[int]:
-    """Tokens per chunk from cumulative counts: each chunk's increase, at least 1."""
-    out, last = [], 0
-    for c in cumulative:
-        out.append(max(c - last, 1))
-        last = c
+def split_counts(counts: list[int], total: int, weights: Callable[[int, int], list[int]]) -> list[int]:
+    """Tokens per chunk from cumulative counts (``NO_USAGE`` where a chunk had none) and the
+    final usage ``total``; ``weights(lo, hi)`` weighs chunks ``lo .. hi-1`` (module doc)."""
+    out: list[int] = []
+    last, start = 0, 0
+    for i, c in enumerate(counts):
+        if c == NO_USAGE:
+            continue
+        inc = max(c - last, 0)
+        out += split_total(inc, weights(start, i + 1), at_least_one=False) if i > start else [inc]
+        last, start = max(c, last), i + 1
+    rest = max(total - last, 0)
+    if start < len(counts):
+        out += split_total(rest, weights(start, len(counts)), at_least_one=False)
+    elif rest:
+        out[-1] += rest
+    if sum(out) != total:  # counts that run past the final usage: the final usage rules
+        out = split_total(total, weights(0, len(counts)))
     return out
 
 
-def split_total(total: int, weights: list[int]) -> list[int]:
-    """Split ``total`` tokens over chunks in proportion to ``weights`` (largest remainder),
-    at least one token a chunk while there are tokens to go round."""
+def split_total(total: int, weights: list[int], at_least_one: bool = True) -> list[int]:
+    """Split ``total`` tokens over chunks in proportion to ``weights`` (largest remainder).
+    With ``at_least_one``, every chunk gets one while there are tokens to go round (the
+    first ``total`` chunks when there are fewer tokens than chunks)."""
     n = len(weights)
     if n == 0:
         return []
-    if total <= n:
+    if total <= 0:
+        return [0] * n
+    if at_least_one and total <= n:
         return [1] * total + [0] * (n - total)
     w = [max(x, 1) for x in weights]
     sw = sum(w)
     shares = [total * x / sw for x in w]
-    out = [max(1, int(s)) for s in shares]
+    floor = 1 if at_least_one else 0
+    out = [max(floor, int(s)) for s in shares]
     left = total - sum(out)
     order = sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)
     j = 0
@@ -85,7 +109,7 @@ def split_total(total: int, weights: list[int]) -> list[int]:
     j = 0
     while left < 0:  # the minimum of one a chunk overshot: take back from the largest
         i = big[j % n]
-        if out[i] > 1:
+        if out[i] > floor:
             out[i] -= 1
             left += 1
         j += 1

@@ -66,7 +66,8 @@ def test_multi_token_chunks_from_usage_deltas(server):
     assert rec.chunk_tokens == [3, 3, 3, 3]
     assert rec.output_tokens == 12
     itl = itl_per_token_s(rec.chunk_ns, rec.chunk_tokens)
-    assert len(itl) == 9  # tokens of the first chunk belong to TTFT
+    assert len(itl) == 11  # the first chunk's other 2 tokens came with the first: 0 each
+    assert (itl[:2] == 0).all() and itl.mean() == pytest.approx(rec.tpot_s)
     assert itl.sum() == pytest.approx((rec.chunk_ns[-1] - rec.chunk_ns[0]) / 1e9)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from loadgen.records import RecordWriter, RequestRecord
 from metrics.percentiles import describe, early_stopping_min_samples, order_statistic_ci, percentile
-from metrics.request_metrics import e2el_s, finalize_record, itl_per_token_s, tpot_s, ttft_s
+from metrics.request_metrics import complete_record, e2el_s, finalize_record, itl_per_token_s, tpot_s, ttft_s
 from metrics.slo import SLO, good_mask
 from metrics.summary import summarize
 
@@ -30,7 +30,59 @@ def test_itl_attributes_multi_token_chunks_per_token():
     itl = itl_per_token_s([0, 10 * MS, 40 * MS, 50 * MS], [1, 1, 3, 2])
     np.testing.assert_allclose(itl * 1e3, [10, 10, 10, 10, 5, 5])
     assert itl.sum() == pytest.approx(0.050)
-    assert itl_per_token_s([5 * MS], [4]).size == 0
+    # one chunk of 4 tokens: the three after the first came with it (TPOT 0 / 3 = 0)
+    np.testing.assert_allclose(itl_per_token_s([5 * MS], [4]), [0, 0, 0])
+    assert itl_per_token_s([5 * MS], [1]).size == 0 and itl_per_token_s([], []).size == 0
+
+
+def _stream_record(chunk_ms, texts, usage_per_chunk=None, final_usage=None):
+    """A record as the OpenAI stream leaves it: chunk times, texts, cumulative counts (or not)."""
+    r = RequestRecord(request_id="r", scheduled_ns=0, sent_ns=0, status="ok", finish_reason="length")
+    r.chunk_ns = [int(t * MS) for t in chunk_ms]
+    r.first_token_ns, r.end_ns, r.done_ns = r.chunk_ns[0], r.chunk_ns[-1], r.chunk_ns[-1]
+    r.chunk_text = list(texts)
+    r.chunk_usage = list(usage_per_chunk) if usage_per_chunk is not None else []
+    r.usage_completion_tokens = final_usage
+    return r
+
+
+WORDS = lambda s: len(s.split())  # noqa: E731 - a tokenizer for hand-made texts: one token a word
+
+
+@pytest.mark.parametrize("case, chunk_ms, texts, per_chunk, final, tokens, source", [
+    # the issue's case: 3 chunks, usage 2 (one chunk's text carried no token of its own)
+    ("fewer tokens than chunks", [100, 110, 120], ["a", "b", "c"], None, 2, [1, 1, 0], "usage+tokenizer_split"),
+    # tokens only in the final usage: split by the tokenizer's count of each text
+    ("final usage only", [100, 120, 160], ["a b", "c", "d e f"], None, 6, [2, 1, 3], "usage+tokenizer_split"),
+    ("one token a chunk", [100, 120, 160], ["a", "b", "c"], None, 3, [1, 1, 1], "usage"),
+    # a chunk with text and no usage between chunks that have counts: it shares the next count
+    ("a chunk without usage", [100, 110, 130, 150], ["a", "b c", "d", "e"], [1, -1, 4, 5], 5, [1, 2, 1, 1],
+     "usage+tokenizer_split"),
+    # a count that does not move: text without a token of its own
+    ("count does not move", [100, 110, 130], ["a", "b", "c"], [1, 1, 2], 2, [1, 0, 1], "usage_continuous"),
+    # the final usage counts a token after the last text (end-of-text, no text)
+    ("token after the last text", [100, 110, 130], ["a", "b", "c"], [1, 2, 3], 4, [1, 1, 2], "usage_continuous"),
+    ("multi-token first chunk", [100, 110, 130], ["a b c", "d", "e f"], [3, 4, 6], 6, [3, 1, 2], "usage_continuous"),
+    ("no usage at all", [100, 120], ["a b", "c"], None, None, [2, 1], "tokenizer"),
+])
+def test_token_attribution_keeps_itl_consistent_with_tpot(case, chunk_ms, texts, per_chunk, final, tokens, source):
+    r = _stream_record(chunk_ms, texts, per_chunk, final)
+    complete_record(r, count_tokens=WORDS)
+    assert r.chunk_tokens == tokens and r.tokens_source == source, case
+    assert sum(r.chunk_tokens) == r.output_tokens, case
+    itl = itl_per_token_s(r.chunk_ns, r.chunk_tokens)
+    decode_s = (r.chunk_ns[-1] - r.chunk_ns[0]) / 1e9
+    assert itl.size == r.output_tokens - 1, case
+    assert itl.sum() == pytest.approx(decode_s), case            # per-token ITLs sum to the decode time
+    assert itl.mean() == pytest.approx(r.tpot_s), case           # so their mean is the TPOT
+
+
+def test_itl_of_the_issue_example():
+    # 3 chunks 10 ms apart, usage 2: TPOT = 20 ms / 1 = 20 ms; the per-token ITL was 10, 10 (mean 10)
+    r = _stream_record([100, 110, 120], ["a", "b", "c"], None, 2)
+    complete_record(r)
+    assert r.tpot_s == pytest.approx(0.020)
+    np.testing.assert_allclose(itl_per_token_s(r.chunk_ns, r.chunk_tokens), [0.020])
 
 
 def test_percentile_is_numpy_linear():
