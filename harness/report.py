@@ -153,9 +153,9 @@ def render(root, out_path=None, title: str | None = None) -> Path:
         cells = [html.escape(_fmt(p["x"]))] + [html.escape(_fmt(p["summary"].get(k))) for k, _ in TABLE_KEYS[1:]]
         flag = " class='client-limited'" if p["summary"].get("client_limited") else ""
         rows.append(f"<tr{flag}><td>{html.escape(p['label'])}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    warnings = [f"<li>{html.escape(p['label'])}: client-limited (p99 send lag "
-                f"{_fmt(p['summary'].get('schedule_lag_p99_ms'))} ms); latencies include the load generator's "
-                "own delay</li>"
+    warnings = [f"<li>{html.escape(p['label'])}: client-limited (p99 of the load generator's own send delay "
+                f"{_fmt(p['summary'].get('schedule_lag_p99_ms'))} ms, waiting for a load.max_concurrency slot "
+                "not counted); latencies include that delay</li>"
                 for p in points if p["summary"].get("client_limited")]
     prov_file = points[0]["dir"] / "provenance.json"
     prov = json.loads(prov_file.read_text()) if prov_file.exists() else {}

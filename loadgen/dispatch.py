@@ -109,9 +109,18 @@ class Dispatcher:
         self._limit: asyncio.Semaphore | None = None  # open loop's max_concurrency, session turns too
 
     def _record(self, item: WorkItem, scheduled_ns: int, warmup: bool) -> RequestRecord:
-        return RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, session_id=item.session_id,
-                             turn=item.turn, warmup=warmup, expected_prompt_tokens=item.prompt_tokens,
-                             max_tokens=item.max_tokens)
+        # slot_ns = scheduled_ns unless the request has to wait for a max_concurrency slot
+        return RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, slot_ns=scheduled_ns,
+                             session_id=item.session_id, turn=item.turn, warmup=warmup,
+                             expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens)
+
+    async def _acquire_slot(self, rec: RequestRecord) -> None:
+        """Wait for a ``max_concurrency`` slot; a wait is queueing (``slot_ns``), not the client's lag."""
+        if self._limit.locked():
+            await self._limit.acquire()
+            rec.slot_ns = perf_ns()
+        else:
+            await self._limit.acquire()
 
     def _store(self, rec: RequestRecord) -> None:
         if self.finalize is not None:
@@ -135,7 +144,7 @@ class Dispatcher:
         async def later() -> None:
             await self.wait_until(target)
             if self._limit is not None:  # a session's next turn counts against the cap too
-                await self._limit.acquire()
+                await self._acquire_slot(rec)
                 self._launch(rec, payload, self._limit.release)
             else:
                 self._launch(rec, payload)
@@ -331,7 +340,7 @@ class Dispatcher:
                 more = prepare()
             await self.wait_until(target)
             if limit is not None:
-                await limit.acquire()
+                await self._acquire_slot(rec)
                 self._launch(rec, payload, limit.release)
             else:
                 self._launch(rec, payload)

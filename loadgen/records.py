@@ -38,6 +38,7 @@ class RequestRecord:
     session_id: str | None = _col(pa.string())
     turn: int = _col(pa.int32(), 0)
     scheduled_ns: int | None = _col(pa.int64())
+    slot_ns: int | None = _col(pa.int64())        # got its concurrency slot (= scheduled_ns when nothing caps it)
     sent_ns: int | None = _col(pa.int64())
     first_token_ns: int | None = _col(pa.int64())
     end_ns: int | None = _col(pa.int64())         # the last output chunk
@@ -56,6 +57,7 @@ class RequestRecord:
     ttft_s: float | None = _col(pa.float64())
     tpot_s: float | None = _col(pa.float64())
     e2el_s: float | None = _col(pa.float64())
+    connect_s: float | None = _col(pa.float64())  # opening a connection for this request (null: a pooled one)
     slo_ok: bool = _col(pa.bool_(), False)
     warmup: bool = _col(pa.bool_(), False)
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).

@@ -38,6 +38,26 @@ def tpot_s(ttft, e2el, output_tokens):
     return np.where(n > 1, out, np.nan)
 
 
+def schedule_lag_s(scheduled_ns, slot_ns, sent_ns):
+    """The load generator's own delay: sent_ns - max(scheduled_ns, slot_ns) (seconds).
+
+    ``slot_ns`` is when the request got its ``load.max_concurrency`` slot (= scheduled_ns when
+    nothing caps it; a missing slot counts as scheduled_ns): waiting for a slot is queueing,
+    not the client's delay.  A send that had to open a connection includes the connect
+    (``connect_s``, reported on its own)."""
+    scheduled = np.asarray(scheduled_ns, dtype=np.float64)
+    slot = np.asarray(slot_ns, dtype=np.float64)
+    ready = np.fmax(scheduled, slot)  # fmax: a NaN slot leaves the schedule
+    return (np.asarray(sent_ns, dtype=np.float64) - ready) / NS
+
+
+def queue_wait_s(scheduled_ns, slot_ns):
+    """Time waited for a ``load.max_concurrency`` slot: slot_ns - scheduled_ns (seconds; 0 uncapped)."""
+    scheduled = np.asarray(scheduled_ns, dtype=np.float64)
+    slot = np.asarray(slot_ns, dtype=np.float64)
+    return np.where(np.isnan(slot), 0.0, slot - scheduled) / NS
+
+
 def chunk_gaps_s(chunk_ns) -> np.ndarray:
     """Raw gaps between consecutive output chunks of one request (seconds)."""
     c = np.asarray(chunk_ns, dtype=np.int64)

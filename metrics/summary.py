@@ -18,6 +18,12 @@ Definitions:
 - sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
   one of its turns is ``ok`` (and, given the workload's planned turns, every planned turn was
   sent); ``cost_per_completed_session`` = cost_total / completed sessions.
+- ``schedule_lag_*_ms``: the load generator's own delay per measured request,
+  ``sent_ns - max(scheduled_ns, slot_ns)`` (``metrics.request_metrics.schedule_lag_s``);
+  ``client_limited`` when its p99 exceeds ``client.max_schedule_lag_ms``.  Waiting for a
+  ``load.max_concurrency`` slot is ``queue_wait_*_ms`` (``slot_ns - scheduled_ns``), the
+  server's backlog, never the client's; ``num_connects`` and ``connect_*_ms`` count the sends
+  that had to open a connection and how long that took (included in their lag).
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
 """
 
@@ -32,7 +38,7 @@ import pyarrow.compute as pc
 from metrics.cost import per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
 from metrics.percentiles import describe
-from metrics.request_metrics import chunk_gaps_s, itl_per_token_s
+from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
 
 QUANTILES = (50, 90, 95, 99)
@@ -142,12 +148,27 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         out[f"slo_{short}_met"] = bool(pv <= getattr(slo, name)) if not math.isnan(pv) else False
     out["slo_percentile"] = slo.percentile
 
-    lag = (sent - _col(measured, "scheduled_ns")) / 1e6
+    scheduled = _col(measured, "scheduled_ns")
+    slot = _col(measured, "slot_ns") if "slot_ns" in measured.column_names else scheduled
+    lag = schedule_lag_s(scheduled, slot, sent) * 1e3
     lag = lag[~np.isnan(lag)]
     out["schedule_lag_p50_ms"] = float(np.percentile(lag, 50)) if lag.size else math.nan
     out["schedule_lag_p99_ms"] = float(np.percentile(lag, 99)) if lag.size else math.nan
     out["schedule_lag_max_ms"] = float(lag.max()) if lag.size else math.nan
     out["client_limited"] = bool(lag.size and out["schedule_lag_p99_ms"] > max_schedule_lag_ms)
+    wait = queue_wait_s(scheduled, slot) * 1e3
+    wait = wait[~np.isnan(wait)]
+    out["num_queued"] = int((wait > 0).sum())
+    for name, v in (("mean", wait.mean() if wait.size else math.nan),
+                    ("p50", np.percentile(wait, 50) if wait.size else math.nan),
+                    ("p99", np.percentile(wait, 99) if wait.size else math.nan),
+                    ("max", wait.max() if wait.size else math.nan)):
+        out[f"queue_wait_{name}_ms"] = float(v)
+    conn = _col(measured, "connect_s") * 1e3 if "connect_s" in measured.column_names else np.empty(0)
+    conn = conn[~np.isnan(conn)]
+    out["num_connects"] = int(conn.size)  # sends that had to open a connection (pool empty)
+    out["connect_p50_ms"] = float(np.percentile(conn, 50)) if conn.size else math.nan
+    out["connect_max_ms"] = float(conn.max()) if conn.size else math.nan
 
     window_s = (window_end_ns - window_start_ns) / 1e9
     out["window_start_ns"] = int(window_start_ns)

@@ -106,3 +106,43 @@ def test_open_loop_session_turns_count_against_max_concurrency(tmp_path):
     assert set(t["status"]) == {"ok"}
     edges = sorted([(s, 1) for s in t["sent_ns"]] + [(d, -1) for d in t["done_ns"]], key=lambda e: (e[0], e[1]))
     assert max(np.cumsum([e[1] for e in edges])) == 2
+
+
+def test_waiting_for_a_concurrency_slot_is_queueing_not_client_lag(tmp_path):
+    # 20 requests at 400/s into max_concurrency=2 against a 50 ms server: most wait for a slot.
+    # The wait is queue_wait (slot_ns - scheduled_ns); the client's own lag stays small, and the
+    # run is not flagged client-limited although sends happen up to ~0.45 s after their time.
+    from metrics.request_metrics import complete_record
+    from metrics.slo import SLO
+    from metrics.summary import summarize
+
+    spec = LoadSpec(kind="constant", rate=400.0, num_requests=20, max_concurrency=2)
+    writer = RecordWriter(tmp_path / "r.parquet")
+
+    async def go(url):
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            return await Dispatcher(c, writer, finalize=complete_record).run(_items(20), spec)
+
+    with FakeServer(short_script(0.05)) as srv:
+        asyncio.run(go(srv.url))
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet")
+    d = t.to_pydict()
+    sched, slot, sent = (np.asarray(d[k], dtype=np.int64) for k in ("scheduled_ns", "slot_ns", "sent_ns"))
+    assert (slot >= sched).all() and (sent >= slot).all()
+    queued = slot > sched
+    assert queued.sum() >= 15                                    # all but the first few waited
+    assert (slot - sched).max() / 1e6 > 300                      # ~9 rounds of 50 ms
+    assert ((sent - np.maximum(sched, slot)) / 1e6).max() < 20   # the client's own delay
+    s = summarize(t, SLO(), 0, 1, max_schedule_lag_ms=10)
+    assert s["num_queued"] == int(queued.sum()) and s["queue_wait_max_ms"] > 300
+    assert s["schedule_lag_p99_ms"] < 20 and s["client_limited"] is False
+    assert s["num_connects"] == 0  # the pool was opened before the first send
+
+
+def test_a_send_that_opens_a_connection_records_how_long(tmp_path):
+    spec = LoadSpec(kind="constant", rate=200.0, num_requests=6, prewarm_connections=0)
+    with FakeServer(short_script()) as srv:
+        _, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(6))
+    connect = [c for c in t["connect_s"] if c is not None]
+    assert 1 <= len(connect) <= 6 and all(0 < c < 1 for c in connect)

@@ -433,8 +433,10 @@ class StreamingClient:
     async def _open_then_begin(self, rec, payload, fut, retried) -> None:
         t = self.cfg.timeouts
         err = None
+        t_connect = perf_ns()
         try:
             conn = await self._connect()
+            rec.connect_s = (perf_ns() - t_connect) / 1e9
         except asyncio.CancelledError:
             err = ("cancelled", "cancelled by the load generator")
         except TimeoutError:
@@ -445,9 +447,11 @@ class StreamingClient:
             err = ("connection_error", "connection closed right after it opened")
         if err is not None:
             self._active.pop(id(rec), None)
-            if rec.sent_ns is None:
-                rec.sent_ns = perf_ns()
+            if rec.sent_ns is None:  # never sent: it was due when the connect began
+                rec.sent_ns = t_connect
             rec.done_ns = perf_ns()
+            if rec.connect_s is None:
+                rec.connect_s = (rec.done_ns - t_connect) / 1e9
             rec.status, rec.error = err
             if not fut.done():
                 fut.set_result(rec)
