@@ -52,7 +52,7 @@ def request_table(rows: list[dict]) -> pa.Table:
         chunks = chunks or []
         d = {
             "request_id": f"r{i}", "response_id": f"x{i}", "session_id": r.get("session"), "turn": r.get("turn", 0),
-            "scheduled_ns": int(sent * S), "sent_ns": int(sent * S),
+            "scheduled_ns": int(sent * S), "slot_ns": int(sent * S), "sent_ns": int(sent * S),
             "first_token_ns": int(chunks[0] * S) if chunks else None,
             "end_ns": int(chunks[-1] * S) if chunks else None, "done_ns": int(done * S),
             "chunk_ns": [int(c * S) for c in chunks], "chunk_tokens": [1] * len(chunks),
@@ -62,7 +62,7 @@ def request_table(rows: list[dict]) -> pa.Table:
             "error": None if status == "ok" else "boom", "finish_reason": "length" if status == "ok" else None,
             "ttft_s": (chunks[0] - sent) if chunks else None,
             "tpot_s": ((chunks[-1] - chunks[0]) / (len(chunks) - 1)) if len(chunks) > 1 else None,
-            "e2el_s": (chunks[-1] - sent) if chunks else None,
+            "e2el_s": (chunks[-1] - sent) if chunks else None, "connect_s": None,
             "slo_ok": status == "ok", "warmup": r.get("warmup", False),
         }
         d.update({k: v for k, v in r.items() if k in out})
