@@ -26,8 +26,12 @@ def _hydra_run(argv: list[str]) -> int:
 
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def _main(cfg: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        from conf.overrides import explicit_keys
+
         try:
-            run_experiment(cfg, swept)
+            run_experiment(cfg, swept, explicit_keys(list(HydraConfig.get().overrides.task)))
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
 from harness import report, results_io
 from harness.engine_session import EngineSession
@@ -27,10 +28,16 @@ from protocols.plan import RunSpec, plan_runs
 
 
 class Experiment:
-    def __init__(self, cfg: DictConfig, swept_keys: frozenset[str] = frozenset()):
+    """``explicit``: the override keys the user typed (``conf.overrides``); ``swept_keys``: those
+    a Hydra multirun sweeps (each job's folder is named after them)."""
+
+    def __init__(self, cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
+                 explicit: frozenset[str] = frozenset()):
         self.cfg = cfg
         try:
             validate(cfg)
+            for note in apply_explicit(cfg, explicit):
+                print(f"note: {note}", flush=True)
             self.plan: list[RunSpec] = plan_runs(cfg)
             check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
             check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
@@ -95,5 +102,6 @@ class Experiment:
         return self.out
 
 
-def run_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset()) -> Path:
-    return Experiment(cfg, swept_keys).run()
+def run_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
+                   explicit: frozenset[str] = frozenset()) -> Path:
+    return Experiment(cfg, swept_keys, explicit).run()
