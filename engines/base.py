@@ -311,13 +311,7 @@ class EngineAdapter:
         text = self.scrape_metrics() if text is None else text
         if text is None:
             return {}
-        samples, _ = prometheus.parse(text)
-        out = {}
-        for common, (series, where) in self.server_metric_map.items():
-            v = prometheus.total(samples, series, where)
-            if v is not None:
-                out[common] = v
-        return out
+        return prometheus.common_values(text, self.server_metric_map)
 
 
 _SECRET_FLAG = ("key", "token", "secret", "password")

@@ -109,6 +109,19 @@ def parse(text: str) -> tuple[list[Sample], dict[str, str]]:
     return samples, types
 
 
+def common_values(text: str, metric_map: dict) -> dict[str, float]:
+    """An engine's page under common names: ``metric_map`` is common name -> (series, labels it
+    must carry or None); each value is summed over ranks and label values, and a series the
+    page lacks is left out."""
+    samples, _ = parse(text)
+    out = {}
+    for common, (series, where) in metric_map.items():
+        v = total(samples, series, where)
+        if v is not None:
+            out[common] = v
+    return out
+
+
 def total(samples: list[Sample], name: str, where: dict | None = None) -> float | None:
     """Sum of every series named ``name`` (over labels: ranks, models, sources), optionally
     only those whose labels include ``where``; None when the page has no such series."""

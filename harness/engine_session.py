@@ -25,9 +25,7 @@ from harness.mlflow_log import MlflowLogger
 from loadgen.client import ClientConfig, Timeouts
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from metrics.slo import SLO
-from metrics.telemetry.collector import TelemetryCollector
-from metrics.telemetry.engine import EngineMetricsSampler
-from metrics.telemetry.sources import build_samplers
+from metrics.telemetry.process import TelemetryError, TelemetryProcess
 
 
 class EngineSession:
@@ -45,8 +43,8 @@ class EngineSession:
         self.safe_config = results_io.redact(self.container)
         self.slo = SLO.from_config(cfg.slo)
         self.engine: EngineAdapter = make_engine(cfg.engine, out)
-        self.telemetry: TelemetryCollector | None = None
-        self.engine_sampler: EngineMetricsSampler | None = None
+        self.telemetry: TelemetryProcess | None = None
+        self.engine_metrics = False              # the engine's /metrics is sampled
         self.builder: PromptBuilder | None = None
         self.tokenizer = None
         self.client_cfg: ClientConfig | None = None
@@ -59,8 +57,10 @@ class EngineSession:
     # ------------------------------------------------------------------------------------
     def start(self) -> None:
         cfg, tcfg = self.cfg, self.cfg.telemetry
-        self.telemetry = TelemetryCollector(None, build_samplers(tcfg, {"loadgen": os.getpid()}),
-                                            float(tcfg.interval_s)).start()
+        try:  # out of this process: sampling must never hold the load generator's GIL
+            self.telemetry = TelemetryProcess(self.container["telemetry"], {"loadgen": os.getpid()}).start()
+        except TelemetryError as e:
+            raise UserError(f"telemetry: {e}") from None
         print(f"starting engine={self.engine.name}" + (f" ({self.name})" if self.name else "") + " ...", flush=True)
         self.telemetry.sample_now()  # a sample before the first window opens
         try:
@@ -70,9 +70,8 @@ class EngineSession:
         if self.engine.process is not None:
             self.telemetry.watch_process("engine", self.engine.process.pid)
         if self.engine.server_metric_map:  # the engine's own /metrics, once it is up
-            self.engine_sampler = EngineMetricsSampler(
-                self.engine.server_metrics, {k: v[0] for k, v in self.engine.server_metric_map.items()})
-            self.telemetry.add_sampler(self.engine_sampler)
+            self.engine_metrics = self.telemetry.add_engine(self.engine.base_url + self.engine.metrics_path,
+                                                            self.engine.server_metric_map, self.engine.auth())
         print(f"engine ready at {self.engine.base_url} after "
               f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
         try:

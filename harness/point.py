@@ -28,6 +28,7 @@ from loadgen.records import RecordWriter, read_requests
 from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
+from metrics.engine_counters import engine_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
 from protocols.plan import RunSpec, offered_load
@@ -76,8 +77,8 @@ def reset_cache(s, p: PointRun) -> None:
 
 def engine_counters_start(s, p: PointRun) -> None:
     """The run's own share of the engine's counters starts here."""
-    if s.engine_sampler is not None:
-        s.telemetry.record(s.engine_sampler.rows(s.engine_sampler.snapshot("start"), "start"))
+    if s.engine_metrics:
+        s.telemetry.engine_snapshot("start")
 
 
 def build_workload(s, p: PointRun) -> None:
@@ -144,8 +145,8 @@ def dispatch(s, p: PointRun) -> None:
 
 def engine_counters_end(s, p: PointRun) -> None:
     """Before the engine may be stopped by ``close_window``."""
-    if s.engine_sampler is not None:
-        s.telemetry.record(s.engine_sampler.rows(s.engine_sampler.snapshot("end"), "end"))
+    if s.engine_metrics:
+        s.telemetry.engine_snapshot("end")
 
 
 def close_window(s, p: PointRun) -> None:
@@ -153,8 +154,8 @@ def close_window(s, p: PointRun) -> None:
     telemetry; what is older is on disk, so memory stays one window's worth."""
     p.engine_alive = s.engine.alive()
     if p.last or not p.engine_alive:
-        if s.engine_sampler is not None and p.engine_alive:
-            s.telemetry.remove_sampler(s.engine_sampler)  # its page goes away with the engine
+        if s.engine_metrics and p.engine_alive:
+            s.telemetry.remove_engine()  # its page goes away with the engine
         s.engine.stop()
     p.window_close_ns = perf_ns()
     tel = s.telemetry
@@ -170,10 +171,11 @@ def close_window(s, p: PointRun) -> None:
 def summarise(s, p: PointRun) -> None:
     """``summary.json``'s numbers, from requests.parquet, the window and its telemetry."""
     p.requests = read_requests(p.run_dir / "requests.parquet")
+    telemetry = pq.read_table(p.telemetry_path)
     capacity, why = steady_capacity(p.spec.load)
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
                         max_schedule_lag_ms=float(s.cfg.client.max_schedule_lag_ms),
-                        telemetry=pq.read_table(p.telemetry_path), steady_capacity=capacity, steady_reason=why,
+                        telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
@@ -185,8 +187,8 @@ def summarise(s, p: PointRun) -> None:
         "cache_state": s.cfg.engine.cache_state,
     })
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
-    if s.engine_sampler is not None:
-        summary.update(s.engine_sampler.summary())
+    if s.engine_metrics:
+        summary.update(engine_summary(telemetry))
     exp = p.requests.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
     got = p.requests.column("prompt_tokens").to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):

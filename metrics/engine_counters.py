@@ -1,5 +1,6 @@
 """The engine's own counters over a run, from the start and end snapshots of its ``/metrics``
-page (taken around the load by ``metrics.telemetry.engine.EngineMetricsSampler``).
+page taken around the load and the samples between them, all rows of the run's
+``telemetry.parquet`` (``source = 'engine'``; ``metrics.telemetry.engine``).
 
 Definitions (per run):
 - ``engine_prefix_cache_hit_rate`` = Δ prefix_cache_hits / Δ prefix_cache_queries (tokens
@@ -12,6 +13,10 @@ Definitions (per run):
 from __future__ import annotations
 
 import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 COUNTERS = ("prefix_cache_queries", "prefix_cache_hits", "preemptions", "prompt_tokens", "generation_tokens",
             "spec_decode_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
@@ -45,3 +50,30 @@ def counter_deltas(start: dict | None, end: dict | None, gauges: dict | None = N
             out[f"engine_{k}_max"] = max(vals)
             out[f"engine_{k}_mean"] = sum(vals) / len(vals)
     return out
+
+
+def engine_summary(telemetry: pa.Table) -> dict:
+    """``counter_deltas`` of a run from its telemetry table: the last ``start`` and ``end``
+    snapshots, and the gauges sampled between them."""
+    eng = telemetry.filter(pc.equal(telemetry.column("source"), "engine"))
+    if eng.num_rows == 0:
+        return {}
+    d = eng.to_pydict()
+    t = np.asarray(d["time_ns"], dtype=np.int64)
+    detail = np.asarray([x or "" for x in d["detail"]], dtype=object)
+
+    def snapshot(tag: str) -> tuple[dict | None, int | None]:
+        at = np.flatnonzero(detail == tag)
+        if not at.size:
+            return None, None
+        when = t[at].max()
+        return {d["name"][i]: d["value"][i] for i in at if t[i] == when}, int(when)
+
+    start, t0 = snapshot("start")
+    end, t1 = snapshot("end")
+    lo, hi = (t0 if t0 is not None else t.min()), (t1 if t1 is not None else t.max())
+    gauges: dict = {}
+    for i in np.flatnonzero((detail != "start") & (detail != "end") & (t >= lo) & (t <= hi)):
+        if d["name"][i] in GAUGES:
+            gauges.setdefault(d["name"][i], []).append(d["value"][i])
+    return counter_deltas(start, end, gauges)

@@ -16,6 +16,7 @@ class FakeEngine:
         self.streams: dict[str, bytes] = {}  # path -> recorded SSE bytes
         self.gap_s = 0.02
         self.calls: list[tuple[str, str, bytes]] = []
+        self.headers: list[dict] = []  # each call's request headers, in the order of calls
         self.sent_ns: list[int] = []
         fake = self
 
@@ -29,6 +30,7 @@ class FakeEngine:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 fake.calls.append((method, self.path, body))
+                fake.headers.append(dict(self.headers))
                 if method == "POST" and self.path in fake.streams:
                     return self._stream(fake.streams[self.path])
                 answers = fake.routes.get((method, self.path))

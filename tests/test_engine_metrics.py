@@ -2,7 +2,7 @@ import math
 
 import pyarrow.parquet as pq
 
-from metrics.engine_counters import counter_deltas
+from metrics.engine_counters import counter_deltas, engine_summary
 from metrics.telemetry.collector import TelemetryCollector
 from metrics.telemetry.engine import EngineMetricsSampler
 
@@ -33,20 +33,60 @@ def test_sampler_rows_land_in_telemetry(tmp_path):
     values = iter([{"running": float(i), "prefix_cache_hits": 10.0 * i} for i in range(1000)])
     s = EngineMetricsSampler(lambda: next(values), {"running": "vllm:num_requests_running"})
     col = TelemetryCollector(tmp_path / "t.parquet", [s], interval_s=0.01)  # available() reads one value
-    col.rows.extend(s.rows(s.snapshot("start"), "start"))
+    col.record(s.snapshot_rows("start"))
     col.start()
     import time
 
     time.sleep(0.1)
-    col.rows.extend(s.rows(s.snapshot("end"), "end"))
+    col.record(s.snapshot_rows("end"))
     col.stop()
-    t = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    table = pq.read_table(tmp_path / "t.parquet")
+    t = table.to_pylist()
     eng = [r for r in t if r["source"] == "engine"]
     assert {r["name"] for r in eng} == {"running", "prefix_cache_hits"}
     assert eng[0]["detail"] == "start" and eng[-1]["detail"] == "end"
     assert any(r["detail"] == "vllm:num_requests_running" for r in eng)
-    d = s.summary()
-    assert d["engine_prefix_cache_hits"] == s.end["prefix_cache_hits"] - s.start["prefix_cache_hits"] > 0
+    # the run's engine figures come from the table alone
+    d = engine_summary(table)
+    start = {r["name"]: r["value"] for r in eng if r["detail"] == "start"}
+    end = {r["name"]: r["value"] for r in eng if r["detail"] == "end"}
+    assert d["engine_prefix_cache_hits"] == end["prefix_cache_hits"] - start["prefix_cache_hits"] > 0
+    between = [r["value"] for r in eng if r["name"] == "running" and r["detail"] not in ("start", "end")]
+    assert d["engine_running_max"] == max(between) and d["engine_metrics_complete"] is True
+
+
+def test_engine_scraped_from_the_telemetry_process(tmp_path):
+    # The harness's path: a child process scrapes /metrics; snapshots and samples reach the window.
+    from metrics.telemetry.process import TelemetryProcess
+    from tests.engine_cfg import FIXTURES
+    from tests.fake_engine import FakeEngine
+
+    page = (FIXTURES / "vllm_0.32.0_metrics.txt").read_text()
+    metric_map = {"running": ("vllm:num_requests_running", None),
+                  "prefix_cache_hits": ("vllm:prefix_cache_hits_total", None)}
+    with FakeEngine() as fake:
+        fake.route("GET", "/metrics", (200, page))
+        tel = TelemetryProcess({"interval_s": 0.05, "nvml": {"enabled": False}}, {}).start()
+        try:
+            a = tel.sample_now()
+            assert tel.add_engine(fake.url + "/metrics", metric_map, {"Authorization": "Bearer k"}) is True
+            tel.engine_snapshot("start")
+            import time
+
+            time.sleep(0.3)
+            tel.engine_snapshot("end")
+            tel.remove_engine()
+            b = tel.sample_now()
+            path = tel.write_window(tmp_path / "telemetry.parquet", a, b)
+        finally:
+            tel.stop()
+        assert all(c[1] == "/metrics" for c in fake.calls)
+        assert all(h.get("Authorization") == "Bearer k" for h in fake.headers)  # the scrape carries the key
+    table = pq.read_table(path)
+    eng = [r for r in table.to_pylist() if r["source"] == "engine"]
+    assert len([r for r in eng if r["detail"] == "vllm:num_requests_running"]) >= 3
+    d = engine_summary(table)
+    assert d["engine_prefix_cache_hits"] == 0.0 and d["engine_metrics_complete"] is True
 
 
 def test_unreadable_engine_is_recorded_unavailable(tmp_path):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-import urllib.request
-
+from engines import prometheus
+from engines.http import http_get
 from metrics.telemetry.base import Sampler
 
 # DCGM exporter fields -> (our quantity, scale to our unit).  Energy is mJ since boot, power W.
@@ -17,26 +16,18 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_FB_USED": ("mem_used_bytes", 1024 * 1024),  # MiB
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
 }
-_PROM_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def parse_dcgm(text: str) -> list[tuple[str, str, float]]:
-    """(device, quantity, value) from a DCGM exporter page (Prometheus text format)."""
+    """(device, quantity, value) from a DCGM exporter page, read by the one strict
+    Prometheus parser (``engines.prometheus``: a malformed line is an error naming it)."""
+    samples, _ = prometheus.parse(text)
     out = []
-    for line in text.splitlines():
-        if not line.startswith("DCGM_FI_"):
-            continue
-        m = _PROM_LINE.match(line)
-        if not m or m.group(1) not in DCGM_FIELDS:
-            continue
-        labels = dict(_LABEL.findall(m.group(2) or ""))
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        qty, scale = DCGM_FIELDS[m.group(1)]
-        out.append((f"gpu{labels.get('gpu', '0')}", qty, value * scale))
+    for s in samples:
+        field = DCGM_FIELDS.get(s.name)
+        if field is not None:
+            qty, scale = field
+            out.append((f"gpu{s.labels.get('gpu', '0')}", qty, s.value * scale))
     return out
 
 
@@ -55,8 +46,10 @@ class DcgmSampler(Sampler):
         self.timeout_s = timeout_s
 
     def _fetch(self) -> str:
-        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:  # noqa: S310 - a configured URL
-            return resp.read().decode("utf-8", "replace")
+        status, body = http_get(self.url, timeout=self.timeout_s)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}")
+        return body.decode("utf-8", "replace")
 
     def available(self) -> tuple[bool, str]:
         if not self.url:

@@ -1,0 +1,173 @@
+"""Telemetry in a process of its own, so sampling never holds the load generator's GIL.
+
+On a host whose every core is busy (a CPU engine), a sampler thread inside the load
+generator that gets descheduled while holding the GIL stalls the event loop for as long as
+it waits for a core (hundreds of ms were measured), and the client's sends with it.  Here
+the samplers run in a child process with its own interpreter: the load generator only
+sends it short commands over a pipe (window edges, marks, snapshots), at moments where it
+is not sending requests.
+
+``TelemetryProcess`` offers what the harness uses of ``TelemetryCollector`` and writes the
+same ``telemetry.parquet`` contract; every ``time_ns`` is ``perf_counter_ns`` (CLOCK_MONOTONIC,
+one clock for every process of the host).  The child is started with ``spawn`` (a clean
+interpreter: nothing of the parent's threads or sockets) and lowers its own priority by
+``nice`` so that, when cores are scarce, the load generator and the engine go first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+
+from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.engine import EngineMetricsSampler
+from metrics.telemetry.sources import build_samplers
+
+CHILD_NICE = 5
+
+
+class TelemetryError(RuntimeError):
+    """The telemetry process failed; the message carries its traceback."""
+
+
+class TelemetryProcess:
+    """A ``TelemetryCollector`` running in a child process; ``tcfg`` is the ``telemetry``
+    config as a plain dict (conf/schema.py's ``Telemetry``)."""
+
+    def __init__(self, tcfg: dict, pids: dict[str, int] | None = None, nice: int = CHILD_NICE):
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_child_main, args=(child, tcfg, dict(pids or {}), nice),
+                                 name="tokenfactory-telemetry", daemon=True)
+        self._proc.start()
+        child.close()
+        self.measures_energy, self.unavailable = self._wait_reply()
+        self._stopped = False
+
+    def _wait_reply(self):
+        try:
+            ok, value = self._conn.recv()
+        except EOFError:
+            raise TelemetryError(f"the telemetry process exited (code {self._proc.exitcode})") from None
+        if not ok:
+            raise TelemetryError(f"the telemetry process failed:\n{value}")
+        return value
+
+    def _call(self, *msg):
+        self._conn.send(msg)
+        return self._wait_reply()
+
+    # --- what the harness uses of a collector -------------------------------------------
+    def start(self) -> TelemetryProcess:
+        self._call("start")
+        return self
+
+    def sample_now(self) -> int:
+        return self._call("sample_now")
+
+    def mark(self, name: str, t_ns: int | None = None, detail: str | None = None) -> int:
+        return self._call("mark", name, t_ns, detail)
+
+    def record(self, rows: list[tuple]) -> None:
+        self._call("record", rows)
+
+    def watch_process(self, label: str, pid: int) -> None:
+        self._call("watch", label, pid)
+
+    def add_engine(self, url: str, metric_map: dict, headers: dict | None = None) -> bool:
+        """Sample the engine's ``/metrics`` at ``url`` from now on (False: unreadable, recorded)."""
+        return self._call("add_engine", url, metric_map, headers or {})
+
+    def remove_engine(self) -> None:
+        self._call("remove_engine")
+
+    def engine_snapshot(self, tag: str) -> None:
+        """Exact ``start``/``end`` values of the engine's counters, as rows (``metrics.engine_counters``)."""
+        self._call("engine_snapshot", tag)
+
+    def write_window(self, path, start_ns: int, end_ns: int, also: list[tuple[int, int]] = ()) -> str:
+        return self._call("write_window", os.fspath(path), start_ns, end_ns, list(also))
+
+    def forget_before(self, t_ns: int, keep: list[tuple[int, int]] = ()) -> int:
+        return self._call("forget_before", t_ns, list(keep))
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._call("stop")
+        except (TelemetryError, OSError, EOFError):
+            pass
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+
+
+def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
+    """The telemetry process: one collector, commands from the pipe until ``stop``."""
+    try:
+        if nice:
+            os.nice(nice)
+        from omegaconf import OmegaConf
+
+        from conf.schema import Telemetry
+
+        cfg = OmegaConf.merge(OmegaConf.structured(Telemetry), tcfg)
+        col = TelemetryCollector(None, build_samplers(cfg, pids), float(cfg.interval_s))
+        engine: EngineMetricsSampler | None = None
+        conn.send((True, (col.measures_energy, dict(col.unavailable))))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send((False, traceback.format_exc()))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone: nothing left to sample for
+            col.stop()
+            return
+        op, args = msg[0], msg[1:]
+        try:
+            if op == "start":
+                col.start()
+                out = None
+            elif op == "sample_now":
+                out = col.sample_now()
+            elif op == "mark":
+                out = col.mark(*args)
+            elif op == "record":
+                col.record(args[0])
+                out = None
+            elif op == "watch":
+                col.watch_process(*args)
+                out = None
+            elif op == "add_engine":
+                engine = EngineMetricsSampler.scraping(args[0], args[1], args[2])
+                out = col.add_sampler(engine)
+                if not out:
+                    engine = None
+            elif op == "remove_engine":
+                if engine is not None:
+                    col.remove_sampler(engine)
+                engine = None
+                out = None
+            elif op == "engine_snapshot":
+                if engine is not None:
+                    col.record(engine.snapshot_rows(args[0]))
+                out = None
+            elif op == "write_window":
+                out = col.write_window(*args)
+            elif op == "forget_before":
+                out = col.forget_before(*args)
+            elif op == "stop":
+                col.stop()
+                conn.send((True, None))
+                return
+            else:
+                raise ValueError(f"unknown telemetry command {op!r}")
+            conn.send((True, out))
+        except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+            conn.send((False, traceback.format_exc()))
