@@ -369,7 +369,7 @@ def client_main(a) -> None:
 
         stats = run_workers(a.workers, cfg, items, spec, writer, finalize=attribute_tokens)
         writer.close()
-        cpu = time.process_time() - cpu0 + stats["client_cpu_s"]
+        cpu = time.process_time() - cpu0 + stats["workers_cpu_s"]
     else:
         stats = asyncio.run(go())
         writer.close()

@@ -278,6 +278,12 @@ class Client:
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     max_schedule_lag_ms: float = _f(10.0, ge=0)   # p99 send lag above this flags the run as client-limited
     workers: int = _f(1, ge=1)                    # load-generator processes sharing one schedule
+    # Requests are prepared off the send loop (loadgen/prepare.py): all before the window opens,
+    # streamed by a producer thread prepare_ahead_s ahead, or auto: all while within prepare_max_mb.
+    prepare: str = _f("auto", choices=("auto", "all", "stream"))
+    prepare_ahead_s: float = _f(10.0, gt=0)
+    prepare_max_mb: float = _f(2048.0, gt=0)
+    prepare_cache: bool = True                    # keep built requests on disk, keyed by a hash of their inputs
 
 
 # ------------------------------------------------------------------------------------ root

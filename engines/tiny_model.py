@@ -51,11 +51,17 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>"]
 
 
-def default_cache_dir() -> Path:
+def cache_root() -> Path:
+    """tokenfactory's cache (built models, prepared requests): ``$TOKENFACTORY_CACHE``, else
+    ``$XDG_CACHE_HOME/tokenfactory`` or ``~/.cache/tokenfactory``."""
     root = os.environ.get("TOKENFACTORY_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tokenfactory"
     )
-    return Path(root) / "models"
+    return Path(root)
+
+
+def default_cache_dir() -> Path:
+    return cache_root() / "models"
 
 
 def spec_digest(spec: dict | None = None) -> str:

@@ -47,6 +47,7 @@ class EngineSession:
         self.engine_metrics = False              # the engine's /metrics is sampled
         self.builder: PromptBuilder | None = None
         self.tokenizer = None
+        self._tokenizer_digest: str | None = None
         self.client_cfg: ClientConfig | None = None
         self.engine_prov: dict | None = None
         self.idle_interval: tuple[int, int] | None = None
@@ -87,6 +88,18 @@ class EngineSession:
         self.engine_prov = provenance.collect(self.engine.provenance(), self.container.get("hardware"))
         self.idle_baseline(float(tcfg.idle_baseline_s))
         self.window_open_ns = self.engine.started_ns
+
+    def tokenizer_digest(self) -> str:
+        """A hash of the tokenizer's whole definition (vocabulary, merges, normaliser, template)."""
+        if self._tokenizer_digest is None:
+            import hashlib
+
+            tok = self.tokenizer
+            backend = getattr(tok, "backend_tokenizer", None)
+            text = backend.to_str() if backend is not None else repr(sorted(tok.get_vocab().items()))
+            text += str(getattr(tok, "chat_template", ""))
+            self._tokenizer_digest = hashlib.sha256(text.encode()).hexdigest()
+        return self._tokenizer_digest
 
     def count_tokens(self, text: str) -> int:
         """Tokens of an output text under the served model's tokenizer (token attribution's fallback)."""

@@ -20,10 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engines.base import EngineError
+from engines.tiny_model import cache_root
 from harness import results_io, workload_describe
 from harness.errors import UserError
 from loadgen.client import StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
+from loadgen.prepare import PrepareCache, PrepareOptions, source_hash
 from loadgen.records import RecordWriter, read_requests
 from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
@@ -34,6 +36,8 @@ from metrics.summary import summarize
 from protocols.plan import RunSpec, offered_load
 
 perf_ns = time.perf_counter_ns
+# The code that shapes prepared requests: a change to it invalidates the cache.
+PREPARE_CODE = source_hash("loadgen.workloads", "loadgen.client.dialect", "loadgen.prepare", "loadgen.dispatch")
 
 
 @dataclass
@@ -53,6 +57,7 @@ class PointRun:
     telemetry_path: Path | None = None
     requests: pa.Table | None = None
     summary: dict = field(default_factory=dict)
+    progress: object = None              # the point's progress bars (dispatch)
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -107,19 +112,21 @@ def describe_workload(s, p: PointRun) -> None:
 def dispatch(s, p: PointRun) -> None:
     """Send the load and record every request (one process, or ``client.workers`` of them)."""
     p.writer = RecordWriter(p.run_dir / "requests.parquet")
-    bar, on_done = _progress(s, p)
+    p.progress = _Progress(s, p)
+    on_done = p.progress.on_done
     followup = getattr(p.items, "followup", None)
 
     def finalize(rec) -> None:
         complete_record(rec, s.slo, s.count_tokens)
 
+    prep = _prepare_options(s, p, followup)
+
     async def go():
         async with StreamingClient(s.client_cfg) as client:
-            d = Dispatcher(client, p.writer, finalize=finalize, on_done=on_done, followup=followup)
+            d = Dispatcher(client, p.writer, finalize=finalize, on_done=on_done, followup=followup, prepare=prep)
             return await d.run(p.items, p.load)
 
     _event_loop_policy()
-    cpu0 = time.process_time()
     n_workers = int(s.cfg.client.workers)
     try:
         try:
@@ -134,12 +141,10 @@ def dispatch(s, p: PointRun) -> None:
         p.writer.abort()
         # kept beside requests.parquet.partial, under a name that never reads as complete
         s.telemetry.write_window(p.run_dir / "telemetry.parquet.partial", p.window_open_ns, perf_ns())
-        if bar is not None:
-            bar.close()
+        p.progress.close()
         raise
-    p.client_cpu_s = time.process_time() - cpu0 + p.stats.get("client_cpu_s", 0.0)
-    if bar is not None:
-        bar.close()
+    p.client_cpu_s = p.stats["cpu_s"]  # from t0 on: building requests ahead is reported apart
+    p.progress.close()
     p.writer.close()
 
 
@@ -186,6 +191,9 @@ def summarise(s, p: PointRun) -> None:
         "engine_startup_s": (s.engine.ready_ns - s.engine.started_ns) / 1e9,
         "cache_state": s.cfg.engine.cache_state,
     })
+    prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
+    summary.update({f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",
+                                                           "streamed")})
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
@@ -218,6 +226,10 @@ def log_mlflow(s, p: PointRun) -> None:
 
 def print_point(s, p: PointRun) -> None:
     m = p.summary
+    if (m.get("prepare_seconds") or 0) >= 1 or m.get("prepare_cached"):
+        how = "from the cache" if m["prepare_cached"] else (
+            f"in {m['prepare_seconds']:.1f} s ({m['prepare_tokens_per_s']:,.0f} prompt tokens/s)")
+        print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
     print(f"  {p.spec.label}: {m['completed']}/{m['num_requests']} ok, "
           f"{m['output_throughput']:.1f} out tok/s, p99 TTFT {m['p99_ttft_ms']:.1f} ms, "
           f"goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
@@ -247,23 +259,67 @@ POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workloa
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _progress(s, p: PointRun):
-    """A tqdm bar (``progress=true``) and the per-request callback that feeds it."""
-    counts = {"ok": 0, "fail": 0}
-    bar = None
-    if s.cfg.progress:
+class _Progress:
+    """tqdm bars (``progress=true``): the requests being built ahead, then those finished."""
+
+    def __init__(self, s, p: PointRun):
+        self.on = bool(s.cfg.progress)
+        self.label = f"[{p.spec.index + 1}/{s.total_points}] {p.spec.label}"
+        self.total = p.load.num_requests
+        self.bars: list = []
+        self.done_bar = None
+        self.counts = {"ok": 0, "fail": 0}
+
+    def _bar(self, **kw):
         from tqdm import tqdm
 
-        bar = tqdm(total=p.load.num_requests, desc=f"[{p.spec.index + 1}/{s.total_points}] {p.spec.label}",
-                   unit="req", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(file=sys.stderr, dynamic_ncols=True, **kw)
+        self.bars.append(bar)
+        return bar
 
-    def on_done(rec) -> None:
-        counts["ok" if rec.status == "ok" else "fail"] += 1
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(ok=counts["ok"], failed=counts["fail"], refresh=False)
+    def preparing(self, total: int | None):
+        """The per-request tick of building requests ahead (loadgen.prepare)."""
+        bar = self._bar(total=total, desc=f"{self.label}: preparing", unit="req", leave=False) if self.on else None
+        return bar.update if bar is not None else (lambda _n: None)
 
-    return bar, on_done
+    def on_done(self, rec) -> None:
+        self.counts["ok" if rec.status == "ok" else "fail"] += 1
+        if not self.on:
+            return
+        if self.done_bar is None:  # made at the first answer, after any preparation bar
+            self.done_bar = self._bar(total=self.total, desc=self.label, unit="req")
+        self.done_bar.update(1)
+        self.done_bar.set_postfix(ok=self.counts["ok"], failed=self.counts["fail"], refresh=False)
+
+    def close(self) -> None:
+        for bar in self.bars:
+            bar.close()
+
+
+def _prepare_options(s, p: PointRun, followup) -> PrepareOptions:
+    """``client.prepare*`` as the dispatcher takes them, with the on-disk cache where it applies:
+    not for sessions (their later turns depend on the replies) and only when building ahead."""
+    c = s.cfg.client
+    cache = None
+    if c.prepare_cache and followup is None and c.prepare != "stream":
+        items = p.items
+
+        def end_state() -> dict:
+            return {"rng": s.builder.rng.bit_generator.state, "skipped": getattr(items, "skipped", 0)}
+
+        def on_hit(state: dict) -> None:
+            s.builder.rng.bit_generator.state = state["rng"]  # as if the prompts had been built here
+            if hasattr(items, "skipped"):
+                items.skipped = state["skipped"]
+
+        cache = PrepareCache(cache_root() / "prepared", {
+            "workload": s.container["workload"], "load": p.spec.load, "num_requests": p.load.num_requests,
+            "max_model_len": s.engine.max_model_len(), "tokenizer": s.tokenizer_digest(), "chat": s.builder.chat,
+            "client": {k: getattr(s.client_cfg, k) for k in ("model", "api", "extra_body", "continuous_usage",
+                                                              "exact_output")},
+            "rng": s.builder.rng.bit_generator.state, "code": PREPARE_CODE}, end_state, on_hit)
+    return PrepareOptions(mode=c.prepare, ahead_s=float(c.prepare_ahead_s), max_bytes=int(c.prepare_max_mb * 2**20),
+                          cache=cache, progress=p.progress.preparing)
 
 
 def _event_loop_policy() -> None:

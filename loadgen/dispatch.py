@@ -10,11 +10,14 @@ Sessions (``followup``, see loadgen/sessions.py): when a request ends, ``followu
 may return the next turn of its session and a think time; it is scheduled that long after
 the end (open loop: as its own task; closed loop: by the same user).
 
-Timing: the connection pool is opened before the measured window; each open-loop send
-sleeps until shortly before its time and then yields to the event loop in a tight loop
-(``asyncio.sleep(0)``) until the time comes, so event-loop timers' millisecond rounding
-does not become schedule lag while the sockets of running streams keep being served.
-The request is written from the dispatcher's own coroutine (no task start in between).
+Timing: requests are prepared (prompt built, body encoded) before they are due and off the
+loop (``loadgen.prepare``); session turns after the first are built on a worker thread
+during their think time.  The connection pool is opened before the measured window; each
+open-loop send sleeps until shortly before its time and then yields to the event loop in a
+tight loop (``asyncio.sleep(0)``) until the time comes, so event-loop timers' millisecond
+rounding does not become schedule lag while the sockets of running streams keep being
+served.  The request is written from the dispatcher's own coroutine (no task start in
+between).
 """
 
 from __future__ import annotations
@@ -24,19 +27,21 @@ import gc
 import itertools
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.client import StreamingClient
+from loadgen.prepare import Prepared, PrepareOptions, RequestSource, prepare
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
-PREPARE_AHEAD = 256        # open loop: at most this many requests prepared ahead of their time
-PREPARE_SLACK_NS = 2_000_000  # ... and only while the next send is at least this far (plus SPIN_NS) off
 SPIN_NS = 500_000  # yield-spin this long before a scheduled send (event-loop timers are ms-grained)
+# Longest single timer sleep: uvloop's long timers fire late in proportion to their length
+# (one sleep of 3 s woke 2.2 ms late here, every time; in steps of 50 ms, on time).
+MAX_SLEEP_NS = 50_000_000
 LOAD_KINDS = ("concurrency", "trace") + OPEN_LOOP
 
 
@@ -94,9 +99,13 @@ class Dispatcher:
     def __init__(self, client: StreamingClient, writer: RecordWriter,
                  finalize: Callable[[RequestRecord], None] | None = None,
                  on_done: Callable[[RequestRecord], None] | None = None,
-                 followup: Callable[[RequestRecord], tuple[WorkItem, float] | None] | None = None):
+                 followup: Callable[[RequestRecord], tuple[WorkItem, float] | None] | None = None,
+                 prepare: PrepareOptions | str | None = None):
         self.client = client
         self.followup = followup
+        self.prepare_opts = prepare if isinstance(prepare, PrepareOptions) else PrepareOptions(mode=prepare or "auto")
+        self.source: RequestSource | None = None
+        self._turns: ThreadPoolExecutor | None = None  # builds session turns off the loop
         self._closed = False
         self._end_ns: int | None = None
         self.writer = writer
@@ -129,40 +138,53 @@ class Dispatcher:
         if self.on_done is not None:
             self.on_done(rec)
         if self.followup is not None and not self._closed:
-            nxt = self.followup(rec)
-            if nxt is not None:
-                self._spawn_turn(*nxt)
+            task = asyncio.get_running_loop().create_task(self._next_turn(rec))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
 
-    def _spawn_turn(self, item: WorkItem, think_s: float) -> None:
-        """Open loop: the session's next turn, ``think_s`` after its previous one ended."""
-        target = perf_ns() + int(think_s * 1e9)
+    def _build_turn(self, rec: RequestRecord):
+        """On the turns thread: the session's next turn after ``rec`` (prompt and body), or None."""
+        nxt = self.followup(rec)
+        if nxt is None:
+            return None
+        item, think_s = nxt
+        return item, think_s, self.client.body(item.prompt, item.max_tokens)
+
+    async def _next_turn(self, rec: RequestRecord) -> None:
+        """Open loop: the session's next turn, ``think_s`` after its previous one ended (built
+        meanwhile off the loop; a build longer than the think time shows as the turn's lag)."""
+        ended = rec.done_ns or perf_ns()
+        built = await asyncio.get_running_loop().run_in_executor(self._turns, self._build_turn, rec)
+        if built is None:
+            return
+        item, think_s, payload = built
+        target = ended + int(think_s * 1e9)
         if self._end_ns is not None and target > self._end_ns:
             return
-        rec = self._record(item, target, False)
-        payload = self.client.body(item.prompt, item.max_tokens)
-
-        async def later() -> None:
-            await self.wait_until(target)
-            if self._limit is not None:  # a session's next turn counts against the cap too
-                await self._acquire_slot(rec)
-                self._launch(rec, payload, self._limit.release)
-            else:
-                self._launch(rec, payload)
-
-        task = asyncio.get_running_loop().create_task(later())
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
+        nxt = self._record(item, target, False)
+        await self.wait_until(target)
+        if self._limit is not None:  # a session's next turn counts against the cap too
+            await self._acquire_slot(nxt)
+            self._launch(nxt, payload, self._limit.release)
+        else:
+            self._launch(nxt, payload)
 
     async def _session_turns(self, rec: RequestRecord) -> None:
         """Closed loop: the user who sent ``rec`` goes on with the rest of its session."""
-        while self.followup is not None and (nxt := self.followup(rec)) is not None:
-            item, think_s = nxt
-            if self._end_ns is not None and perf_ns() + think_s * 1e9 > self._end_ns:
+        loop = asyncio.get_running_loop()
+        while self.followup is not None:
+            ended = rec.done_ns or perf_ns()
+            built = await loop.run_in_executor(self._turns, self._build_turn, rec)
+            if built is None:
                 return
-            rec = self._record(item, perf_ns() + int(think_s * 1e9), False)
-            await asyncio.sleep(think_s)
+            item, think_s, payload = built
+            target = ended + int(think_s * 1e9)
+            if self._end_ns is not None and target > self._end_ns:
+                return
+            rec = self._record(item, target, False)
+            await self.wait_until(target)
             self.sent += 1
-            await self._one(rec, self.client.body(item.prompt, item.max_tokens))
+            await self._one(rec, payload)
 
     async def _one(self, rec: RequestRecord, payload: bytes) -> RequestRecord:
         try:
@@ -175,18 +197,24 @@ class Dispatcher:
 
     async def run(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int | None = None,
                   plan=None, ready=None) -> dict:
-        """Run one load point.  ``t0`` (perf_counter_ns), ``plan`` (open loop: prepared
-        ``(index, item, target_ns)`` entries) and ``ready`` (an awaitable factory called
-        after the connection pool is warm, returning t0) serve the worker processes."""
+        """Run one load point.  ``t0`` (perf_counter_ns), ``plan`` (open loop: ``(index, item,
+        offset_ns)`` entries, offsets from t0) and ``ready`` (an awaitable factory called after
+        the connection pool is warm, returning t0) serve the worker processes."""
         spec.validate()
         if spec.num_requests is not None:
             items = itertools.islice(items, int(spec.num_requests))
+        self.source = prepare(self._entries(items, spec, plan), self.prepare_opts,
+                              total=len(plan) if plan is not None else spec.num_requests)
+        if self.followup is not None:
+            self._turns = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenfactory-turns")
         prewarm = getattr(self.client, "prewarm", None)
         if prewarm is not None:
             # Closed loop or capped: the users never need more connections than were opened.
             await prewarm(self._prewarm_count(spec), top_up=spec.kind != "concurrency" and not spec.max_concurrency)
+        self.source.start(asyncio.get_running_loop())
+        await self.source.head_start()
         frozen = _freeze_gc()
-        # A background thread (telemetry sampler, record writer) holding the GIL when the loop
+        # A background thread (the producer, the record writer) holding the GIL when the loop
         # wakes would keep it waiting up to the switch interval (5 ms by default).
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, 0.0002))
@@ -194,20 +222,20 @@ class Dispatcher:
             if ready is not None:
                 t0 = await ready()
             if t0 is None:
-                t0 = perf_ns() + 5_000_000  # a few ms to get the first request's payload ready
+                t0 = perf_ns() + 5_000_000  # a few ms for the loop to settle before the first send
+            cpu_t0 = time.process_time()  # the client's CPU from here on: building ahead is not counted
             if spec.duration_s is not None:
                 self._end_ns = t0 + int(float(spec.duration_s) * 1e9)
             if spec.kind == "concurrency":
-                await self._closed_loop(items, spec, t0)
-            elif plan is not None:
-                await self.send_planned(plan, spec)
+                await self._closed_loop(spec, t0)
             else:
-                await self._open_loop(items, spec, t0)
+                await self._open_loop(spec, t0)
             await self._drain(spec)
         finally:
             sys.setswitchinterval(switch)
             if frozen:
                 gc.unfreeze()
+            self.source.close()
             for rec, _fut in list(self.pending.values()):
                 self.client.cancel(rec)  # resolves the future: the record is stored as cancelled
             for task in list(self.in_flight):
@@ -215,8 +243,20 @@ class Dispatcher:
             if self.in_flight:
                 await asyncio.gather(*self.in_flight, return_exceptions=True)
             await asyncio.sleep(0)  # let the futures' done-callbacks store the cancelled records
-        return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent,
-                "timestamp_source": getattr(self.client, "timestamp_source", "read")}
+            if self._turns is not None:
+                self._turns.shutdown(wait=False, cancel_futures=True)
+        return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent, "cpu_s": time.process_time() - cpu_t0,
+                "timestamp_source": getattr(self.client, "timestamp_source", "read"),
+                "prepare": self.source.stats.as_dict()}
+
+    def _entries(self, items: Iterator[WorkItem], spec: LoadSpec, plan) -> Iterator[Prepared]:
+        """The point's requests in send order, each prepared as it is taken (lazily)."""
+        body = self.client.body
+        if plan is not None:
+            return (Prepared(i, it, off, body(it.prompt, it.max_tokens)) for i, it, off in plan)
+        if spec.kind == "concurrency":
+            return (Prepared(i, it, None, body(it.prompt, it.max_tokens)) for i, it in enumerate(items))
+        return (Prepared(i, it, off, body(it.prompt, it.max_tokens)) for i, it, off in self.schedule(items, spec, 0))
 
     @staticmethod
     def _prewarm_count(spec: LoadSpec) -> int:
@@ -241,14 +281,15 @@ class Dispatcher:
             await asyncio.wait(waiting, timeout=left)
 
     async def wait_until(self, target_ns: int) -> None:
-        """Sleep until ``target_ns`` (perf_counter_ns): a timer for the bulk, then yield-spin."""
+        """Sleep until ``target_ns`` (perf_counter_ns): timers of at most ``MAX_SLEEP_NS`` for
+        the bulk, then yield-spin."""
         spin = self.spin_ns
         while True:
             left = target_ns - perf_ns()
             if left <= 0:
                 return
             if left > spin:
-                await asyncio.sleep((left - spin) / 1e9)
+                await asyncio.sleep(min(left - spin, MAX_SLEEP_NS) / 1e9)
             else:
                 await asyncio.sleep(0)
 
@@ -306,71 +347,45 @@ class Dispatcher:
                 return
             yield i, item, target
 
-    async def _open_loop(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> None:
-        await self.send_planned(self.schedule(items, spec, t0), spec)
-
-    async def send_planned(self, plan, spec: LoadSpec) -> None:
-        """Send ``(index, item, target_ns)`` entries at their times (open loop).
-
-        Requests are prepared (prompt built, body encoded) ahead of their time while the
-        loop has slack, so that a slow prompt builder does not become schedule lag."""
+    async def _open_loop(self, spec: LoadSpec, t0: int) -> None:
+        """Send each prepared request at t0 + its offset (open loop)."""
         limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
         self._limit = limit
-        plan = iter(plan)
-        ahead: deque = deque()
-
-        def prepare() -> bool:
-            entry = next(plan, None)
-            if entry is None:
-                return False
-            i, item, target = entry
-            payload = self.client.body(item.prompt, item.max_tokens)
-            ahead.append((target, self._record(item, target, i < spec.warmup_requests), payload))
-            return True
-
-        more = True
+        source = self.source
+        warmup = spec.warmup_requests
         while True:
-            while more and not ahead:
-                more = prepare()
-            if not ahead:
-                return
-            target, rec, payload = ahead.popleft()
-            # Slack before this send: prepare later requests now (bounded look-ahead).
-            while more and len(ahead) < PREPARE_AHEAD and target - perf_ns() > self.spin_ns + PREPARE_SLACK_NS:
-                more = prepare()
+            p = source.pop_ready()
+            if p is None:
+                p = await source.next()  # the producer is behind (or done): wait for it
+                if p is None:
+                    return
+            target = t0 + p.offset_ns
+            source.note_progress(p.offset_ns, target)
+            rec = self._record(p.item, target, p.index < warmup)
             await self.wait_until(target)
             if limit is not None:
                 await self._acquire_slot(rec)
-                self._launch(rec, payload, limit.release)
+                self._launch(rec, p.payload, limit.release)
             else:
-                self._launch(rec, payload)
+                self._launch(rec, p.payload)
 
-    async def _closed_loop(self, items: Iterator[WorkItem], spec: LoadSpec, t0: int) -> None:
-        counter = itertools.count()
+    async def _closed_loop(self, spec: LoadSpec, t0: int) -> None:
         end_ns = t0 + int(float(spec.duration_s) * 1e9) if spec.duration_s is not None else None
         self._closed, self._end_ns = True, end_ns
         delay = (t0 - perf_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
-
-        def take():  # a shared iterator: each user takes the next request
-            item = next(items, None)
-            return None if item is None else (item, self.client.body(item.prompt, item.max_tokens))
+        source = self.source
 
         async def user() -> None:
             ready = t0
-            nxt = take()
-            while nxt is not None:
-                if end_ns is not None and perf_ns() > end_ns:
+            while True:
+                p = source.pop_ready() or await source.next()  # a shared source: each user takes the next
+                if p is None or (end_ns is not None and perf_ns() > end_ns):
                     return
-                item, payload = nxt
-                i = next(counter)
-                rec = self._record(item, ready, i < spec.warmup_requests)
+                rec = self._record(p.item, ready, p.index < spec.warmup_requests)
                 self.sent += 1
-                one = asyncio.ensure_future(self._one(rec, payload))
-                await asyncio.sleep(0)  # the request goes out first; then the next prompt is
-                nxt = take()            # built while it streams, not between the two
-                await one               # (cancelling the user cancels ``one`` too)
+                await self._one(rec, p.payload)  # (cancelling the user cancels the request too)
                 await self._session_turns(rec)
                 ready = perf_ns()
 

@@ -110,28 +110,14 @@ def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: s
 
         async def go():
             async with StreamingClient(cfg) as client:
-                d = Dispatcher(client, writer, finalize=finalize, on_done=on_done, followup=followup)
-                if plan is None:
-                    return await d.run(iter(items), spec, ready=ready)
-                t0_box = {}
+                # The parent built every prompt before the fork: only bodies are left to encode.
+                d = Dispatcher(client, writer, finalize=finalize, on_done=on_done, followup=followup, prepare="all")
+                return await d.run(iter(items), spec, plan=plan, ready=ready)
 
-                async def ready_abs() -> int:
-                    t0_box["t0"] = await ready()
-                    return t0_box["t0"]
-
-                def planned():
-                    t0 = t0_box["t0"]
-                    for i, it, off in plan:
-                        yield i, it, t0 + off
-
-                return await d.run(iter(items), spec, plan=_Lazy(planned), ready=ready_abs)
-
-        cpu0 = time.process_time()
-        stats = asyncio.run(go())
+        stats = asyncio.run(go())  # its cpu_s: from t0 on
         writer.close()
         if pending:
             status_q.put(list(pending))
-        stats["cpu_s"] = time.process_time() - cpu0
         conn.send(("ok", stats))
     except BaseException as e:  # noqa: BLE001 - the parent reports it with the worker's number
         try:
@@ -142,25 +128,16 @@ def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: s
     os._exit(0)
 
 
-class _Lazy:
-    """An iterable whose iterator is made when iteration starts (after t0 is known)."""
-
-    def __init__(self, make):
-        self.make = make
-
-    def __iter__(self):
-        return iter(self.make())
-
-
 def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: LoadSpec, writer: RecordWriter,
                 finalize: Callable | None = None,
                 on_done: Callable | None = None, followup: Callable | None = None) -> dict:
     """Run one load point over ``n`` forked worker processes; every record ends in ``writer``.
 
     Returns the dispatcher's stats (``start_ns`` = the shared t0, ``end_ns``, ``sent``) plus
-    ``client_cpu_s`` summed over the workers.  ``on_done`` gets an object with ``status``
-    and ``request_id`` per finished request (for progress displays).  ``followup``
-    (sessions) runs in the worker that ran the previous turn."""
+    ``cpu_s`` (the workers' and the parent's CPU from t0 on; ``workers_cpu_s`` the workers'
+    alone).  ``on_done`` gets an object with ``status`` and ``request_id`` per finished
+    request (for progress displays).  ``followup`` (sessions) runs in the worker that ran the
+    previous turn."""
     import multiprocessing as mp
 
     spec.validate()
@@ -191,6 +168,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
         t0 = perf_ns() + START_MARGIN_NS
         for c in pipes:
             c.send(t0)
+        cpu_t0 = time.process_time()
         results = [None] * n
         waiting = set(range(n))
         while waiting:
@@ -231,7 +209,10 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
                 # "read" if any worker fell back to read times
                 "timestamp_source": min((r.get("timestamp_source", "read") for r in results),
                                         key=("read", "kernel").index),
-                "client_cpu_s": sum(r["cpu_s"] for r in results), "workers": n}
+                # the workers' CPU from t0 on, and the parent's (merging, progress) from t0 on
+                "cpu_s": sum(r["cpu_s"] for r in results) + time.process_time() - cpu_t0, "workers": n,
+                "workers_cpu_s": sum(r["cpu_s"] for r in results),
+                "prepare": {**results[0]["prepare"], "requests": sum(r["prepare"]["requests"] for r in results)}}
     finally:
         for p in procs:
             if p.is_alive():

@@ -37,6 +37,7 @@ there ``joiner`` (a space) goes between them.
 from __future__ import annotations
 
 import functools
+import threading
 from collections import Counter
 
 import numpy as np
@@ -113,6 +114,9 @@ class PromptBuilder:
         self.tok = tokenizer
         self.chat = chat
         self.rng = np.random.default_rng(seed)
+        # Draws come from the request producer and the session-turns thread (loadgen.prepare,
+        # loadgen.dispatch): one generator, one at a time.
+        self._rng_lock = threading.Lock()
         self.name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
         self._codec = _Codec(tokenizer)
         # Pool selection uses its own generator: the pool is the same whatever ``seed``, so
@@ -281,12 +285,13 @@ class PromptBuilder:
     # --- drawing ---------------------------------------------------------------------------
     def _draw(self, k: int, first: bool) -> np.ndarray:
         """``k`` pool ids; ``first``: they start the text (a restricted first token, if any)."""
-        ids = self.pool[self.rng.integers(0, len(self.pool), size=k)]
         m = self._mode
-        if k and m["enders"] is not None:
-            ids[-1] = m["enders"][self.rng.integers(len(m["enders"]))]
-        if k and first and m["starters"] is not None:
-            ids[0] = m["starters"][self.rng.integers(len(m["starters"]))]
+        with self._rng_lock:
+            ids = self.pool[self.rng.integers(0, len(self.pool), size=k)]
+            if k and m["enders"] is not None:
+                ids[-1] = m["enders"][self.rng.integers(len(m["enders"]))]
+            if k and first and m["starters"] is not None:
+                ids[0] = m["starters"][self.rng.integers(len(m["starters"]))]
         return ids
 
     def _ids(self, body_n: int, prefix_ids) -> tuple[np.ndarray, int]:
@@ -300,7 +305,8 @@ class PromptBuilder:
         return self._render(self._ids(n_tokens, prefix_ids)[0])
 
     def random_ids(self, n: int) -> np.ndarray:
-        return self.pool[self.rng.integers(0, len(self.pool), size=n)]
+        with self._rng_lock:
+            return self.pool[self.rng.integers(0, len(self.pool), size=n)]
 
     # --- prompts ---------------------------------------------------------------------------
     def prompt(self, n_tokens: int, prefix_ids=None):
