@@ -3,9 +3,10 @@
 Starts one real vLLM server (or uses ``--base-url``), then runs the same synthetic
 workload (fixed input/output lengths, ``--concurrency`` users, ``--num-prompts`` requests,
 every output exactly ``--output-len`` tokens) through tokenfactory and through
-``vllm.benchmarks.serve`` (run by the vLLM venv's interpreter), alternating A B A B ... for
-``--repeats`` rounds, and prints both sets side by side.  The spread between repeats of the
-same tool is the run-to-run noise the difference between the tools is judged against.
+``vllm.benchmarks.serve`` (run by the vLLM venv's interpreter): ``--warmup-rounds`` of both
+first (not counted), then ``--repeats`` rounds in A B, B A order, and prints both sets side
+by side.  The spread between repeats of the same tool is the run-to-run noise the
+difference between the tools is judged against.
 
     python benchmarks/cross_check_vllm_bench.py --python $TOKENFACTORY_VLLM_PYTHON
 """
@@ -43,8 +44,9 @@ def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
                  f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}",
                  "load=concurrency", f"load.concurrency={a.concurrency}", f"load.num_requests={a.num_prompts}",
                  f"load.warmup_requests={a.concurrency}", "protocol.load_points=[]", "mlflow.enabled=false",
-                 "report.enabled=false", "progress=false", f"output_dir={out}",
-                 f"telemetry.interval_s={a.telemetry_interval}", *a.tf_override]
+                 "report.enabled=false", "progress=false", f"output_dir={out}", *a.tf_override]
+    if a.telemetry_interval is not None:
+        overrides.append(f"telemetry.interval_s={a.telemetry_interval}")
     with initialize_config_module("conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     Experiment(cfg).run()
@@ -100,14 +102,18 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=256)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--client-core", type=int, default=None,
+                    help="pin both tools (this process, its telemetry child and vLLM bench) to this core once "
+                         "the server is up; default: where the kernel puts them")
+    ap.add_argument("--warmup-rounds", type=int, default=1,
+                    help="rounds of both tools run first and not counted (a fresh server's first runs are slower)")
     ap.add_argument("--tf-override", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra Hydra override for tokenfactory's runs (repeatable)")
-    ap.add_argument("--telemetry-interval", type=float, default=10.0,
-                    help="tokenfactory's sampling period (host and the engine's /metrics page).  With a CPU "
-                         "engine holding every core, each sample's few ms of work get starved and stall the "
-                         "load generator for up to ~0.7 s (flagged client_limited): 0.5, the harness's "
-                         "default, cost 30%% of throughput against vLLM bench here, which samples nothing")
+    ap.add_argument("--telemetry-interval", type=float, default=None,
+                    help="tokenfactory's sampling period (host and the engine's /metrics page); default: the "
+                         "harness's own (telemetry.interval_s, 0.5 s).  Sampling runs in a process of its "
+                         "own, so even with a CPU engine holding every core it does not stall the client")
     a = ap.parse_args()
     if not a.python or not Path(a.python).exists():
         sys.exit("--python (or $TOKENFACTORY_VLLM_PYTHON) must name the vLLM venv's interpreter; "
@@ -129,16 +135,27 @@ def main() -> int:
         print(f"starting vLLM ({a.python}) ...", flush=True)
         engine.start()
         base_url = engine.base_url
+    if a.client_core is not None:  # after the server started: it keeps its own placement
+        os.sched_setaffinity(0, {a.client_core})
     try:
         rows = {"tokenfactory": [], "vllm bench serve": []}
+        for w in range(a.warmup_rounds):
+            run_tokenfactory(base_url, model, a, work / f"warm-tf{w}")
+            run_vllm_bench(a.python, base_url, model, a, work / f"warm-vb{w}")
         for r in range(a.repeats):
-            rows["tokenfactory"].append(run_tokenfactory(base_url, model, a, work / f"tf{r}"))
-            rows["vllm bench serve"].append(run_vllm_bench(a.python, base_url, model, a, work / f"vb{r}"))
+            # A B, then B A: a drift of the machine falls on both tools alike
+            order = ("tf", "vb") if r % 2 == 0 else ("vb", "tf")
+            for tool in order:
+                if tool == "tf":
+                    rows["tokenfactory"].append(run_tokenfactory(base_url, model, a, work / f"tf{r}"))
+                else:
+                    rows["vllm bench serve"].append(run_vllm_bench(a.python, base_url, model, a, work / f"vb{r}"))
     finally:
         if engine is not None:
             engine.stop()
     print(f"\nsame server ({base_url}), {a.num_prompts} requests x {a.input_len} in / {a.output_len} out tokens, "
-          f"concurrency {a.concurrency}, {a.repeats} alternating repeats per tool")
+          f"concurrency {a.concurrency}, {a.repeats} repeats per tool in ABBA order after {a.warmup_rounds} "
+          "warm-up round(s)")
     head = f"{'metric':<22}" + "".join(f"{'tf #' + str(i):>11}" for i in range(a.repeats)) \
         + "".join(f"{'vllm #' + str(i):>11}" for i in range(a.repeats)) + f"{'tf/vllm':>10}"
     print(head)
@@ -150,6 +167,8 @@ def main() -> int:
         print(f"{k:<22}" + "".join(f"{v:>11.2f}" for v in tf + vb) + f"{ratio:>10.3f}")
     for k in ("completed", "total_output_tokens"):
         print(f"{k:<22}" + "".join(f"{int(s[k]):>11d}" for s in rows["tokenfactory"] + rows["vllm bench serve"]))
+    for k in ("schedule_lag_p99_ms", "client_limited"):  # tokenfactory's view of its own delay
+        print(f"{k:<22}" + "".join(f"{float(s[k]):>11.2f}" for s in rows["tokenfactory"]))
     # Why medians of ITL can differ: how the stream was cut (tokens per chunk, events that
     # came in one network read), seen by each tool.
     tf_stats = [stream_stats_tokenfactory(work / f"tf{r}") for r in range(a.repeats)]

@@ -86,7 +86,7 @@ class EngineBase:
     api_key: Optional[str] = None            # prefer api_key_env: a key given here is redacted everywhere
     api_key_env: Optional[str] = None
     request_extra: Dict[str, Any] = field(default_factory=dict)
-    exact_output: bool = True                # ignore_eos + min_tokens=max_tokens where the engine takes them
+    exact_output: bool = True                # ignore_eos where the engine takes it: outputs run to max_tokens
     continuous_usage: bool = False           # stream_options.continuous_usage_stats
     max_model_len: Optional[int] = _f(None, ge=1)
     seed: Optional[int] = None
@@ -306,9 +306,15 @@ class Rapl:
 
 
 @dataclass
+class EngineScrape:
+    enabled: bool = True                      # sample the engine's own /metrics page every interval_s
+
+
+@dataclass
 class Telemetry:
     interval_s: float = _f(0.5, gt=0)         # background sampling period (host, GPUs, engine /metrics)
     idle_baseline_s: float = _f(5.0, ge=0)    # engine up, no load: seconds of idle power (where measured)
+    engine: EngineScrape = field(default_factory=EngineScrape)
     nvml: Nvml = field(default_factory=Nvml)
     dcgm: Dcgm = field(default_factory=Dcgm)
     rapl: Rapl = field(default_factory=Rapl)

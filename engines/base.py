@@ -42,7 +42,7 @@ class EngineAdapter:
                                            "max_model_len": "--max-model-len", "revision": "--revision",
                                            "device": None, "seed": "--seed"}
     always_flags: tuple[str, ...] = ()
-    # Engines that take ``ignore_eos`` and ``min_tokens`` (exact output lengths).
+    # Engines that take ``ignore_eos`` (outputs run to max_tokens: exact output lengths).
     takes_exact_output = False
     # POST this to empty the prefix cache (None: no way to); see ``reset_cache``.
     reset_path: str | None = None
@@ -133,11 +133,14 @@ class EngineAdapter:
     def dialect(self) -> dict:
         """How requests to this engine are worded: ``api``, ``extra_body``, ``continuous_usage``.
 
-        Engines that take them get ``ignore_eos`` and ``min_tokens`` (the client sets
-        ``min_tokens`` to each request's ``max_tokens``) unless ``engine.exact_output=false``."""
+        Engines that take it get ``ignore_eos`` unless ``engine.exact_output=false``: vLLM and
+        SGLang then stop only at ``max_tokens``.  Not ``min_tokens`` as well: it would add a
+        per-step logits processor in the engine (work ``vllm bench serve`` does not cause) for
+        nothing; a ``min_tokens`` put in ``engine.request_extra`` is set to each request's
+        ``max_tokens`` by the client."""
         extra = dict(_plain(self.cfg.request_extra) or {})
         if self.takes_exact_output and self.cfg.exact_output:
-            extra = {"ignore_eos": True, "min_tokens": 0, **extra}
+            extra = {"ignore_eos": True, **extra}
         return {"api": self.cfg.api, "extra_body": extra, "continuous_usage": bool(self.cfg.continuous_usage)}
 
     def max_model_len(self) -> int | None:

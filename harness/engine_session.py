@@ -70,7 +70,7 @@ class EngineSession:
             raise UserError(str(e)) from None
         if self.engine.process is not None:
             self.telemetry.watch_process("engine", self.engine.process.pid)
-        if self.engine.server_metric_map:  # the engine's own /metrics, once it is up
+        if self.engine.server_metric_map and tcfg.engine.enabled:  # the engine's own /metrics, once it is up
             self.engine_metrics = self.telemetry.add_engine(self.engine.base_url + self.engine.metrics_path,
                                                             self.engine.server_metric_map, self.engine.auth())
         print(f"engine ready at {self.engine.base_url} after "

@@ -126,7 +126,7 @@ def test_bad_knob_values_are_named_at_composition(override, msg):
 def test_dialects_ask_for_exact_output_and_continuous_usage(tmp_path):
     for name in ("vllm", "sglang"):
         d = _engine(name, tmp_path).dialect()
-        assert d["extra_body"] == {"ignore_eos": True, "min_tokens": 0} and d["continuous_usage"] is True
+        assert d["extra_body"] == {"ignore_eos": True} and d["continuous_usage"] is True
         d = _engine(name, tmp_path, exact_output=False, continuous_usage=False).dialect()
         assert d["extra_body"] == {} and d["continuous_usage"] is False
 

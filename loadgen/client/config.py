@@ -27,7 +27,7 @@ class ClientConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     extra_body: dict = field(default_factory=dict)  # the engine's dialect: ignore_eos, min_tokens, ...
     continuous_usage: bool = False
-    exact_output: bool = True         # ask for exactly max_tokens (min_tokens where the dialect allows)
+    exact_output: bool = True         # a min_tokens in extra_body is set to each request's max_tokens
     kernel_timestamps: bool = True    # chunk times from the kernel's receive stamps where available
 
     @property
