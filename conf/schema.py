@@ -211,6 +211,30 @@ class SweepProtocol:
     name: str = "sweep"
     load_points: List[Any] = field(default_factory=list)  # numbers (rate or concurrency) or load mappings
     repeats: int = _f(1, ge=1)
+    dry_run: bool = False                     # print the plan and stop (the command line's --dry-run)
+
+
+COMPARED_METRICS = ["output_throughput", "goodput_rps", "good_output_throughput", "slo_attainment",
+                    "cost_per_mtok_good", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms",
+                    "p99_itl_ms", "error_rate"]
+
+
+@dataclass
+class CompareProtocol(SweepProtocol):
+    """Named configs (each a list of override strings) run in blocks: in each block every config
+    is launched fresh and run over every load point, in an order drawn from ``seed``."""
+    name: str = "compare"
+    # name -> list of override strings; untyped so a command line can give the whole mapping
+    # (a typed mapping only merges keys into what the YAML has); checked by protocols.compare
+    configs: Any = None
+    baseline: Optional[str] = None            # the config the others are compared with (default: the first)
+    repeats: int = _f(3, ge=1)                # blocks
+    max_repeats: Optional[int] = _f(None, ge=1)          # with target_rel_halfwidth: add blocks up to this
+    target_rel_halfwidth: Optional[float] = _f(None, gt=0, lt=1)  # e.g. 0.05: every interval within +-5 %
+    converge_metrics: List[str] = field(default_factory=lambda: ["output_throughput", "p99_ttft_ms"])
+    metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
+    min_effect: float = _f(0.02, ge=0, lt=1)  # smallest relative difference that counts as a winner
+    confidence: float = _f(0.95, gt=0, lt=1)
 
 
 # ------------------------------------------------------------------------------------ slo, cost, hardware
@@ -356,7 +380,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
-    "protocol": {"schema": SweepProtocol},
+    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},

@@ -1,7 +1,8 @@
 """The ``tokenfactory`` command line.
 
-    tokenfactory run [hydra overrides]          one run, a sweep, or a protocol (-m: multirun)
-    tokenfactory report PATH                    (re)build the report of a run or sweep folder
+    tokenfactory run [hydra overrides] [--dry-run]   one run, a sweep, or a protocol (-m: multirun)
+    tokenfactory report PATH                    (re)build the report of a run or experiment folder
+    tokenfactory compare EXP_A EXP_B ... [--allow KEY]   equal-SLO comparison of finished experiments
     tokenfactory workload describe [overrides]  characterise a workload (workload.json + figures)
 
 ``run`` hands its arguments to Hydra unchanged, so every Hydra override and flag works.
@@ -30,8 +31,9 @@ def _hydra_run(argv: list[str]) -> int:
 
         from conf.overrides import explicit_keys
 
+        task = list(HydraConfig.get().overrides.task)
         try:
-            run_experiment(cfg, swept, explicit_keys(list(HydraConfig.get().overrides.task)))
+            run_experiment(cfg, swept, explicit_keys(task), overrides=task)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
@@ -39,6 +41,8 @@ def _hydra_run(argv: list[str]) -> int:
             print("interrupted: finished load points are complete and kept", file=sys.stderr)
             sys.exit(130)
 
+    if "--dry-run" in argv:  # print the plan and stop
+        argv = [a for a in argv if a != "--dry-run"] + ["protocol.dry_run=true"]
     sys.argv = ["tokenfactory run"] + argv
     _main()
     return 0
@@ -52,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         return _hydra_run(rest)
+    if cmd == "compare":
+        from harness.comparison import compare_command
+
+        return compare_command(rest)
     if cmd == "workload":
         from harness.workload_describe import describe_command
 

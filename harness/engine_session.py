@@ -33,10 +33,11 @@ class EngineSession:
     point's steps (``harness.point``), ``stop()`` releases it all (also after errors)."""
 
     def __init__(self, cfg: DictConfig, out: Path, mlflow: MlflowLogger | None = None, total_points: int = 1,
-                 name: str | None = None):
+                 name: str | None = None, block: int = 0):
         self.cfg = cfg
-        self.out = out                      # the experiment's folder (engine.log, workload.html)
+        self.out = out                      # the session's folder (engine.log, workload.html)
         self.name = name                    # the config's name in a comparison (None in a sweep)
+        self.block = block                  # the comparison's block (0 in a sweep)
         self.mlflow = mlflow
         self.total_points = total_points    # for progress labels
         self.container = OmegaConf.to_container(cfg, resolve=True)
@@ -100,6 +101,30 @@ class EngineSession:
             text += str(getattr(tok, "chat_template", ""))
             self._tokenizer_digest = hashlib.sha256(text.encode()).hexdigest()
         return self._tokenizer_digest
+
+    def fixed_conditions(self) -> dict:
+        """What must not differ between runs that are compared (step 1 of the seed's protocol):
+        model and its revision, tokenizer (by content), weight and KV precision, quantisation,
+        how requests are worded (sampling: tokenfactory sends no sampling parameters, so the
+        engine's defaults apply), the workload and the SLO."""
+        eng = (self.engine_prov or {}).get("engine") or {}
+        eff = eng.get("effective") or {}
+        feats = eng.get("features") or {}
+        model_cfg = eng.get("model_config") or {}
+        dialect = eng.get("dialect") or {}
+        return {
+            "model": eng.get("model"),
+            "model_revision": eng.get("model_revision") or eff.get("revision"),
+            "tokenizer_sha256": self.tokenizer_digest(),
+            "weight_dtype": str(eff.get("dtype") or feats.get("dtype") or model_cfg.get("torch_dtype")
+                                or model_cfg.get("dtype") or "auto"),
+            "kv_cache_dtype": str(eff.get("kv_cache_dtype") or feats.get("kv_cache_dtype") or "auto"),
+            "quantization": str(eff.get("quantization") or feats.get("quantization") or "none"),
+            "sampling": {"api": dialect.get("api"), "request_fields": dialect.get("extra_body"),
+                         "parameters": "the engine's defaults (none sent)"},
+            "workload": self.container.get("workload"),
+            "slo": self.container.get("slo"),
+        }
 
     def count_tokens(self, text: str) -> int:
         """Tokens of an output text under the served model's tokenizer (token attribution's fallback)."""

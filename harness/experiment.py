@@ -1,9 +1,12 @@
-"""Experiment orchestration: plan -> engine up -> each load point's steps -> MLflow, report.
+"""Experiment orchestration: plan -> engine sessions -> each load point's steps -> record, report.
 
-``Experiment`` runs the sweep protocol: the plan's load points (``protocols.plan``) against
-one engine session (``harness.engine_session``), each point as the named steps of
-``harness.point``.  Finished points (a ``summary.json``) are skipped when the same
-``output_dir`` is run again, so an interrupted sweep resumes where it stopped.
+A protocol's plan is a list of engine sessions (``protocols.compare.SessionPlan``): the
+sweep has one, a comparison one per (block, config).  Each session launches its engine
+(``harness.engine_session``), runs its load points as the named steps of ``harness.point``
+and stops it.  Finished runs (a ``summary.json``) are skipped when the same ``output_dir``
+is run again, so an interrupted experiment resumes where it stopped; the record
+(``experiment.json``, ``runs.parquet``, and for a comparison ``comparison.json``) is written
+from the run folders (``harness.experiment_record``, ``harness.comparison``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
-from harness import report, results_io
+from harness import experiment_record, report, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger, tracking_uri
@@ -24,25 +27,53 @@ from harness.multirun import job_subdir
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
+from protocols.compare import SessionPlan, describe_plan, named_configs, plan_sessions
 from protocols.plan import RunSpec, plan_runs
 
 
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The root config with ``overrides``, composed by Hydra (inside a running Hydra app or not)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        cfg = compose("config", overrides=list(overrides))
+    else:
+        with initialize_config_module("conf", version_base="1.3"):
+            cfg = compose("config", overrides=list(overrides))
+    return cfg
+
+
+def check_config(cfg: DictConfig) -> list[RunSpec]:
+    """Everything that can be checked before an engine starts; returns the load points."""
+    validate(cfg)
+    runs = plan_runs(cfg, repeats=1 if cfg.protocol.name == "compare" else None)
+    check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
+    check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
+    for r in runs:
+        LoadSpec.from_load(r.load).validate()
+    return runs
+
+
 class Experiment:
-    """``explicit``: the override keys the user typed (``conf.overrides``); ``swept_keys``: those
-    a Hydra multirun sweeps (each job's folder is named after them)."""
+    """``explicit``: the override keys the user typed (``conf.overrides``); ``overrides``: the
+    overrides themselves (a comparison composes each config on top of them); ``swept_keys``:
+    those a Hydra multirun sweeps (each job's folder is named after them)."""
 
     def __init__(self, cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
-                 explicit: frozenset[str] = frozenset()):
+                 explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None):
         self.cfg = cfg
+        self.base_overrides = list(overrides or [])
+        self.configs: dict[str, DictConfig] = {}   # comparison: name -> its composed config
         try:
             validate(cfg)
             for note in apply_explicit(cfg, explicit):
                 print(f"note: {note}", flush=True)
-            self.plan: list[RunSpec] = plan_runs(cfg)
-            check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
-            check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
-            for r in self.plan:
-                LoadSpec.from_load(r.load).validate()
+            self.plan: list[RunSpec] = check_config(cfg)
+            if cfg.protocol.name == "compare":
+                self.sessions = self._compare_sessions()
+            else:
+                self.sessions = [SessionPlan(config="", block=0, position=0, overrides=[], runs=self.plan)]
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
         self.safe_config = results_io.redact(OmegaConf.to_container(cfg, resolve=True))
@@ -51,36 +82,94 @@ class Experiment:
         self.mlflow: MlflowLogger | None = None
         self.session: EngineSession | None = None  # the engine config that is up, while it is
 
-    def run_dir(self, spec: RunSpec) -> Path:
-        return self.out / spec.subdir if spec.subdir else self.out
+    def _compare_sessions(self) -> list[SessionPlan]:
+        named = named_configs(self.cfg.protocol)
+        baseline = self.cfg.protocol.baseline
+        if baseline is not None and baseline not in {c.name for c in named}:
+            raise ValueError(f"protocol.baseline={baseline!r} is not one of protocol.configs "
+                             f"({', '.join(c.name for c in named)})")
+        # The command's own overrides, but its protocol.configs: Hydra keeps overrides without
+        # their quotes, and the override strings inside would not parse a second time.
+        base = [o for o in self.base_overrides if not o.lstrip("+~").startswith("protocol.configs")]
+        for c in named:
+            try:
+                sub = compose_config(base + c.overrides)
+            except Exception as e:  # noqa: BLE001 - Hydra's composition errors, with the config named
+                raise ValueError(f"protocol.configs.{c.name}: {e} {e.__cause__ or ''}".strip()) from None
+            try:
+                runs = check_config(sub)
+            except (ConfigError, ValueError) as e:
+                raise ValueError(f"protocol.configs.{c.name}: {e}") from None
+            if [r.load for r in runs] != [r.load for r in self.plan]:
+                raise ValueError(f"protocol.configs.{c.name} changes the load points; every config runs the same ones")
+            self.configs[c.name] = sub
+        return plan_sessions(named, self.plan, int(self.cfg.protocol.repeats), int(self.cfg.seed))
+
+    # ------------------------------------------------------------------------------------
+    def session_dir(self, s: SessionPlan) -> Path:
+        return self.out / s.subdir if s.config else self.out
+
+    def run_dir(self, s: SessionPlan, spec: RunSpec) -> Path:
+        d = self.session_dir(s)
+        return d / spec.subdir if spec.subdir else d
+
+    def todo(self, s: SessionPlan) -> list[RunSpec]:
+        return [r for r in s.runs if not (self.cfg.resume and results_io.run_complete(self.run_dir(s, r)))]
+
+    def describe(self) -> str:
+        if self.cfg.protocol.name == "compare":
+            return describe_plan(self.sessions, self.base_overrides)
+        return f"load points ({len(self.plan)}): " + ", ".join(r.label for r in self.plan)
 
     def run(self) -> Path:
-        todo = [r for r in self.plan if not (self.cfg.resume and results_io.run_complete(self.run_dir(r)))]
-        done_before = len(self.plan) - len(todo)
+        total = sum(len(s.runs) for s in self.sessions)
+        todo = {id(s): self.todo(s) for s in self.sessions}
+        left = sum(len(t) for t in todo.values())
+        if self.cfg.protocol.dry_run:
+            print(f"plan ({total} runs, {len(self.sessions)} engine launches):\n{self.describe()}")
+            print(f"would write to {self.out}" + (f"; {total - left} runs already complete" if left < total else ""))
+            return self.out
         self.out.mkdir(parents=True, exist_ok=True)
-        if done_before:
-            print(f"resuming {self.out}: {done_before} of {len(self.plan)} load points already complete")
-        if len(self.plan) > 1:
+        if left < total:
+            print(f"resuming {self.out}: {total - left} of {total} runs already complete")
+        if len(self.sessions) > 1:
+            print(f"plan ({total} runs, {len(self.sessions)} engine launches):\n{self.describe()}", flush=True)
+        if total > 1:
             results_io.write_yaml(self.out / "config.yaml", self.safe_config)
-        if not todo:
+        experiment_record.write_plan(self, status="running" if left else "complete")
+        if not left:
             return self.finish()
         self.start_mlflow()
-        self.session = session = EngineSession(self.cfg, self.out, self.mlflow, total_points=len(self.plan))
         status = "FAILED"
         try:
-            session.start()
-            for i, spec in enumerate(todo):
-                session.run_point(spec, last=i == len(todo) - 1)
+            for s in self.sessions:
+                if todo[id(s)]:
+                    self.run_session(s, todo[id(s)])
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
             print(f"\nto resume, run the same command with output_dir={self.out}", file=sys.stderr, flush=True)
             raise
         finally:
-            session.stop()
             if self.mlflow:
                 self.mlflow.end_parent(status)
+            experiment_record.write_plan(self, status={"FINISHED": "complete", "KILLED": "interrupted"}.get(
+                status, "failed"))
         return self.finish()
+
+    def run_session(self, s: SessionPlan, todo: list[RunSpec]) -> None:
+        cfg = self.configs.get(s.config, self.cfg)
+        if s.config:
+            print(f"block {s.block}, config {s.config} ({s.position + 1} of {len(self.configs)} in the block)",
+                  flush=True)
+        self.session = EngineSession(cfg, self.session_dir(s), self.mlflow, total_points=len(s.runs),
+                                     name=s.config or None, block=s.block)
+        try:
+            self.session.start()
+            for i, spec in enumerate(todo):
+                self.session.run_point(spec, last=i == len(todo) - 1)
+        finally:
+            self.session.stop()
 
     def start_mlflow(self) -> None:
         if not self.cfg.mlflow.enabled:
@@ -88,11 +177,16 @@ class Experiment:
         self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment))
         marker = self.out / "mlflow_parent.txt"
         prev = marker.read_text().strip() if marker.exists() else None
-        pid = self.mlflow.start_parent(self.out.name, self.safe_config, tags={"output_dir": str(self.out.resolve())},
-                                       run_id=prev)
+        pid = self.mlflow.start_parent(self.out.name, self.safe_config,
+                                       tags={"output_dir": str(self.out.resolve()),
+                                             "tokenfactory.protocol": str(self.cfg.protocol.name)}, run_id=prev)
         results_io.write_atomic(marker, pid + "\n")
 
     def finish(self) -> Path:
+        """The experiment's record from its run folders, then the report."""
+        aggregates = experiment_record.write_record(self)
+        if self.mlflow and aggregates:
+            self.mlflow.log_parent_metrics(aggregates)
         if self.cfg.report.enabled:
             path = report.render(self.out)
             if self.mlflow:
@@ -103,5 +197,5 @@ class Experiment:
 
 
 def run_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
-                   explicit: frozenset[str] = frozenset()) -> Path:
-    return Experiment(cfg, swept_keys, explicit).run()
+                   explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None) -> Path:
+    return Experiment(cfg, swept_keys, explicit, overrides).run()

@@ -102,6 +102,18 @@ class MlflowLogger:
         self.client.set_terminated(rid, "FINISHED")
         return rid
 
+    def log_parent_metrics(self, metrics: dict[str, float]) -> None:
+        """Aggregates across runs (estimates and interval bounds) on the parent run."""
+        from mlflow.entities import Metric
+
+        if not self.parent_id:
+            return
+        ts = int(__import__("time").time() * 1000)
+        batch = [Metric(k[:250], float(v), ts, 0) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+        for i in range(0, len(batch), 500):
+            self.client.log_batch(self.parent_id, metrics=batch[i:i + 500])
+
     def log_parent_artifact(self, path: str | os.PathLike) -> None:
         if self.parent_id:
             self.client.log_artifact(self.parent_id, str(path))

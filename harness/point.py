@@ -206,7 +206,8 @@ def summarise(s, p: PointRun) -> None:
 
 def write_results(s, p: PointRun) -> None:
     run_meta = {"index": p.spec.index, "label": p.spec.label, "load": p.spec.load, "repeat": p.spec.repeat,
-                "window_start_ns": p.window_open_ns, "window_end_ns": p.window_close_ns}
+                "config": s.name, "block": s.block, "window_start_ns": p.window_open_ns,
+                "window_end_ns": p.window_close_ns, "fixed_conditions": s.fixed_conditions()}
     results_io.write_json(p.run_dir / "run.json", run_meta)
     results_io.write_yaml(p.run_dir / "config.yaml", {**s.safe_config, "load": p.spec.load})
     results_io.write_json(p.run_dir / "provenance.json", s.engine_prov)
@@ -221,7 +222,9 @@ def log_mlflow(s, p: PointRun) -> None:
               "engine_resolved": {"version": eng.get("engine_version"),
                                   "feature_flags": " ".join(eng.get("feature_flags") or []),
                                   "command": " ".join(eng.get("command") or [])}}
-    s.mlflow.log_child(f"{s.out.name}/{p.spec.label}", params, p.summary, p.run_dir, tags={"label": p.spec.label})
+    name = f"{s.name}/block{s.block}/{p.spec.label}" if s.name else f"{s.out.name}/{p.spec.label}"
+    tags = {"label": p.spec.label, **({"config": s.name, "block": str(s.block)} if s.name else {})}
+    s.mlflow.log_child(name, params, p.summary, p.run_dir, tags=tags)
 
 
 def print_point(s, p: PointRun) -> None:

@@ -43,10 +43,12 @@ def offered_load(load: dict) -> float | None:
     return float(load["rate"]) if load.get("rate") is not None else None
 
 
-def plan_runs(cfg: DictConfig) -> list[RunSpec]:
+def plan_runs(cfg: DictConfig, repeats: int | None = None) -> list[RunSpec]:
+    """The load points of one engine session; ``repeats`` (default ``protocol.repeats``) runs of
+    each, in a sweep; a comparison repeats whole blocks instead and passes 1."""
     base = OmegaConf.to_container(cfg.load, resolve=True)
     points = cfg.protocol.load_points
-    repeats = int(cfg.protocol.repeats)
+    repeats = int(cfg.protocol.repeats if repeats is None else repeats)
     if repeats < 1:
         raise ValueError(f"protocol.repeats must be >= 1, got {repeats}")
     if points is None or len(points) == 0:

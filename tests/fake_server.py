@@ -105,7 +105,9 @@ class FakeServer:
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         prompt = body.get("prompt") or body["messages"][-1]["content"]
-        p = _params(prompt)
+        # behaviour from the prompt, or from the model name (engine.model=fake-ttft_ms:40): a
+        # harness run's prompts come from a tokenizer, its model name from the config
+        p = _params(f"{body.get('model', '')} {prompt}")
         mode, k, n = p["mode"], p["k"], p["n"]
         rid = "fake-" + uuid.uuid4().hex[:12]
         truth = self.truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}

@@ -53,7 +53,7 @@ def test_ctrl_c_then_resume(tmp_path):
         before = (out / "00-constant-rate=20" / "requests.parquet").stat().st_mtime_ns
         p2 = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
         assert p2.returncode == 0, p2.stdout + p2.stderr
-        assert "1 of 3 load points already complete" in p2.stdout
+        assert "1 of 3 runs already complete" in p2.stdout
     assert (out / "00-constant-rate=20" / "requests.parquet").stat().st_mtime_ns == before
     for d in ("01-constant-rate=20", "02-constant-rate=20"):
         assert pq.read_table(out / d / "requests.parquet").num_rows == 40

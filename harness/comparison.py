@@ -1,0 +1,268 @@
+"""The comparison table: per load point and metric, each config's estimate with its interval,
+the difference from the baseline with its interval, and the verdict (``comparison.json``).
+
+Inside one experiment (``protocol=compare``) configs ran in blocks: block b of every config
+pairs with block b of the baseline, and differences are paired (t interval of the per-block
+differences; the relative one by the delta method).  ``tokenfactory compare EXP_A EXP_B``
+compares experiments run separately: there are no blocks to pair, so the difference is
+unpaired (Welch), and the table says so; experiments whose fixed conditions differ (model,
+tokenizer, precision, sampling, workload, SLO) are refused unless ``--allow KEY`` names the
+difference under test.  Statistics: ``metrics.statistics``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from metrics.statistics import Estimate, mean_ci, paired_difference, ratio_ci, unpaired_difference, verdict
+
+# metric -> (higher is better, unit)
+METRICS = {
+    "output_throughput": (True, "tok/s"), "request_throughput": (True, "req/s"),
+    "goodput_rps": (True, "req/s"), "good_output_throughput": (True, "tok/s"), "slo_attainment": (True, ""),
+    "cost_per_mtok_good": (False, "per M good tok"), "cost_per_mtok_all": (False, "per M tok"),
+    "energy_per_good_token_j": (False, "J/tok"), "error_rate": (False, ""), "max_load_under_slo": (True, "load"),
+}
+# Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
+RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
+          "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6)}
+FIXED_KEYS = ("model", "model_revision", "tokenizer_sha256", "weight_dtype", "kv_cache_dtype", "quantization",
+              "sampling", "workload", "slo")
+
+
+def direction(metric: str) -> tuple[bool, str]:
+    if metric in METRICS:
+        return METRICS[metric]
+    if metric.endswith("_ms"):  # latencies
+        return False, "ms"
+    return True, ""
+
+
+def _col(t: pa.Table, name: str) -> np.ndarray:
+    if name not in t.column_names:
+        return np.full(t.num_rows, np.nan)
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _per_config(t: pa.Table, metric: str, confidence: float, seed: int) -> Estimate:
+    if metric in RATIOS:
+        num, den, scale = RATIOS[metric]
+        if num in t.column_names and den in t.column_names:
+            return ratio_ci(_col(t, num), _col(t, den), scale=scale, confidence=confidence, seed=seed)
+    return mean_ci(_col(t, metric), confidence=confidence)
+
+
+def _by_block(t: pa.Table, metric: str) -> dict[int, float]:
+    blocks = t.column("block").to_pylist() if "block" in t.column_names else list(range(t.num_rows))
+    return dict(zip(blocks, _col(t, metric).tolist()))
+
+
+def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: str, *, paired: bool,
+                   confidence: float = 0.95, margin: float = 0.02, seed: int = 0) -> list[dict]:
+    """Per load point (``label``) and metric: estimates per group, differences from ``baseline``."""
+    labels: list[str] = []
+    for t in groups.values():
+        for lab in t.column("label").to_pylist():
+            if lab not in labels:
+                labels.append(lab)
+    points = []
+    for lab in labels:
+        at = {name: t.filter(pc.equal(t.column("label"), lab)) for name, t in groups.items()}
+        base = at.get(baseline)
+        offered = next((float(v) for t in at.values() for v in t.column("offered_load").to_pylist()
+                        if v is not None), None) if "offered_load" in next(iter(at.values())).column_names else None
+        point = {"label": lab, "offered_load": offered, "metrics": {}}
+        for m in metrics:
+            higher, unit = direction(m)
+            entry = {"higher_is_better": higher, "unit": unit, "per_config": {}, "vs_baseline": {}}
+            for name, t in at.items():
+                entry["per_config"][name] = _per_config(t, m, confidence, seed).to_dict()
+            for name, t in at.items():
+                if name == baseline or base is None:
+                    continue
+                if paired:
+                    diff = paired_difference(_by_block(base, m), _by_block(t, m), confidence=confidence,
+                                             labels=(baseline, name))
+                else:
+                    diff = unpaired_difference(_col(base, m), _col(t, m), confidence=confidence,
+                                               labels=(baseline, name))
+                v = verdict(diff, margin=margin, higher_is_better=higher, confidence=confidence)
+                entry["vs_baseline"][name] = {"difference": diff.to_dict(), "verdict": v.outcome, "text": v.text}
+            point["metrics"][m] = entry
+        points.append(point)
+    return points
+
+
+def compare_runs(table: pa.Table, protocol, record: dict) -> dict:
+    """``comparison.json`` of one ``protocol=compare`` experiment from its ``runs.parquet``."""
+    configs = list((record.get("configs") or {}).keys())
+    baseline = protocol.get("baseline") or configs[0]
+    groups = {c: table.filter(pc.equal(table.column("config"), c)) for c in configs}
+    metrics = [m for m in protocol.metrics if m in table.column_names or m in RATIOS]
+    confidence, margin = float(protocol.confidence), float(protocol.min_effect)
+    points = compare_tables(groups, metrics, baseline, paired=True, confidence=confidence, margin=margin,
+                            seed=int(record.get("seed") or 0))
+    return {"kind": "paired", "method_note": "blocks paired: block b of each config against block b of the baseline",
+            "configs": configs, "baseline": baseline, "blocks": sorted({r["block"] for r in record.get("blocks", [])}),
+            "confidence": confidence, "min_effect": margin, "points": points,
+            "fixed_condition_differences": fixed_differences(record.get("fixed_conditions") or {}),
+            "mlflow_metrics": mlflow_metrics(points)}
+
+
+def fixed_differences(fixed: dict[str, dict]) -> dict[str, dict]:
+    """Fixed conditions whose value is not the same for every config: key -> {config: value}."""
+    out = {}
+    for key in FIXED_KEYS:
+        vals = {name: fc.get(key) for name, fc in fixed.items()}
+        if len({repr(v) for v in vals.values()}) > 1:
+            out[key] = vals
+    return out
+
+
+def mlflow_metrics(points: list[dict]) -> dict[str, float]:
+    """Each config's estimate and bounds per point and metric, for the parent MLflow run."""
+    out = {}
+    for i, p in enumerate(points):
+        for m, entry in p["metrics"].items():
+            for name, est in entry["per_config"].items():
+                for k in ("value", "low", "high"):
+                    v = est.get(k)
+                    if isinstance(v, (int, float)) and math.isfinite(v):
+                        out[f"{name}.p{i}.{m}.{k}"] = float(v)
+    return out
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if unit == "" and abs(v) <= 1.5:
+        return f"{v:.3g}"
+    return f"{v:.4g}"
+
+
+def format_comparison(comparison: dict) -> str:
+    lines = []
+    kind = comparison["kind"]
+    lines.append(f"comparison ({'paired by block' if kind == 'paired' else 'unpaired (Welch): no blocks to pair'}), "
+                 f"{comparison['confidence']:.0%} intervals, baseline {comparison['baseline']}, "
+                 f"margin {comparison['min_effect']:.0%}")
+    diffs = comparison.get("fixed_condition_differences") or {}
+    for key, vals in diffs.items():
+        lines.append(f"  fixed condition {key} differs: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
+    for p in comparison["points"]:
+        lines.append(f"\nload point {p['label']}")
+        for m, e in p["metrics"].items():
+            cells = []
+            for name, est in e["per_config"].items():
+                cells.append(f"{name} {_fmt(est['value'], e['unit'])} [{_fmt(est['low'], e['unit'])}, "
+                             f"{_fmt(est['high'], e['unit'])}]")
+            lines.append(f"  {m:<24} " + "; ".join(cells))
+            for vs in e["vs_baseline"].values():
+                lines.append(f"  {'':<24}   {vs['text']}")
+    return "\n".join(lines)
+
+
+def print_comparison(comparison: dict) -> None:
+    print(format_comparison(comparison), flush=True)
+
+
+# ---------------------------------------------------------------------------- separate experiments
+def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
+    from harness import experiment_record, results_io
+
+    if (path / "runs.parquet").exists():
+        table = pq.read_table(path / "runs.parquet")
+    else:
+        rows = experiment_record.run_rows(path)
+        if not rows:
+            raise ValueError(f"{path}: no finished run (no summary.json) to compare")
+        table = experiment_record.runs_table(rows)
+    record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
+    fixed = record.get("fixed_conditions") or {}
+    if not fixed:
+        for d in sorted(path.rglob("run.json")):
+            meta = results_io.read_json(d)
+            fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
+    return table, fixed
+
+
+def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | None = None,
+                        confidence: float = 0.95, margin: float = 0.02) -> dict:
+    """The comparison of experiments run separately (unpaired); each is one group, named by its
+    folder (and its config, for a comparison's configs)."""
+    groups: dict[str, pa.Table] = {}
+    fixed: dict[str, dict] = {}
+    for arg in paths:
+        path = Path(arg)
+        if not path.is_dir():
+            raise ValueError(f"{arg}: not a results folder (give the experiment's output_dir)")
+        table, fx = _experiment_runs(path)
+        configs = sorted(set(table.column("config").to_pylist())) if "config" in table.column_names else [""]
+        for c in configs:
+            name = path.name + (f"/{c}" if c else "")
+            if name in groups:
+                name = f"{path.parent.name}/{name}"
+            groups[name] = table.filter(pc.equal(table.column("config"), c)) if "config" in \
+                table.column_names else table
+            fixed[name] = fx.get(c) or next(iter(fx.values()), {})
+    if len(groups) < 2:
+        raise ValueError("tokenfactory compare needs at least two experiments (or configs) to compare")
+    diffs = fixed_differences(fixed)
+    refused = {k: v for k, v in diffs.items() if k not in allow}
+    if refused:
+        lines = [f"  {k}: " + ", ".join(f"{n}={v}" for n, v in vals.items()) for k, vals in refused.items()]
+        raise ValueError("these experiments differ in fixed conditions:\n" + "\n".join(lines) +
+                         f"\nif that difference is what is under test, say so: --allow {','.join(refused)}")
+    names = list(groups)
+    cols = set.intersection(*(set(t.column_names) for t in groups.values()))
+    metrics = [m for m in (metrics or [m for m in _default_metrics() if m in cols or m in RATIOS])]
+    points = compare_tables(groups, metrics, names[0], paired=False, confidence=confidence, margin=margin)
+    return {"kind": "unpaired", "method_note": "experiments run separately: no blocks to pair, Welch intervals",
+            "configs": names, "baseline": names[0], "confidence": confidence, "min_effect": margin,
+            "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow)}
+
+
+def _default_metrics() -> list[str]:
+    from conf.schema import COMPARED_METRICS
+
+    return list(COMPARED_METRICS)
+
+
+def compare_command(argv: list[str]) -> int:
+    """``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--out FILE]``."""
+    import argparse
+
+    from harness import results_io
+
+    ap = argparse.ArgumentParser(prog="tokenfactory compare",
+                                 description="equal-SLO comparison of finished experiments (unpaired)")
+    ap.add_argument("experiments", nargs="+", help="results folders (an experiment's output_dir)")
+    ap.add_argument("--allow", default="", help="fixed conditions allowed to differ (comma-separated: "
+                                                + ", ".join(FIXED_KEYS) + ")")
+    ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
+    ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
+    ap.add_argument("--out", help="write comparison.json here")
+    a = ap.parse_args(argv)
+    allow = {k.strip() for k in a.allow.split(",") if k.strip()}
+    unknown = allow - set(FIXED_KEYS)
+    if unknown:
+        print(f"error: --allow {','.join(sorted(unknown))}: not a fixed condition ({', '.join(FIXED_KEYS)})",
+              file=sys.stderr)
+        return 2
+    try:
+        comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print_comparison(comparison)
+    if a.out:
+        results_io.write_json(a.out, comparison)
+        print(f"written: {a.out}")
+    return 0

@@ -1,0 +1,180 @@
+"""One record per experiment: ``experiment.json`` (the plan, configs, seed and block order,
+fixed conditions, SLO, which of the seed's seven steps ran and why the others did not) and
+``runs.parquet`` (one row per finished run: config, block, load point, every scalar of its
+``summary.json``), both rebuilt from the run folders, so a resumed or interrupted
+experiment's record always says what is on disk.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness import results_io
+
+RUN_KEYS = ("config", "block", "label", "load_kind", "offered_load", "repeat", "run_dir")
+_SECRET = re.compile(r"(api_key|token|secret|password|authorization)", re.I)
+
+STEPS = {
+    1: "fix model version, tokenizer, weight and KV precision, sampling and a quality gate",
+    2: "keep the workload's length distributions, shared prefixes, arrivals, concurrency and cache state",
+    3: "record devices, parallelism, software commit, batch sizes and memory budget",
+    4: "sweep several load points; TTFT, ITL/TPOT, completion, rejection, throughput, resources, "
+       "energy and full-window cost",
+    5: "ablate one change at a time and explain how the bottleneck moves",
+    6: "compare by cost under quality and SLO met, with intervals over repeats",
+    7: "shadow traffic, then a small share; keep the rollback; promote on business metrics",
+}
+
+
+def _redact_override(o: str) -> str:
+    key, _, _ = o.partition("=")
+    return f"{key}=***redacted***" if _SECRET.search(key) else o
+
+
+def seven_steps(exp, runs: list[dict]) -> list[dict]:
+    """Which of the seed's seven steps this experiment covered, and why the others not."""
+    cfg = exp.cfg
+    proto = str(cfg.protocol.name)
+    n_points = len(exp.plan)
+    done = bool(runs)
+    wl = cfg.workload
+    stress = []
+    if "stress" in wl and float(wl.stress.long_tail.fraction or 0) > 0:
+        stress.append("long tail")
+    if "stress" in wl and "burst" in wl.stress and float(wl.stress.burst.factor or 1) > 1:
+        stress.append("burst")
+    out = [
+        {"step": 1, "ran": done, "how": "fixed conditions recorded with every run (run.json, experiment.json); "
+                                        "no quality gate configured (protocol=ablation has one)"},
+        {"step": 2, "ran": done, "how": f"workload.json per run ({wl.name}); cache state "
+                                        f"{cfg.engine.cache_state}" + (f"; stress: {', '.join(stress)}" if stress
+                                                                       else "; no stress variant configured")},
+        {"step": 3, "ran": done, "how": "provenance.json per run: engine version, flags, effective config, "
+                                        "devices, harness commit"},
+        {"step": 4, "ran": done and n_points > 1,
+         "how": f"{n_points} load point(s)" + ("" if n_points > 1 else ": a single point is not a sweep")},
+        {"step": 5, "ran": False, "how": "not an ablation (protocol=ablation)"},
+        {"step": 6, "ran": proto == "compare" and done,
+         "how": (f"{len(exp.configs)} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
+                 "(comparison.json)") if proto == "compare" else "one config: nothing to compare (protocol=compare)"},
+        {"step": 7, "ran": False, "how": "not a promotion (protocol=promote)"},
+    ]
+    for s in out:
+        s["what"] = STEPS[s["step"]]
+    return out
+
+
+def run_rows(out: Path) -> list[dict]:
+    """Every finished run under ``out``: its run.json keys and its summary's scalars."""
+    rows = []
+    for d in sorted(p.parent for p in out.rglob("summary.json")):
+        meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
+        summary = results_io.read_json(d / "summary.json")
+        load = meta.get("load") or {}
+        row = {"config": meta.get("config") or "", "block": int(meta.get("block") or 0),
+               "label": meta.get("label", d.name),
+               "load_kind": load.get("kind"), "offered_load": summary.get("offered_load"),
+               "repeat": int(meta.get("repeat") or 0), "run_dir": str(d.relative_to(out)) if d != out else "."}
+        for k, v in summary.items():
+            if k not in row and (v is None or isinstance(v, (bool, int, float, str))):
+                row[k] = _number(v)
+        rows.append(row)
+    return rows
+
+
+def _number(v):
+    # summary.json writes non-finite floats as null / "inf": read them back as floats
+    if v in ("inf", "-inf"):
+        return math.inf if v == "inf" else -math.inf
+    return v
+
+
+def runs_table(rows: list[dict]) -> pa.Table:
+    """``runs.parquet``: one column per key any run has (a run without it: null)."""
+    keys: dict[str, None] = {}
+    for r in rows:
+        keys.update(dict.fromkeys(r))
+    cols = {}
+    for k in keys:
+        vals = [r.get(k) for r in rows]
+        kinds = {type(v) for v in vals if v is not None}
+        if kinds <= {bool}:
+            typ = pa.bool_()
+        elif kinds <= {int, float, bool}:
+            typ = pa.float64() if float in kinds or k not in ("block", "repeat") else pa.int64()
+            vals = [None if v is None else (float(v) if typ == pa.float64() else int(v)) for v in vals]
+        else:
+            typ = pa.string()
+            vals = [None if v is None else str(v) for v in vals]
+        cols[k] = pa.array(vals, type=typ)
+    return pa.table(cols) if cols else pa.table({k: pa.array([], pa.string()) for k in RUN_KEYS})
+
+
+def experiment_json(exp, status: str, runs: list[dict]) -> dict:
+    cfg = exp.cfg
+    configs = {name: [_redact_override(o) for o in sub_overrides]
+               for name, sub_overrides in ((s.config, s.overrides) for s in exp.sessions) if name}
+    fixed: dict[str, dict] = {}
+    for d in sorted(exp.out.rglob("run.json")):
+        meta = results_io.read_json(d)
+        fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
+    blocks: dict[int, list[str]] = {}
+    for s in exp.sessions:
+        if s.config:
+            blocks.setdefault(s.block, []).append(s.config)
+    return {
+        "experiment": str(cfg.experiment), "protocol": str(cfg.protocol.name), "status": status,
+        "output_dir": str(exp.out), "seed": int(cfg.seed),
+        "base_overrides": [_redact_override(o) for o in exp.base_overrides],
+        "configs": configs or {"": []},
+        "baseline": (cfg.protocol.get("baseline") or next(iter(configs), "")) if configs else "",
+        "blocks": [{"block": b, "order": order} for b, order in sorted(blocks.items())],
+        "load_points": [{"label": r.label, "load": r.load} for r in exp.plan],
+        "runs_planned": sum(len(s.runs) for s in exp.sessions), "runs_finished": len(runs),
+        "fixed_conditions": fixed, "slo": results_io.redact(_container(cfg.slo)),
+        "workload": _container(cfg.workload),
+        "steps": seven_steps(exp, runs),
+    }
+
+
+def _container(node):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def write_plan(exp, status: str) -> None:
+    """``experiment.json`` as the plan stands (written before the first run and after the last)."""
+    results_io.write_json(exp.out / "experiment.json", experiment_json(exp, status, run_rows(exp.out)))
+
+
+def write_record(exp) -> dict:
+    """``runs.parquet``, ``experiment.json`` and, for a comparison, ``comparison.json``; returns
+    the aggregate metrics for the MLflow parent run."""
+    rows = run_rows(exp.out)
+    if not rows:
+        return {}
+    table = runs_table(rows)
+    tmp = exp.out / "runs.parquet.partial"
+    pq.write_table(table, tmp)
+    tmp.replace(exp.out / "runs.parquet")
+    record = experiment_json(exp, _status(exp, rows), rows)
+    results_io.write_json(exp.out / "experiment.json", record)
+    if exp.cfg.protocol.name != "compare":
+        return {}
+    from harness.comparison import compare_runs, print_comparison
+
+    comparison = compare_runs(table, exp.cfg.protocol, record)
+    results_io.write_json(exp.out / "comparison.json", comparison)
+    print_comparison(comparison)
+    return comparison.get("mlflow_metrics", {})
+
+
+def _status(exp, rows: list[dict]) -> str:
+    planned = sum(len(s.runs) for s in exp.sessions)
+    return "complete" if len(rows) >= planned else "incomplete"

@@ -1,0 +1,104 @@
+"""The comparison protocol (step 6 of the seed's protocol): named configs run in blocks.
+
+``protocol=compare`` names two or more configs, each a list of Hydra overrides applied on
+top of the command's own (``engine=vllm``, ``engine.features.max_num_seqs=64``, ...); every
+config runs the same workload, load points and SLO.  A *block* runs every config once, each
+launched fresh, over all the load points, then stopped; the configs' order inside a block
+is drawn from the experiment's ``seed``, so that a drift of the machine falls on all configs
+alike, and each block is an independent replicate (the engine's start is part of it).  Block
+b of config A and block b of config B are paired for the statistics.
+
+Plans are pure data: printed before anything starts (``--dry-run``), resumed, and tested
+without an engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from protocols.plan import RunSpec
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass
+class NamedConfig:
+    name: str
+    overrides: list[str]
+
+
+@dataclass
+class SessionPlan:
+    """One engine launch: a config in a block, over its load points (``runs``)."""
+    config: str
+    block: int
+    position: int                    # its place in the block's order
+    overrides: list[str]
+    runs: list[RunSpec] = field(default_factory=list)
+
+    @property
+    def subdir(self) -> str:
+        return f"{self.config}/block{self.block}"
+
+
+def named_configs(protocol) -> list[NamedConfig]:
+    """``protocol.configs`` (name -> list of override strings) as checked ``NamedConfig`` s."""
+    configs = protocol.get("configs") or {}
+    if len(configs) < 2:
+        raise ValueError("protocol.configs: a comparison needs at least two named configs, e.g. "
+                         "'protocol.configs={small: [\"engine.features.max_num_seqs=4\"], "
+                         "big: [\"engine.features.max_num_seqs=64\"]}'")
+    out = []
+    for name, overrides in configs.items():
+        if not _NAME.match(str(name)):
+            raise ValueError(f"protocol.configs.{name}: a config name is letters, digits, '_', '.', '-' "
+                             "(it names a folder)")
+        ovs = [str(o) for o in (overrides or [])]
+        for o in ovs:
+            if "=" not in o:
+                raise ValueError(f"protocol.configs.{name}: {o!r} is not an override (key=value or group=option)")
+            if o.split("=", 1)[0].lstrip("+~").startswith(("protocol", "hydra", "output_dir")):
+                raise ValueError(f"protocol.configs.{name}: {o!r}: a config may not change the protocol, "
+                                 "hydra or output_dir (every config runs the same plan)")
+        out.append(NamedConfig(str(name), ovs))
+    return out
+
+
+def block_orders(names: list[str], blocks: int, seed: int, first_block: int = 0) -> list[list[str]]:
+    """The configs' order in each block: a permutation per block drawn from ``(seed, block)``,
+    so that a block's order does not depend on how many blocks were planned."""
+    return [[names[i] for i in np.random.default_rng([int(seed), 1_000_003, b]).permutation(len(names))]
+            for b in range(first_block, first_block + blocks)]
+
+
+def plan_sessions(configs: list[NamedConfig], runs: list[RunSpec], blocks: int, seed: int,
+                  first_block: int = 0) -> list[SessionPlan]:
+    """Every (block, config) session in the order they run, each with the same load points."""
+    by_name = {c.name: c for c in configs}
+    out = []
+    for b, order in enumerate(block_orders([c.name for c in configs], blocks, seed, first_block), first_block):
+        for pos, name in enumerate(order):
+            out.append(SessionPlan(config=name, block=b, position=pos, overrides=list(by_name[name].overrides),
+                                   runs=list(runs)))
+    return out
+
+
+def describe_plan(sessions: list[SessionPlan], base_overrides: list[str]) -> str:
+    """The plan as text, for ``--dry-run`` and before a comparison starts."""
+    lines = []
+    if base_overrides:
+        lines.append("every config: " + " ".join(base_overrides))
+    configs: dict[str, list[str]] = {}
+    for s in sessions:
+        configs.setdefault(s.config, s.overrides)
+    for name, ovs in configs.items():
+        lines.append(f"config {name}: " + (" ".join(ovs) if ovs else "(the base config)"))
+    points = [r.label for r in sessions[0].runs] if sessions else []
+    lines.append(f"load points ({len(points)}): " + ", ".join(points))
+    for b in sorted({s.block for s in sessions}):
+        order = [s.config for s in sessions if s.block == b]
+        lines.append(f"block {b}: " + " -> ".join(order) + "  (each launched fresh, over every load point)")
+    return "\n".join(lines)
