@@ -81,6 +81,7 @@ class Experiment:
         self.out = Path(out) / job_subdir(swept_keys)
         self.mlflow: MlflowLogger | None = None
         self.session: EngineSession | None = None  # the engine config that is up, while it is
+        self.convergence: str | None = None         # why a converging comparison stopped adding blocks
 
     def _compare_sessions(self) -> list[SessionPlan]:
         named = named_configs(self.cfg.protocol)
@@ -145,6 +146,8 @@ class Experiment:
             for s in self.sessions:
                 if todo[id(s)]:
                     self.run_session(s, todo[id(s)])
+            if self.cfg.protocol.name == "compare" and self.cfg.protocol.target_rel_halfwidth:
+                self.converge()
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
@@ -156,6 +159,43 @@ class Experiment:
             experiment_record.write_plan(self, status={"FINISHED": "complete", "KILLED": "interrupted"}.get(
                 status, "failed"))
         return self.finish()
+
+    def converge(self) -> None:
+        """Add blocks until every ``protocol.converge_metrics`` interval (each config, each load
+        point) is within ``protocol.target_rel_halfwidth`` of its estimate, or
+        ``protocol.max_repeats`` blocks have run; ``experiment.json`` says which stopped it."""
+        from harness.experiment_record import run_rows, runs_table
+        from metrics.statistics import converged, mean_ci
+
+        p = self.cfg.protocol
+        target, most = float(p.target_rel_halfwidth), int(p.max_repeats or p.repeats)
+        while True:
+            table = runs_table(run_rows(self.out))
+            metrics = [m for m in p.converge_metrics if m in table.column_names]
+            values: dict[tuple, list[float]] = {}
+            for r in table.select(["config", "label", *metrics]).to_pylist():
+                for m in metrics:
+                    values.setdefault((r["config"], r["label"], m), []).append(
+                        float("nan") if r[m] is None else float(r[m]))
+            estimates = {" ".join(k): mean_ci(v, float(p.confidence)) for k, v in values.items()}
+            done, wide = converged(estimates, target)
+            blocks = 1 + max(s.block for s in self.sessions)
+            if done:
+                self.convergence = f"converged after {blocks} blocks: every interval within +-{target:.1%}"
+                return
+            if blocks >= most:
+                worst = ", ".join(f"{k} +-{w:.1%}" for k, w in sorted(wide, key=lambda x: -x[1])[:3])
+                self.convergence = f"stopped at protocol.max_repeats={most} blocks, not converged: {worst}"
+                return
+            print(f"not converged after {blocks} blocks (widest: {max(w for _, w in wide):.1%} > {target:.1%}): "
+                  "one more block", flush=True)
+            more = plan_sessions(named_configs(p), self.plan, 1, int(self.cfg.seed), first_block=blocks)
+            self.sessions += more
+            experiment_record.write_plan(self, status="running")
+            for s in more:
+                left = self.todo(s)
+                if left:
+                    self.run_session(s, left)
 
     def run_session(self, s: SessionPlan, todo: list[RunSpec]) -> None:
         cfg = self.configs.get(s.config, self.cfg)

@@ -136,6 +136,7 @@ def experiment_json(exp, status: str, runs: list[dict]) -> dict:
         "blocks": [{"block": b, "order": order} for b, order in sorted(blocks.items())],
         "load_points": [{"label": r.label, "load": r.load} for r in exp.plan],
         "runs_planned": sum(len(s.runs) for s in exp.sessions), "runs_finished": len(runs),
+        "convergence": exp.convergence,
         "fixed_conditions": fixed, "slo": results_io.redact(_container(cfg.slo)),
         "workload": _container(cfg.workload),
         "steps": seven_steps(exp, runs),

@@ -130,3 +130,22 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
         compare_experiments(outs[:2], allow=set())
     with pytest.raises(ValueError, match="workload"):
         compare_experiments([outs[0], outs[2]], allow=set())
+
+
+def test_blocks_are_added_until_the_intervals_converge(tmp_path):
+    from engines.tiny_model import ensure_tiny_model
+    from harness.experiment import Experiment
+    from tests.fake_server import FakeServer
+
+    out = tmp_path / "out"
+    with FakeServer() as srv:
+        overrides = _overrides(srv.base_url, ensure_tiny_model(), out, extra=(
+            "protocol.repeats=2", "protocol.max_repeats=4", "protocol.target_rel_halfwidth=0.0001",
+            "protocol.converge_metrics=[p50_ttft_ms]"))
+        with initialize_config_module("conf", version_base="1.3"):
+            exp = Experiment(compose("config", overrides=overrides), overrides=overrides)
+        exp.run()
+    record = json.loads((out / "experiment.json").read_text())
+    assert len(record["blocks"]) == 4            # 2 planned, 2 added: +-0.01 % is out of reach
+    assert "max_repeats=4" in record["convergence"] and "not converged" in record["convergence"]
+    assert len(pq.read_table(out / "runs.parquet")) == 8
