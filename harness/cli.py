@@ -4,6 +4,8 @@
     tokenfactory report PATH                    (re)build the report of a run or experiment folder
     tokenfactory compare EXP_A EXP_B ... [--allow KEY]   equal-SLO comparison of finished experiments
     tokenfactory workload describe [overrides]  characterise a workload (workload.json + figures)
+    tokenfactory roofline engine.model=DIR hardware=NAME 'roofline.batch=[1,64]' roofline.context=2048
+                                                lower bounds per phase from the model's config.json
 
 ``run`` hands its arguments to Hydra unchanged, so every Hydra override and flag works.
 """
@@ -56,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         return _hydra_run(rest)
+    if cmd == "roofline":
+        from harness.roofline_command import roofline_command
+
+        return roofline_command(rest)
     if cmd == "compare":
         from harness.comparison import compare_command
 

@@ -190,6 +190,8 @@ def summarise(s, p: PointRun) -> None:
         "engine_alive_after": p.engine_alive,
         "engine_startup_s": (s.engine.ready_ns - s.engine.started_ns) / 1e9,
         "cache_state": s.cfg.engine.cache_state,
+        # stopped early as over-saturated (loadgen.saturation): its latencies are not a steady state's
+        "saturated": bool(p.stats.get("saturated")), "saturation_reason": p.stats.get("saturated"),
     })
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
     summary.update({f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",

@@ -168,7 +168,9 @@ def precisions(shape: rl.ModelShape, opts: Options, features=None) -> Precisions
 
 # ------------------------------------------------------------------------------------ the table
 def _g(x: float) -> str:
-    return f"{x:.4g}"
+    """Four significant digits (trailing zeros kept, so 30.00 reads as 4 digits); whole
+    numbers with thousands separators from 1,000 up."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:#.4g}"
 
 
 def _bytes(x: float) -> str:

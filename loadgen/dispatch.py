@@ -35,6 +35,7 @@ from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.client import StreamingClient
 from loadgen.prepare import Prepared, PrepareOptions, RequestSource, prepare
 from loadgen.records import RecordWriter, RequestRecord
+from loadgen.saturation import SaturationMonitor, SaturationRule
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
@@ -58,6 +59,7 @@ class LoadSpec:
     seed: int = 0
     drain_timeout_s: float | None = None  # after duration_s: how long in-flight requests may finish
     prewarm_connections: int | None = None  # connections opened before t0 (default: from the load)
+    stop_when_saturated: bool = False       # open loop: stop early once over-saturated (loadgen.saturation)
 
     @classmethod
     def from_load(cls, load: dict) -> LoadSpec:
@@ -68,7 +70,7 @@ class LoadSpec:
                    num_requests=(int(n) + warmup) if n is not None else None, duration_s=load["duration_s"],
                    warmup_requests=warmup, burstiness=float(load["burstiness"]),
                    max_concurrency=load["max_concurrency"], seed=int(load["seed"]),
-                   drain_timeout_s=load["drain_timeout_s"])
+                   drain_timeout_s=load["drain_timeout_s"], stop_when_saturated=bool(load["stop_when_saturated"]))
 
     def validate(self) -> None:
         if self.kind not in LOAD_KINDS:
@@ -106,6 +108,9 @@ class Dispatcher:
         self.prepare_opts = prepare if isinstance(prepare, PrepareOptions) else PrepareOptions(mode=prepare or "auto")
         self.source: RequestSource | None = None
         self._turns: ThreadPoolExecutor | None = None  # builds session turns off the loop
+        self.saturation_rule = SaturationRule()
+        self.saturated: str | None = None      # why the point was stopped as over-saturated
+        self.completed = 0                     # requests whose response is over (the saturation rule counts them)
         self._closed = False
         self._end_ns: int | None = None
         self.writer = writer
@@ -132,6 +137,7 @@ class Dispatcher:
             await self._limit.acquire()
 
     def _store(self, rec: RequestRecord) -> None:
+        self.completed += 1
         if self.finalize is not None:
             self.finalize(rec)
         self.writer.append(rec)
@@ -155,7 +161,7 @@ class Dispatcher:
         meanwhile off the loop; a build longer than the think time shows as the turn's lag)."""
         ended = rec.done_ns or perf_ns()
         built = await asyncio.get_running_loop().run_in_executor(self._turns, self._build_turn, rec)
-        if built is None:
+        if built is None or self.saturated:
             return
         item, think_s, payload = built
         target = ended + int(think_s * 1e9)
@@ -246,6 +252,7 @@ class Dispatcher:
             if self._turns is not None:
                 self._turns.shutdown(wait=False, cancel_futures=True)
         return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent, "cpu_s": time.process_time() - cpu_t0,
+                "saturated": self.saturated,
                 "timestamp_source": getattr(self.client, "timestamp_source", "read"),
                 "prepare": self.source.stats.as_dict()}
 
@@ -348,12 +355,40 @@ class Dispatcher:
             yield i, item, target
 
     async def _open_loop(self, spec: LoadSpec, t0: int) -> None:
-        """Send each prepared request at t0 + its offset (open loop)."""
+        """Send each prepared request at t0 + its offset (open loop); with
+        ``spec.stop_when_saturated``, stop early once the over-saturation rule trips."""
         limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
         self._limit = limit
         source = self.source
         warmup = spec.warmup_requests
-        while True:
+        # (a max_concurrency cap keeps the backlog in the client, as queue wait: no rule there)
+        watch = asyncio.ensure_future(self._watch_saturation()) if spec.stop_when_saturated and not limit else None
+        try:
+            await self._send_prepared(source, t0, warmup, limit)
+        finally:
+            if watch is not None:
+                watch.cancel()
+        if self.saturated:
+            await self._cut_backlog()
+
+    async def _watch_saturation(self) -> None:
+        monitor = SaturationMonitor(self.saturation_rule)
+        while self.saturated is None:
+            await asyncio.sleep(self.saturation_rule.window_s)
+            in_flight = len(self.pending) + len(self.in_flight)
+            self.saturated = monitor.check(self.sent, self.completed, in_flight)
+
+    async def _cut_backlog(self) -> None:
+        """Saturated: what is in flight gets ``drain_s`` to finish; the rest is cancelled."""
+        waiting = set(self.in_flight) | {f for _r, f in self.pending.values()}
+        if waiting:
+            await asyncio.wait(waiting, timeout=self.saturation_rule.drain_s)
+        for rec, _fut in list(self.pending.values()):
+            self.client.cancel(rec)
+        await asyncio.sleep(0)
+
+    async def _send_prepared(self, source, t0: int, warmup: int, limit) -> None:
+        while self.saturated is None:
             p = source.pop_ready()
             if p is None:
                 p = await source.next()  # the producer is behind (or done): wait for it

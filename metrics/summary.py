@@ -18,6 +18,10 @@ Definitions:
 - sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
   one of its turns is ``ok`` (and, given the workload's planned turns, every planned turn was
   sent); ``cost_per_completed_session`` = cost_total / completed sessions.
+- achieved load beside the offered one: ``achieved_send_rate_rps`` = (measured sends - 1) /
+  (last send - first send), the arrival rate the engine saw; ``mean_in_flight`` = sum over
+  measured requests of (done - sent) / ``duration_s`` (Little's law: the concurrency the
+  engine held on average).
 - ``schedule_lag_*_ms``: the load generator's own delay per measured request,
   ``sent_ns - max(scheduled_ns, slot_ns)`` (``metrics.request_metrics.schedule_lag_s``);
   ``client_limited`` when its p99 exceeds ``client.max_schedule_lag_ms``.  Waiting for a
@@ -107,6 +111,11 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     else:
         duration = math.nan
     out["duration_s"] = duration
+    sent_ok = np.sort(sent[~np.isnan(sent)])
+    span = (sent_ok[-1] - sent_ok[0]) / 1e9 if sent_ok.size > 1 else math.nan
+    out["achieved_send_rate_rps"] = (sent_ok.size - 1) / span if span and span > 0 else math.nan
+    busy = np.nansum(done_ns - sent) / 1e9
+    out["mean_in_flight"] = busy / duration if duration and duration > 0 else math.nan
 
     in_tok = _col(done, "prompt_tokens")
     out_tok = _col(done, "output_tokens")

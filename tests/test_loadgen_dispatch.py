@@ -146,3 +146,62 @@ def test_a_send_that_opens_a_connection_records_how_long(tmp_path):
         _, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(6))
     connect = [c for c in t["connect_s"] if c is not None]
     assert 1 <= len(connect) <= 6 and all(0 < c < 1 for c in connect)
+
+
+def test_an_over_saturated_open_loop_is_stopped_early(tmp_path):
+    # A server that streams at most 2 requests at a time, 50 ms each (40 req/s), offered 120 req/s:
+    # the backlog grows every window, so the point stops long before its 600 requests are sent,
+    # and what was in flight is cancelled after the drain.
+    import threading
+
+    from aiohttp import web
+
+    from loadgen.saturation import SaturationRule
+
+    sem_box = {}
+
+    async def handle(request):
+        await request.read()
+        async with sem_box["sem"]:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await asyncio.sleep(0.05)
+            await resp.write(event(completion("s", "a", "length")) + event(b"[DONE]"))
+            return resp
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box = {}
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        sem_box["sem"] = asyncio.Semaphore(2)
+        app = web.Application()
+        app.router.add_post("/v1/completions", handle)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        box["port"], box["runner"] = site._server.sockets[0].getsockname()[1], runner
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    started.wait(10)
+    spec = LoadSpec(kind="constant", rate=120.0, num_requests=600, stop_when_saturated=True)
+    writer = RecordWriter(tmp_path / "r.parquet")
+
+    async def go():
+        async with StreamingClient(ClientConfig(base_url=f"http://127.0.0.1:{box['port']}", model="m")) as c:
+            d = Dispatcher(c, writer)
+            d.saturation_rule = SaturationRule(window_s=0.5, windows=3, drain_s=0.5)
+            return await d.run(_items(600), spec)
+
+    stats = asyncio.run(go())
+    asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert stats["saturated"] and "over-saturated" in stats["saturated"]
+    assert 100 < stats["sent"] < 600 and len(t["status"]) == stats["sent"]  # every send recorded
+    assert "cancelled" in t["status"] and "ok" in t["status"]
