@@ -213,6 +213,19 @@ class SweepProtocol:
     load_points: List[Any] = field(default_factory=list)  # numbers (rate or concurrency) or load mappings
     repeats: int = _f(1, ge=1)
     dry_run: bool = False                     # print the plan and stop (the command line's --dry-run)
+    # Step 4, adaptive (protocols/load_search.py): a probe of closed-loop runs at rising
+    # concurrency finds the saturation and places num_points load points up to and past it ...
+    probe: bool = False
+    probe_max_concurrency: int = _f(256, ge=1)
+    probe_requests_per_user: int = _f(8, ge=1)
+    spacing: str = _f("geometric", choices=("linear", "geometric", "mlperf"))
+    num_points: int = _f(6, ge=2)
+    # ... and search=slo finds the highest load at which the SLO holds (bisection, per session)
+    search: str = _f("none", choices=("none", "slo"))
+    search_low: Optional[float] = _f(None, gt=0)    # default: the smallest load point (or probe x 0.1)
+    search_high: Optional[float] = _f(None, gt=0)   # default: the largest load point (or probe x 1.2)
+    search_tolerance: float = _f(0.1, gt=0, lt=1)   # stop when (first fail - last pass) <= this x last pass
+    search_max_probes: int = _f(8, ge=2)
 
 
 COMPARED_METRICS = ["output_throughput", "goodput_rps", "good_output_throughput", "slo_attainment",
@@ -245,6 +258,7 @@ class Slo:
     tpot_ms: Optional[float] = _f(None, gt=0)
     e2el_ms: Optional[float] = _f(None, gt=0)
     percentile: float = _f(99.0, gt=0, lt=100)
+    min_attainment: Optional[float] = _f(None, gt=0, le=1)  # a run meets the SLO only with this share good
 
 
 @dataclass

@@ -100,15 +100,32 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
     return points
 
 
-def compare_runs(table: pa.Table, protocol, record: dict) -> dict:
-    """``comparison.json`` of one ``protocol=compare`` experiment from its ``runs.parquet``."""
+SEARCH_LABEL = "max load under the SLO"
+SEARCH_METRICS = ["max_load_under_slo", "goodput_rps", "good_output_throughput", "cost_per_mtok_good"]
+
+
+def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] | None = None) -> dict:
+    """``comparison.json`` of one ``protocol=compare`` experiment from its ``runs.parquet``
+    (the load points) and its sessions' ``search.json`` (max load under the SLO, and goodput and
+    cost there)."""
     configs = list((record.get("configs") or {}).keys())
     baseline = protocol.get("baseline") or configs[0]
+    if "role" in table.column_names:
+        table = table.filter(pc.equal(table.column("role"), "point"))
     groups = {c: table.filter(pc.equal(table.column("config"), c)) for c in configs}
     metrics = [m for m in protocol.metrics if m in table.column_names or m in RATIOS]
     confidence, margin = float(protocol.confidence), float(protocol.min_effect)
-    points = compare_tables(groups, metrics, baseline, paired=True, confidence=confidence, margin=margin,
-                            seed=int(record.get("seed") or 0))
+    seed = int(record.get("seed") or 0)
+    points = []
+    if searches:
+        found = pa.Table.from_pylist([{**{k: s.get(k) for k in ("config", "block", "cost_total",
+                                                                 "good_output_tokens", *SEARCH_METRICS)},
+                                       "label": SEARCH_LABEL} for s in searches])
+        sgroups = {c: found.filter(pc.equal(found.column("config"), c)) for c in configs}
+        points += compare_tables(sgroups, SEARCH_METRICS, baseline, paired=True, confidence=confidence,
+                                 margin=margin, seed=seed)
+    points += compare_tables(groups, metrics, baseline, paired=True, confidence=confidence, margin=margin,
+                             seed=seed)
     return {"kind": "paired", "method_note": "blocks paired: block b of each config against block b of the baseline",
             "configs": configs, "baseline": baseline, "blocks": sorted({r["block"] for r in record.get("blocks", [])}),
             "confidence": confidence, "min_effect": margin, "points": points,

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from harness import results_io
 
-RUN_KEYS = ("config", "block", "label", "load_kind", "offered_load", "repeat", "run_dir")
+RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 _SECRET = re.compile(r"(api_key|token|secret|password|authorization)", re.I)
 
 STEPS = {
@@ -77,7 +77,7 @@ def run_rows(out: Path) -> list[dict]:
         summary = results_io.read_json(d / "summary.json")
         load = meta.get("load") or {}
         row = {"config": meta.get("config") or "", "block": int(meta.get("block") or 0),
-               "label": meta.get("label", d.name),
+               "role": meta.get("role") or "point", "label": meta.get("label", d.name),
                "load_kind": load.get("kind"), "offered_load": summary.get("offered_load"),
                "repeat": int(meta.get("repeat") or 0), "run_dir": str(d.relative_to(out)) if d != out else "."}
         for k, v in summary.items():
@@ -154,6 +154,11 @@ def write_plan(exp, status: str) -> None:
     results_io.write_json(exp.out / "experiment.json", experiment_json(exp, status, run_rows(exp.out)))
 
 
+def search_results(out: Path) -> list[dict]:
+    """Every session's ``search.json`` (``protocol.search=slo``)."""
+    return [results_io.read_json(p) for p in sorted(out.rglob("search.json"))]
+
+
 def write_record(exp) -> dict:
     """``runs.parquet``, ``experiment.json`` and, for a comparison, ``comparison.json``; returns
     the aggregate metrics for the MLflow parent run."""
@@ -170,7 +175,7 @@ def write_record(exp) -> dict:
         return {}
     from harness.comparison import compare_runs, print_comparison
 
-    comparison = compare_runs(table, exp.cfg.protocol, record)
+    comparison = compare_runs(table, exp.cfg.protocol, record, search_results(exp.out))
     results_io.write_json(exp.out / "comparison.json", comparison)
     print_comparison(comparison)
     return comparison.get("mlflow_metrics", {})

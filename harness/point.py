@@ -208,7 +208,8 @@ def summarise(s, p: PointRun) -> None:
 
 def write_results(s, p: PointRun) -> None:
     run_meta = {"index": p.spec.index, "label": p.spec.label, "load": p.spec.load, "repeat": p.spec.repeat,
-                "config": s.name, "block": s.block, "window_start_ns": p.window_open_ns,
+                "config": s.name, "block": s.block, "role": p.spec.tags.get("role", "point"),
+                "window_start_ns": p.window_open_ns,
                 "window_end_ns": p.window_close_ns, "fixed_conditions": s.fixed_conditions()}
     results_io.write_json(p.run_dir / "run.json", run_meta)
     results_io.write_yaml(p.run_dir / "config.yaml", {**s.safe_config, "load": p.spec.load})

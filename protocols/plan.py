@@ -43,20 +43,28 @@ def offered_load(load: dict) -> float | None:
     return float(load["rate"]) if load.get("rate") is not None else None
 
 
-def plan_runs(cfg: DictConfig, repeats: int | None = None) -> list[RunSpec]:
+def plan_runs(cfg: DictConfig, repeats: int | None = None, points: list | None = None) -> list[RunSpec]:
     """The load points of one engine session; ``repeats`` (default ``protocol.repeats``) runs of
-    each, in a sweep; a comparison repeats whole blocks instead and passes 1."""
+    each, in a sweep; a comparison repeats whole blocks instead and passes 1.  ``points``
+    (default ``protocol.load_points``) are those a probe placed."""
     base = OmegaConf.to_container(cfg.load, resolve=True)
-    points = cfg.protocol.load_points
+    if points is None:
+        points = OmegaConf.to_container(cfg.protocol.load_points, resolve=True)
     repeats = int(cfg.protocol.repeats if repeats is None else repeats)
+    return runs_from_points(base, points, repeats)
+
+
+def runs_from_points(base: dict, points: list, repeats: int = 1, prefix: str = "") -> list[RunSpec]:
+    """A run per point (a mapping merged over ``base``, or a bare number: the rate, or the
+    concurrency for a closed loop), ``repeats`` times; folders under ``prefix`` when given."""
     if repeats < 1:
         raise ValueError(f"protocol.repeats must be >= 1, got {repeats}")
     if points is None or len(points) == 0:
         runs = [dict(base)]
-        single = repeats == 1
+        single = repeats == 1 and not prefix
     else:
         runs = []
-        for i, p in enumerate(OmegaConf.to_container(points, resolve=True)):
+        for i, p in enumerate(points):
             if isinstance(p, (int, float)):  # shorthand: a bare number is the rate (or concurrency)
                 p = {"concurrency" if base.get("kind") == "concurrency" else "rate": p}
             if not isinstance(p, dict):
@@ -72,6 +80,6 @@ def plan_runs(cfg: DictConfig, repeats: int | None = None) -> list[RunSpec]:
         for load in runs:
             idx = len(out)
             label = load_label(load) + (f" #{r}" if repeats > 1 else "")
-            sub = None if single else f"{idx:02d}-{_slug(label.replace(' ', '-'))}"
+            sub = None if single else prefix + f"{idx:02d}-{_slug(label.replace(' ', '-'))}"
             out.append(RunSpec(index=idx, label=label, load=load, repeat=r, subdir=sub))
     return out

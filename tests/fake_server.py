@@ -34,8 +34,12 @@ def _params(prompt: str) -> dict:
 
 
 class FakeServer:
-    def __init__(self, continuous_usage: bool = True):
+    def __init__(self, continuous_usage: bool = True, knee_rps: float | None = None):
         self.continuous_usage = continuous_usage
+        # A capacity knee: a request that arrives less than 1/knee_rps after the one before (an
+        # arrival rate >= knee_rps) gets its first token after 300 ms instead of ttft_ms.
+        self.knee_rps = knee_rps
+        self.arrivals: list[float] = []
         self.truth: dict[str, dict] = {}  # response id -> {"chunk_ns": [...], "tokens": [...], "mode": ...}
         self.requests: list[dict] = []
         self.headers: list[dict] = []
@@ -109,6 +113,11 @@ class FakeServer:
         # harness run's prompts come from a tokenizer, its model name from the config
         p = _params(f"{body.get('model', '')} {prompt}")
         mode, k, n = p["mode"], p["k"], p["n"]
+        if self.knee_rps is not None:
+            now = time.perf_counter()
+            if self.arrivals and now - self.arrivals[-1] < 1 / self.knee_rps:
+                p["ttft_ms"] = 300.0
+            self.arrivals.append(now)
         rid = "fake-" + uuid.uuid4().hex[:12]
         truth = self.truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}
         if mode == "http500":

@@ -1,0 +1,158 @@
+"""Step 4 of the seed's protocol, made adaptive: find the engine's saturation, place the load
+points up to and past it, and find the highest load at which the SLO still holds.
+
+- ``saturation``: from a probe of closed-loop runs at rising concurrency (1, 2, 4, ...): the
+  highest request throughput seen, stopping once doubling the users adds less than
+  ``min_gain`` (or a step fails).  ``place_points`` spaces the sweep's points from it:
+  ``linear`` (fractions 0.1 .. 1.1 of saturation), ``geometric`` (halving down from 1.1x),
+  ``mlperf`` (MLPerf Endpoints' regions: 1, 2, 4, ... 32 below saturation, then three
+  log2-spaced points up to a 10 % margin above it).  Open loops get request rates, closed
+  loops concurrencies.
+- ``Bisection``: the highest offered load whose run meets the SLO, between a load known to
+  pass and one known to fail, halving the bracket until it is within ``tolerance`` of the
+  passing end (or ``max_probes`` runs); integer for concurrency.  The answer carries its
+  bracket: the true knee lies between the last pass and the first fail.
+
+Pure: numbers in, numbers out; the harness runs the probes (``harness.experiment``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SPACINGS = ("linear", "geometric", "mlperf")
+MLPERF_LOW = (1, 2, 4, 8, 16, 32)
+
+
+def probe_concurrencies(max_concurrency: int = 256) -> list[int]:
+    return [2 ** i for i in range(int(math.log2(max_concurrency)) + 1)]
+
+
+def saturation(steps: list[tuple[int, float]], min_gain: float = 0.05) -> tuple[float, int, bool]:
+    """(saturation throughput, its concurrency, whether the curve flattened) from probe steps
+    ``(concurrency, request throughput)`` in rising order."""
+    best_c, best = 0, 0.0
+    for c, thr in steps:
+        if thr > best * (1 + min_gain):
+            best_c, best = c, thr
+        elif best > 0:
+            return max(best, thr), best_c, True
+    return best, best_c, False
+
+
+def probe_done(steps: list[tuple[int, float]], min_gain: float = 0.05) -> bool:
+    """Whether the probe can stop: the last doubling gained less than ``min_gain``."""
+    return len(steps) >= 2 and steps[-1][1] < steps[-2][1] * (1 + min_gain)
+
+
+def place_points(sat: float, spacing: str, n: int = 6, integer: bool = False) -> list[float]:
+    """Load points up to and past saturation ``sat`` (a rate, or a concurrency when ``integer``)."""
+    if spacing not in SPACINGS:
+        raise ValueError(f"protocol.spacing={spacing!r}: expected one of {', '.join(SPACINGS)}")
+    if not (sat > 0 and math.isfinite(sat)):
+        raise ValueError(f"the probe found no saturation (throughput {sat}): nothing to place points by")
+    top = 1.1 * sat
+    if spacing == "linear":
+        pts = list(np.linspace(0.1, 1.1, n) * sat)
+    elif spacing == "geometric":
+        pts = [top / 2 ** (n - 1 - i) for i in range(n)]
+    else:
+        low = [x for x in MLPERF_LOW if x < sat]
+        start = low[-1] if low else sat / 2
+        pts = [float(x) for x in low] + list(np.exp2(np.linspace(np.log2(start), np.log2(top), 4))[1:])
+    if integer:
+        return sorted({max(1, int(round(p))) for p in pts})
+    return sorted({round(float(p), 3) for p in pts if p > 0})
+
+
+@dataclass
+class Probe:
+    load: float
+    passed: bool
+    run_dir: str = ""
+    why: str = ""
+
+
+@dataclass
+class Bisection:
+    """The highest load meeting the SLO in ``[low, high]`` (``integer`` for concurrency)."""
+
+    low: float
+    high: float
+    tolerance: float = 0.1
+    max_probes: int = 8
+    integer: bool = False
+    probes: list[Probe] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not 0 < self.low < self.high:
+            raise ValueError(f"protocol.search: the bracket must be 0 < low < high, got [{self.low}, {self.high}]")
+
+    @property
+    def best_pass(self) -> float | None:
+        ok = [p.load for p in self.probes if p.passed]
+        return max(ok) if ok else None
+
+    @property
+    def first_fail(self) -> float | None:
+        bad = [p.load for p in self.probes if not p.passed and (self.best_pass is None or p.load > self.best_pass)]
+        return min(bad) if bad else None
+
+    def next_load(self) -> float | None:
+        """The next load to try, or None when the answer is known (or the probes are spent)."""
+        if len(self.probes) >= self.max_probes:
+            return None
+        tried = {p.load for p in self.probes}
+        if self.high not in tried:
+            return self.high
+        if self.best_pass is None and self.first_fail is not None:
+            if self.low not in tried:
+                return self.low
+            return None  # even the low end fails
+        if self.first_fail is None:
+            return None  # the high end passes: the knee is beyond the bracket
+        lo, hi = self.best_pass, self.first_fail
+        if hi - lo <= max(self.tolerance * lo, 1 if self.integer else 0):
+            return None
+        mid = (lo + hi) / 2
+        if self.integer:
+            mid = int(mid)
+            if mid in tried or mid <= lo:
+                return None
+        return mid
+
+    def record(self, load: float, passed: bool, run_dir: str = "", why: str = "") -> None:
+        self.probes.append(Probe(load, passed, run_dir, why))
+
+    def result(self) -> dict:
+        """``max_load_under_slo`` with its bracket and why the search stopped."""
+        lo, hi = self.best_pass, self.first_fail
+        if lo is None:
+            note = f"the SLO fails already at the low end {self.low:g}"
+        elif hi is None:
+            note = f"the SLO holds at the high end {self.high:g}: the knee is beyond the bracket"
+        elif hi - lo <= max(self.tolerance * lo, 1 if self.integer else 0):
+            note = f"bracket within tolerance {self.tolerance:.0%}"
+        else:
+            note = f"stopped after {len(self.probes)} probes (protocol.search_max_probes)"
+        return {"max_load_under_slo": lo if lo is not None else 0.0,
+                "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
+                "probes": [p.__dict__ for p in self.probes], "note": note}
+
+
+def slo_holds(summary: dict, min_attainment: float | None = None) -> tuple[bool, str]:
+    """Whether a run met the SLO: every configured per-SLO percentile check (``slo_*_met``),
+    the attainment floor if one is set, and not stopped as over-saturated."""
+    if summary.get("saturated"):
+        return False, "over-saturated"
+    failed = [k[4:-4] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_met") and not v]
+    if failed:
+        return False, "missed: " + ", ".join(failed)
+    if min_attainment is not None and not (summary.get("slo_attainment") or 0) >= min_attainment:
+        return False, f"attainment {summary.get('slo_attainment')} < {min_attainment}"
+    if not summary.get("completed"):
+        return False, "no request completed"
+    return True, ""
