@@ -459,10 +459,10 @@ def paired_difference(a, b, *, confidence: float = 0.95, relative: str = "delta"
 
     - absolute: d̄ ± t(1-α/2, n-1) · s_d/√n  (= ``scipy.stats.ttest_rel(b, a).confidence_interval``);
     - relative, r = b̄/ā - 1 (for positive metrics), ``relative="delta"`` (default): the delta
-      method, se(b̄/ā) = s_e/(√n · ā) with e_i = b_i - (b̄/ā)·a_i (ddof=1), t(n-1) quantile.  It
-      reduces to the absolute interval / ā when A does not vary, and unlike a bootstrap it is
-      not too narrow with the 3-10 blocks a protocol runs.  ``relative="bootstrap"``: paired
-      BCa bootstrap of b̄/ā - 1 over blocks;
+      method, se(b̄/ā) = s_e/(√n · ā) with e_i = b_i - (b̄/ā)·a_i (ddof=1), t(n-1) quantile,
+      never narrower than the absolute interval / ā (s_e can vanish when B is proportional
+      to A); unlike a bootstrap it is not too narrow with the 3-10 blocks a protocol runs.
+      ``relative="bootstrap"``: paired BCa bootstrap of b̄/ā - 1 over blocks;
     - ``bootstrap=True`` adds a paired BCa bootstrap interval of d̄.
     """
     aa, bb = _align(a, b)
@@ -496,10 +496,16 @@ def paired_difference(a, b, *, confidence: float = 0.95, relative: str = "delta"
 
 
 def _paired_delta(aa: np.ndarray, bb: np.ndarray, confidence: float, note: str, dropped: int) -> Estimate:
-    """r = b̄/ā; se(r) = s_e/(√n ā), e_i = b_i - r·a_i; interval (r - 1) ± t(n-1)·se."""
+    """r = b̄/ā; se(r) = max(s_e, s_d)/(√n ā), e_i = b_i - r·a_i, d_i = b_i - a_i; (r - 1) ± t(n-1)·se.
+
+    The delta method alone (s_e) collapses to a zero-width interval when B is proportional to A
+    block by block (e.g. (1.4, 3.0), (0, 0), (0, 0)): three blocks cannot show that.  Never
+    narrower than the absolute interval over ā keeps the interval honest there.
+    """
     n = aa.size
     ma, r = aa.mean(), bb.mean() / aa.mean()
-    se = float((bb - r * aa).std(ddof=1)) / (math.sqrt(n) * ma)
+    s = max(float((bb - r * aa).std(ddof=1)), float((bb - aa).std(ddof=1)))
+    se = s / (math.sqrt(n) * ma)
     lo, hi = _t_interval(float(r - 1), se, n - 1, confidence)
     return Estimate(float(r - 1), float(lo), float(hi), n, "delta (student-t)", note, confidence, dropped)
 

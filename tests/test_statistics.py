@@ -186,7 +186,7 @@ def test_paired_difference_matches_ttest_rel():
 def test_paired_relative_delta_by_hand_and_constant_baseline():
     d = paired_difference(A, B)
     r = B.mean() / A.mean()
-    se = (B - r * A).std(ddof=1) / (math.sqrt(6) * A.mean())
+    se = max((B - r * A).std(ddof=1), (B - A).std(ddof=1)) / (math.sqrt(6) * A.mean())
     t = stats.t.ppf(0.975, 5)
     assert (d.relative.low, d.relative.high) == (pytest.approx(r - 1 - t * se), pytest.approx(r - 1 + t * se))
     # A constant: the relative interval is the absolute one divided by A
@@ -207,6 +207,17 @@ def test_paired_difference_drops_incomplete_blocks_and_bootstraps():
     assert d.to_dict()["relative"]["n"] == 4
     with pytest.raises(ValueError):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_paired_relative_not_zero_width_when_b_is_proportional_to_a():
+    # Real case: p50 TPOT per block (1.41, 3.0), (0, 0), (0, 0); e_i = b_i - r a_i vanishes.
+    d = paired_difference([1.41, 0.0, 0.0], [3.0, 0.0, 0.0])
+    assert d.relative.high - d.relative.low > 0.5
+    assert d.relative.low < 0 < d.relative.high
+    assert verdict(d, higher_is_better=False).outcome == "no_significant_difference"
+    # Not wider than needed when A does not vary: equals the absolute interval over ā.
+    d = paired_difference([100.0, 100.0, 100.0], [104.0, 106.0, 105.0])
+    assert d.relative.low == pytest.approx(d.absolute.low / 100.0)
 
 
 def test_unpaired_welch_matches_scipy_and_hand():
