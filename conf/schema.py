@@ -251,6 +251,25 @@ class CompareProtocol(SweepProtocol):
     confidence: float = _f(0.95, gt=0, lt=1)
 
 
+@dataclass
+class AblationProtocol(SweepProtocol):
+    """Step 5: a baseline (overrides) and named optimisations (name -> overrides); arms are the
+    baseline, each optimisation alone, the chosen pairs (or the full factorial) and all together,
+    run in blocks like a comparison's configs (protocols/ablation.py, harness/ablation.py)."""
+    name: str = "ablation"
+    baseline: Any = None                      # overrides every arm starts from
+    optimisations: Any = None                 # name -> overrides that turn it on
+    factorial: bool = False                   # every combination, not only singles and all
+    pairs: Any = None                         # [[a, b], ...]: combinations to run besides
+    repeats: int = _f(3, ge=1)                # blocks
+    max_repeats: Optional[int] = _f(None, ge=1)
+    target_rel_halfwidth: Optional[float] = _f(None, gt=0, lt=1)
+    converge_metrics: List[str] = field(default_factory=lambda: ["output_throughput", "p99_ttft_ms"])
+    metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
+    min_effect: float = _f(0.02, ge=0, lt=1)
+    confidence: float = _f(0.95, gt=0, lt=1)
+
+
 # ------------------------------------------------------------------------------------ slo, cost, hardware
 @dataclass
 class Slo:
@@ -395,7 +414,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
-    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol},
+    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},

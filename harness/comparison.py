@@ -104,12 +104,13 @@ SEARCH_LABEL = "max load under the SLO"
 SEARCH_METRICS = ["max_load_under_slo", "goodput_rps", "good_output_throughput", "cost_per_mtok_good"]
 
 
-def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] | None = None) -> dict:
+def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] | None = None,
+                 baseline: str | None = None) -> dict:
     """``comparison.json`` of one ``protocol=compare`` experiment from its ``runs.parquet``
     (the load points) and its sessions' ``search.json`` (max load under the SLO, and goodput and
     cost there)."""
     configs = list((record.get("configs") or {}).keys())
-    baseline = protocol.get("baseline") or configs[0]
+    baseline = baseline or protocol.get("baseline") or configs[0]
     if "role" in table.column_names:
         table = table.filter(pc.equal(table.column("role"), "point"))
     groups = {c: table.filter(pc.equal(table.column("config"), c)) for c in configs}

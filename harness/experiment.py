@@ -47,7 +47,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
 def check_config(cfg: DictConfig) -> list[RunSpec]:
     """Everything that can be checked before an engine starts; returns the load points."""
     validate(cfg)
-    runs = plan_runs(cfg, repeats=1 if cfg.protocol.name == "compare" else None)
+    runs = plan_runs(cfg, repeats=1 if cfg.protocol.name in ("compare", "ablation") else None)
     check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
     check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
     for r in runs:
@@ -70,7 +70,7 @@ class Experiment:
             for note in apply_explicit(cfg, explicit):
                 print(f"note: {note}", flush=True)
             self.plan: list[RunSpec] = check_config(cfg)
-            if cfg.protocol.name == "compare":
+            if self.multi:
                 self.sessions = self._compare_sessions()
             else:
                 self.sessions = [SessionPlan(config="", block=0, position=0, overrides=[], runs=self.plan)]
@@ -83,15 +83,34 @@ class Experiment:
         self.session: EngineSession | None = None  # the engine config that is up, while it is
         self.convergence: str | None = None         # why a converging comparison stopped adding blocks
 
+    @property
+    def multi(self) -> bool:
+        """Several configs in blocks: a comparison, or an ablation's arms."""
+        return self.cfg.protocol.name in ("compare", "ablation")
+
+    @property
+    def baseline(self) -> str:
+        if self.cfg.protocol.name == "ablation":
+            return "baseline"
+        return self.cfg.protocol.baseline or next(iter(self.configs), "")
+
+    def named_configs(self) -> list:
+        if self.cfg.protocol.name == "ablation":
+            from protocols.ablation import ablation_arms
+
+            return [nc for _, _, nc in ablation_arms(self.cfg.protocol)]
+        return named_configs(self.cfg.protocol)
+
     def _compare_sessions(self) -> list[SessionPlan]:
-        named = named_configs(self.cfg.protocol)
-        baseline = self.cfg.protocol.baseline
+        named = self.named_configs()
+        baseline = self.cfg.protocol.baseline if self.cfg.protocol.name == "compare" else None
         if baseline is not None and baseline not in {c.name for c in named}:
             raise ValueError(f"protocol.baseline={baseline!r} is not one of protocol.configs "
                              f"({', '.join(c.name for c in named)})")
         # The command's own overrides, but its protocol.configs: Hydra keeps overrides without
         # their quotes, and the override strings inside would not parse a second time.
-        base = [o for o in self.base_overrides if not o.lstrip("+~").startswith("protocol.configs")]
+        base = [o for o in self.base_overrides if not o.lstrip("+~").startswith(
+            ("protocol.configs", "protocol.baseline", "protocol.optimisations", "protocol.pairs"))]
         for c in named:
             try:
                 sub = compose_config(base + c.overrides)
@@ -121,7 +140,7 @@ class Experiment:
         return self.cfg.protocol.search == "slo" and not (self.session_dir(s) / "search.json").exists()
 
     def describe(self) -> str:
-        if self.cfg.protocol.name == "compare":
+        if self.multi:
             return describe_plan(self.sessions, self.base_overrides)
         return f"load points ({len(self.plan)}): " + ", ".join(r.label for r in self.plan)
 
@@ -151,7 +170,7 @@ class Experiment:
             for s in self.sessions:
                 if todo[id(s)] or self.needs_search(s):
                     self.run_session(s, todo[id(s)])
-            if self.cfg.protocol.name == "compare" and self.cfg.protocol.target_rel_halfwidth:
+            if self.multi and self.cfg.protocol.target_rel_halfwidth:
                 self.converge()
             status = "FINISHED"
         except KeyboardInterrupt:
@@ -196,7 +215,7 @@ class Experiment:
                 return
             print(f"not converged after {blocks} blocks (widest: {max(w for _, w in wide):.1%} > {target:.1%}): "
                   "one more block", flush=True)
-            more = plan_sessions(named_configs(p), self.plan, 1, int(self.cfg.seed), first_block=blocks)
+            more = plan_sessions(self.named_configs(), self.plan, 1, int(self.cfg.seed), first_block=blocks)
             self.sessions += more
             experiment_record.write_plan(self, status="running")
             for s in more:
@@ -263,7 +282,7 @@ class Experiment:
               f"{probe['saturation_concurrency']}" + ("" if probe["flattened"] else " (the curve had not flattened)")
               + f"; load points ({p.spacing}): {points}", flush=True)
         self.plan = runs_from_points(OmegaConf.to_container(self.cfg.load, resolve=True), points,
-                                     repeats=1 if p.name == "compare" else int(p.repeats))
+                                     repeats=1 if self.multi else int(p.repeats))
         for s in self.sessions:
             s.runs = list(self.plan)
 

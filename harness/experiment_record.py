@@ -58,10 +58,12 @@ def seven_steps(exp, runs: list[dict]) -> list[dict]:
                                         "devices, harness commit"},
         {"step": 4, "ran": done and n_points > 1,
          "how": f"{n_points} load point(s)" + ("" if n_points > 1 else ": a single point is not a sweep")},
-        {"step": 5, "ran": False, "how": "not an ablation (protocol=ablation)"},
-        {"step": 6, "ran": proto == "compare" and done,
+        {"step": 5, "ran": proto == "ablation" and done,
+         "how": (f"{len(exp.configs)} arms in blocks, effects and interactions (ablation.json)" if proto == "ablation"
+                 else "not an ablation (protocol=ablation)")},
+        {"step": 6, "ran": exp.multi and done,
          "how": (f"{len(exp.configs)} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
-                 "(comparison.json)") if proto == "compare" else "one config: nothing to compare (protocol=compare)"},
+                 "(comparison.json)") if exp.multi else "one config: nothing to compare (protocol=compare)"},
         {"step": 7, "ran": False, "how": "not a promotion (protocol=promote)"},
     ]
     for s in out:
@@ -132,7 +134,7 @@ def experiment_json(exp, status: str, runs: list[dict]) -> dict:
         "output_dir": str(exp.out), "seed": int(cfg.seed),
         "base_overrides": [_redact_override(o) for o in exp.base_overrides],
         "configs": configs or {"": []},
-        "baseline": (cfg.protocol.get("baseline") or next(iter(configs), "")) if configs else "",
+        "baseline": exp.baseline if configs else "",
         "blocks": [{"block": b, "order": order} for b, order in sorted(blocks.items())],
         "load_points": [{"label": r.label, "load": r.load} for r in exp.plan],
         "runs_planned": sum(len(s.runs) for s in exp.sessions), "runs_finished": len(runs),
@@ -171,13 +173,24 @@ def write_record(exp) -> dict:
     tmp.replace(exp.out / "runs.parquet")
     record = experiment_json(exp, _status(exp, rows), rows)
     results_io.write_json(exp.out / "experiment.json", record)
-    if exp.cfg.protocol.name != "compare":
+    if not exp.multi:
         return {}
     from harness.comparison import compare_runs, print_comparison
 
-    comparison = compare_runs(table, exp.cfg.protocol, record, search_results(exp.out))
+    comparison = compare_runs(table, exp.cfg.protocol, record, search_results(exp.out), baseline=exp.baseline)
     results_io.write_json(exp.out / "comparison.json", comparison)
     print_comparison(comparison)
+    if exp.cfg.protocol.name == "ablation":
+        from harness.ablation import bottlenecks, effects, format_ablation
+        from protocols.ablation import ablation_arms
+
+        arms = [(name, opts) for name, opts, _ in ablation_arms(exp.cfg.protocol)]
+        ablation = {"arms": {name: list(opts) for name, opts in arms},
+                    "confidence": float(exp.cfg.protocol.confidence),
+                    "points": effects(table, arms, confidence=float(exp.cfg.protocol.confidence)),
+                    "bottlenecks": bottlenecks(table, arms)}
+        results_io.write_json(exp.out / "ablation.json", ablation)
+        print(format_ablation(ablation), flush=True)
     return comparison.get("mlflow_metrics", {})
 
 

@@ -199,6 +199,7 @@ def summarise(s, p: PointRun) -> None:
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
+    summary.update(_roofline(s, summary))
     exp = p.requests.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
     got = p.requests.column("prompt_tokens").to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
@@ -265,6 +266,23 @@ POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workloa
 
 
 # ---------------------------------------------------------------------------------- helpers
+def _roofline(s, summary: dict) -> dict:
+    """Measured over the roofline of the served model on ``hardware`` (metrics/roofline.py):
+    only where the model's config.json is readable and the profile has the peak rates."""
+    from metrics.roofline import canonical_dtype, read_model_config, run_roofline
+
+    fixed = s.fixed_conditions()
+    try:
+        shape = read_model_config(s.engine.model)
+        dtype = fixed.get("weight_dtype")
+        dtype = canonical_dtype(dtype if dtype and dtype != "auto" else (shape.dtype or "bf16"))
+        kv = fixed.get("kv_cache_dtype")
+        kv = canonical_dtype(kv) if kv and kv != "auto" else dtype
+        return run_roofline(summary, shape, s.container["hardware"], dtype, kv)
+    except (OSError, ValueError, KeyError) as e:
+        return {"roofline_unavailable_reason": str(e)[:300]}
+
+
 class _Progress:
     """tqdm bars (``progress=true``): the requests being built ahead, then those finished."""
 

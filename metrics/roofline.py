@@ -547,3 +547,38 @@ def classify(measured_ms: float, bound_ms: float, roofline_limit: str = "memory 
     ratio = measured_ms / bound_ms if bound_ms > 0 else math.nan
     return Classification(measured_ms=measured_ms, bound_ms=bound_ms, ratio=ratio,
                           limit=limiting_resource(roofline_limit, evidence, kv_full))
+
+
+# ------------------------------------------------------------------------------------ a measured run
+def run_roofline(summary: Mapping[str, Any], shape: ModelShape, profile: Mapping[str, Any],
+                 dtype: str, kv_dtype: str | None = None) -> dict:
+    """A run against its roofline: the decode step's bound at the batch the engine held
+    (``engine_running_mean``, else ``mean_in_flight``) and a context of the mean prompt plus
+    half the mean output, the prefill bound of one mean prompt, the run's median TPOT and TTFT
+    over them, and the resource that limits the run (``limiting_resource`` with the engine's
+    evidence).  Keys ``roofline_*``, ``tpot_over_roofline``, ``ttft_over_roofline``,
+    ``bottleneck``; ``roofline_unavailable_reason`` instead when the inputs are missing."""
+    kv_dtype = kv_dtype or dtype
+    n = summary.get("completed") or 0
+    if not n:
+        return {"roofline_unavailable_reason": "no completed request"}
+    batch = summary.get("engine_running_mean")
+    if batch is None or (isinstance(batch, float) and math.isnan(batch)):
+        batch = summary.get("mean_in_flight")
+    if batch is None or not batch > 0:
+        return {"roofline_unavailable_reason": "no batch size known (engine_running_mean, mean_in_flight)"}
+    prompt = (summary.get("total_input_tokens") or 0) / n
+    output = (summary.get("total_output_tokens") or 0) / n
+    r = rates(profile, dtype)
+    b = max(1, int(round(batch)))
+    dec = decode_bound(shape, b, max(1, int(prompt + output / 2)), r, dtype, kv_dtype)
+    pre = prefill_bound(shape, 1, max(1, int(prompt)), r, dtype, kv_dtype)
+    ev = EngineEvidence.from_summary(summary)
+    tpot, ttft = summary.get("median_tpot_ms"), summary.get("median_ttft_ms")
+    cls = classify(tpot if tpot is not None else math.nan, dec.ms, dec.limit, ev)
+    out = {"roofline_batch": b, "roofline_context": int(prompt + output / 2), "roofline_dtype": canonical_dtype(dtype),
+           "roofline_decode_ms": dec.ms, "roofline_decode_limit": dec.limit, "roofline_prefill_ms": pre.ms,
+           "roofline_prefill_limit": pre.limit, "tpot_over_roofline": cls.ratio,
+           "ttft_over_roofline": (ttft / pre.ms) if ttft is not None and pre.ms > 0 else math.nan,
+           "bottleneck": cls.limit}
+    return out

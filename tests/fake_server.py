@@ -109,9 +109,10 @@ class FakeServer:
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         prompt = body.get("prompt") or body["messages"][-1]["content"]
-        # behaviour from the prompt, or from the model name (engine.model=fake-ttft_ms:40): a
-        # harness run's prompts come from a tokenizer, its model name from the config
-        p = _params(f"{body.get('model', '')} {prompt}")
+        # behaviour from the prompt, or from the model name (engine.model=fake-ttft_ms:40) or a
+        # "fake" request field (+engine.request_extra.fake=gap_ms:2): a harness run's prompts
+        # come from a tokenizer, the others from its config
+        p = _params(f"{body.get('model', '')} {body.get('fake', '')} {prompt}")
         mode, k, n = p["mode"], p["k"], p["n"]
         if self.knee_rps is not None:
             now = time.perf_counter()
