@@ -85,8 +85,9 @@ def run_complete(run_dir) -> bool:
 
 
 def find_run_dirs(root) -> list[Path]:
-    """Complete run folders at or below ``root`` (a run folder or a sweep folder)."""
+    """Complete run folders at or below ``root``: a run folder, a sweep's, or an experiment's
+    (``<config>/block<b>/<point>/``, multirun job folders)."""
     root = Path(root)
     if run_complete(root):
         return [root]
-    return sorted(p.parent for p in root.glob(f"*/{SUMMARY}"))
+    return sorted(p.parent for p in root.rglob(SUMMARY) if run_complete(p.parent))

@@ -95,6 +95,8 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
     assert ttft["per_config"]["fast"]["value"] < 40 < ttft["per_config"]["slow"]["value"]
     assert ttft["vs_baseline"]["slow"]["verdict"] == "a_better"       # fast (the baseline) has the lower TTFT
     assert ttft["vs_baseline"]["slow"]["difference"]["paired"] is True
+    from harness.report import load_points, render
+    assert len(load_points(out)) == 6 and render(out).exists()  # runs nested <config>/block<b>/<point>/
     # the same folder again: everything is complete, nothing runs, the record is the same
     with FakeServer() as srv2:
         overrides = _overrides(srv2.base_url, ensure_tiny_model(), out)
