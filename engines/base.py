@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -317,7 +318,8 @@ class EngineAdapter:
         return prometheus.common_values(text, self.server_metric_map)
 
 
-_SECRET_FLAG = ("key", "token", "secret", "password")
+# Anchored at the end: --api-key, --hf-token are secrets; --max-num-batched-tokens is not.
+_SECRET_FLAG = re.compile(r"(key|token|secret|password)$", re.I)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -330,7 +332,7 @@ def redact_argv(argv: list[str]) -> list[str]:
             hide_next = False
             continue
         flag, eq, _ = a.partition("=")
-        secret = flag.startswith("-") and any(w in flag.lower() for w in _SECRET_FLAG)
+        secret = flag.startswith("-") and bool(_SECRET_FLAG.search(flag))
         if secret and eq:
             out.append(flag + "=***redacted***")
         else:

@@ -8,16 +8,15 @@ experiment's record always says what is on disk.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import results_io
+from harness.results_io import SECRET_KEY
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
-_SECRET = re.compile(r"(api_key|token|secret|password|authorization)", re.I)
 
 STEPS = {
     1: "fix model version, tokenizer, weight and KV precision, sampling and a quality gate",
@@ -33,7 +32,7 @@ STEPS = {
 
 def _redact_override(o: str) -> str:
     key, _, _ = o.partition("=")
-    return f"{key}=***redacted***" if _SECRET.search(key) else o
+    return f"{key}=***redacted***" if SECRET_KEY.search(key.rsplit(".", 1)[-1]) else o
 
 
 def seven_steps(exp, runs: list[dict]) -> list[dict]:

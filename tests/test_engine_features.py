@@ -135,3 +135,9 @@ def test_credentials_never_reach_recorded_commands():
     argv = ["python", "-m", "x", "--api-key", "sk-1", "--hf-token=hf_2", "--port", "1"]
     assert redact_argv(argv) == ["python", "-m", "x", "--api-key", "***redacted***", "--hf-token=***redacted***",
                                  "--port", "1"]
+    # words that merely contain "token" or "key" are not credentials
+    assert redact_argv(["--max-num-batched-tokens", "512", "--ssl-keyfile", "k.pem"]) == [
+        "--max-num-batched-tokens", "512", "--ssl-keyfile", "k.pem"]
+    from harness.experiment_record import _redact_override
+    assert _redact_override("workload.input_tokens=512") == "workload.input_tokens=512"
+    assert _redact_override("engine.api_key=sk-1") == "engine.api_key=***redacted***"
