@@ -60,6 +60,10 @@ class RequestRecord:
     connect_s: float | None = _col(pa.float64())  # opening a connection for this request (null: a pooled one)
     slo_ok: bool = _col(pa.bool_(), False)
     warmup: bool = _col(pa.bool_(), False)
+    # Set by the promotion proxy (harness/proxy): which endpoint served the row, and whether its
+    # response was a copy the caller never saw (shadow / mirror).  A load generator's rows: null, False.
+    side: str | None = _col(pa.string())          # incumbent | candidate
+    shadow: bool = _col(pa.bool_(), False)
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).
     chunk_text: list = field(default_factory=list)     # text of each output chunk
     chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)
