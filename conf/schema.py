@@ -390,6 +390,65 @@ class Report:
 
 
 @dataclass
+class Quality:
+    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py): greedy outputs
+    on a fixed prompt set, taken at the end of every engine session, compared with the
+    baseline config's; optionally an external evaluation command's score."""
+
+    enabled: Optional[bool] = None             # null: on for compare, ablation and tune, off for a sweep
+    num_prompts: int = _f(16, ge=1, le=10000)
+    prompt_tokens: int = _f(64, ge=1)
+    max_tokens: int = _f(32, ge=1)
+    prompts_path: Optional[str] = None         # JSON lines with a "prompt" field; default: built from seed
+    min_agreement: float = _f(0.9, ge=0.0, le=1.0)  # mean token agreement with the baseline to pass
+    eval_command: Optional[List[str]] = None   # argv; {base_url} {model} {tokenizer} {out} substituted
+    eval_score_path: Optional[str] = None      # JSON file the command writes ({out} substituted) ...
+    eval_score_key: Optional[str] = None       # ... and the dotted key of its score in it
+    eval_score_regex: Optional[str] = None     # or a regex whose group 1 in the command's stdout is the score
+    eval_max_drop: float = _f(0.02, ge=0.0)    # pass while score >= baseline's - this (absolute)
+    eval_timeout_s: float = _f(1800.0, gt=0)
+
+
+@dataclass
+class Scenario:
+    """Scenarios beside steady state (harness/scenarios.py; metrics/recovery.py, metrics/cold_start.py)."""
+    # failure recovery: the engine is killed this long after each point's load started, restarted
+    # by the harness while the load goes on; null: no kill
+    kill_at_s: Optional[float] = _f(None, ge=0)
+    kill_signal: str = _f("SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM"))
+    recovery_window: int = _f(20, ge=1)       # N: the SLO is back when N requests in a row meet it
+    # cold start: no warm-up request and no idle baseline before the first point, and the first
+    # first_window_s of load reported apart from the rest
+    cold_start: bool = False
+    first_window_s: float = _f(60.0, gt=0)
+
+
+PROXY_MODES = ("shadow", "canary", "rollback")
+
+
+@dataclass
+class Proxy:
+    """``tokenfactory proxy`` (harness/proxy/): an OpenAI-compatible streaming proxy in front of
+    an incumbent and a candidate endpoint."""
+    incumbent: Optional[str] = None           # http(s)://HOST:PORT of the incumbent
+    candidate: Optional[str] = None
+    mode: str = _f("shadow", choices=PROXY_MODES)
+    canary_share: float = _f(0.05, ge=0, le=1)
+    mirror: float = _f(0.0, ge=0, le=1)       # canary: share of candidate-served requests also run on the incumbent
+    sticky: str = _f("session", choices=("session", "api_key", "none"))  # what keeps a caller on one side
+    salt: str = "tokenfactory"                # the canary split's hash salt
+    host: str = "127.0.0.1"
+    port: int = _f(8080, ge=0, le=65535)      # 0: a free port (printed)
+    incumbent_model: Optional[str] = None     # model name sent to each side (default: the caller's)
+    candidate_model: Optional[str] = None
+    incumbent_api_key_env: Optional[str] = None
+    candidate_api_key_env: Optional[str] = None
+    compare: str = _f("greedy", choices=("greedy", "all", "off"))  # whose outputs are compared
+    prewarm: int = _f(16, ge=0)               # idle upstream connections kept per side
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+
+
+@dataclass
 class Root:
     engine: Any = MISSING
     workload: Any = MISSING
@@ -406,6 +465,8 @@ class Root:
     telemetry: Telemetry = field(default_factory=Telemetry)
     mlflow: Mlflow = field(default_factory=Mlflow)
     report: Report = field(default_factory=Report)
+    scenario: Scenario = field(default_factory=Scenario)
+    quality: Quality = field(default_factory=Quality)
     progress: bool = True                     # a progress bar per load point
 
 

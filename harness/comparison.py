@@ -105,7 +105,7 @@ SEARCH_METRICS = ["max_load_under_slo", "goodput_rps", "good_output_throughput",
 
 
 def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] | None = None,
-                 baseline: str | None = None) -> dict:
+                 baseline: str | None = None, quality: dict | None = None) -> dict:
     """``comparison.json`` of one ``protocol=compare`` experiment from its ``runs.parquet``
     (the load points) and its sessions' ``search.json`` (max load under the SLO, and goodput and
     cost there)."""
@@ -127,11 +127,31 @@ def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] |
                                  margin=margin, seed=seed)
     points += compare_tables(groups, metrics, baseline, paired=True, confidence=confidence, margin=margin,
                              seed=seed)
+    failed = {n: v["reason"] for n, v in ((quality or {}).get("configs") or {}).items() if not v["passed"]}
+    _gate_verdicts(points, failed)
     return {"kind": "paired", "method_note": "blocks paired: block b of each config against block b of the baseline",
+            "quality_gate_failed": failed,
             "configs": configs, "baseline": baseline, "blocks": sorted({r["block"] for r in record.get("blocks", [])}),
             "confidence": confidence, "min_effect": margin, "points": points,
             "fixed_condition_differences": fixed_differences(record.get("fixed_conditions") or {}),
             "mlflow_metrics": mlflow_metrics(points)}
+
+
+GATED = ("max_load_under_slo", "goodput_rps", "good_output_throughput", "slo_attainment", "cost_per_mtok_good",
+         "energy_per_good_token_j")
+
+
+def _gate_verdicts(points: list[dict], failed: dict[str, str]) -> None:
+    """A config that fails the quality gate loses on every good-token metric, whatever its
+    speed: its verdict there says so instead of comparing numbers it does not have."""
+    for p in points:
+        for m, entry in p["metrics"].items():
+            if m not in GATED:
+                continue
+            for name, vs in entry["vs_baseline"].items():
+                if name in failed:
+                    vs["verdict"] = "a_better"
+                    vs["text"] = f"{name} fails the quality gate ({failed[name]}): no good tokens"
 
 
 def fixed_differences(fixed: dict[str, dict]) -> dict[str, dict]:

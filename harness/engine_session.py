@@ -57,8 +57,19 @@ class EngineSession:
         self.energy_reason_said = False          # the long "energy unavailable" reason is printed once
 
     # ------------------------------------------------------------------------------------
-    def start(self) -> None:
-        cfg, tcfg = self.cfg, self.cfg.telemetry
+    def start(self, points=()) -> None:
+        """Telemetry, the harness's own setup and ``points``' requests (``harness.point.prebuild``)
+        first, then the engine: its observation window holds no work of the harness's."""
+        tcfg = self.cfg.telemetry
+        try:
+            self.engine.prepare()  # the model, tokenizer and port, known before launch
+        except EngineError as e:
+            raise UserError(str(e)) from None
+        self._client_setup()
+        if points:
+            from harness.point import prebuild
+
+            prebuild(self, points)
         try:  # out of this process: sampling must never hold the load generator's GIL
             self.telemetry = TelemetryProcess(self.container["telemetry"], {"loadgen": os.getpid()}).start()
         except TelemetryError as e:
@@ -76,6 +87,14 @@ class EngineSession:
                                                             self.engine.server_metric_map, self.engine.auth())
         print(f"engine ready at {self.engine.base_url} after "
               f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
+        self.engine_prov = provenance.collect(self.engine.provenance(), self.container.get("hardware"))
+        self.idle_baseline(float(tcfg.idle_baseline_s))
+        self.window_open_ns = self.engine.started_ns
+
+    def _client_setup(self) -> None:
+        """The tokenizer, the prompt builder and the client's config: nothing here needs the
+        engine running (the base URL and served model are known once it is prepared)."""
+        cfg = self.cfg
         try:
             self.tokenizer = load_tokenizer(self.engine.tokenizer)
             dialect = self.engine.dialect()
@@ -86,9 +105,6 @@ class EngineSession:
             base_url=self.engine.base_url, model=self.engine.served_model, api=dialect["api"],
             api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.timeouts),
             extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"])
-        self.engine_prov = provenance.collect(self.engine.provenance(), self.container.get("hardware"))
-        self.idle_baseline(float(tcfg.idle_baseline_s))
-        self.window_open_ns = self.engine.started_ns
 
     def tokenizer_digest(self) -> str:
         """A hash of the tokenizer's whole definition (vocabulary, merges, normaliser, template)."""

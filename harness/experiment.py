@@ -19,11 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
-from harness import experiment_record, report, results_io
+from harness import experiment_record, quality_gate, report, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger, tracking_uri
 from harness.multirun import job_subdir
+from harness.quality_gate import QUALITY_FILE, gate_enabled
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
@@ -50,6 +51,8 @@ def check_config(cfg: DictConfig) -> list[RunSpec]:
     runs = plan_runs(cfg, repeats=1 if cfg.protocol.name in ("compare", "ablation") else None)
     check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
     check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
+    if cfg.quality.prompts_path:
+        quality_gate.prompt_set(cfg.quality, None)  # a bad prompt file fails here too
     for r in runs:
         LoadSpec.from_load(r.load).validate()
     return runs
@@ -232,11 +235,13 @@ class Experiment:
                                      name=s.config or None, block=s.block)
         search = self.needs_search(s)
         try:
-            self.session.start()
+            self.session.start(points=todo)
             for i, spec in enumerate(todo):
                 self.session.run_point(spec, last=i == len(todo) - 1 and not search)
             if search:
                 self.search_slo(s, cfg)
+            if gate_enabled(self.cfg) and not (self.session_dir(s) / QUALITY_FILE).exists():
+                quality_gate.collect(self.session, self.session_dir(s))  # after the points: no cache disturbed
         finally:
             self.session.stop()
 

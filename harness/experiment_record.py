@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import results_io
+from harness.quality_gate import format_quality, gate_enabled, gate_row, gate_search
 from harness.results_io import SECRET_KEY
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
@@ -48,8 +49,10 @@ def seven_steps(exp, runs: list[dict]) -> list[dict]:
     if "stress" in wl and "burst" in wl.stress and float(wl.stress.burst.factor or 1) > 1:
         stress.append("burst")
     out = [
-        {"step": 1, "ran": done, "how": "fixed conditions recorded with every run (run.json, experiment.json); "
-                                        "no quality gate configured (protocol=ablation has one)"},
+        {"step": 1, "ran": done, "how": "fixed conditions recorded with every run (run.json, experiment.json); " + (
+            f"quality gate: greedy outputs on {int(cfg.quality.num_prompts)} fixed prompts against the baseline's"
+            + (" and an evaluation command" if cfg.quality.eval_command else "") + " (experiment.json quality_gate)"
+            if gate_enabled(cfg) else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")},
         {"step": 2, "ran": done, "how": f"workload.json per run ({wl.name}); cache state "
                                         f"{cfg.engine.cache_state}" + (f"; stress: {', '.join(stress)}" if stress
                                                                        else "; no stress variant configured")},
@@ -166,17 +169,27 @@ def write_record(exp) -> dict:
     rows = run_rows(exp.out)
     if not rows:
         return {}
+    quality = judge_quality(exp)
+    if quality:
+        rows = [gate_row(r, quality["configs"].get(r.get("config") or "")) for r in rows]
     table = runs_table(rows)
     tmp = exp.out / "runs.parquet.partial"
     pq.write_table(table, tmp)
     tmp.replace(exp.out / "runs.parquet")
     record = experiment_json(exp, _status(exp, rows), rows)
+    if quality:
+        record["quality_gate"] = quality
+        print(format_quality(quality), flush=True)
     results_io.write_json(exp.out / "experiment.json", record)
     if not exp.multi:
         return {}
     from harness.comparison import compare_runs, print_comparison
 
-    comparison = compare_runs(table, exp.cfg.protocol, record, search_results(exp.out), baseline=exp.baseline)
+    searches = search_results(exp.out)
+    if quality:
+        searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
+    comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
+                              quality=quality)
     results_io.write_json(exp.out / "comparison.json", comparison)
     print_comparison(comparison)
     if exp.cfg.protocol.name == "ablation":
@@ -191,6 +204,18 @@ def write_record(exp) -> dict:
         results_io.write_json(exp.out / "ablation.json", ablation)
         print(format_ablation(ablation), flush=True)
     return comparison.get("mlflow_metrics", {})
+
+
+def judge_quality(exp) -> dict | None:
+    """The quality gate's verdict per config from the sessions' ``quality.json`` (None when
+    the gate is off or no session has outputs yet)."""
+    from harness.quality_gate import judge
+
+    if not gate_enabled(exp.cfg):
+        return None
+    sessions = [(s.config or "", s.block, exp.session_dir(s)) for s in exp.sessions]
+    q = judge(sessions, exp.baseline if exp.multi else "", exp.cfg.quality)
+    return q if q["configs"] else None
 
 
 def _status(exp, rows: list[dict]) -> str:

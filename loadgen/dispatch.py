@@ -256,6 +256,14 @@ class Dispatcher:
                 "timestamp_source": getattr(self.client, "timestamp_source", "read"),
                 "prepare": self.source.stats.as_dict()}
 
+    def prepare_only(self, items: Iterator[WorkItem], spec: LoadSpec):
+        """Build a point's requests as ``run`` would (same order, same options and cache) without
+        sending any: the harness does it before an engine starts (``harness.point.prebuild``)."""
+        spec.validate()
+        if spec.num_requests is not None:
+            items = itertools.islice(items, int(spec.num_requests))
+        return prepare(self._entries(items, spec, None), self.prepare_opts, total=spec.num_requests)
+
     def _entries(self, items: Iterator[WorkItem], spec: LoadSpec, plan) -> Iterator[Prepared]:
         """The point's requests in send order, each prepared as it is taken (lazily)."""
         body = self.client.body

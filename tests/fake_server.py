@@ -22,13 +22,13 @@ MODES = ("ok", "http500", "http429", "stall_first", "stall_mid", "disconnect", "
 
 
 def _params(prompt: str) -> dict:
-    out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": 10.0}
+    out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": 10.0, "word": "tok"}
     for key, val in re.findall(r"(\w+)[:=]([\w.]+)", prompt):
-        if key == "mode":
-            out["mode"] = val
+        if key in ("mode", "word"):  # word: the output text's word (a config whose outputs differ)
+            out[key] = val
         elif key in ("k", "n"):
             out[key] = int(val)
-        elif key in ("gap_ms", "ttft_ms"):
+        elif key in ("gap_ms", "ttft_ms", "knee_rps"):
             out[key] = float(val)
     return out
 
@@ -37,7 +37,8 @@ class FakeServer:
     def __init__(self, continuous_usage: bool = True, knee_rps: float | None = None):
         self.continuous_usage = continuous_usage
         # A capacity knee: a request that arrives less than 1/knee_rps after the one before (an
-        # arrival rate >= knee_rps) gets its first token after 300 ms instead of ttft_ms.
+        # arrival rate >= knee_rps) gets its first token after 300 ms instead of ttft_ms; a request
+        # whose model name or prompt says knee_rps:N has that knee instead.
         self.knee_rps = knee_rps
         self.arrivals: list[float] = []
         self.truth: dict[str, dict] = {}  # response id -> {"chunk_ns": [...], "tokens": [...], "mode": ...}
@@ -114,9 +115,10 @@ class FakeServer:
         # come from a tokenizer, the others from its config
         p = _params(f"{body.get('model', '')} {body.get('fake', '')} {prompt}")
         mode, k, n = p["mode"], p["k"], p["n"]
-        if self.knee_rps is not None:
+        knee = p.get("knee_rps", self.knee_rps)  # a config's own knee (engine.model=fake-knee_rps:20) wins
+        if knee is not None:
             now = time.perf_counter()
-            if self.arrivals and now - self.arrivals[-1] < 1 / self.knee_rps:
+            if self.arrivals and now - self.arrivals[-1] < 1 / knee:
                 p["ttft_ms"] = 300.0
             self.arrivals.append(now)
         rid = "fake-" + uuid.uuid4().hex[:12]
@@ -162,7 +164,7 @@ class FakeServer:
         pending = b""
         for i in range(n):
             cum += k
-            data = chunk("tok " * k, cum=cum)
+            data = chunk(f"{p['word']} " * k, cum=cum)
             if mode == "coalesced":
                 pending += data  # written together with the next one: one network read
                 if i % 2 == 0 and i != n - 1:

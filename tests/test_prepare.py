@@ -164,8 +164,10 @@ def test_session_turns_are_built_during_the_think_time(tmp_path):
 
 
 def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, monkeypatch):
-    # Two runs of the same experiment (same seed: same builder state): the second builds
-    # nothing and sends byte-identical requests; a different seed misses the cache.
+    # Requests are built before the engine starts (harness.point.prebuild), into the cache,
+    # so every run reads them from it.  Two runs of the same experiment (same seed: same
+    # builder state) share one cache file and send byte-identical requests; another seed
+    # misses it and builds its own.
     from hydra import compose, initialize_config_module
 
     from engines.tiny_model import ensure_tiny_model
@@ -174,7 +176,7 @@ def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, mo
 
     tok = str(ensure_tiny_model())
     monkeypatch.setenv("TOKENFACTORY_CACHE", str(tmp_path / "cache"))
-    bodies, summaries = [], []
+    bodies, summaries, files = [], [], []
     with FakeServer() as srv:
         for i, seed in enumerate((0, 0, 1)):
             with initialize_config_module("conf", version_base="1.3"):
@@ -186,8 +188,10 @@ def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, mo
                     "progress=false", "telemetry.idle_baseline_s=0"])
             before = len(srv.requests)
             Experiment(cfg).run()
+            files.append(len(list((tmp_path / "cache" / "prepared").glob("*.arrow"))))
             bodies.append(sorted(str(b) for b in srv.requests[before:]))
             summaries.append(__import__("json").loads((tmp_path / str(i) / "summary.json").read_text()))
-    assert [s["prepare_cached"] for s in summaries] == [False, True, False]
+    assert [s["prepare_cached"] for s in summaries] == [True, True, True]
+    assert files == [1, 1, 2]
     assert bodies[0] == bodies[1] and bodies[0] != bodies[2]
     assert all(s["completed"] == 8 for s in summaries)

@@ -1,0 +1,275 @@
+"""The quality gate (step 1 of the seed's protocol): a route that can change the model's
+outputs (quantised weights or KV, non-exact speculation, another model) gets a
+quality-matched control before its speed counts.
+
+- **Collect** (end of every engine session, after its load points so that cold starts and
+  cache states are not disturbed): greedy outputs (``temperature`` 0, sent one at a time so
+  the batch does not vary) on a fixed prompt set (``quality.prompts_path``, else built from
+  ``seed`` and the served tokenizer), written to ``<session>/quality.json`` with their token
+  ids; and, if ``quality.eval_command`` is set, an external evaluation against the running
+  endpoint (for example ``lm_eval`` with ``--model local-completions``: README) and its score.
+- **Judge** (when the experiment's record is written): each config's outputs against the
+  baseline config's in the same block (``metrics.output_agreement``); the baseline against
+  itself across blocks is the noise floor.  A config passes when its mean token agreement is
+  at least ``quality.min_agreement`` and its evaluation score, if any, is not below the
+  baseline's by more than ``quality.eval_max_drop``.  A config that fails has no good tokens
+  (``harness.experiment_record`` zeroes its goodput and makes its cost per good token
+  infinite in ``runs.parquet``, keeping the measured value as ``<metric>_ungated``), and the
+  record and report say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from harness import results_io
+from metrics.output_agreement import set_agreement
+
+QUALITY_FILE = "quality.json"
+# Summary metrics that count good tokens: a config failing the gate has none.
+GATED_ZERO = ("good_requests", "good_output_tokens", "goodput_rps", "request_goodput", "good_output_throughput",
+              "slo_attainment", "good_tokens_per_joule")
+GATED_INF = ("cost_per_mtok_good", "cost_per_good_request", "energy_per_good_token_j")
+
+
+def gate_enabled(cfg) -> bool:
+    q = cfg.quality.enabled
+    if q is None:
+        return str(cfg.protocol.name) in ("compare", "ablation", "tune")
+    return bool(q)
+
+
+def prompt_set(qcfg, builder, path_base: Path | None = None) -> list:
+    """The fixed prompts: ``quality.prompts_path`` (JSON lines, a ``prompt`` field: text or
+    chat messages), else ``num_prompts`` prompts of ``prompt_tokens`` built from the seed."""
+    if qcfg.prompts_path:
+        path = Path(qcfg.prompts_path)
+        if not path.is_absolute() and path_base is not None:
+            path = path_base / path
+        prompts = []
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"quality.prompts_path: cannot read {path}: {e}") from None
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), (str, list)):
+                raise ValueError(f"{path}:{i}: needs a \"prompt\" field (text or chat messages)")
+            prompts.append(row["prompt"])
+        if not prompts:
+            raise ValueError(f"{path}: no prompts")
+        return prompts[: int(qcfg.num_prompts)] if qcfg.num_prompts else prompts
+    return [builder.prompt(int(qcfg.prompt_tokens)) for _ in range(int(qcfg.num_prompts))]
+
+
+async def _greedy(client_cfg, prompts: list, max_tokens: int) -> list:
+    from loadgen.client import StreamingClient
+    from loadgen.client.openai_stream import finish_text
+    from loadgen.records import RequestRecord
+
+    out = []
+    async with StreamingClient(client_cfg) as client:
+        for i, p in enumerate(prompts):
+            now = time.perf_counter_ns()
+            rec = RequestRecord(request_id=i, scheduled_ns=now, slot_ns=now, max_tokens=max_tokens)
+            await client.start(rec, client.body(p, max_tokens))
+            finish_text(rec)
+            out.append(rec)
+    return out
+
+
+def _score(qcfg, stdout: str, out_dir: Path) -> float | None:
+    if qcfg.eval_score_path:
+        path = Path(str(qcfg.eval_score_path).replace("{out}", str(out_dir)))
+        data = results_io.read_json(path)
+        for part in str(qcfg.eval_score_key or "").split("."):
+            if part:
+                data = data[part]
+        return float(data)
+    if qcfg.eval_score_regex:
+        m = re.search(str(qcfg.eval_score_regex), stdout)
+        return float(m.group(1)) if m else None
+    return None
+
+
+def run_eval(qcfg, base_url: str, model: str, tokenizer: str, out_dir: Path, env: dict | None = None) -> dict:
+    """``quality.eval_command`` against the running endpoint; its score (or why there is none)."""
+    fields = {"base_url": base_url, "model": model, "tokenizer": tokenizer, "out": str(out_dir)}
+    argv = [str(a).format(**fields) for a in qcfg.eval_command]
+    eval_dir = out_dir
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=float(qcfg.eval_timeout_s), env=env)
+    except FileNotFoundError:
+        return {"score": None, "error": f"quality.eval_command: {argv[0]!r} not found"}
+    except subprocess.TimeoutExpired:
+        return {"score": None, "error": f"quality.eval_command timed out after {qcfg.eval_timeout_s} s"}
+    res = {"returncode": p.returncode, "seconds": round(time.monotonic() - t0, 2),
+           "stdout_tail": p.stdout[-2000:], "stderr_tail": p.stderr[-2000:]}
+    if p.returncode != 0:
+        return {**res, "score": None, "error": f"quality.eval_command exited with {p.returncode}"}
+    try:
+        score = _score(qcfg, p.stdout, eval_dir)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        return {**res, "score": None, "error": f"no score: {e}"}
+    return {**res, "score": score, "error": None if score is not None else "no score found in the output"}
+
+
+def collect(session, out_dir: Path) -> dict:
+    """Greedy outputs of the running engine on the prompt set (and the evaluation), to
+    ``out_dir/quality.json``."""
+    cfg = session.cfg
+    q = cfg.quality
+    prompts = prompt_set(q, _builder(session))
+    digest = hashlib.sha256(json.dumps(prompts, sort_keys=True).encode()).hexdigest()
+    # Greedy: temperature 0; tokenfactory otherwise sends no sampling fields (fixed conditions).
+    client_cfg = replace(session.client_cfg, extra_body={**session.client_cfg.extra_body, "temperature": 0.0})
+    t0 = time.monotonic()
+    recs = asyncio.run(_greedy(client_cfg, prompts, int(q.max_tokens)))
+    outputs = []
+    for r in recs:
+        ids = session.tokenizer(r.text, add_special_tokens=False)["input_ids"] if r.text else []
+        outputs.append({"status": r.status, "error": r.error, "text": r.text, "tokens": list(map(int, ids))})
+    record = {"config": session.name or "", "block": session.block, "prompts": len(prompts),
+              "prompts_sha256": digest, "max_tokens": int(q.max_tokens), "seconds": round(time.monotonic() - t0, 2),
+              "failed": sum(o["status"] != "ok" for o in outputs), "outputs": outputs}
+    if q.eval_command:
+        record["eval"] = run_eval(q, session.engine.base_url, session.engine.served_model,
+                                  str(session.engine.tokenizer), out_dir / "quality_eval")
+    results_io.write_json(out_dir / QUALITY_FILE, record)
+    ok = len(outputs) - record["failed"]
+    print(f"quality: {ok}/{len(outputs)} greedy outputs on the prompt set ({record['seconds']:.1f} s)"
+          + (f"; evaluation score {record['eval'].get('score')}" if "eval" in record else ""), flush=True)
+    return record
+
+
+def _builder(session):
+    from loadgen.workloads.prompts import PromptBuilder
+
+    # Its own seed stream: the prompt set does not share prefixes with the workload's prompts.
+    return PromptBuilder(session.tokenizer, seed=int(session.cfg.seed) + 0x51A1,
+                         chat=session.client_cfg.api == "chat")
+
+
+def _load(folder: Path) -> dict | None:
+    path = folder / QUALITY_FILE
+    return results_io.read_json(path) if path.exists() else None
+
+
+def judge(sessions: list[tuple[str, int, Path]], baseline: str, qcfg) -> dict:
+    """Per config: agreement with the baseline (same block where it ran, else its first), the
+    evaluation score against the baseline's, and the verdict with its reason.  ``sessions``:
+    (config, block, session folder)."""
+    data: dict[str, dict[int, dict]] = {}
+    for name, block, folder in sessions:
+        rec = _load(folder)
+        if rec is not None:
+            data.setdefault(name, {})[block] = rec
+    base = data.get(baseline, {})
+    out = {"baseline": baseline, "min_agreement": float(qcfg.min_agreement),
+           "eval_max_drop": float(qcfg.eval_max_drop), "configs": {}}
+    if not base:
+        out["note"] = f"no quality outputs of the baseline ({baseline!r}) yet: nothing judged"
+        return out
+    base_scores = [r["eval"]["score"] for r in base.values() if r.get("eval", {}).get("score") is not None]
+    base_score = sum(base_scores) / len(base_scores) if base_scores else None
+    first = base[min(base)]
+    for name, blocks in data.items():
+        per_block, pairs_all = [], []
+        for b, rec in sorted(blocks.items()):
+            ref = first if name == baseline else base.get(b, first)
+            if name == baseline and b == min(base):
+                continue  # the baseline's first block is the reference itself
+            if rec["prompts_sha256"] != ref["prompts_sha256"]:
+                per_block.append({"block": b, "error": "a different prompt set than the baseline's"})
+                continue
+            pairs = [(a["tokens"], c["tokens"]) for a, c in zip(ref["outputs"], rec["outputs"])]
+            pairs_all += pairs
+            per_block.append({"block": b, **set_agreement(pairs), "failed": rec.get("failed", 0)})
+        summary = set_agreement(pairs_all) if pairs_all else {"mean_agreement": None}
+        scores = [r["eval"]["score"] for r in blocks.values() if r.get("eval", {}).get("score") is not None]
+        score = sum(scores) / len(scores) if scores else None
+        reasons = []
+        agree = summary.get("mean_agreement")
+        if name != baseline:
+            if any("error" in pb for pb in per_block):
+                reasons.append("outputs on a different prompt set than the baseline's")
+            elif agree is None:
+                reasons.append("no outputs to compare")
+            elif agree < float(qcfg.min_agreement):
+                reasons.append(f"greedy token agreement with {baseline} {agree:.3f} < quality.min_agreement "
+                               f"{float(qcfg.min_agreement):.3f} (first divergence at token "
+                               f"{summary.get('min_first_divergence')})")
+            if any(r.get("failed") for r in blocks.values()):
+                reasons.append(f"{sum(r.get('failed', 0) for r in blocks.values())} prompt-set request(s) failed")
+            if qcfg.eval_command:
+                if score is None:
+                    reasons.append("no evaluation score")
+                elif base_score is not None and score < base_score - float(qcfg.eval_max_drop):
+                    reasons.append(f"evaluation score {score:.4g} < baseline's {base_score:.4g} - "
+                                   f"quality.eval_max_drop {float(qcfg.eval_max_drop):g}")
+        out["configs"][name] = {
+            "passed": not reasons, "reason": "; ".join(reasons) if reasons else
+            ("the baseline (its other blocks against its first: the noise floor)" if name == baseline
+             else "passed"),
+            **{k: v for k, v in summary.items()}, "per_block": per_block,
+            "eval_score": score, "baseline_eval_score": base_score}
+    return out
+
+
+def gate_row(row: dict, verdict: dict | None) -> dict:
+    """A runs.parquet row with the gate applied: a failing config has no good tokens."""
+    if verdict is None:
+        return row
+    row = dict(row)
+    row["quality_gate_passed"] = bool(verdict["passed"])
+    row["quality_agreement"] = verdict.get("mean_agreement")
+    if not verdict["passed"]:
+        row["quality_gate_reason"] = verdict["reason"]
+        for k in GATED_ZERO + GATED_INF:
+            if k in row:
+                row[f"{k}_ungated"] = row[k]
+                row[k] = 0.0 if k in GATED_ZERO else float("inf")
+    return row
+
+
+def gate_search(search: dict, verdict: dict | None) -> dict:
+    """A session's ``search.json`` figures with the gate applied: no load meets "quality met
+    and SLO met" for a failing config."""
+    if verdict is None or verdict["passed"]:
+        return search
+    search = dict(search)
+    for k in ("max_load_under_slo", "goodput_rps", "good_output_throughput", "good_output_tokens"):
+        if k in search:
+            search[f"{k}_ungated"], search[k] = search[k], 0.0
+    if "cost_per_mtok_good" in search:
+        search["cost_per_mtok_good_ungated"], search["cost_per_mtok_good"] = search["cost_per_mtok_good"], float("inf")
+    return search
+
+
+def format_quality(q: dict) -> str:
+    lines = [f"quality gate (greedy outputs against {q['baseline'] or 'the first block'}; pass at mean token "
+             f"agreement >= {q['min_agreement']:.2f}):"]
+    for name, v in q["configs"].items():
+        agree = v.get("mean_agreement")
+        head = f"  {name or 'config'}: {'pass' if v['passed'] else 'FAIL'}"
+        if agree is not None:
+            head += (f", agreement {agree:.3f}, identical {v.get('identical_share', 0):.0%}, first divergence "
+                     f"min {v.get('min_first_divergence')}")
+        if v.get("eval_score") is not None:
+            head += f", evaluation {v['eval_score']:.4g}"
+        lines.append(head + ("" if v["passed"] else f": {v['reason']}: no good tokens"))
+    return "\n".join(lines)
