@@ -68,10 +68,19 @@ def named_configs(protocol) -> list[NamedConfig]:
 
 
 def block_orders(names: list[str], blocks: int, seed: int, first_block: int = 0) -> list[list[str]]:
-    """The configs' order in each block: a permutation per block drawn from ``(seed, block)``,
-    so that a block's order does not depend on how many blocks were planned."""
-    return [[names[i] for i in np.random.default_rng([int(seed), 1_000_003, b]).permutation(len(names))]
-            for b in range(first_block, first_block + blocks)]
+    """The configs' order in each block, randomised and counterbalanced: blocks come in cycles of
+    k = len(names); each cycle draws (from ``(seed, cycle)``) a random order and assigns its k
+    rotations to its k blocks in random order (a randomised Latin square), so over a complete
+    cycle every config runs once in every position (first after a fresh boot, last, ...) and an
+    effect of position cannot fall on one config.  A block's order does not depend on how many
+    blocks were planned (convergence adds blocks one at a time)."""
+    k = len(names)
+    out = []
+    for b in range(first_block, first_block + blocks):
+        rng = np.random.default_rng([int(seed), 1_000_003, b // k])
+        base, rotation = rng.permutation(k), rng.permutation(k)[b % k]
+        out.append([names[base[(i + rotation) % k]] for i in range(k)])
+    return out
 
 
 def plan_sessions(configs: list[NamedConfig], runs: list[RunSpec], blocks: int, seed: int,

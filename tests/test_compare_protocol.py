@@ -26,6 +26,13 @@ def test_block_orders_are_seeded_permutations():
     assert len({tuple(o) for o in a}) > 1                           # not one fixed order
     assert block_orders(["x", "y", "z"], 2, seed=3, first_block=4) == a[4:6]  # more blocks keep the old ones
     assert a != block_orders(["x", "y", "z"], 6, seed=4)
+    # counterbalanced: in each cycle of 3 blocks every config runs once in every position
+    for cycle in (a[0:3], a[3:6]):
+        for pos in range(3):
+            assert sorted(o[pos] for o in cycle) == ["x", "y", "z"]
+    for seed in range(20):  # two configs: every pair of blocks is AB and BA
+        o = block_orders(["a", "b"], 4, seed=seed)
+        assert {tuple(o[0]), tuple(o[1])} == {tuple(o[2]), tuple(o[3])} == {("a", "b"), ("b", "a")}
 
 
 def test_sessions_cover_every_config_in_every_block():
