@@ -249,6 +249,9 @@ class CompareProtocol(SweepProtocol):
     metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
     min_effect: float = _f(0.02, ge=0, lt=1)  # smallest relative difference that counts as a winner
     confidence: float = _f(0.95, gt=0, lt=1)
+    # the verdicts of one load point are a family: bonferroni holds `confidence` for all of them
+    # together (each difference's interval at 1 - (1 - confidence)/number of metrics)
+    adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
 
 
 @dataclass
@@ -268,6 +271,7 @@ class AblationProtocol(SweepProtocol):
     metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
     min_effect: float = _f(0.02, ge=0, lt=1)
     confidence: float = _f(0.95, gt=0, lt=1)
+    adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
 
 
 # ------------------------------------------------------------------------------------ slo, cost, hardware
