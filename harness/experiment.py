@@ -234,14 +234,16 @@ class Experiment:
         self.session = EngineSession(cfg, self.session_dir(s), self.mlflow, total_points=len(s.runs),
                                      name=s.config or None, block=s.block)
         search = self.needs_search(s)
+        # after the points (no cold start or cache state disturbed), before the engine stops
+        gate = gate_enabled(self.cfg) and not (self.session_dir(s) / QUALITY_FILE).exists()
         try:
             self.session.start(points=todo)
             for i, spec in enumerate(todo):
-                self.session.run_point(spec, last=i == len(todo) - 1 and not search)
+                self.session.run_point(spec, last=i == len(todo) - 1 and not search and not gate)
             if search:
                 self.search_slo(s, cfg)
-            if gate_enabled(self.cfg) and not (self.session_dir(s) / QUALITY_FILE).exists():
-                quality_gate.collect(self.session, self.session_dir(s))  # after the points: no cache disturbed
+            if gate:
+                quality_gate.collect(self.session, self.session_dir(s))
         finally:
             self.session.stop()
 

@@ -21,6 +21,7 @@ quality-matched control before its speed counts.
 from __future__ import annotations
 
 import asyncio
+import glob
 import hashlib
 import json
 import re
@@ -92,8 +93,12 @@ async def _greedy(client_cfg, prompts: list, max_tokens: int) -> list:
 
 def _score(qcfg, stdout: str, out_dir: Path) -> float | None:
     if qcfg.eval_score_path:
-        path = Path(str(qcfg.eval_score_path).replace("{out}", str(out_dir)))
-        data = results_io.read_json(path)
+        pattern = str(qcfg.eval_score_path).replace("{out}", str(out_dir))
+        # a glob: tools such as lm-eval name their results file with a timestamp; the newest wins
+        found = sorted(glob.glob(pattern, recursive=True), key=lambda f: Path(f).stat().st_mtime)
+        if not found:
+            raise ValueError(f"quality.eval_score_path: nothing matches {pattern}")
+        data = results_io.read_json(Path(found[-1]))
         for part in str(qcfg.eval_score_key or "").split("."):
             if part:
                 data = data[part]
@@ -106,13 +111,19 @@ def _score(qcfg, stdout: str, out_dir: Path) -> float | None:
 
 def run_eval(qcfg, base_url: str, model: str, tokenizer: str, out_dir: Path, env: dict | None = None) -> dict:
     """``quality.eval_command`` against the running endpoint; its score (or why there is none)."""
-    fields = {"base_url": base_url, "model": model, "tokenizer": tokenizer, "out": str(out_dir)}
-    argv = [str(a).format(**fields) for a in qcfg.eval_command]
+    fields = {"base_url": base_url, "model": model, "tokenizer": tokenizer, "out": str(out_dir),
+              "conf": str(Path(__file__).resolve().parent.parent / "conf")}
+    try:
+        argv = [str(a).format(**fields) for a in qcfg.eval_command]
+    except (KeyError, IndexError, ValueError) as e:
+        return {"score": None, "error": f"quality.eval_command: unknown field {e} (fields: {', '.join(fields)})"}
+    cwd = str(qcfg.eval_cwd).format(**fields) if qcfg.get("eval_cwd") else None
     eval_dir = out_dir
     eval_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=float(qcfg.eval_timeout_s), env=env)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=float(qcfg.eval_timeout_s), env=env,
+                           cwd=cwd)
     except FileNotFoundError:
         return {"score": None, "error": f"quality.eval_command: {argv[0]!r} not found"}
     except subprocess.TimeoutExpired:
