@@ -405,8 +405,9 @@ class Quality:
     max_tokens: int = _f(32, ge=1)
     prompts_path: Optional[str] = None         # JSON lines with a "prompt" field; default: built from seed
     min_agreement: float = _f(0.9, ge=0.0, le=1.0)  # mean token agreement with the baseline to pass
-    eval_command: Optional[List[str]] = None   # argv; {base_url} {model} {tokenizer} {out} substituted
-    eval_score_path: Optional[str] = None      # JSON file the command writes ({out} substituted) ...
+    eval_command: Optional[List[str]] = None   # argv; {base_url} {model} {tokenizer} {out} {conf} substituted
+    eval_cwd: Optional[str] = None             # the command's working directory (same fields substituted)
+    eval_score_path: Optional[str] = None      # JSON file (a glob: the newest match) the command writes ...
     eval_score_key: Optional[str] = None       # ... and the dotted key of its score in it
     eval_score_regex: Optional[str] = None     # or a regex whose group 1 in the command's stdout is the score
     eval_max_drop: float = _f(0.02, ge=0.0)    # pass while score >= baseline's - this (absolute)
