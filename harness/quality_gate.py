@@ -207,7 +207,12 @@ def judge(sessions: list[tuple[str, int, Path]], baseline: str, qcfg) -> dict:
             if rec["prompts_sha256"] != ref["prompts_sha256"]:
                 per_block.append({"block": b, "error": "a different prompt set than the baseline's"})
                 continue
-            pairs = [(a["tokens"], c["tokens"]) for a, c in zip(ref["outputs"], rec["outputs"])]
+            # a prompt whose reference request failed says nothing about the candidate
+            pairs = [(a["tokens"], c["tokens"]) for a, c in zip(ref["outputs"], rec["outputs"])
+                     if a.get("status", "ok") == "ok"]
+            if not pairs:
+                per_block.append({"block": b, "unjudged": "every prompt-set request of the baseline failed"})
+                continue
             pairs_all += pairs
             per_block.append({"block": b, **set_agreement(pairs), "failed": rec.get("failed", 0)})
         summary = set_agreement(pairs_all) if pairs_all else {"mean_agreement": None}
@@ -218,6 +223,8 @@ def judge(sessions: list[tuple[str, int, Path]], baseline: str, qcfg) -> dict:
         if name != baseline:
             if any("error" in pb for pb in per_block):
                 reasons.append("outputs on a different prompt set than the baseline's")
+            elif agree is None and any("unjudged" in pb for pb in per_block):
+                reasons.append("not judged: the baseline's prompt-set requests failed")
             elif agree is None:
                 reasons.append("no outputs to compare")
             elif agree < float(qcfg.min_agreement):

@@ -72,6 +72,13 @@ def test_judge_pairs_by_block_and_says_why(tmp_path):
     _quality(tmp_path / "kv1", "kv", 1, [[1, 2, 3, 4], [5, 7]], score=0.77, digest="other")
     v = judge(sessions, "base", q)["configs"]
     assert not v["kv"]["passed"] and "different prompt set" in v["kv"]["reason"]
+    # the baseline's requests failed (its engine was gone): nothing to judge against, and said so
+    rec = json.loads((tmp_path / "base0" / "quality.json").read_text())
+    for o in rec["outputs"]:
+        o.update(status="connection_error", tokens=[])
+    (tmp_path / "base0" / "quality.json").write_text(json.dumps(rec))
+    v = judge(sessions[:1] + sessions[4:5], "base", q)["configs"]
+    assert not v["spec"]["passed"] and "not judged: the baseline's prompt-set requests failed" in v["spec"]["reason"]
 
 
 def test_a_config_that_changes_outputs_fails_the_gate_and_has_no_good_tokens(tmp_path):
