@@ -274,6 +274,26 @@ class AblationProtocol(SweepProtocol):
     adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
 
 
+TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")
+
+
+@dataclass
+class TuneProtocol(SweepProtocol):
+    """Search the knob space for the cheapest config that meets the SLO (protocols/tune.py,
+    harness/tune.py): Hydra's Optuna sweeper suggests configs; each trial is a sweep with
+    ``search=slo`` in ``OUT/trials/<n>/``, judged at its max load under the SLO."""
+    name: str = "tune"
+    # knob -> [choices] or {low, high, log, step}; untyped so a command line can give the whole
+    # mapping; checked by protocols.tune.parse_space
+    space: Any = None
+    trials: int = _f(8, ge=1)                 # the sampler's budget of suggestions
+    objective: str = _f("cost_per_mtok_good", choices=TUNE_OBJECTIVES)
+    sampler: str = _f("tpe", choices=("tpe", "grid", "random"))
+    startup_trials: Optional[int] = _f(None, ge=1)  # tpe: random suggestions first; null: 3
+    seed: Optional[int] = None                # the sampler's seed; null: the root seed
+    search: str = _f("slo", choices=("slo",))  # every trial finds its max load under the SLO
+
+
 # ------------------------------------------------------------------------------------ slo, cost, hardware
 @dataclass
 class Slo:
@@ -480,7 +500,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
-    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol},
+    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
+                 "tune_schema": TuneProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},

@@ -18,6 +18,10 @@ USAGE = __doc__
 
 
 def _hydra_run(argv: list[str]) -> int:
+    if "protocol=tune" in argv:  # a multirun of its own, under Hydra's Optuna sweeper
+        from harness.tune import tune_command
+
+        return tune_command(argv)
     import hydra
     from omegaconf import DictConfig
 

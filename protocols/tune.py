@@ -1,0 +1,302 @@
+"""The tune protocol: search the knob space for the cheapest config that meets the SLO.
+
+``protocol=tune`` gives a search space (``protocol.space``: a config key -> a list of choices,
+or a range ``{low, high, log, step}``, both ends included), a budget of suggestions
+(``protocol.trials``), a sampler (``tpe``, ``grid``, ``random``) and an objective.  Hydra's
+Optuna sweeper suggests the configs (``sweeper_overrides`` turns the space into its command
+line); each trial is a sweep with ``search=slo`` (``harness.tune`` runs it), judged here:
+
+- **Feasible**: the trial's engine ran, some load in the search bracket met the SLO
+  (``max_load_under_slo`` > 0: the SLO constraint), and the quality gate did not fail (absent
+  counts as not failed).  An infeasible trial stays in the record with the reason.
+- **Objective**, at the max load under the SLO (``search.json``'s figures there):
+  ``cost_per_mtok_good`` (minimised; ``metrics/cost.py``), or ``goodput_per_dollar`` (good
+  requests per unit of currency = 1 / ``cost_per_good_request``, maximised).  Optuna is told
+  the objective's own value for "no good token": an infeasible trial's cost per good token is
+  +inf and its goodput per dollar 0, so the sampler learns the region is bad without a made-up
+  penalty, and no infeasible trial can be best (``best_trial`` picks among feasible ones only).
+- **Pareto front**: feasible trials not dominated in (cost per million good tokens: lower is
+  better, max load under the SLO: higher is better); one that is no worse in both and better
+  in one dominates.
+
+Pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# objective -> the sweeper's direction
+DIRECTIONS = {"cost_per_mtok_good": "minimize", "goodput_per_dollar": "maximize"}
+RANGE_FIELDS = ("low", "high", "log", "step")
+MAX_GRID = 10000
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One dimension of the space: ``choices``, or a range from ``low`` to ``high`` (both in)."""
+    key: str
+    choices: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+
+    def grid(self) -> list:
+        """Every value the grid sampler visits (a range needs a step, or integers)."""
+        if self.choices is not None:
+            return list(self.choices)
+        if self.integer and not self.log:
+            step = int(self.step or 1)
+            n = (int(self.high) - int(self.low)) // step + 1
+            values = list(range(int(self.low), int(self.high) + 1, step))
+        elif not self.integer and self.step is not None:
+            n = int(round((self.high - self.low) / self.step)) + 1
+            values = [round(self.low + i * self.step, 12) for i in range(n)]
+        else:
+            raise ValueError(f"protocol.space.{self.key}: protocol.sampler=grid needs choices, integers or a step "
+                             f"(a {'log ' if self.log else ''}range has no grid)")
+        if n > MAX_GRID:
+            raise ValueError(f"protocol.space.{self.key}: {n} grid values (more than {MAX_GRID}); give a step")
+        return values
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, (str, int, float, bool)) and not (isinstance(v, float) and not math.isfinite(v))
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_knob(key: str, spec) -> Knob:
+    name = f"protocol.space.{key}"
+    if isinstance(spec, (list, tuple)):
+        choices = tuple(spec)
+        if not choices:
+            raise ValueError(f"{name}: an empty list of choices")
+        bad = [c for c in choices if not _scalar(c)]
+        if bad:
+            raise ValueError(f"{name}: choices must be strings, numbers or booleans (Hydra's choice() and "
+                             f"optuna's categorical take nothing else), got {bad[0]!r}")
+        if len({(type(c), c) for c in choices}) != len(choices):
+            raise ValueError(f"{name}: a choice is listed twice: {list(choices)}")
+        return Knob(key, choices=choices)
+    if isinstance(spec, dict):
+        unknown = set(spec) - set(RANGE_FIELDS)
+        if unknown:
+            raise ValueError(f"{name}: unknown field(s) {sorted(unknown)}; a range has {', '.join(RANGE_FIELDS)}")
+        low, high, step, log = spec.get("low"), spec.get("high"), spec.get("step"), spec.get("log", False)
+        if not (_number(low) and _number(high)):
+            raise ValueError(f"{name}: a range needs numbers low and high, got low={low!r} high={high!r}")
+        if not low < high:
+            raise ValueError(f"{name}: low={low} must be below high={high}")
+        if not isinstance(log, bool):
+            raise ValueError(f"{name}.log={log!r}: expected true or false")
+        if log and low <= 0:
+            raise ValueError(f"{name}: a log range needs low > 0, got {low}")
+        if step is not None:
+            if not (_number(step) and step > 0):
+                raise ValueError(f"{name}.step={step!r}: expected a number > 0")
+            if log:
+                raise ValueError(f"{name}: give log or step, not both (optuna samples a log range without steps)")
+        integer = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high) + (() if step is None
+                                                                                             else (step,)))
+        if integer and step is not None and (high - low) % step:
+            raise ValueError(f"{name}: high - low = {high - low} is not a multiple of step={step}")
+        if not integer and step is not None and abs((high - low) / step - round((high - low) / step)) > 1e-9:
+            raise ValueError(f"{name}: high - low = {high - low:g} is not a multiple of step={step:g}")
+        return Knob(key, low=low, high=high, log=log, step=step, integer=integer)
+    raise ValueError(f"{name}: expected a list of choices or a range {{low, high, log, step}}, got {spec!r}")
+
+
+def parse_space(space) -> list[Knob]:
+    """``protocol.space`` (a mapping, plain containers) -> its knobs; ValueError naming the key."""
+    if not space:
+        raise ValueError("protocol.space: give the knobs to search, e.g. 'protocol.space={engine.features."
+                         "max_num_seqs: [4, 8, 16], engine.features.max_num_batched_tokens: {low: 256, high: 2048, "
+                         "log: true}}'")
+    if not isinstance(space, dict):
+        raise ValueError(f"protocol.space: expected a mapping of config key -> choices or range, got {space!r}")
+    knobs = []
+    for key, spec in space.items():
+        key = str(key)
+        if key.startswith(("+", "~", "hydra.")) or not key.replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"protocol.space.{key}: a knob is an existing config key such as "
+                             "engine.features.max_num_seqs")
+        if key.split(".", 1)[0] in ("protocol", "output_dir"):
+            raise ValueError(f"protocol.space.{key}: the tune's own settings cannot be tuned")
+        knobs.append(parse_knob(key, spec))
+    return knobs
+
+
+def grid_size(knobs: list[Knob]) -> int:
+    return math.prod(len(k.grid()) for k in knobs)
+
+
+# ------------------------------------------------------------------------------------ the sweeper's command line
+def _literal(v) -> str:
+    """A value in Hydra's override grammar (strings quoted)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if "'" not in v:
+        return f"'{v}'"
+    if '"' not in v:
+        return f'"{v}"'
+    raise ValueError(f"choice {v!r} holds both quote characters; Hydra's override syntax cannot quote it")
+
+
+def sweep_expr(knob: Knob, grid: bool = False) -> str:
+    """The knob as a Hydra sweep the Optuna sweeper turns into a distribution: ``choice(...)``
+    (categorical), ``int(interval(a,b))`` (integers), ``tag(log, ...)`` (log scale),
+    ``range(a,b,step)`` (stepped; the sweeper takes ``b`` as included).  The grid sampler gets
+    every range as its values: the sweeper's own conversion leaves out the high end."""
+    if knob.choices is not None or grid:
+        return "choice(" + ",".join(_literal(v) for v in (knob.choices or knob.grid())) + ")"
+    lo, hi = knob.low, knob.high
+    if knob.step is not None:
+        return f"range({lo!r},{hi!r},{knob.step!r})"
+    inner = f"interval({lo!r},{hi!r})"
+    if knob.integer:
+        inner = f"int({inner})"
+    return f"tag(log,{inner})" if knob.log else inner
+
+
+STARTUP_TRIALS = 3
+
+
+def startup_trials(given: int | None) -> int:
+    """TPE's random suggestions before it models the results: optuna's default of 10 would
+    leave a budget of 8 purely random; fixed rather than a share of the budget, so a resumed
+    tune with a bigger budget replays the same suggestions."""
+    return int(given) if given else STARTUP_TRIALS
+
+
+def sweeper_overrides(knobs: list[Knob], *, sampler: str, trials: int, objective: str, seed: int,
+                      startup: int | None = None) -> list[str]:
+    """Hydra overrides that run the Optuna sweeper over ``knobs`` (one job at a time, so each
+    suggestion sees every result before it)."""
+    out = ["hydra/sweeper=optuna", f"hydra/sweeper/sampler={sampler}", f"hydra.sweeper.n_trials={trials}",
+           "hydra.sweeper.n_jobs=1", f"hydra.sweeper.direction={DIRECTIONS[objective]}",
+           "hydra.sweeper.study_name=tune"]
+    if sampler in ("tpe", "random"):
+        out.append(f"hydra.sweeper.sampler.seed={seed}")
+    if sampler == "tpe":
+        out.append(f"hydra.sweeper.sampler.n_startup_trials={startup_trials(startup)}")
+    return out + [f"{k.key}={sweep_expr(k, grid=sampler == 'grid')}" for k in knobs]
+
+
+# ------------------------------------------------------------------------------------ judging trials
+def _float(v) -> float | None:
+    # search.json writes non-finite floats as "inf" / null
+    if v is None:
+        return None
+    if v in ("inf", "-inf"):
+        return math.inf if v == "inf" else -math.inf
+    return float(v)
+
+
+def goodput_per_dollar(cost_per_good_request: float | None) -> float:
+    """Good requests per unit of currency at the max load: 1 / cost per good request (0 with none)."""
+    if cost_per_good_request is None or not cost_per_good_request > 0 or math.isinf(cost_per_good_request):
+        return 0.0
+    return 1.0 / cost_per_good_request
+
+
+def judge(search: dict | None, objective: str, error: str | None = None, quality_passed: bool | None = None,
+          quality_reason: str | None = None) -> dict:
+    """A trial's verdict from its ``search.json``: feasible, why not, the objective and the
+    figures at its max load under the SLO."""
+    if objective not in DIRECTIONS:
+        raise ValueError(f"protocol.objective={objective!r}: expected one of {', '.join(DIRECTIONS)}")
+    search = search or {}
+    load = _float(search.get("max_load_under_slo"))
+    cost = _float(search.get("cost_per_mtok_good"))
+    per_request = _float(search.get("cost_per_good_request"))
+    out = {"max_load_under_slo": load, "bracket": search.get("bracket"), "search_note": search.get("note"),
+           "goodput_rps": _float(search.get("goodput_rps")),
+           "good_output_throughput": _float(search.get("good_output_throughput")),
+           "cost_per_mtok_good": cost, "cost_per_good_request": per_request,
+           "goodput_per_dollar": goodput_per_dollar(per_request), "quality_gate_passed": quality_passed}
+    why = None
+    if error:
+        why = error
+    elif not search:
+        why = "no search result"
+    elif not (load and load > 0):
+        why = f"no load in the bracket meets the SLO ({search.get('note') or 'the low end fails'})"
+    elif quality_passed is False:
+        why = "quality gate failed" + (f": {quality_reason}" if quality_reason else "")
+    elif cost is None or not math.isfinite(cost):
+        why = "no good output tokens at the max load under the SLO"
+    out["feasible"] = why is None
+    out["why"] = why
+    hi = _float((search.get("bracket") or [None, None])[1])
+    out["note"] = ("the SLO holds at protocol.search_high: the max load is a lower bound, the cost an upper one"
+                   if why is None and hi is not None and math.isinf(hi) else None)
+    out["objective"] = out[objective] if why is None else sweeper_value(None, objective)
+    return out
+
+
+def sweeper_value(value: float | None, objective: str) -> float:
+    """What optuna is told: the objective, or its value for "no good token" (cost +inf, goodput 0)."""
+    if value is None:
+        return math.inf if DIRECTIONS[objective] == "minimize" else 0.0
+    return float(value)
+
+
+def best_trial(trials: list[dict], objective: str) -> dict | None:
+    """The feasible trial with the best objective (ties: the earlier trial); None if none is feasible."""
+    ok = [t for t in trials if t.get("feasible")]
+    if not ok:
+        return None
+    sign = 1 if DIRECTIONS[objective] == "minimize" else -1
+    return min(ok, key=lambda t: (sign * t["objective"], t["trial"]))
+
+
+def pareto_front(trials: list[dict]) -> list[dict]:
+    """Feasible trials not dominated in (cost_per_mtok_good down, max_load_under_slo up), by load."""
+    ok = [t for t in trials if t.get("feasible")]
+
+    def dominates(a, b) -> bool:
+        no_worse = a["cost_per_mtok_good"] <= b["cost_per_mtok_good"] and a["max_load_under_slo"] >= b[
+            "max_load_under_slo"]
+        better = a["cost_per_mtok_good"] < b["cost_per_mtok_good"] or a["max_load_under_slo"] > b["max_load_under_slo"]
+        return no_worse and better
+
+    front = [t for t in ok if not any(dominates(o, t) for o in ok if o is not t)]
+    return sorted(front, key=lambda t: (t["max_load_under_slo"], t["trial"]))
+
+
+# ------------------------------------------------------------------------------------ the table
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else f"{v:.4g}"
+    return str(v)
+
+
+def format_table(record: dict) -> str:
+    """The tune's trials as a table: params, feasibility, max load, goodput, cost, objective."""
+    keys = [k["key"] for k in record["space"]]
+    best = (record.get("best") or {}).get("trial")
+    front = {t["trial"] for t in record.get("pareto_front", [])}
+    head = ["trial", *keys, "feasible", "max load", "goodput rps", "cost/Mtok good", record["objective"], "note"]
+    rows = []
+    for t in record["trials"]:
+        marks = (["best"] if t["trial"] == best else []) + (["pareto"] if t["trial"] in front else [])
+        note = ", ".join(marks + [x for x in (t.get("why"), t.get("note")) if x])
+        rows.append([str(t["trial"]), *(_fmt(t["params"].get(k)) for k in keys), _fmt(t.get("feasible")),
+                     _fmt(t.get("max_load_under_slo")), _fmt(t.get("goodput_rps")),
+                     _fmt(t.get("cost_per_mtok_good")), _fmt(t.get("objective") if t.get("feasible") else None),
+                     note[:90]])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    return "\n".join(lines)
