@@ -294,6 +294,81 @@ class TuneProtocol(SweepProtocol):
     search: str = _f("slo", choices=("slo",))  # every trial finds its max load under the SLO
 
 
+# ------------------------------------------------------------------------------------ promotion (step 7)
+@dataclass
+class PromoteStage:
+    """One stage of a promotion (protocols/promote.py): the proxy's mode and the candidate's share
+    while it lasts; its gate runs once it has ``min_requests`` candidate requests and
+    ``min_duration_s``, and is retried until ``max_duration_s`` (no decision by then: roll back)."""
+    name: str = ""                            # default: shadow, or canary_<share in %>
+    mode: str = _f("canary", choices=("shadow", "canary"))
+    share: float = _f(0.0, ge=0, le=1)        # canary: the candidate's share of callers (sticky)
+    mirror: float = _f(0.0, ge=0, le=1)       # canary: share of candidate-served requests also run on the incumbent
+    min_requests: int = _f(50, ge=1)          # candidate requests before the gate
+    min_duration_s: float = _f(60.0, ge=0)
+    max_duration_s: float = _f(600.0, gt=0)
+
+
+def _default_stages() -> list:
+    return [PromoteStage("shadow", "shadow", 0.0, 0.0, 200), PromoteStage("canary_1", "canary", 0.01, 1.0),
+            PromoteStage("canary_5", "canary", 0.05, 0.5), PromoteStage("canary_25", "canary", 0.25, 0.1),
+            PromoteStage("full", "canary", 1.0, 0.1)]
+
+
+# Gated metrics -> margin.  Rates (slo_attainment, error_rate, token_agreement) are compared in
+# absolute terms, latencies and cost relative to the incumbent (metrics/promotion_gate.py).
+GATE_MARGINS = {"slo_attainment": 0.02, "error_rate": 0.01, "p50_ttft_ms": 0.10, "p99_ttft_ms": 0.25,
+                "p50_tpot_ms": 0.10, "p99_tpot_ms": 0.25, "cost_per_mtok_good": 0.05}
+
+
+@dataclass
+class PromoteGate:
+    confidence: float = _f(0.95, gt=0, lt=1)
+    margins: Dict[str, Optional[float]] = _f(factory=lambda: dict(GATE_MARGINS), each={"ge": 0})  # null: not gated
+    blocks: int = _f(10, ge=2)                # time blocks a stage is cut into: the bootstrap resamples them
+    resamples: int = _f(2000, ge=100)
+    min_agreement: float = _f(0.9, ge=0, le=1)  # lower bound of the mean greedy token agreement
+    min_pairs: int = _f(10, ge=1)             # fewer compared pairs in a stage: agreement not gated there (said so)
+    candidate_cost_factor: float = _f(1.0, gt=0)  # the candidate's hourly cost over the incumbent's
+
+
+@dataclass
+class PromoteGuard:
+    """Checked every ``interval_s`` over the last ``window_s``: a trip rolls back at once."""
+    interval_s: float = _f(1.0, gt=0)
+    window_s: float = _f(15.0, gt=0)
+    min_requests: int = _f(5, ge=1)           # candidate requests in the window before a rate guard can trip
+    max_error_rate_increase: float = _f(0.05, ge=0, le=1)
+    max_attainment_drop: float = _f(0.10, ge=0, le=1)
+    max_ttft_ratio: float = _f(3.0, gt=1)     # candidate p90 TTFT over the incumbent's, same window ...
+    ttft_floor_ms: float = _f(50.0, ge=0)     # ... or over this, whichever is larger (noise on tiny latencies)
+    stall_s: float = _f(10.0, gt=0)           # a candidate request without a first token for this long
+
+
+@dataclass
+class PromoteFault:
+    """A rehearsal's fault: make a candidate that the promotion launched worse mid-run."""
+    kind: str = _f("none", choices=("none", "kill", "pause"))  # pause: SIGSTOP (a hung engine)
+    at_s: float = _f(60.0, ge=0)              # seconds after the start of `stage` (default: the first request)
+    stage: Optional[str] = None
+
+
+@dataclass
+class PromoteProtocol(SweepProtocol):
+    """Step 7: shadow, then canary shares, each stage gated against the incumbent on the same
+    period; guards roll back mid-stage (harness/promote.py, protocols/promote.py)."""
+    name: str = "promote"
+    load_points: List[Any] = field(default_factory=list)
+    stages: List[PromoteStage] = field(default_factory=_default_stages)
+    gate: PromoteGate = field(default_factory=PromoteGate)
+    guard: PromoteGuard = field(default_factory=PromoteGuard)
+    traffic: str = _f("loadgen", choices=("loadgen", "live"))  # our load generator through the proxy, or callers
+    incumbent: Any = None                     # override list: launch the incumbent (else proxy.incumbent, a URL)
+    candidate: Any = None                     # override list: launch the candidate (else proxy.candidate)
+    after_s: float = _f(10.0, ge=0)           # keep recording after the final decision (the timeline's tail)
+    fault: PromoteFault = field(default_factory=PromoteFault)
+
+
 # ------------------------------------------------------------------------------------ slo, cost, hardware
 @dataclass
 class Slo:
@@ -483,6 +558,7 @@ class Root:
     cost: Any = MISSING
     hardware: Hardware = MISSING
     client: Client = MISSING
+    proxy: Proxy = MISSING
     experiment: str = "default"               # MLflow experiment and results/<experiment>/ folder
     output_dir: Optional[str] = None          # default: results/<experiment>/<run id>/
     resume: bool = True                       # with an existing output_dir: skip finished load points
@@ -501,11 +577,13 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
+                 "promote_schema": PromoteProtocol,
                  "tune_schema": TuneProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},
     "client": {"schema": Client},
+    "proxy": {"schema": Proxy},
 }
 
 

@@ -6,6 +6,9 @@
     tokenfactory workload describe [overrides]  characterise a workload (workload.json + figures)
     tokenfactory roofline engine.model=DIR hardware=NAME 'roofline.batch=[1,64]' roofline.context=2048
                                                 lower bounds per phase from the model's config.json
+    tokenfactory proxy proxy.incumbent=URL proxy.candidate=URL proxy.mode=shadow|canary|rollback
+                                                the promotion proxy, until Ctrl-C
+    tokenfactory promote [overrides]            step 7: shadow, canary stages, gates, rollback (run protocol=promote)
 
 ``run`` hands its arguments to Hydra unchanged, so every Hydra override and flag works.
 """
@@ -62,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         return _hydra_run(rest)
+    if cmd == "promote":
+        return _hydra_run(["protocol=promote", *rest])
+    if cmd == "proxy":
+        from harness.proxy.command import proxy_command
+
+        return proxy_command(rest)
     if cmd == "roofline":
         from harness.roofline_command import roofline_command
 

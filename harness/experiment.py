@@ -366,4 +366,8 @@ class Experiment:
 
 def run_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
                    explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None) -> Path:
+    if cfg.protocol.name == "promote":  # step 7: a proxy and live traffic, not engine sessions
+        from harness.promote import run_promotion
+
+        return run_promotion(cfg, overrides or [])
     return Experiment(cfg, swept_keys, explicit, overrides).run()

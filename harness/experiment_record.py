@@ -66,7 +66,8 @@ def seven_steps(exp, runs: list[dict]) -> list[dict]:
         {"step": 6, "ran": exp.multi and done,
          "how": (f"{len(exp.configs)} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
                  "(comparison.json)") if exp.multi else "one config: nothing to compare (protocol=compare)"},
-        {"step": 7, "ran": False, "how": "not a promotion (protocol=promote)"},
+        {"step": 7, "ran": proto == "promote" and bool(getattr(exp, "promotion", None)),
+         "how": getattr(exp, "promotion_how", None) or "not a promotion (protocol=promote)"},
     ]
     for s in out:
         s["what"] = STEPS[s["step"]]

@@ -62,6 +62,7 @@ class _Conn(asyncio.Protocol):
         self.err_body = b""
         self.timer = None
         self.retried = False
+        self.sink = None        # called with each body piece of a 200 response (the promotion proxy forwards them)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -109,10 +110,10 @@ class _Conn(asyncio.Protocol):
             return
         if not self.got_bytes and self.reused and not self.retried:
             # The server closed an idle keep-alive connection as we wrote to it: resend once.
-            rec, payload, fut = self.rec, self.payload, self.fut
+            rec, payload, fut, sink = self.rec, self.payload, self.fut, self.sink
             self._cancel_timer()
             self._clear()
-            self.client._open_and_begin(rec, payload, fut, retried=True)
+            self.client._open_and_begin(rec, payload, fut, retried=True, sink=sink)
             return
         if self.head is not None and self.head.mode == "close":
             self._complete(perf_ns())
@@ -121,9 +122,10 @@ class _Conn(asyncio.Protocol):
         self._finish("connection_error", why, reusable=False)
 
     # --- request lifecycle ----------------------------------------------------------------
-    def begin(self, rec: RequestRecord, payload: bytes, fut: asyncio.Future, retried: bool = False) -> None:
+    def begin(self, rec: RequestRecord, payload: bytes, fut: asyncio.Future, retried: bool = False,
+              sink=None) -> None:
         self._clear()
-        self.rec, self.payload, self.fut, self.retried = rec, payload, fut, retried
+        self.rec, self.payload, self.fut, self.retried, self.sink = rec, payload, fut, retried, sink
         self.client._active[id(rec)] = self
         rec.sent_ns = perf_ns()
         self.transport.write(payload)
@@ -223,7 +225,10 @@ class _Conn(asyncio.Protocol):
                 if len(self.err_body) < 2000:
                     self.err_body += p
         elif pieces:
-            self.stream.feed(pieces[0] if len(pieces) == 1 else b"".join(pieces), now)
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if self.sink is not None:  # forwarded before it is parsed
+                self.sink(body)
+            self.stream.feed(body, now)
         if done:
             self._complete(now)
 
@@ -409,28 +414,30 @@ class StreamingClient:
         except ValueError:
             pass
 
-    def start(self, rec: RequestRecord, payload: bytes) -> asyncio.Future:
+    def start(self, rec: RequestRecord, payload: bytes, sink=None) -> asyncio.Future:
         """Send now if a pooled connection is idle (else as soon as one is open); the future
-        resolves with ``rec`` once the response is over, whatever its status."""
+        resolves with ``rec`` once the response is over, whatever its status.  ``sink``, if
+        given, is called with every piece of a 200 response's body as it is read (de-chunked,
+        before parsing)."""
         fut = self.loop.create_future()
         payload = self._request(payload)
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed and not conn.transport.is_closing():
-                conn.begin(rec, payload, fut)
+                conn.begin(rec, payload, fut, sink=sink)
                 if self._low_water:
                     self._maybe_top_up()
                 return fut
-        self._open_and_begin(rec, payload, fut)
+        self._open_and_begin(rec, payload, fut, sink=sink)
         if self._low_water:
             self._maybe_top_up()
         return fut
 
-    def _open_and_begin(self, rec, payload, fut, retried: bool = False) -> None:
-        task = self.loop.create_task(self._open_then_begin(rec, payload, fut, retried))
+    def _open_and_begin(self, rec, payload, fut, retried: bool = False, sink=None) -> None:
+        task = self.loop.create_task(self._open_then_begin(rec, payload, fut, retried, sink))
         self._active[id(rec)] = task
 
-    async def _open_then_begin(self, rec, payload, fut, retried) -> None:
+    async def _open_then_begin(self, rec, payload, fut, retried, sink=None) -> None:
         t = self.cfg.timeouts
         err = None
         t_connect = perf_ns()
@@ -456,7 +463,7 @@ class StreamingClient:
             if not fut.done():
                 fut.set_result(rec)
             return
-        conn.begin(rec, payload, fut, retried=retried)
+        conn.begin(rec, payload, fut, retried=retried, sink=sink)
 
     def cancel(self, rec: RequestRecord) -> None:
         """Abandon ``rec``'s request: its record ends as ``cancelled``."""
