@@ -121,6 +121,7 @@ class Dispatcher:
         self.spin_ns = SPIN_NS
         self.sent = 0
         self._limit: asyncio.Semaphore | None = None  # open loop's max_concurrency, session turns too
+        self._slot_ns = 0  # when the last request that waited for a slot got one
 
     def _record(self, item: WorkItem, scheduled_ns: int, warmup: bool) -> RequestRecord:
         # slot_ns = scheduled_ns unless the request has to wait for a max_concurrency slot
@@ -132,9 +133,13 @@ class Dispatcher:
         """Wait for a ``max_concurrency`` slot; a wait is queueing (``slot_ns``), not the client's lag."""
         if self._limit.locked():
             await self._limit.acquire()
-            rec.slot_ns = perf_ns()
+            rec.slot_ns = self._slot_ns = perf_ns()
         else:
             await self._limit.acquire()
+            if self._slot_ns > rec.scheduled_ns:
+                # Due while the sender was still waiting for an earlier request's slot: it queued
+                # as long (a slot freed since then is why none is awaited now).
+                rec.slot_ns = self._slot_ns
 
     def _store(self, rec: RequestRecord) -> None:
         self.completed += 1

@@ -63,13 +63,14 @@ def parse_head(head: bytes) -> ResponseHead:
 class ChunkedDecoder:
     """Incremental ``Transfer-Encoding: chunked`` decoder: bytes in, body pieces out."""
 
-    __slots__ = ("_buf", "_left", "_state", "done")
+    __slots__ = ("_buf", "_left", "_state", "done", "extra")
 
     def __init__(self) -> None:
         self._buf = b""
         self._left = 0        # bytes of chunk data still to come
         self._state = 0       # 0: size line next, 1: chunk data, 2: CRLF after data, 3: trailers
         self.done = False
+        self.extra = 0        # bytes after the end of the body: the connection's framing is lost
 
     def feed(self, data: bytes, out: list) -> None:
         """Append the body pieces completed by ``data`` to ``out``; sets ``done`` at the end."""
@@ -132,4 +133,6 @@ class ChunkedDecoder:
         self._state = state
         self._buf = buf[pos:] if pos < n else b""
         if self.done and self._buf:
-            raise HTTPFramingError(f"{len(self._buf)} unexpected bytes after the end of a chunked body")
+            # The body itself is complete; what follows belongs to no response (the caller
+            # must not reuse the connection).
+            self.extra, self._buf = len(self._buf), b""

@@ -20,53 +20,95 @@ from loadgen.records import RequestRecord
 NO_USAGE = -1
 
 
+def _wrong(what: str, value) -> ValueError:
+    """A field of the wrong type, named (it would otherwise reach requests.parquet's typed
+    columns and break the file, or the text join at the end)."""
+    return ValueError(f"{what} is {type(value).__name__} {str(value)[:80]!r}, not the type the API gives it")
+
+
 class OpenAIStream:
-    __slots__ = ("rec", "sse", "saw_done")
+    __slots__ = ("rec", "sse", "saw_done", "events", "first_bytes")
 
     def __init__(self, rec: RequestRecord):
         self.rec = rec
         self.sse = SSEDecoder()
         self.saw_done = False
+        self.events = 0          # data events seen (none: the body is not an SSE stream)
+        self.first_bytes = b""   # the body's start, for the error when it is not an SSE stream
 
     def feed(self, data: bytes, now: int) -> None:
         """Body bytes received at ``now``; every event they complete gets that time."""
+        if not self.events and len(self.first_bytes) < 200:
+            self.first_bytes += data[:200]
         for ev in self.sse.feed(data):
+            self.events += 1
             self._event(ev, now)
 
     def _event(self, ev: bytes, now: int) -> None:
+        # Types are checked inline, on the hot path only as a class comparison.
         rec = self.rec
         if ev == b"[DONE]":
             self.saw_done = True
             return
         obj = orjson.loads(ev)
-        if rec.response_id is None:
-            rec.response_id = obj.get("id")
+        if obj.__class__ is not dict:
+            raise ValueError(f"event is not a JSON object: {ev[:200]!r}")
+        if rec.response_id is None and obj.get("id") is not None:
+            rec.response_id = str(obj["id"])
         choices = obj.get("choices")
         if "error" in obj and not choices:
             raise ValueError(f"error event in stream: {str(obj['error'])[:500]}")
         usage = obj.get("usage")
+        cum = None
         if usage:
-            rec.usage_prompt_tokens = usage.get("prompt_tokens", rec.usage_prompt_tokens)
-            rec.usage_completion_tokens = usage.get("completion_tokens", rec.usage_completion_tokens)
+            if usage.__class__ is not dict:
+                raise _wrong("usage", usage)
+            pt, cum = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if pt is not None:
+                if pt.__class__ is not int:
+                    raise _wrong("usage.prompt_tokens", pt)
+                rec.usage_prompt_tokens = pt
+            if cum is not None:
+                if cum.__class__ is not int:
+                    raise _wrong("usage.completion_tokens", cum)
+                rec.usage_completion_tokens = cum
         if not choices:
             return
+        if choices.__class__ is not list:
+            raise _wrong("choices", choices)
         c0 = choices[0]
+        if c0.__class__ is not dict:
+            raise _wrong("choices[0]", c0)
         delta = c0.get("delta")
         if delta is not None:
+            if delta.__class__ is not dict:
+                raise _wrong("choices[0].delta", delta)
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            what = "choices[0].delta.content"
         else:
             text = c0.get("text")
+            what = "choices[0].text"
+        if text and text.__class__ is not str:
+            raise _wrong(what, text)
+        fr = c0.get("finish_reason")
+        if fr and fr.__class__ is not str:
+            raise _wrong("choices[0].finish_reason", fr)
         if text:
             rec.chunk_ns.append(now)
             rec.chunk_text.append(text)
-            cum = usage.get("completion_tokens") if usage else None
-            rec.chunk_usage.append(NO_USAGE if cum is None else int(cum))
+            rec.chunk_usage.append(NO_USAGE if cum is None else cum)
             if rec.first_token_ns is None:
                 rec.first_token_ns = now
             rec.end_ns = now
-        fr = c0.get("finish_reason")
         if fr:
             rec.finish_reason = fr
+
+    def not_sse(self, content_type: str | None) -> str | None:
+        """Why the body is not an SSE stream, when no event came at all (else None)."""
+        if self.events or b"data:" in self.first_bytes:  # (data lines never closed by a blank line: unfinished)
+            return None
+        return (f"the body is not a server-sent event stream (no SSE data event; Content-Type: "
+                f"{content_type or 'none'}): {self.first_bytes[:200]!r}")
 
     def unfinished(self) -> bytes:
         """Bytes of an event the stream never completed (empty when it ended cleanly)."""

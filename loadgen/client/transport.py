@@ -31,6 +31,10 @@ from loadgen.records import RequestRecord
 
 perf_ns = time.perf_counter_ns
 FLUSH_SLICE_NS = 200_000  # longest parse pass before the loop gets a turn
+# After [DONE] the body's end is due at once; a server that keeps the body open after it
+# (keep-alive pings, a proxy's buffering) gets this long (at most idle_s), then the complete
+# response is recorded and the connection closed, instead of an idle timeout.
+DONE_GRACE_S = 1.0
 
 
 class _Conn(asyncio.Protocol):
@@ -62,6 +66,8 @@ class _Conn(asyncio.Protocol):
         self.err_body = b""
         self.timer = None
         self.retried = False
+        self.done_by: int | None = None  # [DONE] seen: the body must end by then
+        self.junk = False                # bytes after the body's end: the connection is not reused
         self.sink = None        # called with each body piece of a 200 response (the promotion proxy forwards them)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
@@ -139,6 +145,8 @@ class _Conn(asyncio.Protocol):
             deadline = min(deadline, rec.sent_ns + int(t.ttft_s * 1e9))
         else:
             deadline = min(deadline, rec.end_ns + int(t.idle_s * 1e9))
+        if self.done_by is not None:
+            deadline = min(deadline, self.done_by)
         self.timer = self.client.loop.call_later(max(deadline - perf_ns(), 0) / 1e9, self._on_timer, deadline)
 
     def _on_timer(self, deadline: int) -> None:
@@ -149,6 +157,9 @@ class _Conn(asyncio.Protocol):
             return
         if perf_ns() < deadline - 500_000:
             self._arm()
+            return
+        if self.done_by is not None and perf_ns() >= self.done_by - 500_000:
+            self._finish(None, None, reusable=False)  # complete at [DONE]; the body never ended
             return
         t = self.client.cfg.timeouts
         rec = self.rec
@@ -212,8 +223,8 @@ class _Conn(asyncio.Protocol):
             self.chunked.feed(data, pieces)
             done = self.chunked.done
         elif head.mode == "length":
-            if len(data) > self.body_left:
-                raise ValueError(f"{len(data) - self.body_left} bytes beyond Content-Length")
+            if len(data) > self.body_left:  # the body is complete; what follows belongs to no response
+                data, self.junk = data[:self.body_left], True
             self.body_left -= len(data)
             pieces = [data] if data else []
             done = self.body_left == 0
@@ -228,40 +239,60 @@ class _Conn(asyncio.Protocol):
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if self.sink is not None:  # forwarded before it is parsed
                 self.sink(body)
+            first = self.rec.first_token_ns is None
             self.stream.feed(body, now)
+            if first and self.rec.first_token_ns is not None and self.timer is not None:
+                # The timer still waits for the TTFT deadline: from now on the idle limit rules.
+                self._cancel_timer()
+                self._arm()
+            if self.stream.saw_done and self.done_by is None and not done:
+                t = self.client.cfg.timeouts
+                self.done_by = now + int(min(DONE_GRACE_S, t.idle_s) * 1e9)
+                self._cancel_timer()
+                self._arm()
         if done:
             self._complete(now)
 
     def _complete(self, now: int) -> None:
         head = self.head
+        reusable = head.keep_alive and not self.junk and not (self.chunked and self.chunked.extra)
         if head.status != 200:
             text = self.err_body[:2000].decode("utf-8", "replace")
-            self._finish("http_error", f"HTTP {head.status}: {text}", reusable=head.keep_alive)
+            retry = head.headers.get("retry-after")  # said, not obeyed: a rejection is a measured outcome
+            self._finish("http_error", f"HTTP {head.status}: {text}" + (f" (Retry-After: {retry})" if retry else ""),
+                         reusable=reusable)
+            return
+        why = self.stream.not_sse(head.headers.get("content-type"))
+        if why:
+            self._finish("invalid_response", why, reusable=False)
             return
         tail = self.stream.unfinished()
         if tail:
             self._finish("invalid_response", f"stream ended inside an event: {tail[:200]!r}", reusable=False)
             return
-        self._finish(None, None, reusable=head.keep_alive)
+        self._finish(None, None, reusable=reusable)
 
     def _finish(self, status: str | None, error: str | None, reusable: bool) -> None:
         rec, fut = self.rec, self.fut
-        self._cancel_timer()
-        self.client._active.pop(id(rec), None)
-        rec.done_ns = perf_ns()
-        finish_text(rec)
-        if status is None:
-            status, error = self.stream.outcome()
-        rec.status, rec.error = status, error
-        self._clear()
-        if reusable and not self.closed:
-            self.reused = True
-            self.client._idle.append(self)
-        elif not self.closed:
-            self.closed = True
-            self.transport.close()
-        if not fut.done():
-            fut.set_result(rec)
+        try:
+            self._cancel_timer()
+            self.client._active.pop(id(rec), None)
+            rec.done_ns = perf_ns()
+            finish_text(rec)
+            if status is None:
+                status, error = self.stream.outcome()
+            rec.status, rec.error = status, error
+            self._clear()
+            if reusable and not self.closed:
+                self.reused = True
+                self.client._idle.append(self)
+            elif not self.closed:
+                self.closed = True
+                self.transport.close()
+        finally:
+            # Whatever went wrong above, the request ends: a future left pending would hang the run.
+            if not fut.done():
+                fut.set_result(rec)
 
 
 class StreamingClient:
