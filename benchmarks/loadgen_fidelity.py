@@ -460,6 +460,28 @@ def floor_main(a) -> None:
     Path(a.out).write_bytes(orjson.dumps({"cpu_s": cpu, "load_s": load_s, "reads": n_reads, "rows": rows}))
 
 
+# ============================================================================ a Ray cluster
+def local_ray_cluster(nodes: int = 2, cpus_per_node: int = 2, object_store_mib: int = 100):
+    """A Ray cluster on this machine: a head and ``nodes - 1`` more nodes, each its own raylet
+    process, on 127.0.0.1; the driver (this process) joins it.  ``shutdown()`` stops only
+    these processes."""
+    # Ray's "no cluster" switch makes every node (and the processes it starts) use 127.0.0.1:
+    # nothing of the test cluster listens on, or is reached through, another address.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+    import ray._private.ray_constants as ray_constants
+    from ray.cluster_utils import Cluster
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # (read when an address is needed; set if ray was imported)
+    args = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mib * 2**20}
+    c = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
+    for _ in range(nodes - 1):
+        c.add_node(**args)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    return c
+
+
 # ============================================================================ orchestration
 NICE = 0
 

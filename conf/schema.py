@@ -431,10 +431,27 @@ class ClientTimeouts:
 
 
 @dataclass
+class ClientRay:
+    """``client.backend=ray``: the workers as Ray actors on a cluster (loadgen/ray_workers.py)."""
+    address: Optional[str] = None                 # ray.init's: null = $RAY_ADDRESS, else a local one; "auto"
+    num_cpus: float = _f(1.0, ge=0)               # CPUs each worker reserves (its event loop needs a core)
+    resources: Dict[str, float] = _f(factory=dict, each={"ge": 0})  # per worker, e.g. {loadgen: 1}
+    placement: str = _f("spread", choices=("spread", "pack"))  # workers over as many nodes as can be, or few
+    clock_samples: int = _f(16, ge=1)             # round trips per offset measurement (the shortest wins)
+    clock_every_s: float = _f(2.0, gt=0)          # each worker's offset measured again this often
+    start_margin_ms: float = _f(300.0, gt=0)      # from the start order to t0 (reaching every worker)
+    placement_timeout_s: float = _f(60.0, gt=0)   # waiting for the cluster to place every worker
+    runtime_env: Dict[str, Any] = field(default_factory=dict)  # ray.init's runtime_env (pip, working_dir)
+
+
+@dataclass
 class Client:
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     max_schedule_lag_ms: float = _f(10.0, ge=0)   # p99 send lag above this flags the run as client-limited
     workers: int = _f(1, ge=1)                    # load-generator processes sharing one schedule
+    backend: str = _f("local", choices=("local", "ray"))  # workers forked here, or Ray actors (client.ray)
+    max_clock_error_ms: float = _f(1.0, gt=0)     # ray: a worker's clock error above this flags client-limited
+    ray: ClientRay = field(default_factory=ClientRay)
     # Requests are prepared off the send loop (loadgen/prepare.py): all before the window opens,
     # streamed by a producer thread prepare_ahead_s ahead, or auto: all while within prepare_max_mb.
     prepare: str = _f("auto", choices=("auto", "all", "stream"))

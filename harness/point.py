@@ -130,7 +130,9 @@ def dispatch(s, p: PointRun) -> None:
     n_workers = int(s.cfg.client.workers)
     try:
         try:
-            if n_workers > 1:  # one shared schedule over forked load-generator processes
+            if s.cfg.client.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
+                p.stats = _ray_dispatch(s, p, on_done, followup)
+            elif n_workers > 1:  # one shared schedule over forked load-generator processes
                 p.stats = run_workers(n_workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
                                       followup=followup)
             else:
@@ -193,6 +195,7 @@ def summarise(s, p: PointRun) -> None:
         # stopped early as over-saturated (loadgen.saturation): its latencies are not a steady state's
         "saturated": bool(p.stats.get("saturated")), "saturation_reason": p.stats.get("saturated"),
     })
+    summary.update(_clock_keys(s, p.stats))
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
     summary.update({f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",
                                                            "streamed")})
@@ -378,6 +381,45 @@ def _prepare_options(s, p: PointRun, followup) -> PrepareOptions:
             "rng": s.builder.rng.bit_generator.state, "code": PREPARE_CODE}, end_state, on_hit)
     return PrepareOptions(mode=c.prepare, ahead_s=float(c.prepare_ahead_s), max_bytes=int(c.prepare_max_mb * 2**20),
                           cache=cache, progress=p.progress.preparing)
+
+
+class _CountTokens:
+    """The session's token counter without the session: it travels to Ray workers by pickle."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _ray_dispatch(s, p: PointRun, on_done, followup) -> dict:
+    """``client.backend=ray``: ``client.workers`` Ray actors share the schedule (loadgen/ray_workers.py)."""
+    import functools
+
+    try:
+        from loadgen.ray_workers import RaySettings, run_ray_workers
+    except ImportError as e:
+        raise UserError(f"client.backend=ray needs Ray ({e}): pip install -e '.[ray]'") from None
+    finalize = functools.partial(complete_record, slo=s.slo, count_tokens=_CountTokens(s.tokenizer))
+    return run_ray_workers(int(s.cfg.client.workers), s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
+                           followup=followup, settings=RaySettings.from_config(s.cfg.client.ray))
+
+
+def _clock_keys(s, stats: dict) -> dict:
+    """Ray workers: each one's clock error on the driver's clock; a run whose largest exceeds
+    ``client.max_clock_error_ms`` is client-limited (its timings are not trusted to that
+    precision); a worker that died leaves the run incomplete."""
+    if stats.get("backend") != "ray":
+        return {}
+    err, limit = float(stats["clock_error_ms"]), float(s.cfg.client.max_clock_error_ms)
+    out = {"client_backend": "ray", "client_workers": stats["workers"], "clock_error_ms": err,
+           "clock_workers": stats["clock"], "clock_limited": not err <= limit,
+           "incomplete": bool(stats.get("incomplete")), "incomplete_reason": stats.get("incomplete_reason")}
+    if out["clock_limited"]:
+        out.update(client_limited=True,
+                   client_limited_reason=f"clock error {err:.3f} ms > client.max_clock_error_ms={limit:g}")
+    return out
 
 
 def _event_loop_policy() -> None:

@@ -8,6 +8,7 @@ leaves a ``requests.parquet`` that looks complete.
 from __future__ import annotations
 
 import os
+import socket
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+HOST = socket.gethostname()  # evaluated in each load-generator process: a Ray worker's is its node's
 # Statuses of DESIGN.md's failure taxonomy.
 STATUSES = ("ok", "http_error", "timeout", "connection_error", "invalid_response", "truncated", "cancelled")
 
@@ -64,6 +66,8 @@ class RequestRecord:
     # response was a copy the caller never saw (shadow / mirror).  A load generator's rows: null, False.
     side: str | None = _col(pa.string())          # incumbent | candidate
     shadow: bool = _col(pa.bool_(), False)
+    worker: int = _col(pa.int32(), 0)             # the load-generator worker that sent it (client.workers)
+    worker_host: str | None = _col(pa.string(), HOST)  # the host that worker ran on (client.backend=ray: several)
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).
     chunk_text: list = field(default_factory=list)     # text of each output chunk
     chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)

@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadgen.client import ClientConfig, StreamingClient
@@ -83,6 +84,31 @@ def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder
                                           _share(int(spec.prewarm_connections), n, w)))
         out.append((sw, [it for _, it, _ in mine], [(i, it, off - t0_placeholder) for i, it, off in mine]))
     return out
+
+
+def merge_parts(parts: list[str], writer: RecordWriter,
+                convert: Callable[[int, pa.Table], pa.Table] | None = None) -> set[str]:
+    """Merge the workers' part files (part ``w`` from worker ``w``) into ``writer``: one file,
+    one row per request, the same schema, each row marked with its worker.  ``convert(w,
+    table)`` rewrites a worker's rows on the way (another host's clock onto the driver's).
+    Returns the request ids; a request recorded by two workers is an error."""
+    seen: set[str] = set()
+    for w, part in enumerate(parts):
+        if not os.path.exists(part):
+            continue
+        f = pq.ParquetFile(part)
+        for g in range(f.num_row_groups):
+            t = f.read_row_group(g)
+            t = t.set_column(t.schema.get_field_index("worker"), "worker", pa.array([w] * t.num_rows, pa.int32()))
+            if convert is not None:
+                t = convert(w, t)
+            ids = t.column("request_id").to_pylist()
+            dup = seen.intersection(ids)
+            if dup:
+                raise RuntimeError(f"request ids {sorted(dup)[:5]} recorded by two workers")
+            seen.update(ids)
+            writer.append_table(t)
+    return seen
 
 
 def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: str,
@@ -191,17 +217,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
             for status, rid in status_q.get():
                 if on_done is not None:
                     on_done(_Status(status, rid))
-        seen: set[str] = set()
-        for part in parts:  # merge: one file, one row per request, same schema
-            f = pq.ParquetFile(part)
-            for g in range(f.num_row_groups):
-                t = f.read_row_group(g)
-                ids = t.column("request_id").to_pylist()
-                dup = seen.intersection(ids)
-                if dup:
-                    raise RuntimeError(f"request ids {sorted(dup)[:5]} recorded by two workers")
-                seen.update(ids)
-                writer.append_table(t)
+        seen = merge_parts(parts, writer)
         sent = sum(r["sent"] for r in results)
         if len(seen) != sent:
             raise RuntimeError(f"workers sent {sent} requests but recorded {len(seen)}")
