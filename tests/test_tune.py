@@ -98,6 +98,8 @@ def test_pareto_front_and_best_by_hand():
     # 2 (3, 7) is dominated by 1 (4, 6); 4 (8, 10) by 3 (8, 9); the rest trade load against cost
     assert [t["trial"] for t in pareto_front(trials)] == [5, 0, 1, 3]
     assert best_trial(trials, "cost_per_mtok_good")["trial"] == 5
+    # maximised: the highest objective among the feasible (here the objective is the cost itself)
+    assert best_trial(trials, "goodput_per_dollar")["trial"] == 4
     assert best_trial(trials[6:], "cost_per_mtok_good") is None
 
 
