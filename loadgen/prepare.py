@@ -11,7 +11,9 @@ offset from t0) from a ``RequestSource``, filled in one of two ways (``client.pr
 - ``stream``: a producer thread builds the requests in order and keeps up to
   ``client.prepare_ahead_s`` seconds of the schedule (at least 64 requests) ready.  The
   tokenizer's encoding, most of the work, runs in Rust without the GIL; the producer
-  thread runs at the lowest CPU priority, and while it has a few requests in hand it does
+  thread runs at the lowest CPU priority (back at the process's own while it is falling
+  behind, where the system allows: on a host busy with other work a nice-19 thread gets
+  almost no CPU, and the lag then grew without bound), and while it has a few requests in hand it does
   not start a build that would still run when the next send is due (it knows the next due
   time and how long its builds take), so on a client confined to one core the loop finds
   the core and the GIL free when it wakes;
@@ -44,6 +46,7 @@ PREPARE_MODES = ("auto", "all", "stream")
 MIN_AHEAD = 64              # stream: at least this many requests ready, whatever their times
 GATE_MIN_READY = 8          # stream: with fewer ready, build whatever the next send's time
 GATE_MARGIN_NS = 500_000    # ... else only when the next send is this much beyond the build's end
+LOW_NICE = 19               # stream: the producer's priority while it is ahead
 
 
 @dataclass(slots=True)
@@ -177,14 +180,29 @@ class _Producer:
             return False
         return p.offset_ns is None or p.offset_ns - self.position_ns > self.ahead_ns
 
+    def _nice(self, value: int) -> bool:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), value)  # this thread only (Linux)
+            return True
+        except (AttributeError, OSError):  # no such call, or lowering the nice value is not allowed here
+            return False
+
     def _run(self) -> None:
         try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
+            base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         except (AttributeError, OSError):
-            pass
+            base = None
+        low = self._nice(LOW_NICE)
+        switch = low and base is not None and base < LOW_NICE
         try:
             it = iter(self.it)
             while True:
+                # Falling behind (few ready): back to the process's priority until a full buffer.
+                if switch and low and len(self.buf) < GATE_MIN_READY:
+                    low = not self._nice(base)
+                    switch = not low  # not allowed to go back up: stay low, and stop trying
+                elif switch and not low and len(self.buf) >= MIN_AHEAD:
+                    low = self._nice(LOW_NICE)
                 self._hold_for_the_next_send()
                 t0 = perf_ns()
                 p = next(it, None)

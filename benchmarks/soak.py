@@ -1,0 +1,247 @@
+"""A long run: does the client stay flat (memory, file descriptors, tasks, send lag)?
+
+A real trace (by default the Azure code trace of ``../shared/traces``), time-compressed to
+``--rate`` requests/s and replayed pass after pass for ``--minutes``, through tokenfactory's
+own path (prompt builder under the tiny model's tokenizer, requests prepared by the
+streaming producer as a long run needs, dispatcher, streaming client, ``requests.parquet``
+writer) against a fast streaming server (``loadgen_fidelity.py``'s truth server in its own
+process: first chunk after 20 ms, then one every 5 ms, outputs capped at ``--max-output``
+tokens).  Every ``--every`` minutes it prints, from inside the client's process and event
+loop:
+
+- RSS (MiB), open file descriptors, threads, asyncio tasks alive, requests in flight;
+- requests finished in the interval, those not ``ok``, and their send lag p50/p99/max (ms):
+  ``sent_ns - max(scheduled_ns, slot_ns)``, the client's own delay;
+- the client's CPU (share of one core) and the share of the interval its threads were
+  runnable but waiting for a CPU (other tenants of a shared machine: that shows up as lag).
+
+At the end: the table in Markdown, and the growth of RSS and of the lag p99 from the first
+row after warm-up (``--warmup`` minutes) to the last.
+
+    python benchmarks/soak.py --minutes 60                # the README's table
+    python benchmarks/soak.py --minutes 2 --every 0.5     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TRACE = ROOT.parent / "shared" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _runq_wait_s() -> float:
+    """Seconds this process's threads spent runnable but waiting for a CPU (other tenants' noise)."""
+    total = 0
+    for d in Path(f"/proc/{os.getpid()}/task").glob("*/schedstat"):
+        try:
+            total += int(d.read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
+def _pin(core: str | None) -> list[str]:
+    return ["taskset", "-c", core] if core and shutil.which("taskset") else []
+
+
+def passes(wcfg, builder, end_s: float):
+    """The trace's requests, pass after pass (each shifted by the previous passes' length,
+    request ids made unique), until ``end_s`` seconds of arrivals."""
+    from loadgen.workloads.traces.replay import TraceWorkload
+
+    shift, p = 0.0, 0
+    while shift < end_s:
+        tw = TraceWorkload(wcfg, builder)
+        arr = tw.table.arrival_s
+        length = float(arr.max()) + float(arr.max() - arr.min()) / max(len(arr) - 1, 1)
+        for item in tw:
+            item.arrival_s += shift
+            if item.arrival_s > end_s:
+                return
+            item.request_id = f"p{p}-{item.request_id}"
+            yield item
+        shift += length
+        p += 1
+
+
+class Monitor:
+    """Samples the client's own process and loop; lags arrive from the dispatcher's on_done."""
+
+    def __init__(self):
+        import psutil
+
+        self.proc = psutil.Process()
+        self.lags: list[float] = []
+        self.not_ok = 0
+        self.rows: list[dict] = []
+        self.at = (time.perf_counter(), time.process_time(), _runq_wait_s())
+        self.stalls = 0  # sends that found their request not built yet (the producer behind), so far
+
+    def on_done(self, rec) -> None:
+        self.lags.append((rec.sent_ns - max(rec.scheduled_ns, rec.slot_ns or rec.scheduled_ns)) / 1e6)
+        if rec.status != "ok":
+            self.not_ok += 1
+
+    def sample(self, t_min: float, in_flight: int, stalls: int = 0) -> dict:
+        import numpy as np
+
+        lags, self.lags = np.array(self.lags or [np.nan]), []
+        not_ok, self.not_ok = self.not_ok, 0
+        now = (time.perf_counter(), time.process_time(), _runq_wait_s())
+        wall = max(now[0] - self.at[0], 1e-9)
+        cpu, runq = (now[1] - self.at[1]) / wall, (now[2] - self.at[2]) / wall
+        self.at = now
+        stalls, self.stalls = stalls - self.stalls, stalls
+        row = {"min": t_min, "rss_mib": self.proc.memory_info().rss / 2**20,
+               "fds": len(os.listdir("/proc/self/fd")), "threads": threading.active_count(),
+               "tasks": len(asyncio.all_tasks()), "in_flight": in_flight,
+               "cpu": cpu, "runq": runq, "stalls": stalls, "done": int(np.isfinite(lags).sum()), "not_ok": not_ok,
+               "lag_p50": float(np.nanpercentile(lags, 50)) if np.isfinite(lags).any() else float("nan"),
+               "lag_p99": float(np.nanpercentile(lags, 99)) if np.isfinite(lags).any() else float("nan"),
+               "lag_max": float(np.nanmax(lags)) if np.isfinite(lags).any() else float("nan")}
+        self.rows.append(row)
+        return row
+
+
+HEADER = ("| minute | RSS MiB | fds | threads | tasks | in flight | requests | not ok | "
+          "send lag p50 / p99 / max (ms) | sends waiting for their build | client CPU | waiting for a CPU |")
+RULE = "|---" * 12 + "|"
+
+
+def fmt(r: dict) -> str:
+    return (f"| {r['min']:6.1f} | {r['rss_mib']:7.1f} | {r['fds']:3d} | {r['threads']:3d} | {r['tasks']:3d} | "
+            f"{r['in_flight']:4d} | {r['done']:6d} | {r['not_ok']:3d} | "
+            f"{r['lag_p50']:.3f} / {r['lag_p99']:.3f} / {r['lag_max']:.2f} | {r['stalls']:4d} | "
+            f"{r['cpu'] * 100:5.1f} % | {r['runq'] * 100:5.1f} % |")
+
+
+def client(a, port: int, out: str) -> list[dict]:
+    from omegaconf import OmegaConf
+
+    from conf.schema import TraceWorkload as TraceSchema
+    from engines.tiny_model import ensure_tiny_model
+    from loadgen.client import ClientConfig, StreamingClient
+    from loadgen.dispatch import Dispatcher, LoadSpec
+    from loadgen.records import RecordWriter
+    from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
+    from metrics.request_metrics import complete_record
+
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    wcfg = OmegaConf.merge(OmegaConf.structured(TraceSchema), {
+        "name": a.format, "path": str(a.trace), "target_rate": a.rate, "max_output_tokens": a.max_output})
+    builder = PromptBuilder(load_tokenizer(str(ensure_tiny_model())), seed=0)
+    end_s = a.minutes * 60
+    spec = LoadSpec(kind="trace", duration_s=end_s, drain_timeout_s=30, prewarm_connections=int(a.rate) + 16)
+    mon = Monitor()
+    writer = RecordWriter(out)
+    cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="truth")
+
+    async def watch(d: Dispatcher, t0: int) -> None:
+        every = a.every * 60
+        k = 0
+        while True:
+            k += 1
+            await asyncio.sleep(max(t0 + k * every * 1e9 - time.perf_counter_ns(), 0) / 1e9)
+            stalls = d.source.stats.stalls if d.source is not None else 0
+            print(fmt(mon.sample(k * a.every, len(d.pending), stalls)), flush=True)
+
+    async def go():
+        async with StreamingClient(cfg) as c:
+            d = Dispatcher(c, writer, finalize=complete_record, on_done=mon.on_done, prepare="stream")
+            t0 = time.perf_counter_ns()
+            print(fmt(mon.sample(0.0, 0)), flush=True)
+            w = asyncio.ensure_future(watch(d, t0))
+            try:
+                await d.run(passes(wcfg, builder, end_s), spec)
+            except asyncio.CancelledError:
+                print("stopped early: the rows so far", flush=True)
+            finally:
+                w.cancel()
+            mon.sample((time.perf_counter_ns() - t0) / 60e9, len(d.pending), d.source.stats.stalls)
+            print(fmt(mon.rows[-1]), flush=True)
+
+    print(HEADER + "\n" + RULE, flush=True)
+
+    def stop(*_):  # Ctrl-C or SIGTERM: stop the load, keep the table so far
+        loop.call_soon_threadsafe(main.cancel)
+
+    loop = asyncio.new_event_loop()
+    main = loop.create_task(go())
+    signal.signal(signal.SIGINT, stop)  # (also where a background start left SIGINT ignored)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        loop.run_until_complete(main)
+    except asyncio.CancelledError:
+        pass
+    loop.close()
+    writer.close()
+    return mon.rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--every", type=float, default=5.0, help="minutes between rows")
+    ap.add_argument("--warmup", type=float, default=5.0, help="minutes before the baseline row of the growth figures")
+    ap.add_argument("--rate", type=float, default=40.0, help="requests/s the trace is rescaled to")
+    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--format", default="azure", help="the trace's reader (workload=NAME)")
+    ap.add_argument("--max-output", type=int, default=16, help="output tokens per request at most")
+    ap.add_argument("--server-core", default=None, help="taskset core for the server (default: none)")
+    a = ap.parse_args()
+    if not Path(a.trace).exists():
+        print(f"skipped: {a.trace} is not here (the public traces live in ../shared/traces)")
+        return
+    port = _free_port()
+    fidelity = ROOT / "benchmarks" / "loadgen_fidelity.py"
+    srv = subprocess.Popen(_pin(a.server_core) + [sys.executable, str(fidelity), "server", "--port", str(port),
+                                                  "--first-ms", "20", "--gap-ms", "5", "--no-truth"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        print(f"soak: {Path(a.trace).name} at {a.rate:g} req/s (passes repeated) for {a.minutes:g} min, "
+              f"<= {a.max_output} output tokens, a row every {a.every:g} min; pid {os.getpid()}", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = client(a, port, os.path.join(tmp, "requests.parquet"))
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    base = next((r for r in rows if r["min"] >= a.warmup), rows[0])
+    last = rows[-1]
+    print("\n" + HEADER + "\n" + RULE)
+    for r in rows:
+        print(fmt(r))
+    total = sum(r["done"] for r in rows)
+    bad = sum(r["not_ok"] for r in rows)
+    print(f"\n{total} requests, {bad} not ok; from minute {base['min']:.1f} to {last['min']:.1f}: "
+          f"RSS {base['rss_mib']:.1f} -> {last['rss_mib']:.1f} MiB ({last['rss_mib'] - base['rss_mib']:+.1f}), "
+          f"fds {base['fds']} -> {last['fds']}, tasks {base['tasks']} -> {last['tasks']}, "
+          f"lag p99 {base['lag_p99']:.3f} -> {last['lag_p99']:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
