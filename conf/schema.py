@@ -251,7 +251,7 @@ class CompareProtocol(SweepProtocol):
     confidence: float = _f(0.95, gt=0, lt=1)
     # the verdicts of one load point are a family: bonferroni holds `confidence` for all of them
     # together (each difference's interval at 1 - (1 - confidence)/number of metrics)
-    adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
+    adjust: str = _f("none", choices=("none", "bonferroni"))
 
 
 @dataclass
@@ -271,7 +271,7 @@ class AblationProtocol(SweepProtocol):
     metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
     min_effect: float = _f(0.02, ge=0, lt=1)
     confidence: float = _f(0.95, gt=0, lt=1)
-    adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
+    adjust: str = _f("none", choices=("none", "bonferroni"))
 
 
 TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")

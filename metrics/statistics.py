@@ -463,6 +463,11 @@ def paired_difference(a, b, *, confidence: float = 0.95, relative: str = "delta"
       never narrower than the absolute interval / ā (s_e can vanish when B is proportional
       to A); unlike a bootstrap it is not too narrow with the 3-10 blocks a protocol runs.
       ``relative="bootstrap"``: paired BCa bootstrap of b̄/ā - 1 over blocks;
+    - ``relative="log"``: the per-block ratios r_i = b_i/a_i, their geometric mean minus 1 with
+      a t interval on the logs: exp(mean(ln r) ± t(n-1)·s_ln r/√n) - 1.  The paired model for
+      effects that multiply: a slow block slows every config by a factor (a busy host, a
+      throttled device), which cancels in b_i/a_i but not in b_i - a_i.  Where a block's
+      value is not positive (no log), the delta method is used instead, and the method says so;
     - ``bootstrap=True`` adds a paired BCa bootstrap interval of d̄.
     """
     aa, bb = _align(a, b)
@@ -486,13 +491,26 @@ def paired_difference(a, b, *, confidence: float = 0.95, relative: str = "delta"
         rel = bootstrap_ci(_rel_diff, (aa, bb), confidence=confidence, n_resamples=n_resamples, paired=True,
                            seed=seed, rng=rng)
         rel = Estimate(rel.value, rel.low, rel.high, n, rel.method, _join(rel.note, note), confidence, dropped)
+    elif rel is None and relative == "log" and bool(np.all(aa > 0) and np.all(bb > 0)):
+        rel = _paired_log(aa, bb, confidence, note, dropped)
     elif rel is None:
         rel = _paired_delta(aa, bb, confidence, note, dropped)
+        if relative == "log":
+            rel = Estimate(rel.value, rel.low, rel.high, rel.n, rel.method,
+                           _join("a block's value is not positive: no log ratio", rel.note), confidence, dropped)
     boot = None
     if bootstrap:
         boot = bootstrap_ci(_mean_diff, (aa, bb), confidence=confidence, n_resamples=n_resamples, paired=True,
                             seed=seed, rng=rng)
     return Difference(absolute, rel, ea, eb, True, dropped, boot, labels, note)
+
+
+def _paired_log(aa: np.ndarray, bb: np.ndarray, confidence: float, note: str, dropped: int) -> Estimate:
+    """exp(mean(ln(b/a)) ± t(n-1)·s/√n) - 1: the geometric mean of the per-block ratios."""
+    lr = np.log(bb / aa)
+    lo, hi = _t_interval(float(lr.mean()), float(lr.std(ddof=1)) / math.sqrt(lr.size), lr.size - 1, confidence)
+    return Estimate(math.expm1(float(lr.mean())), math.expm1(lo), math.expm1(hi), int(lr.size),
+                    "paired log ratio (student-t)", note, confidence, dropped)
 
 
 def _paired_delta(aa: np.ndarray, bb: np.ndarray, confidence: float, note: str, dropped: int) -> Estimate:
@@ -609,7 +627,7 @@ def verdict(diff: Difference | Estimate, margin: float = 0.02, higher_is_better:
         raise ValueError(f"the interval is at {rel.confidence:.0%}, the verdict asked for {confidence:.0%}")
     la, lb = labels
     v, lo, hi = rel.value, rel.low, rel.high
-    conf = f"{confidence:.0%}"
+    conf = f"{confidence:.0%}" if round(confidence * 100, 6).is_integer() else f"{confidence:.2%}"  # 99.55%
 
     def make(outcome: str, text: str, significant: bool = False) -> Verdict:
         return Verdict(outcome, text, rel, margin, higher_is_better, significant, confidence)

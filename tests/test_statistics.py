@@ -209,6 +209,20 @@ def test_paired_difference_drops_incomplete_blocks_and_bootstraps():
         paired_difference([1.0, 2.0], [1.0])
 
 
+def test_paired_log_ratio_by_hand_and_its_fallback():
+    # a busy block slows both configs by a factor: the ratios are steady, the differences are not
+    a, b = [1577.6, 1425.3, 2229.5], [161.2, 274.5, 156.9]
+    d = paired_difference(a, b, relative="log")
+    lr = np.log(np.array(b) / np.array(a))
+    h = stats.t.ppf(0.975, 2) * lr.std(ddof=1) / math.sqrt(3)
+    assert d.relative.value == pytest.approx(math.exp(lr.mean()) - 1)
+    assert (d.relative.low, d.relative.high) == (pytest.approx(math.exp(lr.mean() - h) - 1),
+                                                 pytest.approx(math.exp(lr.mean() + h) - 1))
+    assert d.relative.method == "paired log ratio (student-t)" and d.relative.high < 0
+    z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative="log")  # a zero: no log
+    assert z.relative.method == "delta (student-t)" and "not positive" in z.relative.note
+
+
 def test_paired_relative_not_zero_width_when_b_is_proportional_to_a():
     # Real case: p50 TPOT per block (1.41, 3.0), (0, 0), (0, 0); e_i = b_i - r a_i vanishes.
     d = paired_difference([1.41, 0.0, 0.0], [3.0, 0.0, 0.0])
