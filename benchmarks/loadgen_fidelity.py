@@ -18,6 +18,10 @@ the host), so client and server times compare directly.
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --only 512 --no-vllm
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --memory 100000
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --only 512 --floor --nice -10
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --backend ray --workers 4 --only 32,256 \
+        --no-vllm                 # Ray actors on a local 2-node cluster, beside the one-process client
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --backend ray --ray-address HEAD:6379 \
+        --workers 8 --no-single --no-vllm --host-cores 32   # a real cluster (workers on its nodes)
     PYTHONPATH=$PWD .venv/bin/python benchmarks/loadgen_fidelity.py --workers 4 --client-core 0-3 \
         --server-core 8,9,10,11 --streams 512,1024,2048 --no-vllm          # a many-core host
 
@@ -364,7 +368,22 @@ def client_main(a) -> None:
     if os.environ.get("TF_GC") == "freeze":
         import gc
         gc.freeze()
-    if a.workers > 1:  # the harness's own multi-process path (client.workers)
+    extra = {}
+    if a.backend == "ray":  # the harness's Ray path (client.backend=ray): actors on the cluster at --ray-address
+        import ray
+
+        from loadgen.ray_workers import RaySettings, run_ray_workers
+
+        ray.init(address=a.ray_address, log_to_driver=False)
+        stats = run_ray_workers(a.workers, cfg, items, spec, writer, finalize=attribute_tokens,
+                                settings=RaySettings(num_cpus=a.ray_cpus))
+        writer.close()
+        cpu = time.process_time() - cpu0 + stats["workers_cpu_s"]
+        extra = {"clock_error_ms": stats["clock_error_ms"],
+                 "hosts": sorted({c["host"] for c in stats["clock"]}),
+                 "nodes": len({c["node_id"] for c in stats["clock"]}),
+                 "workers_runq_s": sum(c["runq_s"] or 0 for c in stats["clock"])}
+    elif a.workers > 1:  # the harness's own multi-process path (client.workers)
         from loadgen.workers import run_workers
 
         stats = run_workers(a.workers, cfg, items, spec, writer, finalize=attribute_tokens)
@@ -378,7 +397,7 @@ def client_main(a) -> None:
               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     load_s = (stats["end_ns"] - stats["start_ns"]) / 1e9
     print(json.dumps({"cpu_s": cpu, "load_s": load_s, "runq_s": _runq_wait_s() - rq0, "wall_s": (perf_ns() - w0) / 1e9,
-                      "peak_rss_mib": rss / 1024}), flush=True)
+                      "peak_rss_mib": rss / 1024, **extra}), flush=True)
 
 
 # ============================================================================ the floor
@@ -489,6 +508,15 @@ NICE = 0
 def _pin(core: str) -> list[str]:
     """taskset to one core; with --nice, a higher CPU priority against other tenants' noise."""
     return (["nice", "-n", str(NICE)] if NICE else []) + ["taskset", "-c", core]
+
+
+def _cores(spec: str) -> set[int]:
+    """A taskset core list ("0", "0-3", "0,2") as a set."""
+    out = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def _free_port() -> int:
@@ -605,6 +633,8 @@ def run_ours(p: Point, a, tmp: str) -> dict:
                "--tokens-per-chunk", str(p.k)]
         cmd += ["--spin-us", str(a.spin_us)] if a.spin_us is not None else []
         cmd += ["--workers", str(a.workers)]
+        if a.backend == "ray":
+            cmd += ["--backend", "ray", "--ray-address", a.ray_address, "--ray-cpus", str(a.ray_cpus)]
         cmd += ["--rate", str(p.rate)] if p.rate else []
         cmd += ["--max-concurrency", str(p.max_conc)] if p.max_conc and p.kind != "concurrency" else []
         cmd += ["--concurrency", str(p.max_conc)] if p.kind == "concurrency" else []
@@ -625,7 +655,8 @@ def run_ours(p: Point, a, tmp: str) -> dict:
     e.update(cpu=cstats["cpu_s"] / cstats["load_s"], runq=cstats["runq_s"] / cstats["load_s"],
              srv_runq=srv_runq / cstats["load_s"], late=late, rlag=rlag, failed=bad, rss=cstats["peak_rss_mib"],
              req_per_s=len(t["status"]) / cstats["load_s"],
-             cpu_us_per_chunk=cstats["cpu_s"] * 1e6 / max(e["n_chunks"], 1))
+             cpu_us_per_chunk=cstats["cpu_s"] * 1e6 / max(e["n_chunks"], 1),
+             clock_error_ms=cstats.get("clock_error_ms"), hosts=cstats.get("hosts"), nodes=cstats.get("nodes"))
     return e
 
 
@@ -731,8 +762,49 @@ def streams_point(n: int, seconds: float, tokens: int = 100, first_ms: float = 5
     return Point(f"s{n}", "poisson", round(rate, 2), None, num, tokens, first_ms, gap_ms)
 
 
+def sizing_table(cap_per_worker: float, us_per_chunk: float, clock_err_ms: float | None, budget_ms: float,
+                 host_cores: int, chunks_per_stream_s: float = 50.0, request_s: float = 2.03) -> str:
+    """How many load-generator workers (a core each) and hosts a target needs, from the measured
+    capacity of one worker (chunks/s with p99 chunk error <= 1 ms) and CPU per chunk, and whether
+    the clock error of workers on other hosts fits ``budget_ms`` (client.max_clock_error_ms)."""
+    import math
+
+    per_host = max(host_cores - 1, 1)  # a core left to the OS, the Ray daemons and the driver
+    how = "at p99 chunk error <= 1 ms"
+    if cap_per_worker <= 0:  # no point kept the error within 1 ms here: from the CPU cost, a core 75 % busy
+        cap_per_worker = 0.75e6 / us_per_chunk
+        how = "from CPU per chunk at 75 % of a core (no point measured within 1 ms)"
+    lines = [f"sizing (one worker: {cap_per_worker:,.0f} chunks/s {how}, {us_per_chunk:.1f} us "
+             f"CPU per chunk; {per_host} workers per {host_cores}-core host; streams of {chunks_per_stream_s:g} "
+             f"chunks/s, {request_s:g} s each):",
+             f"  {'streams':>8} {'chunks/s':>10} {'req/s':>8} {'cores (CPU)':>11} {'workers':>8} {'hosts':>6}  clock"]
+    clock = ("clock error not measured (one host)" if clock_err_ms is None else
+             f"clock error {clock_err_ms:.3f} ms {'<=' if clock_err_ms <= budget_ms else '>'} budget {budget_ms:g} ms"
+             + ("" if clock_err_ms <= budget_ms else ": raise client.max_clock_error_ms or use a faster network"))
+    for streams in (100, 1_000, 10_000, 100_000):
+        cps = streams * chunks_per_stream_s
+        cores = cps * us_per_chunk / 1e6
+        workers = max(math.ceil(cps / cap_per_worker), 1)
+        hosts = math.ceil(workers / per_host)
+        lines.append(f"  {streams:>8,} {cps:>10,.0f} {streams / request_s:>8,.0f} {cores:>11.1f} {workers:>8} "
+                     f"{hosts:>6}  {clock if hosts > 1 else 'one host: no clock error'}")
+    return "\n".join(lines)
+
+
 def orchestrate(a) -> None:
     tmp = tempfile.mkdtemp(prefix="tf-fidelity-")
+    cluster = None
+    if a.backend == "ray" and not a.ray_address:
+        # A local cluster (a head and --ray-nodes - 1 more nodes) pinned to the client's cores:
+        # the raylets and the workers they start inherit this process's CPU affinity.
+        cores = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, _cores(a.client_core))
+        try:
+            cluster = local_ray_cluster(nodes=a.ray_nodes, cpus_per_node=max(a.workers // a.ray_nodes, 1))
+        finally:
+            os.sched_setaffinity(0, cores)
+        a.ray_address = cluster.address
+        print(f"local Ray cluster: {a.ray_nodes} nodes at {a.ray_address} on core(s) {a.client_core}", flush=True)
     vllm_ok = not a.no_vllm and VLLM_PY.exists() and a.tokenizer
     if not a.no_vllm and not vllm_ok:
         print(f"vllm bench serve: skipped (no venv at {VLLM_PY} or no --tokenizer)")
@@ -752,15 +824,22 @@ def orchestrate(a) -> None:
         print(f"client core(s) {a.client_core} ({a.workers} worker(s)), server core(s) {a.server_core}, nice {a.nice}; "
               f"{a.seconds:g} s per point; "
               f"errors in ms (client time - server truth)", flush=True)
-        cap = []
+        cap, clock_err = [], []
         for p in points:
             label = p.name[1:] if p.name.startswith("s") else p.name
             if wanted and label not in wanted and p.name not in wanted:
                 continue
             print(f"{p.name}: {p.kind} rate {p.rate}/s, max in flight {p.max_conc}, {p.num} requests x "
                   f"{p.tokens} chunks (first {p.first_ms:g} ms, then every {p.gap_ms:g} ms)", flush=True)
+            if a.backend == "ray" and not a.no_single:  # the one-process client at the same load, same run
+                one = argparse.Namespace(**{**vars(a), "backend": "local", "workers": 1})
+                print(_line("single", run_ours(p, one, tmp)), flush=True)
             e = run_ours(p, a, tmp)
-            print(_line("ours", e), flush=True)
+            print(_line("ours" if a.backend == "local" else "ray", e), flush=True)
+            if a.backend == "ray":
+                print(f"         Ray: {a.workers} workers on {e['nodes']} node(s) of host(s) {', '.join(e['hosts'])}, "
+                      f"clock error bound {e['clock_error_ms']:.3f} ms (largest of the workers)", flush=True)
+                clock_err.append(e["clock_error_ms"])
             if a.floor and p.kind == "poisson":
                 f = run_floor(p, a, tmp)
                 print(_line("floor", f), flush=True)
@@ -790,7 +869,14 @@ def orchestrate(a) -> None:
             us = min(u for _, _, u in cap)
             print(f"client CPU: {us:.1f} us per chunk at best, averaged over a point (yield-spin before sends "
                   f"included; it falls as the rate rises and one wake-up reads more sockets)")
+            print(sizing_table(best / a.workers, us, max(clock_err) if clock_err else None, a.clock_budget_ms,
+                               a.host_cores), flush=True)
     finally:
+        if cluster is not None:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
         if a.keep:
             print(f"kept: {tmp}")
         else:
@@ -829,6 +915,9 @@ def main() -> None:
     c.add_argument("--out", required=True)
     c.add_argument("--spin-us", type=float)
     c.add_argument("--workers", type=int, default=1)
+    c.add_argument("--backend", default="local", choices=("local", "ray"))
+    c.add_argument("--ray-address")
+    c.add_argument("--ray-cpus", type=float, default=0.5)
     ap.add_argument("--streams", type=lambda v: [int(x) for x in v.split(",")], default=[32, 256, 512, 768, 1024])
     ap.add_argument("--only", help="comma-separated points: 32,512,poisson500")
     ap.add_argument("--seconds", type=float, default=4.0, help="offered-load seconds per point")
@@ -838,6 +927,16 @@ def main() -> None:
                     help="comma-separated cores: one truth-server process on each (they share the port)")
     ap.add_argument("--workers", type=int, default=1,
                     help="our client: load-generator processes (client.workers), one schedule, one merged record")
+    ap.add_argument("--backend", default="local", choices=("local", "ray"),
+                    help="our client's workers: forked processes (local) or Ray actors (client.backend=ray)")
+    ap.add_argument("--ray-address", help="--backend ray: a running cluster (default: a local one of --ray-nodes)")
+    ap.add_argument("--ray-nodes", type=int, default=2, help="--backend ray: nodes of the local cluster")
+    ap.add_argument("--ray-cpus", type=float, default=0.5, help="--backend ray: CPUs each worker reserves")
+    ap.add_argument("--no-single", action="store_true",
+                    help="--backend ray: skip the one-process client run beside each point")
+    ap.add_argument("--clock-budget-ms", type=float, default=1.0,
+                    help="sizing: the clock error a multi-host run may have (client.max_clock_error_ms)")
+    ap.add_argument("--host-cores", type=int, default=16, help="sizing: cores of a load-generator host")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--tokenizer", default=os.environ.get("TOKENFACTORY_TOKENIZER"),
                     help="tokenizer folder for vllm bench serve's random dataset (default: the tiny model)")

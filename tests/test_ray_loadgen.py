@@ -194,3 +194,36 @@ def test_a_worker_killed_mid_run(cluster, tmp_path):
     assert all("load-generator worker 1" in r["error"] and "died" in r["error"] for r in lost)
     assert any(r["error"].startswith("not sent yet") for r in lost)  # its later schedule never went out
     assert all(r["worker_host"] == victim["host"] for r in lost)
+
+
+def test_tokenfactory_run_with_the_ray_backend(cluster, tmp_path):
+    """The whole harness: `tokenfactory run client.backend=ray` joins the cluster, and the run's
+    summary carries each worker's clock error and the flags."""
+    import json
+    import subprocess
+    import sys
+
+    from engines.tiny_model import ensure_tiny_model
+
+    tok = str(ensure_tiny_model())
+    point = bench.Point("e2e", "poisson", 20, None, 40, 10, 20.0, 10.0)
+    port = bench._free_port()
+    srv = bench._start_server(point, port, None, "1")
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "run", "engine=openai", f"engine.base_url=http://127.0.0.1:{port}",
+             "engine.model=truth", f"engine.tokenizer={tok}", "load.rate=20", "load.num_requests=40",
+             "workload.input_tokens=8", "workload.output_tokens=10", "client.backend=ray", "client.workers=2",
+             f"client.ray.address={cluster.address}", "client.ray.num_cpus=0.5", f"output_dir={tmp_path}/out",
+             "mlflow.enabled=false", "progress=false", "report.enabled=false", "telemetry.idle_baseline_s=0"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        bench._stop(srv)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["client_backend"] == "ray" and s["client_workers"] == 2 and s["completed"] == 40
+    assert 0 < s["clock_error_ms"] < 5 and s["clock_limited"] is False and s["incomplete"] is False
+    assert [w["worker"] for w in s["clock_workers"]] == [0, 1]
+    t = pq.read_table(tmp_path / "out" / "requests.parquet", columns=["worker", "worker_host"]).to_pydict()
+    assert sorted(set(t["worker"])) == [0, 1] and all(t["worker_host"])
