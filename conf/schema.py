@@ -503,6 +503,8 @@ class Mlflow:
 @dataclass
 class Report:
     enabled: bool = True
+    # PNG/SVG/PDF of every figure (kaleido + the system's Chromium); null: when both are found
+    static: Optional[bool] = None
 
 
 @dataclass

@@ -1,7 +1,11 @@
 """The ``tokenfactory`` command line.
 
     tokenfactory run [hydra overrides] [--dry-run]   one run, a sweep, or a protocol (-m: multirun)
-    tokenfactory report PATH                    (re)build the report of a run or experiment folder
+    tokenfactory report PATH_OR_EXPERIMENT [--import FILE_OR_DIR] [--static auto|true|false] [--out DIR]
+                                                (re)build report.html and figures/ of a run, sweep or experiment
+                                                folder, or of an MLflow experiment (downloaded first)
+    tokenfactory import FILE OUT_DIR            another tool's result file (vllm bench serve, GuideLLM, AIPerf)
+                                                as our run folder, for report --import
     tokenfactory compare EXP_A EXP_B ... [--allow KEY]   equal-SLO comparison of finished experiments
     tokenfactory workload describe [overrides]  characterise a workload (workload.json + figures)
     tokenfactory roofline engine.model=DIR hardware=NAME 'roofline.batch=[1,64]' roofline.context=2048
@@ -84,17 +88,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return describe_command(rest)
     if cmd == "report":
-        if len(rest) != 1:
-            print("usage: tokenfactory report PATH", file=sys.stderr)
-            return 2
-        from harness.report import render
+        from harness.report.command import report_command
 
-        try:
-            print(render(rest[0]))
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return report_command(rest)
+    if cmd == "import":
+        from harness.imports.command import import_command
+
+        return import_command(rest)
     print(f"error: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -355,8 +355,12 @@ class Experiment:
         aggregates = experiment_record.write_record(self)
         if self.mlflow and aggregates:
             self.mlflow.log_parent_metrics(aggregates)
+        if self.mlflow:  # the record beside the runs, so `tokenfactory report NAME` rebuilds it from MLflow
+            for name in ("experiment.json", "comparison.json", "ablation.json"):
+                if (self.out / name).exists():
+                    self.mlflow.log_parent_artifact(self.out / name)
         if self.cfg.report.enabled:
-            path = report.render(self.out)
+            path = report.render(self.out, static_figures=self.cfg.report.get("static"), log=print)
             if self.mlflow:
                 self.mlflow.log_parent_artifact(path)
             print(f"report: {path}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.results_io import read_json, write_atomic, write_json
+from harness.results_io import write_atomic, write_json
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.workloads.characterise import characterise, replay_lengths
 from loadgen.workloads.synthetic import prefix_group_spec, synthetic_blocks
@@ -197,25 +197,7 @@ def summary_keys(stats: dict, items=None) -> dict:
             "workload_prefix_reuse_share": stats.get("prefix_reuse_share")}
 
 
-def report_section(run_dirs, root) -> str:
-    """The report's workload section: the first run's description (and a link to its figures)."""
-    import os
-
-    for d in run_dirs:
-        p = Path(d) / JSON_NAME
-        if p.exists():
-            stats = read_json(p)
-            link = ""
-            for where in (Path(root), Path(d)):
-                if (where / HTML_NAME).exists():
-                    rel = os.path.relpath(where / HTML_NAME, Path(root))
-                    link = f"<p><a href='{html.escape(rel)}'>workload figures</a></p>"
-                    break
-            return f"<h2>Workload</h2>{html_table(_unclean(stats))}{link}"
-    return ""
-
-
-def _unclean(stats: dict) -> dict:
+def with_nans(stats: dict) -> dict:
     """JSON null back to NaN for formatting."""
     return {k: (math.nan if v is None else v) for k, v in stats.items()}
 
@@ -242,7 +224,7 @@ def describe_command(argv: list[str]) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for k, v in summary_rows(_unclean(stats)):
+    for k, v in summary_rows(with_nans(stats)):
         print(f"{k:>52}: {v}")
     print(f"written: {Path(out) / JSON_NAME}, {Path(out) / HTML_NAME}")
     return 0
