@@ -43,10 +43,12 @@ def _hydra_run(argv: list[str]) -> int:
         from hydra.core.hydra_config import HydraConfig
 
         from conf.overrides import explicit_keys
+        from harness.multirun import enter_launch_dir, write_job
 
         task = list(HydraConfig.get().overrides.task)
+        enter_launch_dir()  # a launcher's job on another node starts where the command was typed
         try:
-            run_experiment(cfg, swept, explicit_keys(task), overrides=task)
+            write_job(run_experiment(cfg, swept, explicit_keys(task), overrides=task), "complete")
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)

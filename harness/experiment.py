@@ -23,7 +23,7 @@ from harness import experiment_record, quality_gate, report, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger, tracking_uri
-from harness.multirun import job_subdir
+from harness.multirun import default_output_dir, job_subdir
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
@@ -80,7 +80,8 @@ class Experiment:
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
         self.safe_config = results_io.redact(OmegaConf.to_container(cfg, resolve=True))
-        out = cfg.output_dir or os.path.join("results", str(cfg.experiment), results_io.new_run_id())
+        out = (cfg.output_dir or default_output_dir(cfg)  # a multirun's jobs share one root, wherever they run
+               or os.path.join("results", str(cfg.experiment), results_io.new_run_id()))
         self.out = Path(out) / job_subdir(swept_keys)
         self.mlflow: MlflowLogger | None = None
         self.session: EngineSession | None = None  # the engine config that is up, while it is

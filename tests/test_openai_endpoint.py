@@ -67,8 +67,13 @@ def test_multirun_gives_each_job_its_own_folder(tmp_path, tokenizer_dir):
         p = _run(tmp_path, srv.base_url, tokenizer_dir, f"output_dir={tmp_path}/out", "mlflow.enabled=false",
                  "protocol.load_points=[]", "load.rate=50", "-m", "workload.output_tokens=4,8")
         assert p.returncode == 0, p.stdout + p.stderr
-    jobs = sorted(d.name for d in (tmp_path / "out").iterdir() if d.is_dir())
+    jobs = sorted(d.name for d in (tmp_path / "out").iterdir() if d.is_dir() and d.name.startswith("job"))
     assert jobs == ["job0-workload.output_tokens=4", "job1-workload.output_tokens=8"]
+    # gathered at the root when the multirun ended: each job, where it ran, and every run
+    g = json.loads((tmp_path / "out" / "multirun.json").read_text())
+    assert [j["folder"] for j in g["jobs"]] == jobs and g["runs"] == 2 and g["complete"]
+    assert {j["launcher"] for j in g["jobs"]} == {"basic"} and all(j["host"] for j in g["jobs"])
+    assert pq.read_table(tmp_path / "out" / "runs.parquet").num_rows == 2
     for j, n in zip(jobs, (4, 8)):
         t = pq.read_table(tmp_path / "out" / j / "requests.parquet")
         assert t.column("max_tokens").to_pylist() == [n] * 7
