@@ -92,7 +92,15 @@ class EngineBase:
     seed: Optional[int] = None
     startup_timeout_s: float = _f(600.0, gt=0)
     reset_timeout_s: float = _f(30.0, gt=0)
-    cache_state: str = _f("warm", choices=("warm", "cold"))
+    # warm: as the previous run left it; cold: emptied before each run; primed: emptied, then one
+    # request per shared prefix (workload.prefix_groups) before the load (harness/scenarios.py)
+    cache_state: str = _f("warm", choices=("warm", "cold", "primed"))
+    # The watchdog (engines/watchdog.py) of a launched engine: a look every health_interval_s
+    # (0: none); /health unanswered for hang_timeout_s is a hang.  A failed engine fails its
+    # load point; then the sweep stops (resumable) or restarts the engine for the next point.
+    health_interval_s: float = _f(2.0, ge=0)
+    hang_timeout_s: float = _f(30.0, gt=0)
+    on_failure: str = _f("stop", choices=("stop", "restart"))
 
 
 @dataclass

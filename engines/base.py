@@ -30,6 +30,9 @@ class EngineError(RuntimeError):
 class EngineAdapter:
     name = "base"
     health_path = "/health"
+    # What the watchdog polls while the engine serves load (None: ``health_path``); it must be
+    # cheap (SGLang's ``/health_generate`` runs a generation).
+    liveness_path: str | None = None
     # The ``engine.features.*`` knobs this engine can translate (see engines/features.py).
     supported_features: frozenset[str] = frozenset()
     # Common server-metric name -> (Prometheus series, labels it must carry or None); the
@@ -57,7 +60,8 @@ class EngineAdapter:
         self._base_url = cfg.base_url
         self.model = cfg.model
         self.started_ns: int | None = None
-        self.ready_ns: int | None = None
+        self.healthy_ns: int | None = None      # the first answer of ``health_path``
+        self.ready_ns: int | None = None        # healthy and warmed up: load may start
 
     # --- configuration -------------------------------------------------------------------
     @property
@@ -167,13 +171,17 @@ class EngineAdapter:
             raise EngineError(f"engine.port={self.port} is already in use on {self.host}; "
                               "choose another port or leave engine.port unset to pick a free one")
 
-    def start(self) -> None:
+    def start(self, warm_up: bool = True) -> None:
+        """Launch (unless external), wait for health, then one warm-up request unless
+        ``warm_up`` is False (a cold start: the first request of the load pays for it)."""
         self.prepare()
         self.started_ns = time.perf_counter_ns()
         timeout = float(self.cfg.startup_timeout_s)
         if not self.launched:
             self.wait_healthy(timeout)
-            self.warm_up()
+            self.healthy_ns = time.perf_counter_ns()
+            if warm_up:
+                self.warm_up()
             self.ready_ns = time.perf_counter_ns()
             return
         argv = self.full_command()
@@ -181,7 +189,9 @@ class EngineAdapter:
         self.process.start()
         try:
             self.wait_healthy(timeout)
-            self.warm_up()
+            self.healthy_ns = time.perf_counter_ns()
+            if warm_up:
+                self.warm_up()
         except BaseException:
             self.stop()
             raise
@@ -207,9 +217,9 @@ class EngineAdapter:
             raise EngineError(f"engine={self.name}: the warm-up request to {path} got HTTP {status}: "
                               f"{text[:500].decode('utf-8', 'replace')}")
 
-    def health_ok(self) -> bool:
+    def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         try:
-            status, _ = http_get(self.base_url + self.health_path, timeout=5, headers=self.auth())
+            status, _ = http_get(self.base_url + (path or self.health_path), timeout=timeout, headers=self.auth())
             return status == 200
         except OSError:
             return False
@@ -234,6 +244,11 @@ class EngineAdapter:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+
+    def kill(self) -> None:
+        """Stop a failed engine at once (SIGKILL to its process group; see ``EngineProcess.kill``)."""
+        if self.process is not None:
+            self.process.kill()
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None

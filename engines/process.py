@@ -104,6 +104,48 @@ class EngineProcess:
         return p.returncode
 
 
+    def kill(self, wait_s: float = 10.0) -> int | None:
+        """SIGKILL the process group at once (an engine that failed: hung, stopped or half
+        dead gets no grace; SIGTERM would stay pending on a stopped one); waits for the group."""
+        p = self.proc
+        if p is None:
+            return None
+        self._stopped = True
+        try:
+            _signal_group(p.pid, signal.SIGKILL)
+            try:
+                p.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+            end = time.monotonic() + wait_s
+            while _group_alive(p.pid) and time.monotonic() < end:
+                time.sleep(0.05)
+        finally:
+            _LIVE.discard(self)
+        return p.returncode
+
+    def stopped_pids(self) -> list[int]:
+        """Processes of the engine (leader and descendants) stopped by a signal (SIGSTOP,
+        SIGTSTP) or a tracer: a stopped engine answers nothing and never will by itself."""
+        import psutil
+
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        try:
+            leader = psutil.Process(self.proc.pid)
+            procs = [leader, *leader.children(recursive=True)]
+        except psutil.Error:
+            return []
+        out = []
+        for proc in procs:
+            try:
+                if proc.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                    out.append(proc.pid)
+            except psutil.Error:
+                continue
+        return out
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any process of the group is still running (zombies awaiting reaping do not count)."""
     import psutil

@@ -22,6 +22,7 @@ SPEC_METHODS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "nextn": "NEXTN", "mtp": "
 class SGLang(EngineAdapter):
     name = "sglang"
     health_path = "/health_generate"
+    liveness_path = "/health"  # under load: /health_generate would queue a generation every check
     module = "sglang.launch_server"
     supported_features = SHARED_KNOBS
     launch_flags = {"model": "--model-path", "served_model_name": "--served-model-name",

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from engines.base import EngineAdapter, EngineError
 from engines.registry import make_engine
 from harness import provenance, results_io
+from harness.engine_faults import EngineFaults
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger
 from loadgen.client import ClientConfig, Timeouts
@@ -55,6 +56,14 @@ class EngineSession:
         self.window_open_ns: int | None = None   # where the next point's window opens
         self.workload_figures_written = False    # workload.html is drawn once per experiment folder
         self.energy_reason_said = False          # the long "energy unavailable" reason is printed once
+        self.faults = EngineFaults(self)         # the watchdog and what it found (harness.engine_faults)
+        scenario = cfg.get("scenario") or {}
+        self.cold_start = bool(scenario.get("cold_start"))  # no warm-up, no idle baseline (harness.scenarios)
+        self.points_run = 0                      # load points run on this engine launch
+        self.engine_launch: tuple | None = None  # the first launch's (started, healthy, ready) ns
+        self.restarted_before_s: float | None = None  # engine.on_failure=restart: the restart the next point holds
+        # where a rerun resumes: a comparison's session folder is <experiment>/<config>/block<b>
+        self.experiment_dir = out.parent.parent if name and out.parent.name == name else out
 
     # ------------------------------------------------------------------------------------
     def start(self, points=()) -> None:
@@ -77,7 +86,7 @@ class EngineSession:
         print(f"starting engine={self.engine.name}" + (f" ({self.name})" if self.name else "") + " ...", flush=True)
         self.telemetry.sample_now()  # a sample before the first window opens
         try:
-            self.engine.start()
+            self.engine.start(warm_up=not self.cold_start)
         except EngineError as e:
             raise UserError(str(e)) from None
         if self.engine.process is not None:
@@ -87,9 +96,32 @@ class EngineSession:
                                                             self.engine.server_metric_map, self.engine.auth())
         print(f"engine ready at {self.engine.base_url} after "
               f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
+        self.engine_launch = (self.engine.started_ns, self.engine.healthy_ns, self.engine.ready_ns)
+        self.faults.start_watch()
         self.engine_prov = provenance.collect(self.engine.provenance(), self.container.get("hardware"))
-        self.idle_baseline(float(tcfg.idle_baseline_s))
+        if not self.cold_start:  # a cold start's load begins as soon as the engine is ready
+            self.idle_baseline(float(tcfg.idle_baseline_s))
         self.window_open_ns = self.engine.started_ns
+
+    def restart_engine(self, why: str) -> float:
+        """Kill the engine (whatever is left of it) and start it again on the same port, with
+        telemetry following the new process; returns the seconds it took.  The watchdog is the
+        caller's business (a restart in place runs on the watchdog's own thread)."""
+        eng, tel = self.engine, self.telemetry
+        if self.engine_metrics:
+            tel.remove_engine()  # the dead engine's page; the new one is added below
+        eng.kill()
+        t0 = time.perf_counter_ns()
+        if eng.process is not None:
+            with open(eng.process.log_path, "ab") as log:  # so the log says where one life ended
+                log.write(f"\n=== tokenfactory: engine restarted ({why.splitlines()[0]}) ===\n".encode())
+        eng.start(warm_up=not self.cold_start)
+        if eng.process is not None:
+            tel.watch_process("engine", eng.process.pid)
+        if self.engine_metrics:
+            self.engine_metrics = tel.add_engine(eng.base_url + eng.metrics_path, eng.server_metric_map, eng.auth())
+        tel.mark("engine_restarted", eng.ready_ns, why.splitlines()[0][:200])
+        return (eng.ready_ns - t0) / 1e9
 
     def _client_setup(self) -> None:
         """The tokenizer, the prompt builder and the client's config: nothing here needs the
@@ -157,6 +189,7 @@ class EngineSession:
         self.idle_interval = (a, b)
 
     def stop(self) -> None:
+        self.faults.stop_watch()  # before the engine goes on purpose
         self.engine.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
@@ -170,5 +203,6 @@ class EngineSession:
         for step in steps or POINT_STEPS:
             step(self, point)
         self.window_open_ns = point.window_close_ns
+        self.points_run += 1
         return point
 

@@ -138,7 +138,8 @@ class Experiment:
         return d / spec.subdir if spec.subdir else d
 
     def todo(self, s: SessionPlan) -> list[RunSpec]:
-        return [r for r in s.runs if not (self.cfg.resume and results_io.run_complete(self.run_dir(s, r)))]
+        return [r for r in s.runs if not (self.cfg.resume and results_io.run_complete(self.run_dir(s, r))
+                                          and not results_io.run_failed(self.run_dir(s, r)))]
 
     def needs_search(self, s: SessionPlan) -> bool:
         return self.cfg.protocol.search == "slo" and not (self.session_dir(s) / "search.json").exists()

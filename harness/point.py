@@ -58,25 +58,35 @@ class PointRun:
     requests: pa.Table | None = None
     summary: dict = field(default_factory=dict)
     progress: object = None              # the point's progress bars (dispatch)
+    faults: list = field(default_factory=list)   # engine faults during the point (engines.watchdog.EngineFault)
+    failure: object = None               # the fault that failed the point (None: it did not fail)
 
 
 # ---------------------------------------------------------------------------------- steps
 def prepare_folder(s, p: PointRun) -> None:
     """The run folder, without what a previous, interrupted attempt left under final names."""
     p.run_dir.mkdir(parents=True, exist_ok=True)
+    if results_io.run_failed(p.run_dir):  # a failed attempt runs again; what it measured is kept apart
+        results_io.keep_failed_attempt(p.run_dir)
     for stale in ("summary.json", "requests.parquet"):
         (p.run_dir / stale).unlink(missing_ok=True)
     p.load = LoadSpec.from_load(p.spec.load)
 
 
 def reset_cache(s, p: PointRun) -> None:
-    """``engine.cache_state=cold``: empty the engine's prefix cache before the load."""
-    if s.cfg.engine.cache_state != "cold":
+    """``engine.cache_state=cold``: empty the engine's prefix cache before the load; ``primed``:
+    empty it, then put every shared prefix in it (``harness.scenarios.prime_prefixes``)."""
+    state = s.cfg.engine.cache_state
+    if state not in ("cold", "primed"):
         return
     try:
         if not s.engine.reset_cache():
             raise UserError(f"engine={s.engine.name} has no way to reset its cache; use engine.cache_state=warm")
-    except EngineError as e:
+        if state == "primed":
+            from harness.scenarios import prime_prefixes
+
+            prime_prefixes(s)
+    except (EngineError, ValueError) as e:
         raise UserError(str(e)) from None
 
 
@@ -124,10 +134,15 @@ def dispatch(s, p: PointRun) -> None:
     async def go():
         async with StreamingClient(s.client_cfg) as client:
             d = Dispatcher(client, p.writer, finalize=finalize, on_done=on_done, followup=followup, prepare=prep)
-            return await d.run(p.items, p.load)
+            s.faults.attach(d)  # the watchdog may abort it; the scenario's kill is timed from its t0
+            try:
+                return await d.run(p.items, p.load)
+            finally:
+                s.faults.detach()
 
     _event_loop_policy()
     n_workers = int(s.cfg.client.workers)
+    _arm_faults(s, p, n_workers)
     try:
         try:
             if s.cfg.client.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
@@ -148,6 +163,26 @@ def dispatch(s, p: PointRun) -> None:
     p.client_cpu_s = p.stats["cpu_s"]  # from t0 on: building requests ahead is reported apart
     p.progress.close()
     p.writer.close()
+
+
+def settle_faults(s, p: PointRun) -> None:
+    """After the load: a restart in place is over, the point's engine faults are taken (one
+    the watchdog did not see, with ``engine.health_interval_s=0``, is found here) and the
+    requests they ended carry them in their ``error`` (``harness.engine_faults``)."""
+    from engines.watchdog import exit_fault
+    from harness.engine_faults import attribute
+
+    s.faults.settle()
+    p.faults = list(s.faults.point_faults)
+    p.failure = s.faults.take_failed()
+    proc = s.engine.process
+    if p.failure is None and proc is not None and proc.poll() is not None:
+        p.failure = exit_fault(s.engine.name, proc.poll(), proc.tail(), s.window_open_ns, perf_ns())
+        p.faults.append(p.failure)
+    if p.faults:
+        attribute(p.run_dir / "requests.parquet", p.faults)
+    if p.last or p.failure is not None:
+        s.faults.stop_watch()  # the engine is stopped next, on purpose
 
 
 def engine_counters_end(s, p: PointRun) -> None:
@@ -210,11 +245,44 @@ def summarise(s, p: PointRun) -> None:
     p.summary = summary
 
 
+def fault_figures(s, p: PointRun) -> None:
+    """Engine faults and scenarios in ``summary.json``: whether the point failed and why, the
+    failure-recovery figures of a ``scenario.kill_at_s`` point (``metrics.recovery``), and
+    the cold-start figures of a session's first point (``metrics.cold_start``)."""
+    m, f = p.summary, p.failure
+    m["point_failed"] = f is not None
+    m["engine_faults"] = len(p.faults)
+    if f is not None:
+        planned = p.load.num_requests
+        m.update({"failure_reason": f.message, "engine_fault_kind": f.kind, "engine_fault_exit_code": f.exit_code,
+                  "engine_fault_detected_s": (f.detected_ns - f.last_ok_ns) / 1e9,
+                  "requests_not_sent": planned - int(p.stats.get("sent") or 0) if planned is not None else None})
+    if any(x.restarted for x in p.faults):  # the engine's counters started again from zero
+        for k in [k for k in m if k.startswith("engine_") and k[7:].startswith(_COUNTED)]:
+            del m[k]
+        m["engine_metrics_complete"] = False
+    inj = s.faults.injector
+    if inj is not None:
+        m.update(_recovery_keys(s, p, inj))
+    if s.cold_start and s.points_run == 0:
+        from metrics.cold_start import cold_start_figures
+
+        m["scenario_cold_start"] = True
+        m.update(cold_start_figures(p.requests, s.engine_launch[0], s.engine_launch[1], p.stats["start_ns"],
+                                    float(s.cfg.scenario.first_window_s)))
+    if s.restarted_before_s is not None:  # engine.on_failure=restart: this window holds the restart
+        m["engine_restart_before_s"] = s.restarted_before_s
+        s.restarted_before_s = None
+
+
 def write_results(s, p: PointRun) -> None:
     run_meta = {"index": p.spec.index, "label": p.spec.label, "load": p.spec.load, "repeat": p.spec.repeat,
                 "config": s.name, "block": s.block, "role": p.spec.tags.get("role", "point"),
                 "window_start_ns": p.window_open_ns,
-                "window_end_ns": p.window_close_ns, "fixed_conditions": s.fixed_conditions()}
+                "window_end_ns": p.window_close_ns, "fixed_conditions": s.fixed_conditions(),
+                "status": "failed" if p.failure is not None else "ok",
+                "error": p.failure.error() if p.failure is not None else None,
+                "engine_faults": [x.as_dict() for x in p.faults]}
     results_io.write_json(p.run_dir / "run.json", run_meta)
     results_io.write_yaml(p.run_dir / "config.yaml", {**s.safe_config, "load": p.spec.load})
     results_io.write_json(p.run_dir / "provenance.json", s.engine_prov)
@@ -256,16 +324,29 @@ def print_point(s, p: PointRun) -> None:
 
 
 def engine_survived(s, p: PointRun) -> None:
-    """An engine that died during the point ends the sweep; what finished is kept."""
-    if not p.engine_alive:
-        raise UserError(f"engine={s.engine.name} died during {p.spec.label}; finished requests are kept in "
-                        f"{p.run_dir / 'requests.parquet'}.\nlast lines of its log:\n"
-                        f"{s.engine.process.tail() if s.engine.process else ''}")
+    """A point whose engine failed: ``engine.on_failure=restart`` starts it again for the next
+    point; ``stop`` (or a restart that fails) ends the sweep, resumable: finished points are
+    kept and the failed one runs again."""
+    if p.failure is None:
+        return
+    where = f"{p.spec.label} failed: {p.failure.error()}\nits requests are in {p.run_dir / 'requests.parquet'}"
+    resume = (f"\nto resume, rerun the same command with output_dir={s.experiment_dir}: finished points are kept "
+              "and this one runs again")
+    if s.cfg.engine.on_failure == "restart" and not p.last and s.engine.launched:
+        print(f"{where}\nengine.on_failure=restart: starting the engine again for the next point", file=sys.stderr,
+              flush=True)
+        try:
+            s.restarted_before_s = s.restart_engine(f"{p.failure.kind} during {p.spec.label}")
+        except EngineError as e:
+            raise UserError(f"{where}\nthe restart failed too: {e}{resume}") from None
+        s.faults.start_watch()
+        return
+    raise UserError(where + resume)
 
 
 POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workload, describe_workload, dispatch,
-               engine_counters_end, close_window, summarise, write_results, log_mlflow, print_point,
-               engine_survived)
+               settle_faults, engine_counters_end, close_window, summarise, fault_figures, write_results, log_mlflow,
+               print_point, engine_survived)
 
 
 # ---------------------------------------------------------------------------------- before launch
@@ -303,6 +384,45 @@ def prebuild(s, specs) -> int:
 
 
 # ---------------------------------------------------------------------------------- helpers
+_COUNTED = ("prefix_cache_", "spec_decode_", "preemptions", "prompt_tokens", "generation_tokens")
+
+
+def _arm_faults(s, p: PointRun, n_workers: int) -> None:
+    """The scenario's kill for this point (load points only, not probes or searches)."""
+    sc = s.cfg.get("scenario") or {}
+    kill_at = sc.get("kill_at_s") if p.spec.tags.get("role", "point") == "point" else None
+    if kill_at is not None and (n_workers > 1 or s.cfg.client.get("backend", "local") != "local"):
+        raise UserError("scenario.kill_at_s times the kill from the load's start in this process: use "
+                        "client.workers=1 (and client.backend=local)")
+    if kill_at is not None and not s.engine.launched:
+        raise UserError(f"scenario.kill_at_s kills an engine tokenfactory launched; engine={s.engine.name} "
+                        "has launch=false")
+    s.faults.arm(kill_at, str(sc.get("kill_signal") or "SIGKILL"))
+
+
+def _recovery_keys(s, p: PointRun, inj) -> dict:
+    """``scenario.kill_at_s``'s figures (``metrics.recovery``) and the kill's own times."""
+    from metrics.recovery import outage_cost, recovery_figures
+
+    out = {"scenario_kill_at_s": inj.at_s, "kill_signal": inj.sig_name}
+    if inj.kill_ns is None:
+        out["kill_skipped"] = "the load ended before scenario.kill_at_s"
+        return out
+    fault = next((x for x in p.faults if x.extra.get("injected")), None)
+    back = fault.restart_healthy_ns if fault is not None and fault.restarted else None  # serving again
+    out.update({"kill_at_s": (inj.kill_ns - inj.load_start_ns) / 1e9, "kill_ns": inj.kill_ns,
+                "engine_restarted": back is not None,
+                "engine_fault_detected_s": (fault.detected_ns - inj.kill_ns) / 1e9 if fault is not None else None,
+                # restart begun -> healthy again (the harness's warm-up request after it is not counted)
+                "engine_restart_s": ((back - fault.restart_started_ns) / 1e9 if back is not None else None)})
+    out.update(recovery_figures(p.requests, s.slo, inj.kill_ns, back, int(s.cfg.scenario.recovery_window),
+                                s.cfg.slo.get("min_attainment")))
+    out.update(outage_cost(p.summary, inj.kill_ns, back))
+    if back is not None and not (p.stats["end_ns"] > back):
+        out["recovery_note"] = "the load ended before the engine was back: raise load.duration_s or load.num_requests"
+    return out
+
+
 def _roofline(s, summary: dict) -> dict:
     """Measured over the roofline of the served model on ``hardware`` (metrics/roofline.py):
     only where the model's config.json is readable and the profile has the peak rates."""

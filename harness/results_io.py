@@ -19,6 +19,8 @@ import yaml
 SECRET_KEY = re.compile(r"(api_key|token|secret|password|authorization)$", re.I)
 REDACTED = "***redacted***"
 SUMMARY = "summary.json"
+# What a load point writes into its run folder besides summary.json (harness.point).
+RUN_FILES = ("requests.parquet", "run.json", "config.yaml", "provenance.json", "telemetry.parquet", "workload.json")
 
 
 def new_run_id() -> str:
@@ -82,6 +84,35 @@ def read_json(path) -> dict:
 
 def run_complete(run_dir) -> bool:
     return (Path(run_dir) / SUMMARY).exists()
+
+
+def run_failed(run_dir) -> bool:
+    """A finished run whose point failed (its engine died, stopped or hung: ``point_failed``);
+    a resumed experiment runs it again."""
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        return False
+    try:
+        return bool(read_json(path).get("point_failed"))
+    except (OSError, ValueError):
+        return False
+
+
+def keep_failed_attempt(run_dir) -> Path:
+    """Move a failed run's files to ``failed_attempts/<n>/`` before it runs again, its
+    ``summary.json`` as ``summary.failed.json`` (so the attempt never reads as a finished run)."""
+    run_dir = Path(run_dir)
+    root = run_dir / "failed_attempts"
+    n = 1
+    while (root / str(n)).exists():
+        n += 1
+    dest = root / str(n)
+    dest.mkdir(parents=True)
+    for name in RUN_FILES:  # a single point's run folder is the experiment's: only the run's own files
+        if (run_dir / name).exists():
+            os.replace(run_dir / name, dest / name)
+    os.replace(run_dir / SUMMARY, dest / "summary.failed.json")  # last, as it was written last
+    return dest
 
 
 def find_run_dirs(root) -> list[Path]:

@@ -110,6 +110,9 @@ class Dispatcher:
         self._turns: ThreadPoolExecutor | None = None  # builds session turns off the loop
         self.saturation_rule = SaturationRule()
         self.saturated: str | None = None      # why the point was stopped as over-saturated
+        self.aborted: str | None = None        # why the point was stopped from outside (``abort``)
+        self.t0: int | None = None             # the schedule's origin, once the load starts
+        self._users: list[asyncio.Future] = []  # closed loop's users
         self.completed = 0                     # requests whose response is over (the saturation rule counts them)
         self._closed = False
         self._end_ns: int | None = None
@@ -141,7 +144,21 @@ class Dispatcher:
                 # as long (a slot freed since then is why none is awaited now).
                 rec.slot_ns = self._slot_ns
 
+    def abort(self, reason: str) -> None:
+        """Stop the point now (the engine failed, say): nothing more is sent, and every request
+        in flight is cancelled and recorded with ``reason`` as its error.  Call it on the loop
+        (from another thread: ``loop.call_soon_threadsafe``)."""
+        if self.aborted is not None:
+            return
+        self.aborted = reason
+        for rec, _fut in list(self.pending.values()):
+            self.client.cancel(rec)
+        for task in [*self.in_flight, *self._users]:
+            task.cancel()
+
     def _store(self, rec: RequestRecord) -> None:
+        if self.aborted is not None and rec.status == "cancelled":
+            rec.error = self.aborted
         self.completed += 1
         if self.finalize is not None:
             self.finalize(rec)
@@ -166,7 +183,7 @@ class Dispatcher:
         meanwhile off the loop; a build longer than the think time shows as the turn's lag)."""
         ended = rec.done_ns or perf_ns()
         built = await asyncio.get_running_loop().run_in_executor(self._turns, self._build_turn, rec)
-        if built is None or self.saturated:
+        if built is None or self.saturated or self.aborted:
             return
         item, think_s, payload = built
         target = ended + int(think_s * 1e9)
@@ -234,6 +251,7 @@ class Dispatcher:
                 t0 = await ready()
             if t0 is None:
                 t0 = perf_ns() + 5_000_000  # a few ms for the loop to settle before the first send
+            self.t0 = t0
             cpu_t0 = time.process_time()  # the client's CPU from here on: building ahead is not counted
             if spec.duration_s is not None:
                 self._end_ns = t0 + int(float(spec.duration_s) * 1e9)
@@ -257,7 +275,7 @@ class Dispatcher:
             if self._turns is not None:
                 self._turns.shutdown(wait=False, cancel_futures=True)
         return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent, "cpu_s": time.process_time() - cpu_t0,
-                "saturated": self.saturated,
+                "saturated": self.saturated, "aborted": self.aborted,
                 "timestamp_source": getattr(self.client, "timestamp_source", "read"),
                 "prepare": self.source.stats.as_dict()}
 
@@ -401,7 +419,7 @@ class Dispatcher:
         await asyncio.sleep(0)
 
     async def _send_prepared(self, source, t0: int, warmup: int, limit) -> None:
-        while self.saturated is None:
+        while self.saturated is None and self.aborted is None:
             p = source.pop_ready()
             if p is None:
                 p = await source.next()  # the producer is behind (or done): wait for it
@@ -411,6 +429,8 @@ class Dispatcher:
             source.note_progress(p.offset_ns, target)
             rec = self._record(p.item, target, p.index < warmup)
             await self.wait_until(target)
+            if self.aborted is not None:
+                return
             if limit is not None:
                 await self._acquire_slot(rec)
                 self._launch(rec, p.payload, limit.release)
@@ -427,17 +447,21 @@ class Dispatcher:
 
         async def user() -> None:
             ready = t0
-            while True:
-                p = source.pop_ready() or await source.next()  # a shared source: each user takes the next
-                if p is None or (end_ns is not None and perf_ns() > end_ns):
-                    return
-                rec = self._record(p.item, ready, p.index < spec.warmup_requests)
-                self.sent += 1
-                await self._one(rec, p.payload)  # (cancelling the user cancels the request too)
-                await self._session_turns(rec)
-                ready = perf_ns()
+            try:
+                while self.aborted is None:
+                    p = source.pop_ready() or await source.next()  # a shared source: each user takes the next
+                    if p is None or (end_ns is not None and perf_ns() > end_ns) or self.aborted is not None:
+                        return
+                    rec = self._record(p.item, ready, p.index < spec.warmup_requests)
+                    self.sent += 1
+                    await self._one(rec, p.payload)  # (cancelling the user cancels the request too)
+                    await self._session_turns(rec)
+                    ready = perf_ns()
+            except asyncio.CancelledError:
+                if self.aborted is None:  # cancelled by the caller, not by ``abort``
+                    raise
 
-        users = [asyncio.ensure_future(user()) for _ in range(int(spec.concurrency))]
+        users = self._users = [asyncio.ensure_future(user()) for _ in range(int(spec.concurrency))]
         try:
             await asyncio.gather(*users)
         finally:

@@ -155,7 +155,7 @@ def test_report_of_an_mlflow_experiment(experiment, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     log = MlflowLogger(uri, "exp-by-name")
     log.start_parent("exp", {"protocol": "compare"})
-    dirs = find_run_dirs(experiment)
+    dirs = [d for d in find_run_dirs(experiment) if read_json(d / "run.json")["block"] == 0]  # fewer, faster
     for d in dirs:
         meta = read_json(d / "run.json")
         log.log_child(f"{meta['config']}/block{meta['block']}/{meta['label']}", {}, read_json(d / "summary.json"), d)

@@ -19,7 +19,7 @@ from harness.report import (
     tables,
 )
 from harness.report import workload as workload_section
-from harness.report.requests_view import read_run
+from harness.report.requests_view import read_runs
 from harness.results_io import read_json, write_atomic
 
 
@@ -78,7 +78,7 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
     d = report_data.load(root, list(imports))
     out_path = Path(out_path) if out_path else root / "report.html"
     colours = style.colours(d.series)
-    views = {r.dir: read_run(r) for r in d.runs}
+    views = read_runs(d.runs)
     say(f"read {len(d.runs)} runs ({sum(v.n for v in views.values() if v)} requests) in "
         f"{time.perf_counter() - t0:.1f} s")
     figs = _figures(d, views, colours)
@@ -106,7 +106,7 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
                           + tables.aggregate_table(d) + "</div><p>Every run:</p><div class='table-scroll'>"
                           + tables.runs_table(d) + "</div>")),
         ("fidelity", "Harness fidelity", tables.fidelity_section(d) + fig("Harness fidelity")),
-        ("provenance", "Provenance", "<div class='table-scroll'>" + tables.provenance_table(d, read_json) + "</div>"),
+        ("provenance", "Provenance", _scroll(tables.provenance_table(d, read_json))),
         ("checklist", "Protocol checklist (the seven steps)", tables.steps_table(d)),
         ("errors", "Errors", tables.errors_table(d, views)),
     ]
@@ -115,6 +115,10 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
                                        f"{time.perf_counter() - t0:.1f} s"]
     write_atomic(out_path, page.document(title, sub, sections))
     return out_path
+
+
+def _scroll(table_html: str) -> str:
+    return f"<div class='table-scroll'>{table_html}</div>" if table_html else ""
 
 
 def _export(figs: list[style.Fig], folder: Path, wanted: bool | None, say) -> tuple[str, dict[str, list[str]]]:

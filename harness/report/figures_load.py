@@ -23,9 +23,9 @@ def _fmt(v) -> str:
 def curve(go, groups: list[Group], key: str, name: str, colour: str, *, dash: str = "solid", symbol: str = "circle",
           pct: str | None = None, scale: float = 1.0, legend: bool = True, yaxis: str | None = None,
           bands: bool = True) -> tuple[list, bool]:
-    """Traces of one series' ``key`` against load: an interval band where there are repeats,
-    error bars for a single run's within-run interval, hollow markers where ``pct``'s sample
-    was too small.  Returns (traces, any hollow)."""
+    """Traces of one series' ``key`` against load: an interval band where there are repeats at two
+    points or more (error bars at a lone point), error bars for a single run's within-run
+    interval, hollow markers where ``pct``'s sample was too small.  Returns (traces, any hollow)."""
     xs = [g.x for g in groups]
     ests = [g.estimate(key) for g in groups]
 
@@ -38,13 +38,16 @@ def curve(go, groups: list[Group], key: str, name: str, colour: str, *, dash: st
     traces = []
     group = style.text(name)
     extra = {"yaxis": yaxis} if yaxis else {}
-    if bands and any(e.n > 1 for e in ests):
-        b = style.band(go, [x if e.n > 1 else None for x, e in zip(xs, ests)], lows, highs, colour, name, name)
+    repeated = [e.n > 1 and e.low is not None for e in ests]
+    b = None
+    if bands and sum(repeated) >= 2:
+        b = style.band(go, [x if r else None for x, r in zip(xs, repeated)], lows, highs, colour, name, name)
         if b is not None:
             traces.append(b.update(**extra))
-    single = [e.n == 1 and e.low is not None for e in ests]
-    plus = [(h - y) if s and None not in (h, y) else None for s, h, y in zip(single, highs, ys)]
-    minus = [(y - lo) if s and None not in (lo, y) else None for s, lo, y in zip(single, lows, ys)]
+    # error bars: a single run's within-run interval, or repeats' interval where no band can be drawn (one point)
+    bars = [(e.n == 1 and e.low is not None) or (bands and r and b is None) for e, r in zip(ests, repeated)]
+    plus = [(h - y) if s and None not in (h, y) else None for s, h, y in zip(bars, highs, ys)]
+    minus = [(y - lo) if s and None not in (lo, y) else None for s, lo, y in zip(bars, lows, ys)]
     supported = [g.sufficient(pct) for g in groups] if pct else [True] * len(groups)
     hover = [f"{style.text(name)}<br>{style.text(g.label)}<br>{_fmt(y)} [{_fmt(lo)}, {_fmt(hi)}]"
              f"<br>{style.text(e.how)}" + ("" if ok else "<br>too few samples for this percentile")
@@ -93,7 +96,8 @@ def latency(data: ReportData, metric: str, title: str, colours: dict) -> style.F
             style.hline(fig, limit, f"SLO: p{pct:g} ≤ {limit:g} ms", row=1, col=col)
     style.base_layout(fig, title, "", f"{metric.upper()} (ms)")
     fig.update_xaxes(title_text=x_title(data), row=1, col=2)
-    notes = ["Bands: 95% interval across repeats; error bars: a single run's 95% order-statistic interval."] + (
+    notes = ["Bands (error bars at a lone load point): 95% interval across repeats; error bars without repeats: "
+             "a single run's 95% order-statistic interval."] + (
         [style.HOLLOW_NOTE] if hollow else []) + _off_axis_note(data)
     return style.Fig(f"{metric}_vs_load", "Latency", title, fig, wide=True, notes=notes)
 

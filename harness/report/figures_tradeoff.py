@@ -43,15 +43,19 @@ def throughput_interactivity(data: ReportData, colours: dict) -> style.Fig | Non
             pts.append((x, y.value))
             ok = g.sufficient("p90_tpot")
             supported.append(ok)
-            # interactivity falls as TPOT rises: its interval is [1000/high, 1000/low]
-            xl, xh = _inv(t.high), _inv(t.low)
-            ex[0].append(None if xl is None or xh is None else xh - x)
-            ex[1].append(None if xl is None or xh is None else x - xl)
+            # interactivity falls as TPOT rises: its interval is [1000/high, 1000/low]; a TPOT interval
+            # reaching 0 leaves it unbounded above (no upper bar, said in the hover)
+            xl = _inv(t.high) if t.high is not None and t.high > 0 else None
+            xh = _inv(t.low) if t.low is not None and t.low > 0 else None
+            ex[0].append(None if xh is None else xh - x)
+            ex[1].append(None if xl is None else x - xl)
             ey[0].append(None if y.high is None else y.high - y.value)
             ey[1].append(None if y.low is None else y.value - y.low)
             hover.append(f"{style.text(s)}<br>{style.text(g.label)}<br>{x:.4g} tok/s per user (p90 TPOT "
                          f"{t.value:.4g} ms)<br>{y.value:.4g} output tok/s<br>{style.text(y.how)}"
-                         + ("" if ok else "<br>too few samples for p90"))
+                         + ("" if ok else "<br>too few samples for p90")
+                         + ("<br>interactivity unbounded above: the TPOT interval reaches 0"
+                            if t.low is not None and t.low <= 0 else ""))
         if not pts:
             continue
         hollow |= not all(supported)

@@ -48,8 +48,8 @@ class RunView:
     n: int
 
 
-def _num_chunks(path) -> int:
-    md = pq.ParquetFile(path).metadata
+def _num_chunks(pf: pq.ParquetFile) -> int:
+    md = pf.metadata
     names = [md.schema.column(i).path for i in range(md.num_columns)]
     idx = next((i for i, n in enumerate(names) if n.startswith("chunk_ns")), None)
     if idx is None:
@@ -61,11 +61,20 @@ def _np(t: pa.Table, name: str) -> np.ndarray:
     return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _bin_means(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> list:
-    idx = np.searchsorted(edges, times, side="right") - 1
-    keep = (idx >= 0) & (idx < len(edges) - 1) & np.isfinite(values)
-    sums = np.bincount(idx[keep], weights=values[keep], minlength=len(edges) - 1)
-    counts = np.bincount(idx[keep], minlength=len(edges) - 1)
+def _bin_index(times: np.ndarray, t0: float, width: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-width bins: (bin of each time, which times fall in [t0, t0 + n * width]; the last
+    edge belongs to the last bin, as in np.histogram)."""
+    idx = np.floor((times - t0) / width)
+    keep = (idx >= 0) & (times <= t0 + n * width)
+    return np.minimum(idx[keep], n - 1).astype(np.int64), keep
+
+
+def _bin_means(times: np.ndarray, values: np.ndarray, t0: float, width: float, n: int) -> list:
+    idx, keep = _bin_index(times, t0, width, n)
+    v = values[keep]
+    finite = np.isfinite(v)
+    sums = np.bincount(idx[finite], weights=v[finite], minlength=n)
+    counts = np.bincount(idx[finite], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / counts
     return [None if c == 0 else round(float(m), 6) for m, c in zip(means, counts)]
@@ -82,7 +91,27 @@ def _spread_tokens(first: np.ndarray, last: np.ndarray, toks: np.ndarray, edges:
     return np.diff(cum)
 
 
-def _timeline(run: Run, t: pa.Table) -> Timeline | None:
+def _telemetry(tl: Timeline, path, t0: float, width: float, n: int) -> None:
+    tel = pq.read_table(path, columns=["time_ns", "source", "name", "value"])
+    src = tel.column("source")
+    tel = tel.filter(pc.is_in(src, value_set=pa.array(["engine", "nvml", "dcgm"])))
+    src, name = tel.column("source"), tel.column("name")
+    times, vals = _np(tel, "time_ns"), _np(tel, "value")
+    is_engine = np.asarray(pc.equal(src, "engine").to_numpy(zero_copy_only=False), dtype=bool)
+    for key in TELEMETRY:
+        m = is_engine & np.asarray(pc.equal(name, key).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+        if m.any():
+            tl.engine[key] = _bin_means(times[m], vals[m] * (100.0 if key == "kv_cache_usage" else 1.0), t0, width, n)
+    names = [x for x in pc.unique(name).to_pylist() if x and x.endswith(".power_w")]
+    for dev_name in sorted(names):
+        m = ~is_engine & np.asarray(pc.equal(name, dev_name).fill_null(False).to_numpy(zero_copy_only=False),
+                                    dtype=bool)
+        watts = _bin_means(times[m], vals[m], t0, width, n)
+        if any(v is not None for v in watts):
+            tl.power[dev_name[:-len(".power_w")]] = watts
+
+
+def _timeline(run: Run, t: pa.Table, chunks: pa.Table | None) -> Timeline | None:
     sent, done = _np(t, "sent_ns"), _np(t, "done_ns")
     done = np.where(np.isnan(done), _np(t, "end_ns"), done)
     ok = np.isfinite(sent)
@@ -91,38 +120,25 @@ def _timeline(run: Run, t: pa.Table) -> Timeline | None:
     t0, t1 = float(np.nanmin(sent)), float(np.nanmax(np.where(np.isfinite(done), done, sent)))
     if t1 <= t0:
         t1 = t0 + 1e9
-    edges = np.linspace(t0, t1, TIMELINE_BINS + 1)
+    n = TIMELINE_BINS
+    edges = np.linspace(t0, t1, n + 1)
+    width = edges[1] - edges[0]
     centres = (edges[:-1] + edges[1:]) / 2
-    width_s = (edges[1] - edges[0]) / 1e9
     s_sorted, d_sorted = np.sort(sent[ok]), np.sort(done[np.isfinite(done)])
     in_flight = np.searchsorted(s_sorted, centres, side="right") - np.searchsorted(d_sorted, centres, side="right")
-    path = run.dir / "requests.parquet"
-    exact = _num_chunks(path) <= MAX_CHUNKS
-    if exact:
-        ch = pq.read_table(path, columns=["chunk_ns", "chunk_tokens"])
-        times = np.asarray(pc.list_flatten(ch.column("chunk_ns")).to_numpy(zero_copy_only=False), dtype=np.float64)
-        toks = np.asarray(pc.list_flatten(ch.column("chunk_tokens")).to_numpy(zero_copy_only=False), dtype=np.float64)
-        per_bin = np.histogram(times, bins=edges, weights=toks)[0] if times.size else np.zeros(TIMELINE_BINS)
+    if chunks is not None:
+        times = np.asarray(pc.list_flatten(chunks.column("chunk_ns")).to_numpy(zero_copy_only=False), dtype=np.float64)
+        toks = np.asarray(pc.list_flatten(chunks.column("chunk_tokens")).to_numpy(zero_copy_only=False),
+                          dtype=np.float64)
+        idx, keep = _bin_index(times, t0, width, n)
+        per_bin = np.bincount(idx, weights=toks[keep], minlength=n)
     else:
         per_bin = _spread_tokens(_np(t, "first_token_ns"), _np(t, "end_ns"), _np(t, "output_tokens"), edges)
     tl = Timeline(t=[round(float(c - t0) / 1e9, 4) for c in centres], in_flight=in_flight.tolist(),
-                  out_tps=[round(float(v), 3) for v in per_bin / width_s], tps_exact=exact)
+                  out_tps=[round(float(v), 3) for v in per_bin / (width / 1e9)], tps_exact=chunks is not None)
     tel_path = run.dir / "telemetry.parquet"
     if tel_path.exists():
-        tel = pq.read_table(tel_path, columns=["time_ns", "source", "name", "value"],
-                            filters=[("source", "in", ["engine", "nvml", "dcgm"])])
-        src, name = tel.column("source").to_pylist(), tel.column("name").to_pylist()
-        times, vals = _np(tel, "time_ns"), _np(tel, "value")
-        for key in TELEMETRY:
-            m = np.array([s == "engine" and n == key for s, n in zip(src, name)], dtype=bool)
-            if m.any():
-                tl.engine[key] = _bin_means(times[m], vals[m] * (100.0 if key == "kv_cache_usage" else 1.0), edges)
-        for dev in sorted({n[:-len(".power_w")] for s, n in zip(src, name) if s in ("nvml", "dcgm")
-                           and n and n.endswith(".power_w")}):
-            m = np.array([n == f"{dev}.power_w" for n in name], dtype=bool)
-            vals_dev = _bin_means(times[m], vals[m], edges)
-            if any(v is not None for v in vals_dev):
-                tl.power[dev] = vals_dev
+        _telemetry(tl, tel_path, t0, width, n)
     return tl
 
 
@@ -131,14 +147,27 @@ def read_run(run: Run, timeline: bool = True) -> RunView | None:
     path = run.dir / "requests.parquet"
     if not path.exists():
         return None
-    have = set(pq.ParquetFile(path).schema_arrow.names)
-    t = pq.read_table(path, columns=[c for c in COLUMNS if c in have])
+    pf = pq.ParquetFile(path)
+    have = set(pf.schema_arrow.names)
+    exact = timeline and {"chunk_ns", "chunk_tokens"} <= have and _num_chunks(pf) <= MAX_CHUNKS
+    cols = [c for c in COLUMNS if c in have] + (["chunk_ns", "chunk_tokens"] if exact else [])
+    t = pf.read(columns=cols)
     measured = t.filter(pc.invert(t.column("warmup"))) if "warmup" in have else t
     status = measured.column("status").to_numpy(zero_copy_only=False).astype(str)
     done = measured.filter(pa.array(status == "ok"))
     lat = {c: (v[np.isfinite(v)] if (v := _np(done, c)).size else v) for c, _ in LATENCIES if c in have}
     errors = Counter(e for e in measured.column("error").to_pylist() if e) if "error" in have else Counter()
-    return RunView(lat, _timeline(run, t) if timeline else None, errors.most_common(3), measured.num_rows)
+    tl = _timeline(run, t, t.select(["chunk_ns", "chunk_tokens"]) if exact else None) if timeline else None
+    return RunView(lat, tl, errors.most_common(3), measured.num_rows)
+
+
+def read_runs(runs: list[Run]) -> dict:
+    """run dir -> RunView, read on a thread per core (parquet decoding and numpy release the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        return dict(zip([r.dir for r in runs], pool.map(read_run, runs)))
 
 
 def cdf(values: np.ndarray) -> tuple[list, list]:

@@ -48,6 +48,9 @@ def download_mlflow(name: str, dest: Path, tracking_uri: str | None = None, log=
     """Download the latest tokenfactory parent run of MLflow experiment ``name`` (its load-point
     child runs' artifacts, each a run folder, at ``dest/<child run name>``; the parent's own
     record files at ``dest``).  Runs already downloaded whole are kept."""
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line per run is enough
     from mlflow.tracking import MlflowClient
 
     try:

@@ -109,8 +109,8 @@ def comparison_table(data: ReportData) -> str:
     c = data.comparison
     if not c or not c.get("points"):
         return ""
-    configs = list(c.get("configs") or [])
     base = c.get("baseline")
+    configs = sorted(c.get("configs") or [], key=lambda n: n != base)  # the baseline first
     others = [n for n in configs if n != base]
     head = ["load point", "metric"] + [f"{n}{' (baseline)' if n == base else ''}" for n in configs]
     head += [f"{n} vs {base}" for n in others] + [f"verdict {n}" for n in others]
@@ -202,6 +202,9 @@ def imported_section(data: ReportData) -> str:
                      esc("same" if c.get("same_definition") else "different"),
                      esc({True: "yes", False: "no", None: NA}.get(c.get("agrees"), NA)), esc(c.get("note") or "")]
                     for c in s.get("source_comparison") or []]
+        if src.get("aggregates_only"):
+            rows.append([esc("numbers shown"), esc("the tool's own aggregates (the file has no per-request "
+                                                    "records), where its definitions are ours")])
         parts.append(f"<h3>{esc(r.series)}: {esc(r.label)}</h3>" + table(["", ""], rows, "kv")
                      + (f"<p>Definition differences and what the import did:</p><ul class='notes'>{notes}</ul>"
                         if notes else "")

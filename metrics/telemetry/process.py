@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import traceback
 
 from metrics.telemetry.collector import TelemetryCollector
@@ -46,6 +47,7 @@ class TelemetryProcess:
         self._stopped = False
 
     def _wait_reply(self):
+        self._lock = threading.Lock()  # one command at a time on the pipe (the engine watchdog calls too)
         try:
             ok, value = self._conn.recv()
         except EOFError:
@@ -55,8 +57,9 @@ class TelemetryProcess:
         return value
 
     def _call(self, *msg):
-        self._conn.send(msg)
-        return self._wait_reply()
+        with self._lock:
+            self._conn.send(msg)
+            return self._wait_reply()
 
     # --- what the harness uses of a collector -------------------------------------------
     def start(self) -> TelemetryProcess:

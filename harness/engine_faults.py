@@ -1,0 +1,198 @@
+"""Engine faults during a session: the watchdog's handler, the load point it stops, the
+requests it names, and restarts.
+
+The watchdog (``engines.watchdog``) looks at a launched engine every
+``engine.health_interval_s`` from when it is ready until the harness stops it on purpose.
+On a fault (killed, out of memory, exited, stopped, hung), from the watchdog's thread:
+
+- in a point of ``scenario.kill_at_s`` (recovery in place): the engine is killed outright and
+  started again on the same port while the load goes on; the point is not failed (a
+  restart that fails makes it so);
+- otherwise: the point's load is aborted (nothing more is sent; requests in flight are
+  cancelled, their ``error`` says why), the engine is killed (a hung or stopped one never
+  comes back by itself), and the point is failed: ``point_failed`` and ``failure_reason``
+  in ``summary.json``, ``status: failed`` and ``error`` (with the engine log's last lines)
+  in ``run.json``.  Then ``engine.on_failure``: ``stop`` ends the sweep with that error
+  (rerun the same command: finished points are kept, the failed one runs again) or
+  ``restart`` starts the engine again and goes on with the next point (the restart lies
+  in the next point's observation window, so its cost is counted).
+
+Requests that failed between the fault and its detection (a killed engine resets its
+connections at once; the watchdog looks every interval) are named after the run
+(``attribute``): every non-``ok`` row that ended after the engine was last seen well (or
+after the injected kill) and before it was back gets the fault in its ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engines.base import EngineError
+from engines.watchdog import EngineFault, EngineWatchdog
+
+perf_ns = time.perf_counter_ns
+PREFIX = "engine failure"
+
+
+def reason(fault: EngineFault) -> str:
+    """The ``error`` of a request the fault ended (one line)."""
+    return f"{PREFIX} ({fault.kind}): {fault.message}"
+
+
+class EngineFaults:
+    """A session's faults: its watchdog, the point being dispatched, and what went wrong."""
+
+    def __init__(self, session):
+        self.s = session
+        self.watchdog: EngineWatchdog | None = None
+        self.injector = None                      # scenario.kill_at_s of the point in progress
+        self.recover = False                      # this point restarts the engine in place
+        self.failed: EngineFault | None = None    # a fault not recovered: the engine is down
+        self.point_faults: list[EngineFault] = []
+        self._dispatch: tuple | None = None       # (loop, dispatcher) of the point in progress
+        self._lock = threading.Lock()
+
+    # --- the watchdog ---------------------------------------------------------------------
+    def start_watch(self) -> None:
+        eng, cfg = self.s.engine, self.s.cfg.engine
+        if eng.process is None or float(cfg.health_interval_s) <= 0:
+            return  # an endpoint we did not launch, or no watchdog wanted
+        self.watchdog = EngineWatchdog(eng, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
+                                       self.on_fault).start()
+
+    def stop_watch(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
+
+    def settle(self) -> None:
+        """After a point's load: a fault being handled (a restart in place) is over, and one
+        more look is taken (the load may have ended, on the fault itself, before the
+        watchdog's next look).  After the scenario's kill, looks go on until the watchdog has
+        seen it: a killed process can close its sockets (ending the load) a while before it
+        can be reaped, longer on a busy host."""
+        wd, inj = self.watchdog, self.injector
+        if wd is None:
+            return
+        cfg = self.s.cfg.engine
+        deadline = time.monotonic() + float(cfg.hang_timeout_s) + 2 * float(cfg.health_interval_s)
+        while True:
+            wd.look_now()
+            seen = self.failed is not None or any(f.extra.get("injected") for f in self.point_faults)
+            if inj is None or inj.kill_ns is None or seen or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+    # --- the point in progress ------------------------------------------------------------
+    def arm(self, kill_at_s, signal_name: str) -> None:
+        """Before a point's load: the scenario's kill, and recovery in place, where configured."""
+        from harness.scenarios import KillInjector
+
+        self.point_faults = []
+        self.recover = kill_at_s is not None
+        self.injector = KillInjector(self.s.engine, kill_at_s, signal_name) if self.recover else None
+
+    def attach(self, dispatcher) -> None:
+        """Called on the dispatch loop once the point's ``Dispatcher`` exists."""
+        with self._lock:
+            self._dispatch = (asyncio.get_running_loop(), dispatcher)
+            failed = self.failed
+        if failed is not None:  # the engine went down before the load began
+            dispatcher.abort(reason(failed))
+        elif self.injector is not None:
+            self.injector.arm(dispatcher)
+
+    def detach(self) -> None:
+        with self._lock:
+            self._dispatch = None
+        if self.injector is not None:
+            self.injector.disarm()
+
+    # --- a fault --------------------------------------------------------------------------
+    def on_fault(self, fault: EngineFault) -> bool:
+        """The watchdog's handler (its thread); True: restarted in place, keep watching."""
+        inj = self.injector
+        if inj is not None and inj.kill_ns is not None and not any(f.extra.get("injected") for f in self.point_faults):
+            fault.extra.update(injected=True, kill_ns=inj.kill_ns)
+            fault.message = (fault.message.split("; the kernel's OOM killer")[0]  # we know who sent it
+                             + f" (scenario.kill_at_s={inj.at_s:g}: {inj.sig_name} sent by the harness)")
+        self.point_faults.append(fault)
+        print(f"engine fault: {fault.message}", file=sys.stderr, flush=True)
+        self._mark("engine_fault", fault.detected_ns, fault.kind)
+        if self.recover:
+            fault.restart_started_ns = perf_ns()
+            try:
+                self.s.restart_engine(f"{fault.kind}: {fault.message}")
+                fault.restarted = True
+                fault.restart_healthy_ns, fault.restart_ready_ns = self.s.engine.healthy_ns, self.s.engine.ready_ns
+                print(f"engine restarted in {(fault.restart_ready_ns - fault.restart_started_ns) / 1e9:.1f} s; "
+                      "the load goes on", flush=True)
+                return True
+            except (EngineError, OSError) as e:
+                fault.restart_error = str(e)
+                fault.kind, fault.message = "restart_failed", f"{fault.message}; the restart failed: {e}"
+        with self._lock:
+            self.failed = fault
+            d = self._dispatch
+        if d is not None:
+            loop, dispatcher = d
+            try:
+                loop.call_soon_threadsafe(dispatcher.abort, reason(fault))
+            except RuntimeError:  # the loop has just closed: the load was over anyway
+                pass
+        self.s.engine.kill()
+        return False
+
+    def _mark(self, name: str, t_ns: int, detail: str) -> None:
+        tel = self.s.telemetry
+        if tel is not None:
+            try:
+                tel.mark(name, t_ns, detail)
+            except Exception:  # noqa: BLE001 - a telemetry hiccup must not hide the fault
+                pass
+
+    def take_failed(self) -> EngineFault | None:
+        """The unrecovered fault, if any (cleared: the engine is restarted or the sweep ends)."""
+        with self._lock:
+            f, self.failed = self.failed, None
+        return f
+
+
+def attribute(path, faults: list[EngineFault]) -> int:
+    """Put each fault in the ``error`` of the non-``ok`` rows of ``requests.parquet`` that
+    ended while it lasted (see module doc); rewrites the file under a temp name.  Returns the
+    rows changed."""
+    spans = []
+    for f in faults:
+        lo = f.extra.get("kill_ns") or f.last_ok_ns
+        hi = f.restart_healthy_ns if f.restarted else None
+        spans.append((lo, hi, reason(f)))
+    if not spans or not os.path.exists(path):
+        return 0
+    t = pq.read_table(path)
+    status = t.column("status").to_pylist()
+    errors = t.column("error").to_pylist()
+    ends = [d if d is not None else (e if e is not None else s) for d, e, s in
+            zip(t.column("done_ns").to_pylist(), t.column("end_ns").to_pylist(), t.column("sent_ns").to_pylist())]
+    changed = 0
+    for i, (st, err, end) in enumerate(zip(status, errors, ends)):
+        if st == "ok" or end is None or (err or "").startswith(PREFIX):
+            continue
+        for lo, hi, why in spans:
+            if end >= lo and (hi is None or end <= hi):
+                errors[i] = f"{why}; the client saw: {err}" if err else why
+                changed += 1
+                break
+    if changed:
+        t = t.set_column(t.schema.get_field_index("error"), t.schema.field("error"), pa.array(errors, pa.string()))
+        tmp = f"{path}.partial"
+        pq.write_table(t, tmp, compression="zstd")
+        os.replace(tmp, path)
+    return changed

@@ -1,0 +1,167 @@
+"""A fake engine as a process of its own, for engine-fault and scenario tests: what the harness
+launches with ``engine=vllm engine.command=[python, -m, tests.fake_engine_process, --port, P]``.
+
+It speaks enough of vLLM's server: ``/health``, ``/version``, ``/v1/models``, streamed and plain
+``/v1/completions`` and ``/v1/chat/completions`` (one output token per chunk, usage at the
+end), ``/metrics`` with vLLM's request and prefix-cache series, and ``/reset_prefix_cache``.
+Its prefix cache is simulated on the prompt's text: blocks of ``--block-chars`` characters,
+each hit when the same chain of blocks was seen before, counted in characters as vLLM counts
+tokens (queries: every full block looked up; hits: those found).
+
+Faults on purpose: ``--fail-after N --fail-mode oom|exit|hang|stop|kill`` makes the N-th
+completion request (counting from 1, the warm-up included) run the engine out of memory (an
+OOM message like PyTorch's, then exit 1), exit with code 3, hang the whole server (its event
+loop blocked: ``/health`` goes unanswered too), or send the engine SIGSTOP or SIGKILL.  The
+log line before says when (``at_ns``: ``perf_counter_ns``, the harness's clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+
+from aiohttp import web
+
+
+class Engine:
+    def __init__(self, args):
+        self.args = args
+        self.cache: set[bytes] = set()
+        self.queries = 0
+        self.hits = 0
+        self.requests = 0
+        self.running = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+
+    def look_up(self, text: str) -> None:
+        n = self.args.block_chars
+        h = b""
+        for i in range(len(text) // n):
+            h = hashlib.sha256(h + text[i * n:(i + 1) * n].encode()).digest()
+            self.queries += n
+            if h in self.cache:
+                self.hits += n
+            else:
+                self.cache.add(h)
+
+    def fault(self) -> None:
+        a = self.args
+        if a.fail_after is None or self.requests != a.fail_after:
+            return
+        if a.fail_marker:  # once per test: an engine restarted by the harness then keeps serving
+            if os.path.exists(a.fail_marker):
+                return
+            open(a.fail_marker, "w").close()
+        # perf_counter_ns is CLOCK_MONOTONIC: the test compares it with the harness's times
+        print(f"fake engine: injecting {a.fail_mode} at request {self.requests} at_ns={time.perf_counter_ns()}",
+              flush=True)
+        if a.fail_mode == "oom":
+            print("Traceback (most recent call last):\n  File \"model_runner.py\", line 1, in execute_model\n"
+                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.10 GiB total "
+                  "capacity; 78.52 GiB already allocated)", flush=True)
+            os._exit(1)
+        if a.fail_mode == "exit":
+            os._exit(3)
+        if a.fail_mode == "hang":
+            time.sleep(3600)  # blocks the event loop: nothing is answered any more
+        if a.fail_mode in ("stop", "kill"):
+            os.kill(os.getpid(), signal.SIGSTOP if a.fail_mode == "stop" else signal.SIGKILL)
+
+    async def completions(self, request: web.Request):
+        body = await request.json()
+        chat = "messages" in body
+        prompt = body["messages"][-1]["content"] if chat else body.get("prompt", "")
+        if isinstance(prompt, list):
+            prompt = json.dumps(prompt)
+        self.requests += 1
+        self.fault()
+        self.look_up(prompt)
+        n_in = max(len(prompt) // 4, 1)
+        n_out = int(body.get("max_tokens") or 16)
+        self.prompt_tokens += n_in
+        rid = "fake-" + uuid.uuid4().hex[:12]
+        self.running += 1
+        try:
+            await asyncio.sleep(self.args.ttft_ms / 1e3)
+            if not body.get("stream"):
+                await asyncio.sleep(self.args.gap_ms * (n_out - 1) / 1e3)
+                self.generation_tokens += n_out
+                text = "tok " * n_out
+                choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                          if chat else {"index": 0, "text": text, "finish_reason": "length"})
+                return web.json_response({"id": rid, "choices": [choice], "usage": {
+                    "prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(n_out):
+                choice = {"index": 0, "finish_reason": "length" if i == n_out - 1 else None}
+                if chat:
+                    choice["delta"] = {"content": "tok "}
+                else:
+                    choice["text"] = "tok "
+                await resp.write(b"data: " + json.dumps({"id": rid, "choices": [choice]}).encode() + b"\n\n")
+                self.generation_tokens += 1
+                if i != n_out - 1:
+                    await asyncio.sleep(self.args.gap_ms / 1e3)
+            usage = {"id": rid, "choices": [], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
+                                                         "total_tokens": n_in + n_out}}
+            await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        finally:
+            self.running -= 1
+
+    async def metrics(self, _request):
+        m = 'model_name="fake"'
+        lines = []
+        for name, kind, value in (("vllm:num_requests_running", "gauge", self.running),
+                                  ("vllm:num_requests_waiting", "gauge", 0),
+                                  ("vllm:prefix_cache_queries_total", "counter", self.queries),
+                                  ("vllm:prefix_cache_hits_total", "counter", self.hits),
+                                  ("vllm:prompt_tokens_total", "counter", self.prompt_tokens),
+                                  ("vllm:generation_tokens_total", "counter", self.generation_tokens)):
+            lines += [f"# HELP {name} fake", f"# TYPE {name} {kind}", f"{name}{{{m}}} {float(value)}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def reset(self, _request):
+        self.cache.clear()
+        return web.json_response({"success": True})
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--ttft-ms", type=float, default=20.0)
+    ap.add_argument("--gap-ms", type=float, default=5.0)
+    ap.add_argument("--startup-s", type=float, default=0.0)
+    ap.add_argument("--block-chars", type=int, default=64)
+    ap.add_argument("--fail-after", type=int, default=None)
+    ap.add_argument("--fail-marker", default=None, help="fail only if this file does not exist yet (creates it)")
+    ap.add_argument("--fail-mode", choices=("oom", "exit", "hang", "stop", "kill"), default="exit")
+    args = ap.parse_args(argv)
+    print(f"fake engine {os.getpid()} loading (startup {args.startup_s:g} s)", flush=True)
+    time.sleep(args.startup_s)
+    eng = Engine(args)
+    app = web.Application()
+    app.router.add_post("/v1/completions", eng.completions)
+    app.router.add_post("/v1/chat/completions", eng.completions)
+    app.router.add_post("/reset_prefix_cache", eng.reset)
+    app.router.add_get("/health", lambda r: web.Response(text=""))
+    app.router.add_get("/version", lambda r: web.json_response({"version": "fake-0"}))
+    app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "fake"}]}))
+    app.router.add_get("/metrics", eng.metrics)
+    print(f"fake engine serving on {args.host}:{args.port}", flush=True)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=0.5)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
