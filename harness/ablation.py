@@ -25,20 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harness.comparison import direction
-from metrics.statistics import Estimate, mean_ci
+from metrics.statistics import log_ratio_ci
 
 EFFECT_METRICS = ("output_throughput", "goodput_rps", "cost_per_mtok_good", "p50_ttft_ms", "p99_ttft_ms",
                   "p50_tpot_ms", "p99_tpot_ms")
-
-
-def log_ratio_ci(ratios: list[float], confidence: float = 0.95) -> Estimate:
-    """Geometric mean of ``ratios`` with a t interval on their logs (non-positive ratios dropped)."""
-    r = np.asarray([x for x in ratios if x is not None and x > 0 and math.isfinite(x)], dtype=float)
-    dropped = len(ratios) - r.size
-    e = mean_ci(np.log(r), confidence) if r.size else mean_ci([], confidence)
-    return Estimate(math.exp(e.value) if r.size else math.nan, math.exp(e.low) if r.size else math.nan,
-                    math.exp(e.high) if r.size else math.nan, e.n, "geometric mean, t interval on logs",
-                    e.note, confidence, dropped)
 
 
 def _per_block(t: pa.Table, arm: str, label: str, metric: str) -> dict[int, float]:

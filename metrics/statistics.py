@@ -507,10 +507,23 @@ def paired_difference(a, b, *, confidence: float = 0.95, relative: str = "delta"
 
 def _paired_log(aa: np.ndarray, bb: np.ndarray, confidence: float, note: str, dropped: int) -> Estimate:
     """exp(mean(ln(b/a)) ± t(n-1)·s/√n) - 1: the geometric mean of the per-block ratios."""
-    lr = np.log(bb / aa)
-    lo, hi = _t_interval(float(lr.mean()), float(lr.std(ddof=1)) / math.sqrt(lr.size), lr.size - 1, confidence)
-    return Estimate(math.expm1(float(lr.mean())), math.expm1(lo), math.expm1(hi), int(lr.size),
-                    "paired log ratio (student-t)", note, confidence, dropped)
+    e = log_ratio_ci(list(bb / aa), confidence)
+    return Estimate(e.value - 1, e.low - 1, e.high - 1, e.n, "paired log ratio (student-t)", note, confidence,
+                    dropped)
+
+
+def log_ratio_ci(ratios, confidence: float = 0.95) -> Estimate:
+    """Geometric mean of ``ratios`` with a Student-t interval on their logs:
+    exp(mean(ln r) ± t(n-1)·s_ln r/√n).  Ratios that are not positive and finite are dropped
+    and counted (an ablation's effects and interactions, a paired comparison's ratios)."""
+    r = np.asarray([x for x in ratios if x is not None and math.isfinite(x) and x > 0], dtype=np.float64)
+    dropped = len(ratios) - r.size
+    if r.size == 0:
+        return _nan_estimate(math.nan, 0, "geometric mean, t interval on logs", "no positive ratio", confidence,
+                             dropped)
+    e = mean_ci(np.log(r), confidence)
+    return Estimate(math.exp(e.value), math.exp(e.low), math.exp(e.high), e.n, "geometric mean, t interval on logs",
+                    e.note, confidence, dropped)
 
 
 def _paired_delta(aa: np.ndarray, bb: np.ndarray, confidence: float, note: str, dropped: int) -> Estimate:

@@ -9,7 +9,7 @@ import math
 import pytest
 from hydra import compose, initialize_config_module
 
-from harness.ablation import log_ratio_ci
+from metrics.statistics import log_ratio_ci
 from protocols.ablation import ablation_arms
 
 
