@@ -131,13 +131,13 @@ def test_report_renders_offline_in_headless_chromium(sweep):
         page.goto(report.as_uri())
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 6")
         titles = page.eval_on_selector_all(".gtitle", "els => els.map(e => e.textContent)")
-        n_points = page.evaluate("() => document.getElementById('fig0').data[0].x.length")
-        rows = page.eval_on_selector_all("#summary tr", "els => els.length")
+        n_points = page.evaluate("() => document.getElementById('fig-goodput_vs_load').data[0].x.length")
+        rows = page.eval_on_selector_all("#runs tr", "els => els.length")  # the header and one row a run
         page.screenshot(path=str(tmp / "report.png"), full_page=True)
         browser.close()
     assert not errors, errors
     assert any("TTFT" in t for t in titles) and any("Goodput" in t for t in titles)
-    assert any("throughput" in t for t in titles) and any("Inter-token" in t for t in titles)
+    assert any("Throughput vs interactivity" in t for t in titles) and any("Inter-token" in t for t in titles)
     assert any("Cost per million good" in t for t in titles)
     assert n_points == 2 and rows == 3
 

@@ -63,11 +63,12 @@ def figure_html(f: style.Fig, static_files: dict[str, list[str]]) -> str:
 
 
 def document(title: str, subtitle: list[str], sections: list[tuple[str, str, str]]) -> str:
-    """``sections``: (anchor, heading, body html already escaped by its builder)."""
+    """``sections``: (anchor, heading, body html already escaped by its builder); a section's id is
+    ``sec-<anchor>``, so tables can use the plain names (``#comparison``, ``#runs``)."""
     from plotly.offline import get_plotlyjs
 
-    toc = " ".join(f"<a href='#{html.escape(a)}'>{html.escape(h)}</a>" for a, h, body in sections if body)
-    body = "".join(f"<section id='{html.escape(a)}'><h2>{html.escape(h)}</h2>{b}</section>"
+    toc = " ".join(f"<a href='#sec-{html.escape(a)}'>{html.escape(h)}</a>" for a, h, body in sections if body)
+    body = "".join(f"<section id='sec-{html.escape(a)}'><h2>{html.escape(h)}</h2>{b}</section>"
                    for a, h, b in sections if b)
     sub = "".join(f"<p class='subtitle'>{html.escape(s)}</p>" for s in subtitle if s)
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
