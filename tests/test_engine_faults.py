@@ -126,7 +126,7 @@ def test_kill_mid_point_fails_it_and_the_sweep_stops_resumably(tmp_path):
     assert m["point_failed"] is True and m["engine_fault_kind"] == "killed" and m["engine_fault_exit_code"] == -9
     assert run["status"] == "failed" and "injecting kill" in run["error"]
     fault = run["engine_faults"][0]
-    assert 0 <= (fault["detected_ns"] - _at_ns(fault["log_tail"])) / 1e9 <= INTERVAL + 0.25
+    assert 0 <= (fault["detected_ns"] - _at_ns(fault["log_tail"])) / 1e9 <= INTERVAL + 0.5
     rows = _rows(first)
     assert len(rows) + m["requests_not_sent"] == 30  # every request sent is recorded; the rest are counted
     bad = [r for r in rows if r["status"] != "ok"]
@@ -163,7 +163,7 @@ def test_stopped_or_hung_engine_is_restarted_for_the_next_point(tmp_path, mode, 
     run = json.loads((first / "run.json").read_text())
     assert m1["point_failed"] is True and m1["engine_fault_kind"] == kind and run["status"] == "failed"
     lag = (run["engine_faults"][0]["detected_ns"] - _at_ns(run["engine_faults"][0]["log_tail"])) / 1e9
-    assert 0 <= lag <= (INTERVAL if kind == "stopped" else 1.5 + INTERVAL) + 0.25, lag
+    assert 0 <= lag <= (INTERVAL if kind == "stopped" else 1.5 + INTERVAL) + 0.5, lag
     rows = _rows(first)
     assert len(rows) + m1["requests_not_sent"] == 20
     # In flight when the watchdog saw it: cancelled by the harness, the fault as their error
@@ -188,10 +188,12 @@ def test_failure_recovery_scenario_restarts_in_place_and_measures_the_outage(tmp
     m = json.loads((out / "summary.json").read_text())
     run = json.loads((out / "run.json").read_text())
     assert m["point_failed"] is False and run["status"] == "ok" and m["engine_restarted"] is True
-    assert m["kill_at_s"] == pytest.approx(2.0, abs=0.05)
-    assert 0 <= m["engine_fault_detected_s"] <= INTERVAL + 0.25
+    # (bounds with room for a busy 2-core host: threads wake late there)
+    assert m["kill_at_s"] == pytest.approx(2.0, abs=0.25)
+    assert 0 <= m["engine_fault_detected_s"] <= INTERVAL + 0.5, m["engine_fault_detected_s"]
     assert m["engine_restart_s"] >= 1.0  # the fake takes 1 s to load
-    assert m["engine_down_s"] == pytest.approx(m["engine_fault_detected_s"] + m["engine_restart_s"], abs=0.1)
+    # down = kill -> noticed, + the harness's own steps before the restart, + restart -> healthy
+    assert 0 <= m["engine_down_s"] - m["engine_fault_detected_s"] - m["engine_restart_s"] < 0.5
     rows = _rows(out)
     kill = m["kill_ns"]
     ends = [r["done_ns"] for r in rows]
