@@ -74,8 +74,14 @@ class EngineSession:
             self.engine.prepare()  # the model, tokenizer and port, known before launch
         except EngineError as e:
             raise UserError(str(e)) from None
-        self._client_setup()
-        if points:
+        try:
+            self._client_setup()
+            deferred = None
+        except UserError as e:
+            # A tokenizer not on disk yet (the engine may fetch the model) or a broken one: the
+            # engine's own errors come first; its requests are then built inside the window.
+            deferred = e
+        if points and deferred is None:
             from harness.point import prebuild
 
             prebuild(self, points)
@@ -96,6 +102,12 @@ class EngineSession:
                                                             self.engine.server_metric_map, self.engine.auth())
         print(f"engine ready at {self.engine.base_url} after "
               f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
+        if deferred is not None:
+            try:
+                self._client_setup()  # the same error again, if the engine's start did not fix it
+            except UserError:
+                self.engine.stop()
+                raise
         self.engine_launch = (self.engine.started_ns, self.engine.healthy_ns, self.engine.ready_ns)
         self.faults.start_watch()
         self.engine_prov = provenance.collect(self.engine.provenance(), self.container.get("hardware"))
