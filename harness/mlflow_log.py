@@ -46,7 +46,13 @@ class MlflowLogger:
                 # Artifacts beside the database, not in whatever folder the harness ran from.
                 db = Path(uri[len("sqlite:///"):]).resolve()
                 artifacts = (db.parent / "mlartifacts").as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifacts)
+            try:
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifacts)
+            except self.mlflow.exceptions.MlflowException:  # a parallel job of the same sweep made it first
+                exp = self.client.get_experiment_by_name(experiment)
+                if exp is None:
+                    raise
+                self.experiment_id = exp.experiment_id
         else:
             self.experiment_id = exp.experiment_id
         self.parent_id: str | None = None
