@@ -75,7 +75,7 @@ class EngineSession:
         except EngineError as e:
             raise UserError(str(e)) from None
         try:
-            self._client_setup()
+            self._client_setup(local_only=True)
             deferred = None
         except UserError as e:
             # A tokenizer not on disk yet (the engine may fetch the model) or a broken one: the
@@ -135,12 +135,12 @@ class EngineSession:
         tel.mark("engine_restarted", eng.ready_ns, why.splitlines()[0][:200])
         return (eng.ready_ns - t0) / 1e9
 
-    def _client_setup(self) -> None:
+    def _client_setup(self, local_only: bool = False) -> None:
         """The tokenizer, the prompt builder and the client's config: nothing here needs the
         engine running (the base URL and served model are known once it is prepared)."""
         cfg = self.cfg
         try:
-            self.tokenizer = load_tokenizer(self.engine.tokenizer)
+            self.tokenizer = load_tokenizer(self.engine.tokenizer, local_only=local_only)
             dialect = self.engine.dialect()
             self.builder = PromptBuilder(self.tokenizer, seed=int(cfg.workload.seed), chat=dialect["api"] == "chat")
         except ValueError as e:

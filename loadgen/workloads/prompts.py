@@ -364,11 +364,12 @@ class PromptBuilder:
 
 
 @functools.lru_cache(maxsize=8)
-def load_tokenizer(name_or_path: str):
-    """The served model's tokenizer (local folder or a name already in the local HF cache)."""
+def load_tokenizer(name_or_path: str, local_only: bool = False):
+    """The served model's tokenizer (local folder or a name already in the local HF cache;
+    ``local_only``: never the network, which can take a minute to fail without one)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
     except Exception as e:  # noqa: BLE001 - the user needs the path and the reason, not a traceback
         raise ValueError(f"engine.tokenizer: cannot load tokenizer {name_or_path!r}: {e}") from None
