@@ -257,15 +257,20 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
 
 
 def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | None = None,
-                        confidence: float = 0.95, margin: float = 0.02, adjust: str = "none") -> dict:
+                        confidence: float = 0.95, margin: float = 0.02, adjust: str = "none",
+                        tracking_uri: str | None = None) -> dict:
     """The comparison of experiments run separately (unpaired); each is one group, named by its
     folder (and its config, for a comparison's configs)."""
     groups: dict[str, pa.Table] = {}
     fixed: dict[str, dict] = {}
+    import tempfile
+
+    from harness.report.source import resolve, safe_part
+
+    downloads = Path(tempfile.mkdtemp(prefix="tokenfactory-compare-"))  # MLflow experiments, read once
     for arg in paths:
-        path = Path(arg)
-        if not path.is_dir():
-            raise ValueError(f"{arg}: not a results folder (give the experiment's output_dir)")
+        # a results folder, or an MLflow experiment's name
+        path = resolve(arg, dest=downloads / safe_part(arg), tracking_uri=tracking_uri)
         table, fx = _experiment_runs(path)
         configs = sorted(set(table.column("config").to_pylist())) if "config" in table.column_names else [""]
         for c in configs:
@@ -307,7 +312,10 @@ def compare_command(argv: list[str]) -> int:
 
     ap = argparse.ArgumentParser(prog="tokenfactory compare",
                                  description="equal-SLO comparison of finished experiments (unpaired)")
-    ap.add_argument("experiments", nargs="+", help="results folders (an experiment's output_dir)")
+    ap.add_argument("experiments", nargs="+",
+                    help="results folders (an experiment's output_dir) or MLflow experiment names")
+    ap.add_argument("--tracking-uri", help="MLflow store of the named experiments (default: $MLFLOW_TRACKING_URI, "
+                                           "else sqlite:///results/mlflow.db)")
     ap.add_argument("--allow", default="", help="fixed conditions allowed to differ (comma-separated: "
                                                 + ", ".join(FIXED_KEYS) + ")")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
@@ -323,7 +331,8 @@ def compare_command(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     try:
-        comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust)
+        comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust,
+                                         tracking_uri=a.tracking_uri)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -123,10 +123,13 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
     with FakeServer() as srv:
         for name, ttft, seed in (("one", 10, 0), ("two", 60, 0), ("three", 10, 5)):
             out = tmp_path / name
+            # "two" is also logged to MLflow and compared from there, by its experiment's name
+            logged = [f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db", "experiment=cmp-two"] \
+                if name == "two" else ["mlflow.enabled=false"]
             ov = ["engine=openai", f"engine.base_url={srv.base_url}", f"engine.model=fake-ttft_ms:{ttft}",
                   f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.num_requests=8",
                   "load.warmup_requests=0", "protocol.load_points=[20]", "protocol.repeats=2", f"output_dir={out}",
-                  "mlflow.enabled=false", "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0",
+                  *logged, "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0",
                   f"workload.seed={seed}"]
             with initialize_config_module("conf", version_base="1.3"):
                 Experiment(compose("config", overrides=ov)).run()
@@ -139,6 +142,10 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
         compare_experiments(outs[:2], allow=set())
     with pytest.raises(ValueError, match="workload"):
         compare_experiments([outs[0], outs[2]], allow=set())
+    by_name = compare_experiments([outs[0], "cmp-two"], allow={"model"}, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    assert by_name["configs"] == ["one", "cmp-two"]
+    named = by_name["points"][0]["metrics"]["p50_ttft_ms"]["per_config"]["cmp-two"]
+    assert named["value"] == pytest.approx(cmp["points"][0]["metrics"]["p50_ttft_ms"]["per_config"]["two"]["value"])
 
 
 def test_blocks_are_added_until_the_intervals_converge(tmp_path):
