@@ -318,9 +318,12 @@ class PromoteStage:
 
 
 def _default_stages() -> list:
+    # mirror: at 1-5 % every candidate-served request is also run on the incumbent (pairs for the
+    # agreement, at little cost); at 100 % too, so the incumbent carries the same load (a like-for-like
+    # latency comparison) and stays warm for a rollback
     return [PromoteStage("shadow", "shadow", 0.0, 0.0, 200), PromoteStage("canary_1", "canary", 0.01, 1.0),
-            PromoteStage("canary_5", "canary", 0.05, 0.5), PromoteStage("canary_25", "canary", 0.25, 0.1),
-            PromoteStage("full", "canary", 1.0, 0.1)]
+            PromoteStage("canary_5", "canary", 0.05, 1.0), PromoteStage("canary_25", "canary", 0.25, 0.2),
+            PromoteStage("full", "canary", 1.0, 1.0)]
 
 
 # Gated metrics -> margin.  Rates (slo_attainment, error_rate, token_agreement) are compared in
@@ -350,6 +353,7 @@ class PromoteGuard:
     max_attainment_drop: float = _f(0.10, ge=0, le=1)
     max_ttft_ratio: float = _f(3.0, gt=1)     # candidate p90 TTFT over the incumbent's, same window ...
     ttft_floor_ms: float = _f(50.0, ge=0)     # ... or over this, whichever is larger (noise on tiny latencies)
+    min_latency_requests: int = _f(30, ge=1)  # TTFTs on each side in the window before the latency guard can trip
     stall_s: float = _f(10.0, gt=0)           # a candidate request without a first token for this long
 
 

@@ -65,6 +65,12 @@ TRAFFIC_ENGINE = ("engine.request_extra", "engine.api", "engine.max_model_len", 
                   "engine.continuous_usage", "engine.api_key_env")
 
 
+def measured(rows) -> list:
+    """Rows that say something about the engine: a request cancelled (its caller left, the proxy
+    stopped, a rollback moved it to the incumbent) is counted apart, not as the engine's error."""
+    return [r for r in rows if r.status != "cancelled"]
+
+
 def _key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]
 
@@ -381,7 +387,7 @@ class Promotion:
         w = self.window[side]
         while w and (w[0].done_ns or 0) < since_ns:
             w.popleft()
-        return SideSample.from_rows(list(w))
+        return SideSample.from_rows(measured(w))
 
     def check(self, t: float, status: dict) -> None:
         g = self.cfg.protocol.guard
@@ -391,6 +397,7 @@ class Promotion:
                             max_error_rate_increase=float(g.max_error_rate_increase),
                             max_attainment_drop=float(g.max_attainment_drop), max_ttft_ratio=float(g.max_ttft_ratio),
                             stall_s=float(g.stall_s), ttft_floor_ms=float(g.ttft_floor_ms),
+                            min_latency_requests=int(g.min_latency_requests),
                             candidate_oldest_wait_s=float((status.get(CANDIDATE) or [0, 0.0])[1]))
         if trips:
             d = self.machine.on_guard(t, trips)
@@ -417,8 +424,8 @@ class Promotion:
         gp = p.gate
         look = len(st.gates) + 1
         conf = look_confidence(float(gp.confidence), look)
-        inc = SideSample.from_rows(st.rows[INCUMBENT])
-        cand = SideSample.from_rows(st.rows[CANDIDATE])
+        inc = SideSample.from_rows(measured(st.rows[INCUMBENT]))
+        cand = SideSample.from_rows(measured(st.rows[CANDIDATE]))
         stage_s = max(t - self.t(st.start_ns), 1e-9)
         distinct = len({r.request_id for s in SIDES for r in st.rows[s]})
         cost = window_cost(OmegaConf.to_container(self.cfg.cost, resolve=True), stage_s)["cost_total"]
@@ -490,7 +497,7 @@ class Promotion:
         tl["share"].append(share)
         now = perf_ns()
         for side in SIDES:
-            rows = [r for r in self.window[side] if (r.done_ns or 0) >= since]
+            rows = measured(r for r in self.window[side] if (r.done_ns or 0) >= since)
             recent = [r for r in rows if (r.done_ns or 0) >= now - tick_ns]
             s = tl[side]
             s["requests"].append(len(recent))

@@ -42,8 +42,8 @@ against the incumbent's in the same window: error rate higher by more than
 ``max_error_rate_increase``, attainment lower by more than ``max_attainment_drop``, p90 TTFT
 more than ``max_ttft_ratio`` times the incumbent's (or ``ttft_floor_ms``, if larger), or a
 candidate request in flight without a first token for ``stall_s`` (and ``max_ttft_ratio`` x the
-incumbent's p90 TTFT).  Each needs
-``min_requests`` candidate requests in the window, but the stall.
+incumbent's p90 TTFT).  Each needs ``min_requests`` candidate requests in the window (the
+latency guard ``min_latency_requests`` TTFTs on each side), but the stall.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def look_confidence(confidence: float, look: int) -> float:
 # ------------------------------------------------------------------------------------ guards
 def guard_trips(inc: SideSample, cand: SideSample, *, min_requests: int, max_error_rate_increase: float,
                 max_attainment_drop: float, max_ttft_ratio: float, stall_s: float, ttft_floor_ms: float = 0.0,
-                candidate_oldest_wait_s: float = 0.0) -> list[dict]:
+                min_latency_requests: int = 30, candidate_oldest_wait_s: float = 0.0) -> list[dict]:
     """The guards that trip on one window (module doc), each with its numbers."""
     trips = []
     i_ttft = percentile(inc.ttft_s[~np.isnan(inc.ttft_s)], 90) if inc.n else math.nan
@@ -315,7 +315,8 @@ def guard_trips(inc: SideSample, cand: SideSample, *, min_requests: int, max_err
                       "reason": f"candidate SLO attainment {ca:.1%} vs incumbent {ia:.1%} "
                                 f"(a drop of more than {max_attainment_drop:.1%})"})
     c_ttft_v = cand.ttft_s[~np.isnan(cand.ttft_s)]
-    if inc.n >= min_requests and c_ttft_v.size >= min_requests and math.isfinite(i_ttft):
+    i_n = int((~np.isnan(inc.ttft_s)).sum())
+    if min(i_n, c_ttft_v.size) >= max(min_requests, min_latency_requests) and math.isfinite(i_ttft):
         c_ttft = percentile(c_ttft_v, 90)
         limit = max_ttft_ratio * max(i_ttft, ttft_floor_ms / 1e3)
         if c_ttft > limit:
