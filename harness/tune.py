@@ -17,6 +17,11 @@ params match a finished trial is answered from it instead of run again.  Sampler
 replays the same suggestions: finished trials are read back, an interrupted one resumes inside
 its folder (the experiment skips its finished runs), and the rest run.
 
+Quality gate (on unless ``quality.enabled=false``): before the first trial, an engine with no
+knob set gives the reference greedy outputs (``OUT/reference/quality.json``); every trial
+collects its own at the end of its session, and one whose agreement with the reference is
+below ``quality.min_agreement`` (or whose evaluation score drops) is infeasible.
+
 The record (``OUT/tune.json``, rebuilt from the trials' ``trial.json``): every trial, the best
 feasible one, the Pareto front (cost per million good tokens vs max load under the SLO); also
 ``experiment.json`` (the seven steps: tune ran), ``runs.parquet`` (every trial's runs, with its
@@ -41,13 +46,16 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conf.overrides import explicit_keys
 from conf.schema import ConfigError, SweepProtocol, validate
-from harness import results_io
+from harness import quality_gate, results_io
+from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.experiment import Experiment, check_config, compose_config
+from harness.quality_gate import QUALITY_FILE, gate_enabled
 from protocols import tune as plan
 
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"
+REFERENCE_DIR = "reference"  # the quality gate's control: the config with no knob set
 TUNE_FILE = "tune.json"
 BASE_FILE = "tune_base.json"
 # Protocol keys that steer the search, not what a trial measures: changing them keeps the trials.
@@ -196,7 +204,50 @@ class Tuner:
         proto.update(name="sweep", search="slo", dry_run=False)
         trial.protocol = OmegaConf.merge(OmegaConf.structured(SweepProtocol), proto)
         trial.output_dir = str(folder)
+        if gate_enabled(cfg):  # each trial's greedy outputs, judged against the reference's
+            trial.quality.enabled = True
         return trial
+
+    def reference_outputs(self) -> None:
+        """The quality gate's control: greedy outputs of the config without any knob (the
+        engine's defaults for them), or of ``protocol.reference``'s overrides, from an engine
+        launched for that alone, in ``OUT/reference/`` (once; a resumed tune reuses it).  Every
+        trial's outputs are judged against them."""
+        folder = self.out / REFERENCE_DIR
+        if not gate_enabled(self.cfg) or (folder / QUALITY_FILE).exists():
+            return
+        ref = [str(o) for o in (self.cfg.protocol.get("reference") or [])]
+        print("quality gate: greedy outputs of the reference config ("
+              + (" ".join(ref) if ref else "no knob set") + ") ...", flush=True)
+        try:
+            cfg = compose_config(self.overrides + ref) if ref else self.cfg
+        except Exception as e:  # noqa: BLE001 - Hydra's parse and compose errors, said with the key
+            raise UserError(f"protocol.reference: {e}") from None
+        session = EngineSession(self.trial_config(cfg, folder), folder, None, name=None)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            session.start()
+            quality_gate.collect(session, folder)
+        except UserError as e:  # e.g. a knob the engine cannot do without (the model itself)
+            print(f"quality gate: the config with no knob set does not run ({e}); the first trial's outputs "
+                  "are the reference", flush=True)
+        finally:
+            session.stop()
+
+    def trial_quality(self, folder: Path) -> tuple[bool | None, str | None]:
+        """A trial's greedy outputs against the reference's (``quality.*`` thresholds)."""
+        ref = self.out / REFERENCE_DIR
+        if not (ref / QUALITY_FILE).exists():  # no knob-less reference: the first trial with outputs
+            firsts = sorted((t["trial"], self.out / t["folder"]) for t in self.read_trials()
+                            if (self.out / t["folder"] / QUALITY_FILE).exists())
+            ref = firsts[0][1] if firsts else ref
+        if not gate_enabled(self.cfg) or not (folder / QUALITY_FILE).exists() or not (ref / QUALITY_FILE).exists():
+            return None, None
+        if ref == folder:
+            return True, "the reference (the first trial: the config with no knob set did not run)"
+        v = quality_gate.judge([(REFERENCE_DIR, 0, ref), ("trial", 0, folder)], REFERENCE_DIR,
+                               self.cfg.quality)["configs"].get("trial")
+        return (None, None) if v is None else (bool(v["passed"]), v["reason"])
 
     def base_fingerprint(self) -> dict:
         """What every trial shares (the config less the knobs, the search's own steering and
@@ -238,6 +289,7 @@ class Tuner:
             print(f"resuming {self.out}: {len(done)} trial(s) already evaluated are read back, not run again",
                   flush=True)
         self.start_mlflow()
+        self.reference_outputs()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         argv = ["-m", *self.overrides, *self.sweeper,
                 f"hydra.sweep.dir={plan._literal(str(self.out / 'hydra' / stamp))}"]
@@ -381,6 +433,9 @@ class Tuner:
             if summary is not None and summary.exists():
                 search["cost_per_good_request"] = results_io.read_json(summary).get("cost_per_good_request")
         passed, reason = quality_verdict(folder)
+        against_ref, why = self.trial_quality(folder)
+        if passed is not False and against_ref is not None:
+            passed, reason = against_ref, why
         return plan.judge(search, str(self.cfg.protocol.objective), trial.get("error"), passed, reason)
 
     # ------------------------------------------------------------------------------------ the record

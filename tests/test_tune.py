@@ -232,28 +232,34 @@ def test_tune_against_the_fake_engine_and_resume(tmp_path, monkeypatch):
                 "protocol.search_high=30", "protocol.search_tolerance=0.9", "slo.ttft_ms=100", "slo.tpot_ms=null",
                 f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false", "progress=false",
                 "telemetry.idle_baseline_s=0", "protocol.sampler=grid",
-                # knee 20 req/s (the fake's first token takes 300 ms above it), or too slow at any load
-                'protocol.space={engine.model: ["fake-knee_rps:20", "fake-ttft_ms:150"]}']
-        assert tune_command([*argv, "protocol.trials=2"]) == 0
+                # knee 20 req/s (the fake's first token takes 300 ms above it), too slow at any load,
+                # or faster but with other outputs than the quality gate's reference
+                'protocol.space={engine.model: ["fake-knee_rps:20", "fake-ttft_ms:150", "fake-knee_rps:40-word:cat"]}',
+                'protocol.reference=["engine.model=fake-knee_rps:20"]', "quality.num_prompts=3",
+                "quality.max_tokens=4"]
+        assert tune_command([*argv, "protocol.trials=3"]) == 0
         record = json.loads((out / "tune.json").read_text())
-        assert [s["evaluated"] for s in record["suggestions"]] == ["ran", "ran"]
+        assert [s["evaluated"] for s in record["suggestions"]] == ["ran", "ran", "ran"]
+        assert json.loads((out / "reference" / "quality.json").read_text())["failed"] == 0
         runs = {p: p.stat().st_mtime_ns for p in out.glob("trials/*/**/summary.json")}
         # as if interrupted at the end of the second trial's search
-        last = out / "trials" / str(record["suggestions"][1]["trial"])
+        last = out / "trials" / str(record["suggestions"][2]["trial"])
         (last / "trial.json").write_text(json.dumps({**json.loads((last / "trial.json").read_text()),
                                                      "status": "running"}))
         (last / "search.json").unlink()
         # the same command: the first trial is read back, the second resumes in its folder; no run repeated
-        assert tune_command([*argv, "protocol.trials=2"]) == 0
+        assert tune_command([*argv, "protocol.trials=3"]) == 0
         assert {p: p.stat().st_mtime_ns for p in out.glob("trials/*/**/summary.json")} == runs
     again = json.loads((out / "tune.json").read_text())
     assert again["suggestions"] == [{**record["suggestions"][0], "evaluated": "reused"},
-                                    {**record["suggestions"][1], "evaluated": "resumed"}]
+                                    {**record["suggestions"][1], "evaluated": "reused"},
+                                    {**record["suggestions"][2], "evaluated": "resumed"}]
     assert [{k: v for k, v in t.items() if k != "duration_s"} for t in again["trials"]] == [
         {k: v for k, v in t.items() if k != "duration_s"} for t in record["trials"]]
     by = {t["params"]["engine.model"]: t for t in record["trials"]}
-    fast, slow = by["fake-knee_rps:20"], by["fake-ttft_ms:150"]
+    fast, slow, wrong = by["fake-knee_rps:20"], by["fake-ttft_ms:150"], by["fake-knee_rps:40-word:cat"]
     assert not slow["feasible"] and "fails already at the low end" in slow["why"]
+    assert not wrong["feasible"] and "quality gate failed: greedy token agreement with reference 0.000" in wrong["why"]
     assert fast["feasible"] and 4 <= fast["max_load_under_slo"] < 20 and fast["cost_per_mtok_good"] > 0
     assert record["best"]["trial"] == fast["trial"] and [t["trial"] for t in record["pareto_front"]] == [fast["trial"]]
     # each trial is an experiment with its full record; the tune's own record says tune ran
@@ -264,6 +270,6 @@ def test_tune_against_the_fake_engine_and_resume(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
     runs = pq.read_table(out / "runs.parquet").to_pylist()
-    assert {r["config"] for r in runs} == {f"trial{fast['trial']}", f"trial{slow['trial']}"}
+    assert {r["config"] for r in runs} == {f"trial{t['trial']}" for t in (fast, slow, wrong)}
     assert all(r["param.engine.model"] in by for r in runs)
     assert Path(out / "tune_base.json").exists()
