@@ -300,6 +300,9 @@ class TuneProtocol(SweepProtocol):
     startup_trials: Optional[int] = _f(None, ge=1)  # tpe: random suggestions first; null: 3
     seed: Optional[int] = None                # the sampler's seed; null: the root seed
     search: str = _f("slo", choices=("slo",))  # every trial finds its max load under the SLO
+    # the quality gate's reference: overrides on top of the command's (default: none, the config with
+    # no knob set); every trial's greedy outputs are judged against its
+    reference: Any = None
 
 
 # ------------------------------------------------------------------------------------ promotion (step 7)
