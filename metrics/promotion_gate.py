@@ -19,7 +19,9 @@ requests differ (unpaired) and only the period is shared.
   ``metrics.output_agreement``): compared as c - i (absolute), agreement against
   ``min_agreement``;
 - ``pXX_ttft_ms``, ``pXX_tpot_ms``: the percentile (numpy's linear rule) of the side's requests,
-  compared as c/i - 1 (relative);
+  compared as c/i - 1 (relative); judged only with MLPerf's early-stopping minimum of values on
+  each side (11 for p50, 64 for p90, 662 for p99: fewer make the percentile one request's
+  latency, and its bootstrap interval meaningless), else inconclusive;
 - ``cost_per_mtok_good`` = 1e6 x cost / good output tokens, each side's cost its share of the
   window's cost by the requests it ran (``cost_per_request`` x requests x its hourly factor):
   compared as c/i - 1.
@@ -55,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from metrics.output_agreement import token_agreement
-from metrics.percentiles import percentile
+from metrics.percentiles import early_stopping_min_samples, percentile
 from metrics.statistics import PooledQuantile, bootstrap_ci
 
 # metric -> (kind, higher_is_better, comparison)
@@ -112,6 +114,21 @@ def block_edges(cand_arrive_ns: np.ndarray, blocks: int) -> np.ndarray:
     """Inner edges of ``blocks`` time blocks holding equal numbers of the candidate's requests
     (a 1 % canary's requests are sparse: equal spans of time would leave blocks empty)."""
     return np.quantile(cand_arrive_ns.astype(np.float64), np.linspace(0, 1, blocks + 1)[1:-1])
+
+
+def _min_samples(name: str) -> int:
+    """A percentile is judged only on at least MLPerf's early-stopping minimum of values a side
+    (64 for p90, 662 for p99): below it the percentile is one or two requests' latency."""
+    if metric_kind(name)[0] != "quantile":
+        return 0
+    return early_stopping_min_samples(float(name.split("_")[0][1:]))
+
+
+def _values(name: str, s: SideSample) -> int:
+    if metric_kind(name)[0] != "quantile":
+        return s.n
+    col = getattr(s, LATENCY[name.split("_")[1]])
+    return int((~np.isnan(col)).sum())
 
 
 def _blocks(t: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -207,7 +224,13 @@ def compare_sides(inc: SideSample, cand: SideSample, margins: Mapping[str, float
             return d.reshape(lead)
 
         populated = int(((si.n > 0) & (sc.n > 0)).sum())
-        if cand.n < MIN_BLOCKS * 5 or populated < MIN_BLOCKS:
+        need = _min_samples(name)
+        have = min(_values(name, inc), _values(name, cand))
+        if have < need:
+            est_lo = est_hi = math.nan
+            method, note = "", (f"too few samples for {name.split('_')[0]}: {have} on the smaller side, "
+                                f"{need} needed (MLPerf's early-stopping minimum)")
+        elif cand.n < MIN_BLOCKS * 5 or populated < MIN_BLOCKS:
             est_lo = est_hi = math.nan
             method, note = "", (f"too few requests for an interval: incumbent {inc.n}, candidate {cand.n} "
                                 f"(at least {MIN_BLOCKS * 5}), {populated} block(s) with both (at least {MIN_BLOCKS})")

@@ -65,7 +65,7 @@ def plan_stages(protocol_cfg) -> list[Stage]:
         lo, hi = float(s.get("min_duration_s", 60.0)), float(s.get("max_duration_s", 600.0))
         if lo > hi:
             raise ValueError(f"{key}: min_duration_s={lo:g} > max_duration_s={hi:g}")
-        stages.append(Stage(name, mode, share, mirror, int(s.get("min_requests", 50)), lo, hi))
+        stages.append(Stage(name, mode, share, mirror, int(s.get("min_requests", 64)), lo, hi))
     return stages
 
 

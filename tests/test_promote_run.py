@@ -22,8 +22,8 @@ STAGES = ("protocol.stages=[{mode: shadow, min_requests: 25, min_duration_s: 1.5
           "{share: 0.5, min_requests: 25, min_duration_s: 1.5, max_duration_s: 8}, "
           "{share: 1.0, mirror: 0.5, min_requests: 25, min_duration_s: 1.5, max_duration_s: 8}]")
 # latency on a shared test machine is noise: gate errors, attainment and agreement only
-NOT_LATENCY = [f"protocol.gate.margins.{m}=null" for m in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms",
-                                                           "p99_tpot_ms", "cost_per_mtok_good")]
+NOT_LATENCY = [f"protocol.gate.margins.{m}=null" for m in ("p50_ttft_ms", "p90_ttft_ms", "p50_tpot_ms",
+                                                           "p90_tpot_ms", "cost_per_mtok_good")]
 
 
 def _free_port() -> int:
