@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from loadgen.records import SCHEMA as REQUEST_SCHEMA
+from loadgen.records import RequestRecord
 from metrics.telemetry.base import SCHEMA as TELEMETRY_SCHEMA
 
 S = 1_000_000_000
@@ -37,6 +38,9 @@ def gpu_rows(dev="gpu0", source="nvml", t_end=10.0, dt=0.1, offset_j=1.0e6, coun
     return rows
 
 
+_DEFAULT = RequestRecord(request_id="")
+
+
 def request_table(rows: list[dict]) -> pa.Table:
     """Request rows with sensible defaults; times in seconds."""
     out = {n: [] for n in REQUEST_SCHEMA.names}
@@ -66,8 +70,8 @@ def request_table(rows: list[dict]) -> pa.Table:
             "slo_ok": status == "ok", "warmup": r.get("warmup", False),
         }
         d.update({k: v for k, v in r.items() if k in out})
-        for k in out:
-            out[k].append(d[k])
+        for k in out:  # columns the rows above do not name (side, shadow, worker...): the record's default
+            out[k].append(d[k] if k in d else getattr(_DEFAULT, k))
     return pa.table(out, schema=REQUEST_SCHEMA)
 
 
