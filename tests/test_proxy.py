@@ -278,3 +278,20 @@ def test_a_caller_that_leaves_mid_stream_cancels_its_upstream_request_and_nothin
         (status, text, done, _), = call_many(px.url, 1)  # the proxy goes on serving
         rows = px.wait_rows(2)
     assert rows[0].status == "cancelled" and status == 200 and text == "".join(WORDS) and rows[1].status == "ok"
+
+
+def test_a_caller_that_leaves_before_its_first_event_is_recorded_and_not_logged_as_an_error(caplog):
+    # the caller is gone when the first event arrives: writing the headers meets a closed transport
+    with FakeServer(ok_script("i", first=0.5, gap=0.2)) as inc, ProxyThread(inc.url, None, "rollback") as px:
+        async def leave():
+            async with aiohttp.ClientSession() as s:
+                body = {"model": "m", "prompt": "p", "max_tokens": 4, "stream": True}
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(s.post(px.url + "/v1/completions", json=body), 0.1)
+        with caplog.at_level("DEBUG", logger="aiohttp.server"):
+            asyncio.run(leave())
+            rows = px.wait_rows(1, timeout=5)
+            (status, text, _, _), = call_many(px.url, 1)  # the proxy goes on serving
+            rows = px.wait_rows(2)
+    assert [r.status for r in rows] == ["cancelled", "ok"] and status == 200 and text == "".join(WORDS)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records]

@@ -261,6 +261,8 @@ class ProxyServer:
         fwd = Forward()
         rec = self._rec(rid, primary, False, arrive, session, body)
         fut = self._start(primary, path, rec, raw, body, fwd.sink)
+        unrecorded = fut  # the caller's current upstream request, until its row is recorded
+        resp = None
         if route.copy:
             other = INCUMBENT if primary == CANDIDATE else CANDIDATE
             copy = self._rec(rid, other, True, arrive, session, body)
@@ -272,17 +274,19 @@ class ProxyServer:
             if not fwd.pending:  # over before its first event: nothing reached the caller
                 rec = fut.result()
                 self.recorder.finish(rec, compare)
+                unrecorded = None
                 if primary != CANDIDATE or rec.status == "ok":
                     return self._error(rec)
                 self.failovers["before_first_event"] += 1
                 fwd = Forward()
                 rec = self._rec(rid, INCUMBENT, False, arrive, session, body)
-                fut = self._start(INCUMBENT, path, rec, raw, body, fwd.sink)
+                fut = unrecorded = self._start(INCUMBENT, path, rec, raw, body, fwd.sink)
                 fwd.on_closed = lambda: self.sides[INCUMBENT].cancel(path, rec)
                 await self._first(fwd, fut)
                 if not fwd.pending:
                     rec = fut.result()
                     self.recorder.finish(rec, compare)
+                    unrecorded = None
                     return self._error(rec)
             resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
                                                            "Cache-Control": "no-cache"})
@@ -293,20 +297,33 @@ class ProxyServer:
             fwd.go_direct(request.transport)
             rec = await asyncio.shield(fut)
             self.recorder.finish(rec, compare)
+            unrecorded = None
             if rec.status != "ok" and rec.side == CANDIDATE and not fwd.closed:
                 self.failovers["mid_stream"] += 1
                 splice = Splice(fwd, len(rec.text))
                 rec2 = self._rec(rid, INCUMBENT, False, arrive, session, body)
-                fut = self._start(INCUMBENT, path, rec2, raw, body, splice.sink)
+                fut = unrecorded = self._start(INCUMBENT, path, rec2, raw, body, splice.sink)
                 fwd.on_closed = lambda: self.sides[INCUMBENT].cancel(path, rec2)
+                rec = rec2
                 self.recorder.finish(await asyncio.shield(fut), compare)
+                unrecorded = None
             if not fwd.closed:
                 await resp.write_eof()
             return resp
-        except (asyncio.CancelledError, ConnectionResetError):
-            if not fut.done():
-                self.sides[rec.side].cancel(path, rec)
-            raise
+        except (asyncio.CancelledError, ConnectionResetError) as e:
+            # the caller left (a ConnectionResetError writing the headers or the first event) or the
+            # proxy is stopping: the upstream request is abandoned, and its row still recorded (as
+            # cancelled) once its side has ended it
+            if unrecorded is not None:
+                if not fut.done():
+                    self.sides[rec.side].cancel(path, rec)
+                fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
+                                      else self.recorder.finish(f.result(), compare))
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            # nobody to answer: aiohttp's writing of this response meets the closed transport and
+            # lets it go quietly (a re-raised error would be logged as the handler's, with a 500)
+            return resp if resp is not None else web.Response(status=499)
 
     def _error(self, rec: RequestRecord) -> web.Response:
         """The upstream's failure as the caller would have had it: its status, or 502/504."""
