@@ -13,18 +13,69 @@
     tokenfactory proxy proxy.incumbent=URL proxy.candidate=URL proxy.mode=shadow|canary|rollback
                                                 the promotion proxy, until Ctrl-C
     tokenfactory promote [overrides]            step 7: shadow, canary stages, gates, rollback (run protocol=promote)
+    tokenfactory mlflow-sync PATH [--tracking-uri URI]   log a finished results folder to MLflow
+                                                (one that could not reach it, or ran without it)
 
 ``run`` hands its arguments to Hydra unchanged, so every Hydra override and flag works.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import signal
 import sys
 
 USAGE = __doc__
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, ``kill``): handled as Ctrl-C is, so engines and telemetry are
+    stopped and finished runs kept; Python's default would end the process on the spot."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up short
+    raise Terminated()
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _disk_full(e: OSError, out) -> None:
+    """A full disk (or quota, or file-size limit) under output_dir: one clear message, exit 2."""
+    where = e.filename or f"a results file under {out or 'results/'}"
+    print(f"error: {os.strerror(e.errno)} while writing {where}. Finished load points are complete and kept "
+          "(a folder without summary.json is not one, and no file under its final name is half-written); free "
+          "some space and run the same command to resume.", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _interrupted(e: KeyboardInterrupt) -> int:
+    how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+    print(f"{how}: finished load points are complete and kept", file=sys.stderr, flush=True)
+    return 143 if isinstance(e, Terminated) else 130
+
+
+def _keys_to_env(argv: list[str]) -> list[str]:
+    """``engine.api_key=VALUE`` (any ``*api_key`` override) becomes an environment variable and
+    ``*api_key_env=`` naming it: Hydra writes every override to ``.hydra/overrides.yaml`` and
+    its saved config, and a multirun prints each job's, so a key given on the command line
+    would reach files and logs that the results' redaction never sees."""
+    out = []
+    for a in argv:
+        key, eq, value = a.partition("=")
+        bare = key.lstrip("+~")
+        if eq and (bare == "api_key" or bare.endswith(".api_key")) and value not in ("", "null"):
+            var = "TOKENFACTORY_" + bare.upper().replace(".", "_")
+            os.environ[var] = value
+            a = f"{key}_env={var}"
+        out.append(a)
+    return out
+
+
 def _hydra_run(argv: list[str]) -> int:
+    argv = _keys_to_env(argv)
     if "protocol=tune" in argv:  # a multirun of its own, under Hydra's Optuna sweeper
         from harness.tune import tune_command
 
@@ -52,14 +103,21 @@ def _hydra_run(argv: list[str]) -> int:
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            print("interrupted: finished load points are complete and kept", file=sys.stderr)
-            sys.exit(130)
+        except KeyboardInterrupt as e:
+            sys.exit(_interrupted(e))
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            _disk_full(e, cfg.get("output_dir"))
 
     if "--dry-run" in argv:  # print the plan and stop
         argv = [a for a in argv if a != "--dry-run"] + ["protocol.dry_run=true"]
     sys.argv = ["tokenfactory run"] + argv
-    _main()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        _main()
+    except KeyboardInterrupt as e:  # during Hydra's own set-up or tear-down
+        return _interrupted(e)
     return 0
 
 
@@ -77,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.proxy.command import proxy_command
 
         return proxy_command(rest)
+    if cmd == "mlflow-sync":
+        from harness.mlflow_sync import mlflow_sync_command
+
+        return mlflow_sync_command(rest)
     if cmd == "roofline":
         from harness.roofline_command import roofline_command
 

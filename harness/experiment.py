@@ -185,8 +185,13 @@ class Experiment:
         finally:
             if self.mlflow:
                 self.mlflow.end_parent(status)
-            experiment_record.write_plan(self, status={"FINISHED": "complete", "KILLED": "interrupted"}.get(
-                status, "failed"))
+            try:
+                experiment_record.write_plan(self, status={"FINISHED": "complete", "KILLED": "interrupted"}.get(
+                    status, "failed"))
+            except OSError:
+                if status == "FINISHED":
+                    raise
+                # already failing (a full disk, say): the error that stopped the run is the one to tell
         return self.finish()
 
     def converge(self) -> None:
@@ -344,13 +349,16 @@ class Experiment:
     def start_mlflow(self) -> None:
         if not self.cfg.mlflow.enabled:
             return
-        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment))
+        # strict=False: MLflow unreachable (now or mid-run) is said and the run goes on (mlflow-sync later)
+        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment),
+                                   where=self.out, strict=False)
         marker = self.out / "mlflow_parent.txt"
         prev = marker.read_text().strip() if marker.exists() else None
         pid = self.mlflow.start_parent(self.out.name, self.safe_config,
                                        tags={"output_dir": str(self.out.resolve()),
                                              "tokenfactory.protocol": str(self.cfg.protocol.name)}, run_id=prev)
-        results_io.write_atomic(marker, pid + "\n")
+        if pid:
+            results_io.write_atomic(marker, pid + "\n")
 
     def finish(self) -> Path:
         """The experiment's record from its run folders, then the report."""
@@ -366,6 +374,9 @@ class Experiment:
             if self.mlflow:
                 self.mlflow.log_parent_artifact(path)
             print(f"report: {path}")
+        if self.mlflow and self.mlflow.failed:
+            print(f"MLflow: not logged ({self.mlflow.failed}); once it is back: tokenfactory mlflow-sync {self.out}",
+                  flush=True)
         print(f"results: {self.out}")
         return self.out
 

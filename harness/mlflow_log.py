@@ -3,13 +3,22 @@
 Child runs hold the flattened (redacted) config as params, ``summary.json``'s numbers as
 metrics and the run folder as artifacts.  Values MLflow cannot hold as a metric (text,
 lists, non-finite numbers) go in as tags so nothing in the summary is silently lost.
+
+MLflow holds a copy of the results, never their only one: when it cannot be reached (at the
+start, or the server goes away mid-run) the failure is said once, nothing more is sent to it
+in that run, and the run goes on writing its folders; ``tokenfactory mlflow-sync PATH``
+(``harness.mlflow_sync``) logs a finished folder afterwards.  That is ``strict=False`` (a
+sweep or comparison); by default a failure raises, as callers that use ``client`` need.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_URI = "sqlite:///results/mlflow.db"
 
@@ -29,10 +38,53 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _shown_uri(uri: str) -> str:
+    """The tracking URI without credentials (``https://user:token@host``) for messages."""
+    u = urlsplit(uri)
+    if u.password or u.username:
+        return uri.replace(u.netloc, u.netloc.rsplit("@", 1)[-1], 1)
+    return uri
+
+
+def _guarded(method):
+    """A call to MLflow that fails disables the logger (see the module's docstring)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if self.failed is not None:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - whatever MLflow raises (connection, HTTP, database)
+            self._fail(e)
+            return None
+    return call
+
+
 class MlflowLogger:
-    def __init__(self, uri: str, experiment: str):
+    def __init__(self, uri: str, experiment: str, where: str | os.PathLike | None = None, strict: bool = True):
+        self.uri = uri
+        self.where = where    # the output folder, for the hint after a failure
+        self.strict = strict
+        self.failed: str | None = None
+        self.parent_id: str | None = None
+        self.experiment_id: str | None = None
+        try:
+            self._connect(experiment)
+        except Exception as e:  # noqa: BLE001 - as in _guarded
+            self._fail(e)
+
+    def _fail(self, e: Exception) -> None:
+        if self.strict:
+            raise e
+        self.failed = f"{type(e).__name__}: {str(e)[:300]}"
+        print(f"warning: MLflow at {_shown_uri(self.uri)} failed ({self.failed}); nothing more goes to it in this "
+              "run. The results are written to their folders as always; log them once MLflow is back: "
+              f"tokenfactory mlflow-sync {self.where or 'OUTPUT_DIR'}", file=sys.stderr, flush=True)
+
+    def _connect(self, experiment: str) -> None:
         import mlflow
 
+        uri = self.uri
         self.mlflow = mlflow
         if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
             Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -55,8 +107,8 @@ class MlflowLogger:
                 self.experiment_id = exp.experiment_id
         else:
             self.experiment_id = exp.experiment_id
-        self.parent_id: str | None = None
 
+    @_guarded
     def start_parent(self, name: str, params: dict, tags: dict | None = None, run_id: str | None = None) -> str:
         if run_id:
             try:
@@ -80,6 +132,7 @@ class MlflowLogger:
         for i in range(0, len(batch), 100):
             self.client.log_batch(run_id, params=batch[i:i + 100])
 
+    @_guarded
     def log_child(self, name: str, params: dict, summary: dict, run_dir: str | os.PathLike,
                   tags: dict | None = None) -> str:
         from mlflow.entities import Metric, RunTag
@@ -108,6 +161,7 @@ class MlflowLogger:
         self.client.set_terminated(rid, "FINISHED")
         return rid
 
+    @_guarded
     def log_parent_metrics(self, metrics: dict[str, float]) -> None:
         """Aggregates across runs (estimates and interval bounds) on the parent run."""
         from mlflow.entities import Metric
@@ -120,10 +174,12 @@ class MlflowLogger:
         for i in range(0, len(batch), 500):
             self.client.log_batch(self.parent_id, metrics=batch[i:i + 500])
 
+    @_guarded
     def log_parent_artifact(self, path: str | os.PathLike) -> None:
         if self.parent_id:
             self.client.log_artifact(self.parent_id, str(path))
 
+    @_guarded
     def end_parent(self, status: str = "FINISHED") -> None:
         if self.parent_id:
             self.client.set_terminated(self.parent_id, status)

@@ -298,7 +298,8 @@ def log_mlflow(s, p: PointRun) -> None:
                                   "feature_flags": " ".join(eng.get("feature_flags") or []),
                                   "command": " ".join(eng.get("command") or [])}}
     name = f"{s.name}/block{s.block}/{p.spec.label}" if s.name else f"{s.out.name}/{p.spec.label}"
-    tags = {"label": p.spec.label, **({"config": s.name, "block": str(s.block)} if s.name else {})}
+    tags = {"label": p.spec.label, **({"config": s.name, "block": str(s.block)} if s.name else {}),
+            "tokenfactory.run_dir": str(p.run_dir.resolve())}  # mlflow-sync skips runs already logged
     s.mlflow.log_child(name, params, p.summary, p.run_dir, tags=tags)
 
 

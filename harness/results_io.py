@@ -66,7 +66,13 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
+    try:
+        tmp.write_text(text)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)  # a full disk: give back what the half-written copy took
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # (a failed write, unlike a failed open, does not name the file)
+        raise
     os.replace(tmp, path)
 
 

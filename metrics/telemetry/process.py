@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import threading
 import traceback
 
@@ -43,16 +44,24 @@ class TelemetryProcess:
                                  name="tokenfactory-telemetry", daemon=True)
         self._proc.start()
         child.close()
-        self.measures_energy, self.unavailable = self._wait_reply()
+        try:
+            self.measures_energy, self.unavailable = self._wait_reply()
+        except BaseException:  # failed, or interrupted while it started: no one else will stop it
+            self._proc.kill()
+            self._proc.join(5)
+            self._conn.close()
+            raise
         self._stopped = False
+        self._lock = threading.Lock()  # one command at a time on the pipe (the engine watchdog calls too)
 
     def _wait_reply(self):
-        self._lock = threading.Lock()  # one command at a time on the pipe (the engine watchdog calls too)
         try:
             ok, value = self._conn.recv()
         except EOFError:
             raise TelemetryError(f"the telemetry process exited (code {self._proc.exitcode})") from None
         if not ok:
+            if isinstance(value, tuple):  # an OSError (a full disk writing telemetry.parquet), as one
+                raise OSError(*value)
             raise TelemetryError(f"the telemetry process failed:\n{value}")
         return value
 
@@ -112,6 +121,10 @@ class TelemetryProcess:
 
 def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
     """The telemetry process: one collector, commands from the pipe until ``stop``."""
+    # Ctrl-C at a terminal (and a scheduler's SIGTERM) reaches the whole process group: the
+    # harness stops this process itself, and it ends on its own when the harness is gone.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         if nice:
             os.nice(nice)
@@ -124,7 +137,10 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
         engine: EngineMetricsSampler | None = None
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send((False, traceback.format_exc()))
+        try:
+            conn.send((False, traceback.format_exc()))
+        except OSError:  # the parent is gone (interrupted while this one started): nobody to tell
+            pass
         return
     while True:
         try:
@@ -172,5 +188,10 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
             else:
                 raise ValueError(f"unknown telemetry command {op!r}")
             conn.send((True, out))
-        except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
-            conn.send((False, traceback.format_exc()))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+            try:
+                conn.send((False, (e.errno, e.strerror, e.filename) if isinstance(e, OSError) and e.errno
+                           else traceback.format_exc()))
+            except OSError:  # the parent is gone
+                col.stop()
+                return

@@ -1,0 +1,118 @@
+"""``tokenfactory mlflow-sync PATH``: log a finished results folder to MLflow afterwards.
+
+For a run that could not reach MLflow (down at the start, or gone mid-run: the harness says
+so and carries on, ``harness.mlflow_log``), or one run with ``mlflow.enabled=false``.  PATH is
+a run, sweep or experiment folder.  What goes in is what the run would have logged: the
+experiment by its name (``experiment.json``, else ``config.yaml``), a parent run for the
+folder (the one in ``mlflow_parent.txt`` when this tracking store has it) with the
+experiment's config as params and its record (``experiment.json``, ``runs.parquet``,
+``comparison.json``, ``report.html``, ``workload.html``) as artifacts, and a child run per
+finished run folder (a ``summary.json``) with its config as params, its summary as metrics
+and the folder as artifacts.  Runs already under that parent (tagged with their folder) are
+skipped, so syncing twice, or after a run that logged half its points, adds nothing twice.
+
+    tokenfactory mlflow-sync results/default/20260101-120000-abcdef [--tracking-uri URI]
+
+The tracking store: ``--tracking-uri``, else the folder's ``mlflow.tracking_uri``, else
+``$MLFLOW_TRACKING_URI``, else ``sqlite:///results/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from harness import results_io
+from harness.mlflow_log import MlflowLogger, tracking_uri
+
+RECORD_FILES = ("experiment.json", "runs.parquet", "comparison.json", "ablation.json", "report.html",
+                "workload.html", "config.yaml")
+
+
+def _yaml(path: Path) -> dict:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _child_params(run_dir: Path) -> dict:
+    """As the run logged them (``harness.point.log_mlflow``): its config (written redacted)
+    with the engine as it resolved."""
+    params = _yaml(run_dir / "config.yaml")
+    prov = results_io.read_json(run_dir / "provenance.json") if (run_dir / "provenance.json").exists() else {}
+    eng = prov.get("engine") or {}
+    params["engine_resolved"] = {"version": eng.get("engine_version"),
+                                 "feature_flags": " ".join(eng.get("feature_flags") or []),
+                                 "command": " ".join(eng.get("command") or [])}
+    return params
+
+
+def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
+    """Log ``path``; returns (parent run id, child runs logged, child runs already there)."""
+    out = Path(path)
+    if not out.is_dir():
+        raise ValueError(f"{out}: no such folder")
+    runs = results_io.find_run_dirs(out)
+    if not runs:
+        raise ValueError(f"{out}: no finished run here (a run folder holds a summary.json)")
+    record = results_io.read_json(out / "experiment.json") if (out / "experiment.json").exists() else {}
+    config = _yaml(out / "config.yaml") or _yaml(runs[0] / "config.yaml")
+    name = str(record.get("experiment") or config.get("experiment") or out.name)
+    uri = tracking_uri(uri or (config.get("mlflow") or {}).get("tracking_uri"))
+    log = MlflowLogger(uri, name, where=out, strict=True)
+    marker = out / "mlflow_parent.txt"
+    prev = marker.read_text().strip() if marker.exists() else None
+    parent = log.start_parent(out.name, config, run_id=prev, tags={
+        "output_dir": str(out.resolve()), "tokenfactory.protocol": str(record.get("protocol") or "sweep"),
+        "tokenfactory.synced": "true"})
+    results_io.write_atomic(marker, parent + "\n")
+    there = set()
+    for r in log.client.search_runs([log.experiment_id], f"tags.mlflow.parentRunId = '{parent}'",
+                                    max_results=50000):
+        d = r.data.tags.get("tokenfactory.run_dir")
+        if d:
+            there.add(Path(d).resolve())
+    logged = skipped = 0
+    for d in runs:
+        if d.resolve() in there:
+            skipped += 1
+            continue
+        meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
+        summary = results_io.read_json(d / "summary.json")
+        label = str(meta.get("label") or summary.get("label") or d.name)
+        cfg_name = meta.get("config")
+        run_name = f"{cfg_name}/block{meta.get('block', 0)}/{label}" if cfg_name else f"{out.name}/{label}"
+        tags = {"label": label, "tokenfactory.run_dir": str(d.resolve()), "tokenfactory.synced": "true",
+                **({"config": str(cfg_name), "block": str(meta.get("block", 0))} if cfg_name else {})}
+        log.log_child(run_name, _child_params(d), summary, d, tags=tags)
+        logged += 1
+    comparison = out / "comparison.json"
+    if comparison.exists():
+        log.log_parent_metrics(results_io.read_json(comparison).get("mlflow_metrics") or {})
+    for f in RECORD_FILES:
+        if (out / f).exists():
+            log.log_parent_artifact(out / f)
+    log.end_parent("FINISHED" if record.get("status", "complete") == "complete" else "FAILED")
+    return parent, logged, skipped
+
+
+def mlflow_sync_command(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="tokenfactory mlflow-sync", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path", help="a run, sweep or experiment folder")
+    ap.add_argument("--tracking-uri", default=None)
+    a = ap.parse_args(argv)
+    try:
+        parent, logged, skipped = sync(a.path, a.tracking_uri)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - MLflow still unreachable: say so, nothing is lost
+        print(f"error: MLflow: {type(e).__name__}: {str(e)[:500]}; nothing changed in {a.path}", file=sys.stderr)
+        return 1
+    print(f"logged {logged} run(s) under parent run {parent}" + (f"; {skipped} already there" if skipped else ""))
+    return 0
