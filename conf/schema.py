@@ -10,6 +10,7 @@ right after composition, with the same full key in the message:
 - ``ge`` / ``gt`` / ``le`` / ``lt``: bounds of a number, which must also be finite (None
   passes: the field is unset);
 - ``choices``: the allowed values of a string;
+- ``folder``: a name that becomes a folder (``results/<experiment>/``): relative, no ``..``;
 - ``each``: rules for every value of a mapping or list field.
 """
 
@@ -594,7 +595,7 @@ class Root:
     hardware: Hardware = MISSING
     client: Client = MISSING
     proxy: Proxy = MISSING
-    experiment: str = "default"               # MLflow experiment and results/<experiment>/ folder
+    experiment: str = _f("default", folder=True)  # MLflow experiment and results/<experiment>/ folder
     output_dir: Optional[str] = None          # default: results/<experiment>/<run id>/
     resume: bool = True                       # with an existing output_dir: skip finished load points
     seed: int = 0
@@ -612,8 +613,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
-                 "promote_schema": PromoteProtocol,
-                 "tune_schema": TuneProtocol},
+                 "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},
@@ -634,6 +634,10 @@ def register() -> None:
 def _check(key: str, value, rules: dict) -> None:
     if value is None or not rules:
         return
+    if rules.get("folder") and (not str(value).strip() or "\x00" in str(value) or str(value).startswith(("/", "\\"))
+                                or ".." in str(value).replace("\\", "/").split("/")):
+        raise ConfigError(f"{key}={value!r}: it names a folder under results/, so it must be a relative name "
+                          "without '..' (output_dir=PATH writes anywhere you choose)")
     if "choices" in rules and value not in rules["choices"]:
         raise ConfigError(f"{key}={value!r}: expected one of {', '.join(map(str, rules['choices']))}")
     bounds = {"ge", "gt", "le", "lt"} & set(rules)

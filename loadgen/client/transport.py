@@ -281,6 +281,9 @@ class _Conn(asyncio.Protocol):
             finish_text(rec)
             if status is None:
                 status, error = self.stream.outcome()
+            key = self.client.cfg.api_key
+            if error and key and key in error:  # a server that echoes the key (a 401 body, an error event)
+                error = error.replace(key, "***redacted***")
             rec.status, rec.error = status, error
             self._clear()
             if reusable and not self.closed:
