@@ -22,7 +22,7 @@ class BadLines:
             raise TraceError(f"workload.on_bad_line={policy!r}: expected one of {BAD_LINE_POLICIES}")
         self.path, self.policy, self.count = path, policy, 0
 
-    def __call__(self, lineno: int, text: str, why: str) -> None:
+    def __call__(self, lineno: int | str, text: str, why: str) -> None:
         if self.policy == "skip":
             self.count += 1
             return

@@ -25,14 +25,21 @@ def json_lines(path: str, bad: BadLines):
             yield lineno, raw, obj
 
 
+MAX_COUNT = 2**31 - 1  # token counts and turn numbers
+
+
 def nonneg_int(obj: dict, key: str, required: bool = True):
     v = obj.get(key)
     if v is None:
         if required:
             raise ValueError(f"missing {key!r}")
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
+            or (isinstance(v, float) and not np.isfinite(v))
+            or int(v) != v):
         raise ValueError(f"{key!r} must be a non-negative integer, got {v!r}")
+    if v > MAX_COUNT:  # (no context is that long; it would also overflow the int64 columns)
+        raise ValueError(f"{key!r}={v} is out of range (at most {MAX_COUNT})")
     return int(v)
 
 

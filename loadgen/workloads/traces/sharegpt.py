@@ -34,7 +34,8 @@ def read_sharegpt(path, on_bad_line: str = "error") -> WorkloadTable:
     for ci, conv in enumerate(convs):
         msgs = conv.get("conversations") if isinstance(conv, dict) else None
         if not isinstance(msgs, list):
-            bad(ci + 1, str(conv)[:200], f"conversation #{ci} has no 'conversations' list")
+            # located by its place in the list (one JSON document: no line of its own to name)
+            bad(f"conversation {ci}", str(conv)[:200], "no 'conversations' list")
             continue
         k = 0
         for mi, m in enumerate(msgs):
