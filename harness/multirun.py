@@ -166,6 +166,6 @@ class GatherJobs(Callback):
             from harness import report
 
             try:
-                print(f"report: {report.render(root)}", flush=True)
+                print(f"report: {report.render(root, static_figures=config.report.get('static'))}", flush=True)
             except ValueError as e:
                 print(f"report: {e}", flush=True)
