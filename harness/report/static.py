@@ -9,6 +9,7 @@ each figure, for captions).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -45,6 +46,10 @@ def export(figs: list[style.Fig], out_dir, formats=FORMATS, timeout_s: float = 1
     Raises RuntimeError naming the figures that failed."""
     import kaleido
 
+    # kaleido and its browser driver log every tab at INFO: under Hydra (root logger at INFO)
+    # that was a hundred lines per report in the run's output
+    for name in ("kaleido", "choreographer"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs, files = [], []
