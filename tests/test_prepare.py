@@ -15,6 +15,9 @@ from loadgen.prepare import PrepareCache, Prepared, PrepareOptions, prepare
 from loadgen.records import RecordWriter
 from loadgen.workloads.item import WorkItem
 from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.machine_noise import attempts
+
+QUIET_MS = 20.0  # a probe held off the CPU longer than this: the run's send lag says nothing
 
 
 def _entries(n, size=100, built=None, delay_s=0.0):
@@ -112,20 +115,29 @@ def test_a_slow_builder_never_delays_sends(tmp_path, mode):
     # keep up (stream) makes the sends wait, and says how often.
     n = 150
     spec = LoadSpec(kind="constant", rate=1000.0, num_requests=n)
-    writer = RecordWriter(tmp_path / "r.parquet")
 
-    async def go(url):
-        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
-            return await Dispatcher(c, writer, prepare=mode).run(_slow_items(n, 0.003), spec)
 
-    with FakeServer(_script) as srv:
-        stats = asyncio.run(go(srv.url))
-    writer.close()
-    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    def once():
+        path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.parquet"
+        writer = RecordWriter(path)
+
+        async def go(url):
+            async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+                return await Dispatcher(c, writer, prepare=mode).run(_slow_items(n, 0.003), spec)
+
+        with FakeServer(_script) as srv:
+            stats = asyncio.run(go(srv.url))
+        writer.close()
+        return stats, pq.read_table(path).to_pydict()
+
+    # a machine that held a do-nothing probe off the CPU for 50 ms delays sends whatever the
+    # code does: run again (machine_noise), and judge the lag only on a quiet enough run
+    (stats, t), noise_ms = attempts(once, quiet_ms=QUIET_MS)
     lag = (np.asarray(t["sent_ns"]) - np.asarray(t["scheduled_ns"])) / 1e6
     assert set(t["status"]) == {"ok"} and len(lag) == n
     if mode == "all":
-        assert stats["prepare"]["stalls"] == 0 and np.percentile(lag, 90) < 5
+        assert stats["prepare"]["stalls"] == 0
+        assert np.percentile(lag, 90) < 5 or noise_ms >= QUIET_MS, (np.percentile(lag, 90), noise_ms)
     else:  # the producer is slower than the schedule: sends wait for it, and that is counted
         assert stats["prepare"]["stalls"] > 0 and stats["prepare"]["streamed"] == n
 
@@ -145,22 +157,28 @@ def test_session_turns_are_built_during_the_think_time(tmp_path):
 
     items = [WorkItem("a", "p", 1, 2, session_id="s", turn=0)] + [WorkItem(f"x{i}", "p", 1, 2) for i in range(20)]
     spec = LoadSpec(kind="constant", rate=40.0, num_requests=len(items))
-    writer = RecordWriter(tmp_path / "r.parquet")
 
-    async def go(url):
-        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
-            return await Dispatcher(c, writer, followup=followup).run(iter(items), spec)
+    def once():
+        path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.parquet"
+        writer = RecordWriter(path)
 
-    with FakeServer(_script) as srv:
-        asyncio.run(go(srv.url))
-    writer.close()
-    rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "r.parquet").to_pylist()}
+        async def go(url):
+            async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+                return await Dispatcher(c, writer, followup=followup).run(iter(items), spec)
+
+        with FakeServer(_script) as srv:
+            asyncio.run(go(srv.url))
+        writer.close()
+        return {r["request_id"]: r for r in pq.read_table(path).to_pylist()}
+
+    rows, noise_ms = attempts(once, quiet_ms=QUIET_MS)  # (see test_a_slow_builder_never_delays_sends)
+    quiet = noise_ms < QUIET_MS
     assert len(rows) == 23
     for prev, nxt in (("a", "a.1"), ("a.1", "a.1.2")):
         assert rows[nxt]["scheduled_ns"] == rows[prev]["done_ns"] + int(think * 1e9)
-        assert (rows[nxt]["sent_ns"] - rows[nxt]["scheduled_ns"]) / 1e6 < 5
+        assert (rows[nxt]["sent_ns"] - rows[nxt]["scheduled_ns"]) / 1e6 < 5 or not quiet
     lags = [(r["sent_ns"] - r["scheduled_ns"]) / 1e6 for k, r in rows.items() if k.startswith("x")]
-    assert max(lags) < 20  # a 50 ms build on the loop would have delayed the sends due during it
+    assert max(lags) < 20 or not quiet, (max(lags), noise_ms)  # a 50 ms build on the loop would delay them
 
 
 def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, monkeypatch):
