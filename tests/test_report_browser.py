@@ -65,6 +65,8 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
             cell = page.inner_text("td[data-point='max load under the SLO'][data-metric='max_load_under_slo']"
                                    "[data-config='baseline']")
             verdict = page.inner_text("#comparison tbody").replace("\n", " ")
+            outcomes = page.evaluate("() => Array.from(document.querySelectorAll('#comparison td[data-verdict]'))"
+                                     ".map(td => td.dataset.verdict)")
             title = page.inner_text("#comparison thead")
             text = page.inner_text("body")
             scripts = page.evaluate("() => document.querySelectorAll('script').length")
@@ -83,7 +85,9 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
     est = cmp["points"][0]["metrics"]["max_load_under_slo"]["per_config"]["baseline"]
     assert cmp["points"][0]["label"] == "max load under the SLO"
     assert cell.startswith(f"{est['value']:.4g}")
-    assert "a better" in verdict or "b better" in verdict
+    # a winner named, not "a better" / "b better" (the outcome stays in data-verdict)
+    assert " better" in verdict and "a better" not in verdict.replace("baseline better", "")
+    assert {"a_better", "b_better"} & set(outcomes)
     assert EVIL in title and EVIL in text                            # the arm's name, shown as text
     assert scripts == 1 + len(figures) + 1                            # plotly.js, one JSON block a figure, the loop
     assert (tmp_path / "report.png").stat().st_size > 50_000

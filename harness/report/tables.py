@@ -128,8 +128,10 @@ def comparison_table(data: ReportData) -> str:
             for n in others:
                 vs = (e.get("vs_baseline") or {}).get(n) or {}
                 outcome = vs.get("verdict") or ""
-                cells.append(f"<td class='verdict {esc(outcome)}' title='{esc(vs.get('text', ''))}'>"
-                             f"{esc(outcome.replace('_', ' '))}</td>")
+                shown = {"a_better": f"{base} better", "b_better": f"{n} better"}.get(outcome,
+                                                                                        outcome.replace("_", " "))
+                cells.append(f"<td class='verdict {esc(outcome)}' data-verdict='{esc(outcome)}' "
+                             f"title='{esc(vs.get('text', ''))}'>{esc(shown)}</td>")
             rows.append(cells)
     kind = "paired by block" if c.get("kind") == "paired" else "unpaired (Welch)"
     conf = number(c.get("confidence")) or 0.95
