@@ -48,15 +48,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_RUNQ_NS: dict[str, int] = {}  # per thread, its last reading: a thread that ended keeps its share
+
+
 def _runq_wait_s() -> float:
     """Seconds this process's threads spent runnable but waiting for a CPU (other tenants' noise)."""
-    total = 0
     for d in Path(f"/proc/{os.getpid()}/task").glob("*/schedstat"):
         try:
-            total += int(d.read_text().split()[1])
+            _RUNQ_NS[d.parent.name] = int(d.read_text().split()[1])
         except (OSError, IndexError, ValueError):
             pass
-    return total / 1e9
+    return sum(_RUNQ_NS.values()) / 1e9
 
 
 def _pin(core: str | None) -> list[str]:
@@ -231,7 +233,9 @@ def main() -> None:
         srv.terminate()
         srv.wait(10)
     base = next((r for r in rows if r["min"] >= a.warmup), rows[0])
-    last = rows[-1]
+    # the last full interval (the final row covers only the drain after the load's end)
+    full = [r for r in rows if r["done"] >= 0.5 * a.rate * a.every * 60]
+    last = full[-1] if full else rows[-1]
     print("\n" + HEADER + "\n" + RULE)
     for r in rows:
         print(fmt(r))
