@@ -81,23 +81,30 @@ def _hist_bar(go, values: np.ndarray, title: str, xtitle: str, nbins: int = 60):
     return fig
 
 
+def _num(v) -> float:
+    """A statistic read back from workload.json: JSON has no NaN, so an undefined one is null."""
+    return math.nan if v is None else float(v)
+
+
 def figures(stats: dict, ins: np.ndarray, outs: np.ndarray, table: WorkloadTable) -> list:
     import plotly.graph_objects as go
 
-    figs = [_hist_bar(go, ins, f"Input length (mean {stats['input_tokens'].get('mean', math.nan):.0f}, "
-                               f"p99 {stats['input_tokens'].get('p99', math.nan):.0f})", "prompt tokens"),
-            _hist_bar(go, outs, f"Output length (mean {stats['output_tokens'].get('mean', math.nan):.0f}, "
-                                f"p99 {stats['output_tokens'].get('p99', math.nan):.0f})", "output tokens")]
+    i, o = stats["input_tokens"], stats["output_tokens"]
+    figs = [_hist_bar(go, ins, f"Input length (mean {_num(i.get('mean')):.0f}, p99 {_num(i.get('p99')):.0f})",
+                      "prompt tokens"),
+            _hist_bar(go, outs, f"Output length (mean {_num(o.get('mean')):.0f}, p99 {_num(o.get('p99')):.0f})",
+                      "output tokens")]
     tl = stats.get("rate_timeline")
     if tl:
         fig = go.Figure(go.Scatter(x=(np.arange(len(tl["counts"])) * tl["bin_s"]).tolist(),
                                    y=(np.asarray(tl["counts"]) / tl["bin_s"]).tolist(), mode="lines", line_shape="hv"))
-        fig.update_layout(title=f"Arrival rate (bins of {tl['bin_s']:g} s; mean {stats['mean_rate_rps']:.3g} req/s)",
+        rate = _num(stats.get("mean_rate_rps"))
+        fig.update_layout(title=f"Arrival rate (bins of {tl['bin_s']:g} s; mean {rate:.3g} req/s)",
                           xaxis_title="seconds from the first request", yaxis_title="requests/s",
                           template="plotly_white")
         figs.append(fig)
         a = np.sort(table.arrival_s[np.isfinite(table.arrival_s)])
-        figs.append(_hist_bar(go, np.diff(a), f"Inter-arrival times (CV {stats['interarrival_cv']:.3g})",
+        figs.append(_hist_bar(go, np.diff(a), f"Inter-arrival times (CV {_num(stats.get('interarrival_cv')):.3g})",
                               "seconds"))
     sess = stats.get("sessions") or {}
     if sess.get("count"):

@@ -161,7 +161,8 @@ def test_launched_without_prefix_caching_then_killed(tmp_path):
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    with pytest.raises(UserError, match="engine=vllm died during concurrency=2"):
+    # the engine watchdog names the fault (engines/watchdog.py)
+    with pytest.raises(UserError, match="concurrency=2 failed: engine=vllm was killed by SIGKILL"):
         exp.run()
     t.join(5)
     first, second = summaries(out)[0], None
