@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,6 +37,15 @@ def flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[key] = v
     return out
+
+
+_NOT_IN_A_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
+
+
+def _key(name: str) -> str:
+    """A metric, param or tag name MLflow accepts (alphanumerics and ``_-. :/``, 250 at most):
+    an ablation's arm is ``+prefix_caching``, and one '+' made MLflow refuse the whole batch."""
+    return _NOT_IN_A_KEY.sub("_", name)[:250]
 
 
 def _shown_uri(uri: str) -> str:
@@ -128,7 +138,7 @@ class MlflowLogger:
         from mlflow.entities import Param
 
         flat = flatten(params)
-        batch = [Param(k[:250], str(v)[:6000]) for k, v in flat.items()]
+        batch = [Param(_key(k), str(v)[:6000]) for k, v in flat.items()]
         for i in range(0, len(batch), 100):
             self.client.log_batch(run_id, params=batch[i:i + 100])
 
@@ -148,11 +158,11 @@ class MlflowLogger:
         ts = int(__import__("time").time() * 1000)
         for k, v in flatten(summary).items():
             if isinstance(v, bool):
-                metrics.append(Metric(k, float(v), ts, 0))
+                metrics.append(Metric(_key(k), float(v), ts, 0))
             elif isinstance(v, (int, float)) and math.isfinite(v):
-                metrics.append(Metric(k, float(v), ts, 0))
+                metrics.append(Metric(_key(k), float(v), ts, 0))
             else:
-                extra_tags.append(RunTag(f"summary.{k}"[:250], str(v)[:5000]))
+                extra_tags.append(RunTag(_key(f"summary.{k}"), str(v)[:5000]))
         for i in range(0, len(metrics), 500):
             self.client.log_batch(rid, metrics=metrics[i:i + 500])
         for i in range(0, len(extra_tags), 100):
@@ -169,7 +179,7 @@ class MlflowLogger:
         if not self.parent_id:
             return
         ts = int(__import__("time").time() * 1000)
-        batch = [Metric(k[:250], float(v), ts, 0) for k, v in metrics.items()
+        batch = [Metric(_key(k), float(v), ts, 0) for k, v in metrics.items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
         for i in range(0, len(batch), 500):
             self.client.log_batch(self.parent_id, metrics=batch[i:i + 500])

@@ -133,3 +133,17 @@ def test_figures_reach_mlflow(tmp_path):
     assert m["rejection_rate"] == pytest.approx(3 / 14)
     assert m["energy_available"] == 0.0
     assert "no power or energy" in tags["summary.energy_unavailable_reason"]
+
+
+def test_names_mlflow_refuses_are_made_acceptable(tmp_path):
+    # an ablation's arms are "+prefix_caching", "+batch4096": one '+' in a metric name made
+    # MLflow refuse the parent's whole batch of aggregates (seen on a real ablation)
+    pytest.importorskip("mlflow")
+    from harness.mlflow_log import MlflowLogger
+
+    log = MlflowLogger(f"sqlite:///{tmp_path / 'mlflow.db'}", "names", strict=True)
+    log.start_parent("exp", {"protocol": {"optimisations": {"+batch4096": ["x=1"]}}})
+    log.log_parent_metrics({"+batch4096.p0.output_throughput.value": 2.0, "all.p0.output_throughput.value": 3.0})
+    run = log.client.get_run(log.parent_id)
+    assert run.data.metrics == {"_batch4096.p0.output_throughput.value": 2.0, "all.p0.output_throughput.value": 3.0}
+    assert "protocol.optimisations._batch4096" in run.data.params and log.failed is None
