@@ -536,11 +536,12 @@ class Point:
         self.tokens, self.first_ms, self.gap_ms, self.k = tokens, first_ms, gap_ms, k
 
 
-def _start_server(p: Point, port: int, truth: str | None, cores: str) -> list[subprocess.Popen]:
-    """One truth-server process per core in ``cores`` (comma-separated), all on ``port``."""
+def _start_server(p: Point, port: int, truth: str | None, cores: str, tag: str = "") -> list[subprocess.Popen]:
+    """One truth-server process per core in ``cores`` (comma-separated), all on ``port``; ``tag``
+    keeps the response ids of several servers (several ports) apart."""
     procs = []
     for k, core in enumerate(cores.split(",")):
-        cmd = _pin(core) + [sys.executable, __file__, "server", "--port", str(port), "--tag", str(k),
+        cmd = _pin(core) + [sys.executable, __file__, "server", "--port", str(port), "--tag", f"{tag}{k}",
                "--first-ms", str(p.first_ms), "--gap-ms", str(p.gap_ms), "--tokens-per-chunk", str(p.k)]
         cmd += ["--truth", f"{truth}.{k}"] if truth else ["--no-truth"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)

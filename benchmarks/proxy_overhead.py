@@ -12,6 +12,12 @@ arm, in a rotating order:
 - ``canary``: the same with a candidate server, ``--share`` of the callers on it;
 - ``shadow``: every request also copied to the candidate (recorded, discarded).
 
+Placement: client on core 0; proxy and truth servers on core 1, the proxy in ``SCHED_FIFO``
+(``proxy.realtime``, as root) so that a read wakes it at once instead of after the server's time
+slice: on a 2-core VM that is the nearest thing to a core of its own (``--proxy-realtime 0``
+measures it under the default scheduler; ``--server-core 0`` gives the proxy core 1 alone,
+where each chunk then pays an idle vCPU's wake-up).
+
 Per arm (all rounds pooled), in ms: the client's TTFT error (measured TTFT - the server's true
 TTFT) and chunk delivery delay (client receive - server write) at p50/p99/p99.9, and what the
 proxy adds: each arm's p99 minus the direct arm's, and their ratio.  For the proxy arms also
@@ -22,6 +28,7 @@ the same invocation, so a noisy minute falls on all of them.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/proxy_overhead.py                  # 500 req/s, 3 rounds
     PYTHONPATH=$PWD .venv/bin/python benchmarks/proxy_overhead.py --rate 200 --rounds 1 --arms direct,shadow
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/proxy_overhead.py --proxy-realtime 0    # the default scheduler
 """
 
 from __future__ import annotations
@@ -52,14 +59,17 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-def start_proxy(arm: str, inc_port: int, cand_port: int | None, out: str, core: str, share: float) -> tuple:
+def start_proxy(arm: str, inc_port: int, cand_port: int | None, out: str, a) -> tuple:
     port = lf._free_port()
     args = [f"proxy.incumbent=http://127.0.0.1:{inc_port}", f"proxy.port={port}", f"output_dir={out}",
-            f"proxy.mode={arm if arm != 'direct' else 'rollback'}", f"proxy.canary_share={share}",
-            "proxy.sticky=none", "proxy.prewarm=64"]
+            f"proxy.mode={arm if arm != 'direct' else 'rollback'}", f"proxy.canary_share={a.share}",
+            "proxy.sticky=none", f"proxy.prewarm={a.prewarm}", f"proxy.cpus={a.proxy_core}"]
     if cand_port:
         args.append(f"proxy.candidate=http://127.0.0.1:{cand_port}")
-    cmd = lf._pin(core) + [sys.executable, "-m", "harness.cli", "proxy", *args]
+    if a.proxy_realtime:
+        args.append(f"proxy.realtime={a.proxy_realtime}")
+    # the proxy pins itself (proxy.cpus); only --nice, the load's own, goes on the command line
+    cmd = lf._pin(a.proxy_core) + [sys.executable, "-m", "harness.cli", "proxy", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT)
     line = ""
     while "proxy on" not in line:
@@ -77,6 +87,12 @@ def stop_proxy(proc) -> str:
         proc.kill()
         rest, _ = proc.communicate()
     return rest
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_client(port: int, p, a, out: str) -> dict:
@@ -121,15 +137,18 @@ def run_arm(arm: str, p, a, tmp: str, rnd: int) -> dict:
     cand_port = None
     if arm in ("canary", "shadow"):
         cand_port = lf._free_port()
-        procs += lf._start_server(p, cand_port, os.path.join(tmp, f"truth-cand-{tag}.json"), a.server_core)
+        procs += lf._start_server(p, cand_port, os.path.join(tmp, f"truth-cand-{tag}.json"),
+                                  a.candidate_core or a.server_core, tag="c")
     proxy = None
     out = os.path.join(tmp, f"client-{tag}.parquet")
     try:
         port = inc_port
         if arm != "direct":
-            proxy, port = start_proxy(arm, inc_port, cand_port, os.path.join(tmp, f"proxy-{tag}"), a.proxy_core,
-                                      a.share)
+            proxy, port = start_proxy(arm, inc_port, cand_port, os.path.join(tmp, f"proxy-{tag}"), a)
+            cpu0 = _cpu_s(proxy.pid)
         cstats = run_client(port, p, a, out)
+        if proxy is not None:
+            proxy_cpu = (_cpu_s(proxy.pid) - cpu0) / cstats["load_s"]
     finally:
         if proxy is not None:
             tail = stop_proxy(proxy)
@@ -149,6 +168,7 @@ def run_arm(arm: str, p, a, tmp: str, rnd: int) -> dict:
     e["req_per_s"] = len(t["status"]) / cstats["load_s"]
     if arm != "direct":
         e["res"] = residence(out, os.path.join(tmp, f"proxy-{tag}", "requests.parquet"))
+        e["proxy_cpu"] = proxy_cpu
     return e
 
 
@@ -187,7 +207,8 @@ def report(results: dict[str, list[dict]]) -> None:
         c, t, i = _cat(es, "chunk", "res"), _cat(es, "ttft", "res"), _cat(es, "inbound", "res")
         print(f"{arm:<9} chunk p50/p99/p99.9 {pct(c, 50):.3f}/{pct(c, 99):.3f}/{pct(c, 99.9):.3f}   "
               f"TTFT p50/p99/p99.9 {pct(t, 50):.3f}/{pct(t, 99):.3f}/{pct(t, 99.9):.3f}   "
-              f"inbound p50/p99 {pct(i, 50):.3f}/{pct(i, 99):.3f}   ({sum(e['res']['matched'] for e in es)} requests)")
+              f"inbound p50/p99 {pct(i, 50):.3f}/{pct(i, 99):.3f}   proxy CPU "
+              f"{np.mean([e['proxy_cpu'] for e in es]) * 100:.0f}%   ({sum(e['res']['matched'] for e in es)} requests)")
 
 
 def main() -> None:
@@ -202,7 +223,16 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.05, help="canary: the candidate's share")
     ap.add_argument("--client-core", default="0")
     ap.add_argument("--server-core", default="1")
-    ap.add_argument("--proxy-core", default="1")
+    ap.add_argument("--proxy-core", default="1", help="the proxy's CPUs (proxy.cpus)")
+    ap.add_argument("--prewarm", type=int, default=256,
+                    help="proxy.prewarm: upstream connections opened before the load (at 500 req/s about 175 "
+                         "streams are open at once; fewer, and the pool grows by connects mid-load)")
+    ap.add_argument("--candidate-core", default=None, help="the candidate's truth server (default: --server-core)")
+    ap.add_argument("--proxy-realtime", type=int, default=10 if os.geteuid() == 0 else 0, metavar="PRIO",
+                    help="proxy.realtime=PRIO: the proxy in SCHED_FIFO, so it never waits out the server's time "
+                         "slice on their shared core (default 10 as root; 0: the default scheduler)")
+    ap.add_argument("--nice", type=int, default=0, help="nice value of client and servers (lower: less noise from "
+                                                        "other tenants; root)")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     if not shutil.which("taskset"):
@@ -211,11 +241,14 @@ def main() -> None:
     unknown = set(arms) - set(ARMS)
     if unknown:
         raise SystemExit(f"--arms: unknown {sorted(unknown)}; known: {', '.join(ARMS)}")
+    lf.NICE = a.nice
     p = lf.Point("proxy", "poisson", a.rate, None, int(a.rate * a.seconds), a.tokens, a.first_ms, a.gap_ms)
     tmp = tempfile.mkdtemp(prefix="tf-proxy-overhead-")
     print(f"{a.rate:g} req/s Poisson, {p.num} requests x {a.tokens} chunks (first {a.first_ms:g} ms, every "
           f"{a.gap_ms:g} ms) per arm and round; {a.rounds} round(s); client core {a.client_core}, proxy core "
-          f"{a.proxy_core}, server core {a.server_core}; load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{a.proxy_core}{' SCHED_FIFO ' + str(a.proxy_realtime) if a.proxy_realtime else ''}, server core "
+          f"{a.server_core}, candidate core {a.candidate_core or a.server_core}; load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
     results: dict[str, list[dict]] = {arm: [] for arm in arms}
     try:
         for r in range(a.rounds):

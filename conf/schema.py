@@ -582,6 +582,11 @@ class Proxy:
     compare: str = _f("greedy", choices=("greedy", "all", "off"))  # whose outputs are compared
     prewarm: int = _f(16, ge=0)               # idle upstream connections kept per side
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+    # the proxy's process (harness/proxy/runtime.py): CPU list ("1", "2-3"), nice value, or
+    # SCHED_FIFO priority (1-99; needs CAP_SYS_NICE) so it never waits out another process's slice
+    cpus: Optional[str] = None
+    nice: Optional[int] = _f(None, ge=-20, le=19)
+    realtime: Optional[int] = _f(None, ge=1, le=99)
 
 
 @dataclass

@@ -43,6 +43,7 @@ from harness import results_io
 from harness.errors import UserError
 from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE, INCUMBENT
+from harness.proxy.runtime import check_placement
 from metrics.cost import window_cost
 from metrics.percentiles import percentile
 from metrics.promotion_gate import (
@@ -105,6 +106,7 @@ class Promotion:
             self.stages = plan_stages(cfg.protocol)
             for name in cfg.protocol.gate.margins:
                 metric_kind(name)
+            check_placement(OmegaConf.to_container(cfg.proxy, resolve=True))  # before any engine starts
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
         p = cfg.protocol

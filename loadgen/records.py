@@ -101,7 +101,8 @@ class RecordWriter:
         self.rows = 0
         self._writer = pq.ParquetWriter(self.tmp, SCHEMA, compression="zstd")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
-        self._pending: Future | None = None
+        # its thread starts now: started at the first flush, mid-run, it held the loop ~10 ms
+        self._pending: Future | None = self._pool.submit(int)
         self._reset()
         self._table()  # pays pyarrow's lazy imports now, not at the first flush mid-run
 

@@ -110,6 +110,7 @@ def test_a_candidate_that_starts_failing_is_rolled_back_by_a_guard(tmp_path):
     (["protocol.stages=[{share: 1.0}]"], r"protocol.stages\[0\]: share=1 leaves the incumbent"),
     (["+protocol.gate.margins.p100_ttft_ms=0.1"], "protocol.gate.margins.p100_ttft_ms: not a gate metric"),
     (["protocol.fault.kind=kill"], "protocol.fault.kind=kill needs a candidate launched here"),
+    (["proxy.cpus=4096"], r"proxy.cpus='4096': none of these CPUs is available"),
 ])
 def test_bad_promotion_settings_are_refused_by_name(bad, msg):
     from harness.errors import UserError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from harness.proxy.routing import Router
+from harness.proxy.runtime import check_placement
 from harness.proxy.server import ProxyServer, Recorder, SideConfig
 from loadgen.client import Timeouts
 from metrics.slo import SLO
@@ -26,6 +27,7 @@ def check(pcfg: dict) -> None:
     if pcfg.get("mode") != "rollback" and not pcfg.get("candidate"):
         raise ValueError(f"proxy.mode={pcfg.get('mode')} needs proxy.candidate (a URL); "
                          "proxy.mode=rollback runs without one")
+    check_placement(pcfg)
 
 
 def _key(pcfg: dict, side: str) -> str | None:

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from harness import results_io
 from harness.proxy.build import build_server
 from harness.proxy.pairs import PairBook
+from harness.proxy.runtime import place, quiet_gc
 
 
 def explicit_tokenizer(cfg):
@@ -73,6 +74,7 @@ def proxy_command(argv: list[str]) -> int:
                     agreements.append(got)
 
         server = build_server(pcfg, cfg.slo, out / "requests.parquet", on_row=on_row)
+        placed = place(pcfg)
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -96,10 +98,12 @@ def proxy_command(argv: list[str]) -> int:
             port = await server.start()
         except OSError as e:
             raise SystemExit(f"error: proxy.port={pcfg['port']} on {pcfg['host']}: {e}") from None
+        quiet_gc()
         start = time.perf_counter_ns()
         print(f"proxy on http://{pcfg['host']}:{port} ({pcfg['mode']}"
               + (f", candidate share {pcfg['canary_share']:g}" if pcfg["mode"] == "canary" else "")
-              + f"): incumbent {pcfg['incumbent']}, candidate {pcfg.get('candidate')}; Ctrl-C stops it", flush=True)
+              + f"): incumbent {pcfg['incumbent']}, candidate {pcfg.get('candidate')}"
+              + (f"; {', '.join(placed)}" if placed else "") + "; Ctrl-C stops it", flush=True)
         await stop.wait()
         await server.stop()
         return start, time.perf_counter_ns()

@@ -36,14 +36,22 @@ def _child(pcfg: dict, slo: dict, first_path: str, conn, tag: str) -> None:
     except ImportError:
         pass
     from harness.proxy.build import build_server
+    from harness.proxy.runtime import place, quiet_gc
 
     rows: list = []
-    server = build_server(pcfg, slo, first_path, on_row=rows.append, tag=tag)
+    try:
+        place(pcfg)  # before the recorder opens a file: a refusal leaves nothing behind
+        server = build_server(pcfg, slo, first_path, on_row=rows.append, tag=tag)
+    except (ValueError, OSError) as e:
+        conn.send(("error", str(e)))
+        return
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        conn.send(("ready", await server.start()))
+        port = await server.start()
+        quiet_gc()
+        conn.send(("ready", port))
 
         def on_control() -> None:
             while conn.poll():
@@ -117,6 +125,9 @@ class ProxyProcess:
             msg = self.conn.recv()
         except EOFError:
             raise RuntimeError(f"the proxy process ended (exit {self.proc.wait(10)})") from None
+        if msg[0] == "error":
+            self.proc.wait(10)
+            raise RuntimeError(f"the proxy process did not start: {msg[1]}")
         if msg[0] != "ready":
             raise RuntimeError(f"the proxy process said {msg!r}")
         self.port = msg[1]
