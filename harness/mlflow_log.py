@@ -88,7 +88,8 @@ class MlflowLogger:
             raise e
         self.failed = f"{type(e).__name__}: {str(e)[:300]}"
         print(f"warning: MLflow at {_shown_uri(self.uri)} failed ({self.failed}); nothing more goes to it in this "
-              "run. The results are written to their folders as always; log them once MLflow is back: "
+              "run. The results are written to their folders as always; log them once MLflow answers again (or "
+              "the error above is fixed): "
               f"tokenfactory mlflow-sync {self.where or 'OUTPUT_DIR'}", file=sys.stderr, flush=True)
 
     def _connect(self, experiment: str) -> None:

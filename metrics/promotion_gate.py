@@ -9,8 +9,10 @@ at least 5 blocks: fewer than 25 candidate requests give no interval), and a boo
 draws blocks with replacement, the same blocks for both sides (``metrics.statistics.bootstrap_ci``,
 BCa with its percentile fallback; percentiles of the pooled requests of the drawn blocks exactly,
 by ``metrics.statistics.PooledQuantile``).  In shadow mode both sides ran the very same requests,
-so a resample compares the same requests (paired per request); in canary mode the two sides'
-requests differ (unpaired) and only the period is shared.
+so a resample compares the same requests (paired per request); so in a canary stage whose every
+candidate-served request is mirrored, where the samples are those requests and their copies on
+the incumbent (``harness.promote.gate_rows``); in other canary stages the two sides' requests
+differ (unpaired) and only the period is shared.
 
 **Metrics** (candidate c vs incumbent i):
 
@@ -195,7 +197,7 @@ def _decide(name: str, lo: float, hi: float, margin: float) -> str:
 
 def compare_sides(inc: SideSample, cand: SideSample, margins: Mapping[str, float | None], *, paired: bool,
                   confidence: float = 0.95, blocks: int = 10, resamples: int = 2000, seed: int = 0,
-                  cost_per_request: float = math.nan, cost_factor: float = 1.0) -> dict:
+                  cost_per_request: float = math.nan, cost_factor: float = 1.0, label: str | None = None) -> dict:
     """Every metric of ``margins`` (None: reported, not gated): each side's value, the difference,
     its interval at ``confidence`` and the decision (module doc).  ``blocks`` is at most that
     many, at least 5 candidate requests each and at least ``MIN_BLOCKS``."""
@@ -244,7 +246,7 @@ def compare_sides(inc: SideSample, cand: SideSample, margins: Mapping[str, float
                      "comparison": comparison, "higher_is_better": higher_better, "margin": margin, "gated": gated,
                      "decision": _decide(name, est_lo, est_hi, float(margin)) if gated else "not gated",
                      "method": method, "note": note,
-                     "pairing": "paired (same requests)" if paired else "unpaired (same period)"}
+                     "pairing": label or ("paired (same requests)" if paired else "unpaired (same period)")}
     return out
 
 

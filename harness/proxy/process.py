@@ -5,9 +5,10 @@ gate arithmetic cannot stall a caller's stream) and talks to the parent over a p
 
 - parent -> child: ``("mode", mode, share, mirror)``, ``("rotate", path)`` (the next rows go
   to another ``requests.parquet``), ``("stop",)``;
-- child -> parent: ``("ready", port)``, ``("ack", what, perf_counter_ns when it took effect)``,
-  every 100 ms ``("rows", [Row, ...], status)`` (status: per side, requests in flight and the
-  longest wait for a first event), and ``("stopped", failovers)``.
+- child -> parent: ``("ready", port, placement)`` (or ``("error", why)``), ``("ack", what,
+  perf_counter_ns when it took effect)``, every 100 ms ``("rows", [Row, ...], status)``
+  (status: per side, requests in flight and the longest wait for a first event), and
+  ``("stopped", failovers)``.
 
 A reader thread in the parent drains the pipe as it fills, so the child never blocks on it.
 """
@@ -40,7 +41,7 @@ def _child(pcfg: dict, slo: dict, first_path: str, conn, tag: str) -> None:
 
     rows: list = []
     try:
-        place(pcfg)  # before the recorder opens a file: a refusal leaves nothing behind
+        placed = place(pcfg)  # before the recorder opens a file: a refusal leaves nothing behind
         server = build_server(pcfg, slo, first_path, on_row=rows.append, tag=tag)
     except (ValueError, OSError) as e:
         conn.send(("error", str(e)))
@@ -51,7 +52,7 @@ def _child(pcfg: dict, slo: dict, first_path: str, conn, tag: str) -> None:
         stop = asyncio.Event()
         port = await server.start()
         quiet_gc()
-        conn.send(("ready", port))
+        conn.send(("ready", port, placed))
 
         def on_control() -> None:
             while conn.poll():
@@ -105,6 +106,7 @@ class ProxyProcess:
         self.conn = None
         self.inbox: queue.Queue = queue.Queue()
         self.port: int | None = None
+        self.placed: list[str] = []    # what harness.proxy.runtime.place applied in the child
         self.failovers: dict = {}
         self._acks: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True, name="proxy-pipe")
@@ -130,7 +132,7 @@ class ProxyProcess:
             raise RuntimeError(f"the proxy process did not start: {msg[1]}")
         if msg[0] != "ready":
             raise RuntimeError(f"the proxy process said {msg!r}")
-        self.port = msg[1]
+        self.port, self.placed = msg[1], msg[2]
         self._reader.start()
         return self.port
 
