@@ -81,9 +81,12 @@ def test_collector_window_energy_matches_the_fake_gpus():
     out = energy_summary(tel, a, b, good_tokens=1000, all_tokens=1000)
     window_s = (b - a) / 1e9
     assert out["energy_method"] == "mixed" and out["energy_devices"] == 2
-    # counter GPU exact; power GPU constant so its trapezoid is exact too
-    assert out["energy_j"] == pytest.approx(450.0 * window_s, rel=1e-3)
-    assert out["idle_power_w"] == pytest.approx(450.0, rel=1e-3)
+    # counter GPU exact; power GPU constant so its trapezoid is exact too.  Up to the gap between
+    # a sample's time stamp and the fake counter's own read of the clock: 2 ms at 300 W allowed
+    # (a busy CI host made it 0.5 ms, which a 1e-3 tolerance on a 0.1 s baseline did not allow)
+    gap_j = 300.0 * 0.002
+    assert out["energy_j"] == pytest.approx(450.0 * window_s, abs=gap_j)
+    assert out["idle_power_w"] == pytest.approx(450.0, abs=2 * gap_j / 0.1)
     assert any("gpu1: integrated power" in n for n in out["energy_notes"])
     assert nv.calls["shutdown"] == 1
 
