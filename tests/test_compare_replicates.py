@@ -138,6 +138,12 @@ def test_three_sweeps_with_repeats_compare_as_a_user_would(tmp_path, monkeypatch
     with FakeServer(ttft_ms=250.0) as srv:
         _sweep(srv, tmp_path / "a", tok, mlflow=uri)
         _sweep(srv, tmp_path / "b", tok)
+        # interrupted before its last repeat finished: the same command runs that repeat only
+        (tmp_path / "b" / "02-poisson-rate=20-_2" / "summary.json").unlink()
+        sent = len(srv.requests)
+        _sweep(srv, tmp_path / "b", tok)
+        assert sum(bool(r.get("stream")) for r in srv.requests[sent:]) == 20  # (besides the engine's warm-up)
+        assert sorted(pq.read_table(tmp_path / "b" / "runs.parquet").column("repeat").to_pylist()) == [0, 1, 2]
     with FakeServer(ttft_ms=280.0) as slow:
         _sweep(slow, tmp_path / "c", tok)
     capsys.readouterr()
