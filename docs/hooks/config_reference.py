@@ -202,7 +202,8 @@ class Reference:
                 for name, schema_name, data in found:
                     cls = schemas.get(schema_name)
                     sets = ", ".join(f"`{k}={_yaml(v)}`" for k, v in _flatten(data))
-                    out.append(f"| `{name}` | {cls.__name__ if cls else schema_name} | {_cell(sets)} |")
+                    out.append(f"| `{name}` | {cls.__name__ if cls else schema_name} | "
+                               f"{_cell(sets) or 'nothing: the schema defaults'} |")
                 out.append("")
             for schema_name, cls in schemas.items():
                 users = [n for n, sn, _ in found if sn == schema_name]
