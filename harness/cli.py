@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "promote":
         return _hydra_run(["protocol=promote", *rest])
     if cmd == "proxy":
-        from harness.proxy.command import proxy_command
+        from harness.proxy.standalone import proxy_command
 
         return proxy_command(rest)
     if cmd == "mlflow-sync":
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return mlflow_sync_command(rest)
     if cmd == "roofline":
-        from harness.roofline_command import roofline_command
+        from harness.roofline_table import roofline_command
 
         return roofline_command(rest)
     if cmd == "compare":
@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return describe_command(rest)
     if cmd == "report":
-        from harness.report.command import report_command
+        from harness.commands.report import report_command
 
         return report_command(rest)
     if cmd == "import":
-        from harness.imports.command import import_command
+        from harness.commands.import_ import import_command
 
         return import_command(rest)
     print(f"error: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)

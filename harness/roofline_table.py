@@ -295,5 +295,5 @@ def roofline_command(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m harness.roofline_command [overrides]
+if __name__ == "__main__":  # python -m harness.roofline_table [overrides]
     sys.exit(roofline_command(sys.argv[1:]))
