@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import html
 import math
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -207,31 +205,3 @@ def summary_keys(stats: dict, items=None) -> dict:
 def with_nans(stats: dict) -> dict:
     """JSON null back to NaN for formatting."""
     return {k: (math.nan if v is None else v) for k, v in stats.items()}
-
-
-def describe_command(argv: list[str]) -> int:
-    """``tokenfactory workload describe [hydra overrides]``: print and save the description."""
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    if not argv or argv[0] != "describe":
-        print("usage: tokenfactory workload describe workload=NAME [workload.path=FILE] [overrides]", file=sys.stderr)
-        return 2
-    try:
-        with initialize_config_module(config_module="conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=argv[1:])
-    except (HydraException, OmegaConfBaseException) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = cfg.get("output_dir") or str(Path("results") / "workloads" /
-                                        f"{cfg.workload.get('name')}-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        stats = describe(cfg, out)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for k, v in summary_rows(with_nans(stats)):
-        print(f"{k:>52}: {v}")
-    print(f"written: {Path(out) / JSON_NAME}, {Path(out) / HTML_NAME}")
-    return 0

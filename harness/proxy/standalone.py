@@ -1,4 +1,4 @@
-"""``tokenfactory proxy [overrides]``: the promotion proxy on its own, until Ctrl-C.
+"""The promotion proxy on its own (``tokenfactory proxy [overrides]``), until Ctrl-C.
 
     tokenfactory proxy proxy.incumbent=http://127.0.0.1:8001 proxy.candidate=http://127.0.0.1:8002 \\
         proxy.mode=canary proxy.canary_share=0.05 proxy.port=8080 slo.ttft_ms=500
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -53,71 +52,70 @@ def summarize_sides(path: Path, slo_cfg, start_ns: int, end_ns: int) -> dict:
     return out
 
 
-def proxy_command(argv: list[str]) -> int:
-    from conf.schema import ConfigError, validate
-    from harness.experiment import compose_config
+class StandaloneProxy:
+    """A proxy ready to serve: its folder, its server and the book of the two sides' outputs."""
 
-    try:
-        cfg = compose_config(argv)
-        validate(cfg)
-        pcfg = OmegaConf.to_container(cfg.proxy, resolve=True)
+    def __init__(self, cfg):
+        """Everything that can fail on the user's config, before anything is served: ``ValueError``
+        naming the key."""
+        self.cfg = cfg
+        self.pcfg = pcfg = OmegaConf.to_container(cfg.proxy, resolve=True)
         tokenizer = explicit_tokenizer(cfg) if pcfg["compare"] != "off" else None
-        out = Path(cfg.output_dir or os.path.join("results", str(cfg.experiment), "proxy-" + results_io.new_run_id()))
-        out.mkdir(parents=True, exist_ok=True)
-        pairs = PairBook(tokenizer)
-        agreements = []
+        self.out = Path(cfg.output_dir or os.path.join("results", str(cfg.experiment),
+                                                       "proxy-" + results_io.new_run_id()))
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.pairs = PairBook(tokenizer)
+        self.agreements = []
+        self.server = build_server(pcfg, cfg.slo, self.out / "requests.parquet", on_row=self.on_row)
+        self.placed = place(pcfg)
 
-        def on_row(row):
-            if row.compare:
-                got = pairs.add(row.request_id, row.side, row.text, row.status == "ok")
-                if got is not None:
-                    agreements.append(got)
+    def on_row(self, row) -> None:
+        if row.compare:
+            got = self.pairs.add(row.request_id, row.side, row.text, row.status == "ok")
+            if got is not None:
+                self.agreements.append(got)
 
-        server = build_server(pcfg, cfg.slo, out / "requests.parquet", on_row=on_row)
-        placed = place(pcfg)
-    except (ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - Hydra's composition errors: the override is in the message
-        print(f"error: {e} {e.__cause__ or ''}".strip(), file=sys.stderr)
-        return 2
-    results_io.write_yaml(out / "config.yaml", results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-
-    async def main() -> tuple[int, int]:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+    def serve(self) -> Path:
+        """Serve until SIGINT or SIGTERM, then write ``proxy_summary.json``; returns its path."""
+        cfg, pcfg, server, placed = self.cfg, self.pcfg, self.server, self.placed
+        results_io.write_yaml(self.out / "config.yaml", results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
         try:
-            port = await server.start()
-        except OSError as e:
-            raise SystemExit(f"error: proxy.port={pcfg['port']} on {pcfg['host']}: {e}") from None
-        quiet_gc()
-        start = time.perf_counter_ns()
-        print(f"proxy on http://{pcfg['host']}:{port} ({pcfg['mode']}"
-              + (f", candidate share {pcfg['canary_share']:g}" if pcfg["mode"] == "canary" else "")
-              + f"): incumbent {pcfg['incumbent']}, candidate {pcfg.get('candidate')}"
-              + (f"; {', '.join(placed)}" if placed else "") + "; Ctrl-C stops it", flush=True)
-        await stop.wait()
-        await server.stop()
-        return start, time.perf_counter_ns()
+            import uvloop
 
-    start, end = asyncio.run(main())
-    path = server.recorder.close()
-    from conf.schema import PromoteGate
-    from metrics.promotion_gate import agreement_check
+            uvloop.install()
+        except ImportError:
+            pass
 
-    summary = {"mode": pcfg["mode"], "canary_share": pcfg["canary_share"], "rows": server.recorder.rows,
-               "failovers": server.failovers, "sides": summarize_sides(Path(path), cfg.slo, start, end)
-               if server.recorder.rows else {},
-               "agreement": {"unit": pairs.unit, **agreement_check(agreements, PromoteGate().min_agreement, min_pairs=1,
-                                                                  required=False)}}
-    results_io.write_json(out / "proxy_summary.json", summary)
-    print(f"proxy stopped: {server.recorder.rows} rows in {path}; {out / 'proxy_summary.json'}")
-    return 0
+        async def main() -> tuple[int, int]:
+            loop = asyncio.get_running_loop()
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            try:
+                port = await server.start()
+            except OSError as e:
+                raise SystemExit(f"error: proxy.port={pcfg['port']} on {pcfg['host']}: {e}") from None
+            quiet_gc()
+            start = time.perf_counter_ns()
+            print(f"proxy on http://{pcfg['host']}:{port} ({pcfg['mode']}"
+                  + (f", candidate share {pcfg['canary_share']:g}" if pcfg["mode"] == "canary" else "")
+                  + f"): incumbent {pcfg['incumbent']}, candidate {pcfg.get('candidate')}"
+                  + (f"; {', '.join(placed)}" if placed else "") + "; Ctrl-C stops it", flush=True)
+            await stop.wait()
+            await server.stop()
+            return start, time.perf_counter_ns()
+
+        start, end = asyncio.run(main())
+        path = server.recorder.close()
+        from conf.schema import PromoteGate
+        from metrics.promotion_gate import agreement_check
+
+        summary = {"mode": pcfg["mode"], "canary_share": pcfg["canary_share"], "rows": server.recorder.rows,
+                   "failovers": server.failovers, "sides": summarize_sides(Path(path), cfg.slo, start, end)
+                   if server.recorder.rows else {},
+                   "agreement": {"unit": self.pairs.unit,
+                                 **agreement_check(self.agreements, PromoteGate().min_agreement, min_pairs=1,
+                                                   required=False)}}
+        results_io.write_json(self.out / "proxy_summary.json", summary)
+        print(f"proxy stopped: {server.recorder.rows} rows in {path}; {self.out / 'proxy_summary.json'}")
+        return self.out / "proxy_summary.json"
