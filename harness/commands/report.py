@@ -1,5 +1,5 @@
 """``tokenfactory report PATH_OR_EXPERIMENT [--import FILE_OR_DIR ...] [--out DIR] [--static auto|true|false]``:
-(re)build report.html and figures/ (``harness.report.render``)."""
+(re)build report.html and figures/ (``harness.report.build.render``)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ def main(argv: list[str]) -> int:
                                            "else sqlite:///results/mlflow.db)")
     a = ap.parse_args(argv)
     from harness.errors import UserError
-    from harness.report import render
-    from harness.report.build import summary_line
+    from harness.report.build import render, summary_line
     from harness.report.source import prepare_imports, resolve, slo_of
 
     t = time.perf_counter()
