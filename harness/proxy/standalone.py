@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from conf.schema import Proxy, typed
 from harness import results_io
 from harness.proxy.build import build_server
 from harness.proxy.pairs import PairBook
@@ -59,9 +60,9 @@ class StandaloneProxy:
         """Everything that can fail on the user's config, before anything is served: ``ValueError``
         naming the key."""
         self.cfg = cfg
-        self.pcfg = pcfg = OmegaConf.to_container(cfg.proxy, resolve=True)
-        tokenizer = explicit_tokenizer(cfg) if pcfg["compare"] != "off" else None
-        self.out = Path(cfg.output_dir or os.path.join("results", str(cfg.experiment),
+        self.pcfg = pcfg = typed(cfg.proxy, Proxy)
+        tokenizer = explicit_tokenizer(cfg) if pcfg.compare != "off" else None
+        self.out = Path(cfg.output_dir or os.path.join("results", cfg.experiment,
                                                        "proxy-" + results_io.new_run_id()))
         self.out.mkdir(parents=True, exist_ok=True)
         self.pairs = PairBook(tokenizer)
@@ -94,12 +95,12 @@ class StandaloneProxy:
             try:
                 port = await server.start()
             except OSError as e:
-                raise SystemExit(f"error: proxy.port={pcfg['port']} on {pcfg['host']}: {e}") from None
+                raise SystemExit(f"error: proxy.port={pcfg.port} on {pcfg.host}: {e}") from None
             quiet_gc()
             start = time.perf_counter_ns()
-            print(f"proxy on http://{pcfg['host']}:{port} ({pcfg['mode']}"
-                  + (f", candidate share {pcfg['canary_share']:g}" if pcfg["mode"] == "canary" else "")
-                  + f"): incumbent {pcfg['incumbent']}, candidate {pcfg.get('candidate')}"
+            print(f"proxy on http://{pcfg.host}:{port} ({pcfg.mode}"
+                  + (f", candidate share {pcfg.canary_share:g}" if pcfg.mode == "canary" else "")
+                  + f"): incumbent {pcfg.incumbent}, candidate {pcfg.candidate}"
                   + (f"; {', '.join(placed)}" if placed else "") + "; Ctrl-C stops it", flush=True)
             await stop.wait()
             await server.stop()
@@ -110,7 +111,7 @@ class StandaloneProxy:
         from conf.schema import PromoteGate
         from metrics.promotion_gate import agreement_check
 
-        summary = {"mode": pcfg["mode"], "canary_share": pcfg["canary_share"], "rows": server.recorder.rows,
+        summary = {"mode": pcfg.mode, "canary_share": pcfg.canary_share, "rows": server.recorder.rows,
                    "failovers": server.failovers, "sides": summarize_sides(Path(path), cfg.slo, start, end)
                    if server.recorder.rows else {},
                    "agreement": {"unit": self.pairs.unit,
