@@ -25,8 +25,8 @@ def main(argv: list[str]) -> int:
     except (HydraException, OmegaConfBaseException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = cfg.get("output_dir") or str(Path("results") / "workloads" /
-                                        f"{cfg.workload.get('name')}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = cfg.output_dir or str(Path("results") / "workloads" /
+                                        f"{cfg.workload.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         stats = describe(cfg, out)
     except ValueError as e:
