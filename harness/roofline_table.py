@@ -194,6 +194,6 @@ def roofline_text(cfg, opts: Options) -> str:
     from omegaconf import OmegaConf
 
     hw = OmegaConf.to_container(cfg.hardware, resolve=True)
-    features = OmegaConf.to_container(cfg.engine.get("features") or {}, resolve=True)
-    shape = rl.read_model_config(resolve_model_dir(cfg.engine.get("model")))
+    features = OmegaConf.to_container(cfg.engine.features, resolve=True)
+    shape = rl.read_model_config(resolve_model_dir(cfg.engine.model))
     return report(shape, hw, opts, features)

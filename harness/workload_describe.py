@@ -181,7 +181,7 @@ def _tokenizer_count(cfg):
     """``str -> tokens`` under the served model's tokenizer (the embedded tiny model's by default)."""
     from loadgen.workloads.prompts import load_tokenizer
 
-    name = cfg.engine.get("tokenizer") or cfg.engine.get("model")
+    name = cfg.engine.tokenizer or cfg.engine.model
     if not name:
         from engines.tiny_model import ensure_tiny_model
 

@@ -28,7 +28,7 @@ from harness.proxy.runtime import place, quiet_gc
 
 def explicit_tokenizer(cfg):
     """The tokenizer to cut outputs into tokens: ``engine.tokenizer`` or ``engine.model`` if given."""
-    name = cfg.engine.get("tokenizer") or cfg.engine.get("model")
+    name = cfg.engine.tokenizer or cfg.engine.model
     if not name:
         return None
     from loadgen.workloads.prompts import load_tokenizer
