@@ -1,10 +1,12 @@
 """``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--out FILE]``: equal-SLO comparison of
-finished experiments (unpaired); the comparison itself is ``compare_experiments``."""
+finished experiments (unpaired), written to comparison.json (the current folder unless ``--out``);
+the comparison itself is ``compare_experiments``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from harness import results_io
 from harness.comparison import FIXED_KEYS, compare_experiments, print_comparison
@@ -23,7 +25,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
                     help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
-    ap.add_argument("--out", help="write comparison.json here")
+    ap.add_argument("--out", default="comparison.json",
+                    help="where to write comparison.json (default: comparison.json in the current folder)")
     a = ap.parse_args(argv)
     allow = {k.strip() for k in a.allow.split(",") if k.strip()}
     unknown = allow - set(FIXED_KEYS)
@@ -38,7 +41,11 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_comparison(comparison)
-    if a.out:
-        results_io.write_json(a.out, comparison)
-        print(f"written: {a.out}")
+    out = Path(a.out)
+    try:
+        results_io.write_json(out, comparison)
+    except OSError as e:
+        print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"comparison.json written: {out.resolve()}")
     return 0
