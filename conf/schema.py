@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -640,6 +642,14 @@ def register() -> None:
     for group, nodes in SCHEMAS.items():
         for name, node in nodes.items():
             cs.store(group=group, name=name, node=node)
+
+
+def typed(node, schema: type[T]) -> T:
+    """A config node as its schema's dataclass (``typed(cfg.proxy, Proxy)``), converted once where
+    it enters a module: a composed node keeps its values; a plain mapping (one sent to a child
+    process as JSON) gets the schema's defaults for the keys it lacks, and OmegaConf's type
+    checks, naming the key, for those it has."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
 
 
 # ------------------------------------------------------------------------------------ ranges

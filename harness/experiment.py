@@ -19,12 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
-from harness import experiment_record, quality_gate, report, results_io
+from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger, tracking_uri
 from harness.multirun import default_output_dir, job_subdir
 from harness.quality_gate import QUALITY_FILE, gate_enabled
+from harness.report.build import render
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
@@ -373,7 +374,7 @@ class Experiment:
                 if (self.out / name).exists():
                     self.mlflow.log_parent_artifact(self.out / name)
         if self.cfg.report.enabled:
-            path = report.render(self.out, static_figures=self.cfg.report.get("static"), log=print)
+            path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)
             if self.mlflow:
                 self.mlflow.log_parent_artifact(path)
             print(f"report: {path}")

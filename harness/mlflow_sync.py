@@ -19,8 +19,6 @@ The tracking store: ``--tracking-uri``, else the folder's ``mlflow.tracking_uri`
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import yaml
@@ -108,21 +106,3 @@ def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
             log.log_parent_artifact(out / f)
     log.end_parent("FINISHED" if record.get("status", "complete") == "complete" else "FAILED")
     return parent, logged, skipped
-
-
-def mlflow_sync_command(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="tokenfactory mlflow-sync", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("path", help="a run, sweep or experiment folder")
-    ap.add_argument("--tracking-uri", default=None)
-    a = ap.parse_args(argv)
-    try:
-        parent, logged, skipped = sync(a.path, a.tracking_uri)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - MLflow still unreachable: say so, nothing is lost
-        print(f"error: MLflow: {type(e).__name__}: {str(e)[:500]}; nothing changed in {a.path}", file=sys.stderr)
-        return 1
-    print(f"logged {logged} run(s) under parent run {parent}" + (f"; {skipped} already there" if skipped else ""))
-    return 0

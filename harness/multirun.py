@@ -163,9 +163,9 @@ class GatherJobs(Callback):
         print(f"multirun: {len(g['jobs'])} jobs, {g['runs']} runs gathered in {root} "
               f"(hosts: {', '.join(g['hosts']) or '-'}; launcher: {', '.join(g['launchers']) or '-'})", flush=True)
         if g["runs"] and config.report.enabled:
-            from harness import report
+            from harness.report.build import render
 
             try:
-                print(f"report: {report.render(root, static_figures=config.report.get('static'))}", flush=True)
+                print(f"report: {render(root, static_figures=config.report.get('static'))}", flush=True)
             except ValueError as e:
                 print(f"report: {e}", flush=True)

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from conf.schema import ConfigError, validate
+from conf.schema import ConfigError, Proxy, typed, validate
 from harness import results_io
 from harness.errors import UserError
 from harness.proxy.pairs import PairBook
@@ -130,7 +130,7 @@ class Promotion:
             self.stages = plan_stages(cfg.protocol)
             for name in cfg.protocol.gate.margins:
                 metric_kind(name)
-            check_placement(OmegaConf.to_container(cfg.proxy, resolve=True))  # before any engine starts
+            check_placement(typed(cfg.proxy, Proxy))  # before any engine starts
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
         p = cfg.protocol

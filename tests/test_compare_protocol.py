@@ -102,7 +102,8 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
     assert ttft["per_config"]["fast"]["value"] < 40 < ttft["per_config"]["slow"]["value"]
     assert ttft["vs_baseline"]["slow"]["verdict"] == "a_better"       # fast (the baseline) has the lower TTFT
     assert ttft["vs_baseline"]["slow"]["difference"]["paired"] is True
-    from harness.report import load_points, render
+    from harness.report.build import render
+    from harness.report.data import load_points
     assert len(load_points(out)) == 6 and render(out).exists()  # runs nested <config>/block<b>/<point>/
     # the same folder again: everything is complete, nothing runs, the record is the same
     with FakeServer() as srv2:

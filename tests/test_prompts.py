@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from conf.schema import LengthDist
 from engines.tiny_model import ensure_tiny_model
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.workloads.synthetic import sample_lengths, synthetic_items
@@ -48,17 +49,17 @@ def test_shared_prefix_is_token_identical(tok):
 
 def test_length_distributions():
     rng = np.random.default_rng(0)
-    assert (sample_lengths(rng, 100, {"kind": "fixed"}, 5, "x") == 100).all()
-    u = sample_lengths(rng, 0, {"kind": "uniform", "min": 10, "max": 20}, 5000, "x")
+    assert (sample_lengths(rng, 100, LengthDist(kind="fixed"), 5, "x") == 100).all()
+    u = sample_lengths(rng, 0, LengthDist(kind="uniform", min=10, max=20), 5000, "x")
     assert u.min() == 10 and u.max() == 20
-    nrm = sample_lengths(rng, 200, {"kind": "normal", "std": 20, "min": 150, "max": 250}, 20000, "x")
+    nrm = sample_lengths(rng, 200, LengthDist(kind="normal", std=20, min=150, max=250), 20000, "x")
     assert nrm.mean() == pytest.approx(200, rel=0.01) and nrm.min() >= 150 and nrm.max() <= 250
-    ln = sample_lengths(rng, 100, {"kind": "lognormal", "sigma": 0.5, "max": 400}, 20000, "x")
+    ln = sample_lengths(rng, 100, LengthDist(kind="lognormal", sigma=0.5, max=400), 20000, "x")
     assert np.median(ln) == pytest.approx(100, rel=0.03) and ln.max() <= 400
     with pytest.raises(ValueError, match="workload.x.std"):
-        sample_lengths(rng, 100, {"kind": "normal"}, 3, "x")
+        sample_lengths(rng, 100, LengthDist(kind="normal"), 3, "x")
     with pytest.raises(ValueError, match="unknown distribution 'zipf'"):
-        sample_lengths(rng, 100, {"kind": "zipf"}, 3, "x")
+        sample_lengths(rng, 100, LengthDist(kind="zipf"), 3, "x")
 
 
 def test_synthetic_items_respect_model_limit(tok):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conf.schema import Proxy
 from harness.proxy.runtime import GC_THRESHOLDS, check_placement, parse_cpus, place
 from tests.fake_stream_server import FakeServer
 from tests.test_proxy import ok_script
@@ -37,10 +38,10 @@ def test_cpu_lists_parse_as_taskset_writes_them():
 
 def test_placement_errors_name_the_key():
     with pytest.raises(ValueError, match=r"proxy.cpus='4096': none of these CPUs is available"):
-        check_placement({"cpus": "4096"})
+        check_placement(Proxy(cpus="4096"))
     with pytest.raises(ValueError, match=r"proxy.realtime and proxy.nice: give one"):
-        check_placement({"realtime": 5, "nice": -5})
-    check_placement({"cpus": None, "nice": None, "realtime": None})
+        check_placement(Proxy(realtime=5, nice=-5))
+    check_placement(Proxy(cpus=None, nice=None, realtime=None))
 
 
 def test_a_refused_realtime_priority_is_an_error_naming_the_key(monkeypatch):
@@ -49,15 +50,15 @@ def test_a_refused_realtime_priority_is_an_error_naming_the_key(monkeypatch):
 
     monkeypatch.setattr(os, "sched_setscheduler", refuse)
     with pytest.raises(ValueError, match=r"proxy.realtime=10: SCHED_FIFO needs CAP_SYS_NICE"):
-        place({"realtime": 10})
+        place(Proxy(realtime=10))
 
 
 def test_cpus_and_nice_are_applied_to_the_process_and_the_collector_is_quieted():
     cpu = min(os.sched_getaffinity(0))
     got = _child(
         "import gc, json, os\n"
-        "from harness.proxy.runtime import place, quiet_gc\n"
-        f"done = place({{'cpus': '{cpu}', 'nice': 3}})\n"
+        "from conf.schema import Proxy\nfrom harness.proxy.runtime import place, quiet_gc\n"
+        f"done = place(Proxy(cpus='{cpu}', nice=3))\n"
         "quiet_gc()\n"
         "print(json.dumps({'done': done, 'cpus': sorted(os.sched_getaffinity(0)), "
         "'nice': os.getpriority(os.PRIO_PROCESS, 0), 'thr': gc.get_threshold(), 'frozen': gc.get_freeze_count()}))")
@@ -68,8 +69,8 @@ def test_cpus_and_nice_are_applied_to_the_process_and_the_collector_is_quieted()
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs CAP_SYS_NICE")
 def test_realtime_puts_the_process_in_sched_fifo():
-    got = _child("import json, os\nfrom harness.proxy.runtime import place\n"
-                 "done = place({'realtime': 3})\n"
+    got = _child("import json, os\nfrom conf.schema import Proxy\nfrom harness.proxy.runtime import place\n"
+                 "done = place(Proxy(realtime=3))\n"
                  "print(json.dumps({'done': done, 'policy': os.sched_getscheduler(0), "
                  "'prio': os.sched_getparam(0).sched_priority}))")
     assert got == {"done": ["SCHED_FIFO 3"], "policy": os.SCHED_FIFO, "prio": 3}

@@ -37,7 +37,7 @@ def _specs(html: str) -> dict[str, dict]:
 def test_page_is_self_contained_escaped_and_carries_plotly_once(experiment, tmp_path):
     from plotly.offline import get_plotlyjs
 
-    from harness.report import render
+    from harness.report.build import render
 
     path = render(experiment, tmp_path / "report.html", static_figures=False)
     html = path.read_text()
@@ -59,7 +59,7 @@ def test_page_is_self_contained_escaped_and_carries_plotly_once(experiment, tmp_
 
 
 def test_curves_are_means_across_blocks_with_t_intervals(experiment, tmp_path):
-    from harness.report import render
+    from harness.report.build import render
     from harness.results_io import find_run_dirs, read_json
     from metrics.statistics import mean_ci, ratio_ci
 
@@ -98,7 +98,7 @@ def test_throughput_interactivity_is_the_measured_frontier():
 
 
 def test_comparison_table_holds_comparison_json(experiment, tmp_path):
-    from harness.report import render
+    from harness.report.build import render
     from harness.report.tables import fmt_est
 
     html = render(experiment, tmp_path / "r.html", static_figures=False).read_text()
@@ -113,7 +113,7 @@ def test_comparison_table_holds_comparison_json(experiment, tmp_path):
 
 def test_imported_results_sit_beside_ours_with_their_definitions(experiment, tmp_path):
     from harness.imports import import_result
-    from harness.report import render
+    from harness.report.build import render
 
     imp = import_result(FIXTURES / "vllm_bench_serve_0.32.0_detailed.json", tmp_path / "vllm")
     gl = import_result(FIXTURES / "guidellm_0.4_benchmarks.json", tmp_path / "gl")
@@ -148,7 +148,7 @@ def test_report_command_and_import_command(experiment, tmp_path, capsys):
 
 def test_report_of_an_mlflow_experiment(experiment, tmp_path):
     from harness.mlflow_log import MlflowLogger
-    from harness.report import render
+    from harness.report.build import render
     from harness.report.source import resolve
     from harness.results_io import find_run_dirs, read_json
 
@@ -192,7 +192,7 @@ def test_static_figures_are_sized_for_a_two_column_paper(experiment, tmp_path):
     ok, why = static.available()
     if not ok:
         pytest.skip(f"static export unavailable here: {why}")
-    from harness.report import render
+    from harness.report.build import render
 
     page = render(experiment, tmp_path / "report.html", static_figures=True)
     figs = tmp_path / "figures"

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chrom
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     from harness.imports import import_result
-    from harness.report import render
+    from harness.report.build import render
 
     tmp = tmp_path_factory.mktemp("browser")
     arms = {"baseline": {"ttft_ms": 90.0, "tpot_ms": 14.0, "capacity": 25.0, "power_w": 400},

@@ -1,5 +1,6 @@
 """Roofline bounds (metrics/roofline.py) against numbers worked out by hand, the hardware
-profiles in conf/hardware/, and the `tokenfactory roofline` command (harness/roofline_command.py)."""
+profiles in conf/hardware/, and the `tokenfactory roofline` command (harness/commands/roofline.py,
+harness/roofline_table.py)."""
 
 import importlib.util
 import json
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.roofline_command import Options, precisions, roofline_command, split_options
+from harness.commands.roofline import main as roofline_command
+from harness.commands.roofline import split_options
+from harness.roofline_table import Options, precisions
 from metrics import roofline as rl
 
 ROOT = Path(__file__).resolve().parents[1]

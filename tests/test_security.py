@@ -111,11 +111,11 @@ def test_a_key_the_server_echoes_reaches_no_file_log_mlflow_or_report(tmp_path):
 def test_a_key_on_the_command_line_reaches_no_hydra_file_or_log(tmp_path):
     """Hydra writes every override to ``.hydra/overrides.yaml`` and its saved config (and a
     multirun prints each job's): a key given as ``engine.api_key=`` must never get that far."""
-    from harness.cli import _keys_to_env
+    from harness.commands.run import keys_to_env
 
     env_before = dict(os.environ)
     try:
-        assert _keys_to_env(["engine=openai", f"engine.api_key={SECRET}", "+proxy.api_key=x", "engine.api_key=null",
+        assert keys_to_env(["engine=openai", f"engine.api_key={SECRET}", "+proxy.api_key=x", "engine.api_key=null",
                              "x.api_key_env=V"]) == [
             "engine=openai", "engine.api_key_env=TOKENFACTORY_ENGINE_API_KEY",
             "+proxy.api_key_env=TOKENFACTORY_PROXY_API_KEY", "engine.api_key=null", "x.api_key_env=V"]

@@ -287,3 +287,15 @@ def load(root, extra: list | tuple = ()) -> ReportData:
             r.series = unnamed
     return ReportData(root, runs, _json_or_empty(root / "experiment.json"), _json_or_empty(root / "comparison.json"),
                       _json_or_empty(root / "ablation.json"))
+
+
+def load_points(root) -> list[dict]:
+    """Our complete runs under ``root`` as dicts (dir, label, load, x, summary, config, block),
+    ordered by offered load."""
+    points = []
+    for d in find_run_dirs(Path(root)):
+        r = read_run(d)
+        points.append({"dir": r.dir, "label": r.label, "load": r.load, "x": r.x, "summary": r.summary,
+                       "config": r.config, "block": r.block})
+    points.sort(key=lambda p: (p["x"] is None, p["x"] or 0.0))
+    return points

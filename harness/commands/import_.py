@@ -6,7 +6,7 @@ import argparse
 import sys
 
 
-def import_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     """``tokenfactory import FILE OUT_DIR [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--slo-e2el-ms MS]``."""
     ap = argparse.ArgumentParser(
         prog="tokenfactory import",

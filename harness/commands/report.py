@@ -1,4 +1,5 @@
-"""``tokenfactory report``."""
+"""``tokenfactory report PATH_OR_EXPERIMENT [--import FILE_OR_DIR ...] [--out DIR] [--static auto|true|false]``:
+(re)build report.html and figures/ (``harness.report.build.render``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 STATIC = {"auto": None, "true": True, "false": False}
 
 
-def report_command(argv: list[str]) -> int:
-    """``tokenfactory report PATH_OR_EXPERIMENT [--import FILE_OR_DIR ...] [--out DIR] [--static auto|true|false]``."""
+def main(argv: list[str]) -> int:
+    """(re)build the report of a folder or an MLflow experiment; 2 and one line on bad input."""
     ap = argparse.ArgumentParser(
         prog="tokenfactory report",
         description="(re)build report.html (self-contained) and the figures for papers (figures/)")
@@ -29,8 +30,7 @@ def report_command(argv: list[str]) -> int:
                                            "else sqlite:///results/mlflow.db)")
     a = ap.parse_args(argv)
     from harness.errors import UserError
-    from harness.report import render
-    from harness.report.build import summary_line
+    from harness.report.build import render, summary_line
     from harness.report.source import prepare_imports, resolve, slo_of
 
     t = time.perf_counter()
