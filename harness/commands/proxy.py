@@ -1,5 +1,11 @@
 """``tokenfactory proxy proxy.incumbent=URL proxy.candidate=URL proxy.mode=shadow|canary|rollback
-[overrides]``: the promotion proxy on its own, until Ctrl-C (``harness.proxy.standalone``)."""
+[overrides]``: the promotion proxy on its own, until Ctrl-C (``harness.proxy.standalone``).
+
+    tokenfactory proxy proxy.incumbent=http://127.0.0.1:8000 proxy.candidate=http://127.0.0.1:8001 \
+        proxy.mode=shadow proxy.port=8080
+
+Every proxy.* key (port, canary_share, cpus, realtime, ...) is in the configuration reference
+(docs/reference/configuration.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ def main(argv: list[str]) -> int:
     from harness.experiment import compose_config
     from harness.proxy.standalone import StandaloneProxy
 
+    if any(a in ("-h", "--help", "help") for a in argv):  # Hydra would read it as an override
+        print(__doc__)
+        return 0
     try:
         cfg = compose_config(argv)
         validate(cfg)

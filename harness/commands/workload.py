@@ -1,6 +1,13 @@
 """``tokenfactory workload describe workload=NAME [workload.path=FILE] [overrides]``: characterise a
 workload (``harness.workload_describe.describe``), print the table and save workload.json and
-workload.html."""
+workload.html.
+
+    tokenfactory workload describe workload=azure workload.path=AzureLLMInferenceTrace_conv.csv
+    tokenfactory workload describe workload=burstgpt workload.path=BurstGPT_1.csv workload.model_filter=GPT-4
+    tokenfactory workload describe workload=synthetic workload.input_tokens=512 output_dir=DIR
+
+Readers: synthetic, azure, burstgpt, mooncake, sharegpt, jsonl; every workload.* key is in the
+configuration reference (docs/reference/configuration.md)."""
 
 from __future__ import annotations
 
@@ -16,6 +23,9 @@ def main(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    if any(a in ("-h", "--help", "help") for a in argv):  # Hydra would read it as an override
+        print(__doc__)
+        return 0
     if not argv or argv[0] != "describe":
         print("usage: tokenfactory workload describe workload=NAME [workload.path=FILE] [overrides]", file=sys.stderr)
         return 2
