@@ -35,6 +35,7 @@ def test_log_ratio_interval_is_a_geometric_mean():
     assert math.isnan(log_ratio_ci([]).value)
 
 
+@pytest.mark.slow
 def test_an_ablation_of_two_independent_optimisations(tmp_path):
     # fastfirst halves the time to first token, fastgap shortens the gaps between tokens: each
     # moves its own metric, together they multiply (interaction ~1).

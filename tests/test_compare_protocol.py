@@ -4,10 +4,8 @@ fake engines whose latency is set by the config (tests/fake_server.py reads it f
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import signal
 import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,8 +13,6 @@ from hydra import compose, initialize_config_module
 
 from protocols.compare import NamedConfig, block_orders, named_configs, plan_sessions
 from protocols.plan import RunSpec
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_block_orders_are_seeded_permutations():
@@ -63,19 +59,24 @@ def _overrides(base_url, tok, out, extra=()):
             "telemetry.idle_baseline_s=0", *extra]
 
 
-def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
-    from engines.tiny_model import ensure_tiny_model
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, tiny_model, monkeypatch, capfd):
+    from harness.cli import main
 
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "harness.cli", "run", *_overrides("http://127.0.0.1:9", ensure_tiny_model(), out),
-            "--dry-run"]
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                       timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "config fast: engine.model=fake-ttft_ms:10" in p.stdout and "block 2:" in p.stdout
-    assert "6 engine launches" in p.stdout and not out.exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # the command sets it for Hydra
+    sigterm = signal.getsignal(signal.SIGTERM)  # and installs its SIGTERM handler
+    try:
+        rc = main(["run", *_overrides("http://127.0.0.1:9", tiny_model, out), "--dry-run"])
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    stdout, stderr = capfd.readouterr()
+    assert rc == 0, stdout + stderr
+    assert "config fast: engine.model=fake-ttft_ms:10" in stdout and "block 2:" in stdout
+    assert "6 engine launches" in stdout and not out.exists()
 
 
+@pytest.mark.slow
 def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
     from engines.tiny_model import ensure_tiny_model
     from harness.experiment import Experiment
@@ -113,7 +114,8 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
         assert srv2.requests == []
 
 
-def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_conditions(tmp_path):
+@pytest.mark.slow
+def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_conditions(tmp_path, mlflow_uri):
     from engines.tiny_model import ensure_tiny_model
     from harness.comparison import compare_experiments
     from harness.experiment import Experiment
@@ -124,7 +126,7 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
         for name, ttft, seed in (("one", 10, 0), ("two", 60, 0), ("three", 10, 5)):
             out = tmp_path / name
             # "two" is also logged to MLflow and compared from there, by its experiment's name
-            logged = [f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db", "experiment=cmp-two"] \
+            logged = [f"mlflow.tracking_uri={mlflow_uri}", "experiment=cmp-two"] \
                 if name == "two" else ["mlflow.enabled=false"]
             ov = ["engine=openai", f"engine.base_url={srv.base_url}", f"engine.model=fake-ttft_ms:{ttft}",
                   f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.num_requests=8",
@@ -142,12 +144,13 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
         compare_experiments(outs[:2], allow=set())
     with pytest.raises(ValueError, match="workload"):
         compare_experiments([outs[0], outs[2]], allow=set())
-    by_name = compare_experiments([outs[0], "cmp-two"], allow={"model"}, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    by_name = compare_experiments([outs[0], "cmp-two"], allow={"model"}, tracking_uri=mlflow_uri)
     assert by_name["configs"] == ["one", "cmp-two"]
     named = by_name["points"][0]["metrics"]["p50_ttft_ms"]["per_config"]["cmp-two"]
     assert named["value"] == pytest.approx(cmp["points"][0]["metrics"]["p50_ttft_ms"]["per_config"]["two"]["value"])
 
 
+@pytest.mark.slow
 def test_blocks_are_added_until_the_intervals_converge(tmp_path):
     from engines.tiny_model import ensure_tiny_model
     from harness.experiment import Experiment

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from engines.tiny_model import ensure_tiny_model
 from tests.fake_server import FakeServer
@@ -18,6 +19,7 @@ from tests.fake_server import FakeServer
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_ctrl_c_then_resume(tmp_path):
     tok = str(ensure_tiny_model())
     out = tmp_path / "out"

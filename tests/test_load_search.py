@@ -61,6 +61,7 @@ def test_slo_holds_reads_the_summary():
     assert slo_holds({"saturated": True, "completed": 5})[1] == "over-saturated"
 
 
+@pytest.mark.slow
 def test_the_search_finds_the_fake_engines_knee(tmp_path):
     from engines.tiny_model import ensure_tiny_model
     from harness.experiment import Experiment

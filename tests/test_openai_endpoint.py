@@ -24,8 +24,8 @@ def tokenizer_dir():
     return str(ensure_tiny_model())
 
 
-def _run(tmp_path, base_url, tokenizer_dir, *extra):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+def _run(tmp_path, mlflow_uri, base_url, tokenizer_dir, *extra):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": mlflow_uri,
            "MY_KEY": SECRET}
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", *[a for a in extra if a == "-m"], "engine=openai",
@@ -36,9 +36,11 @@ def _run(tmp_path, base_url, tokenizer_dir, *extra):
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
 
 
-def test_run_against_endpoint_and_key_never_leaks(tmp_path, tokenizer_dir):
+@pytest.mark.slow
+def test_run_against_endpoint_and_key_never_leaks(tmp_path, mlflow_uri, tokenizer_dir):
     with FakeServer() as srv:
-        p = _run(tmp_path, srv.base_url, tokenizer_dir, f"output_dir={tmp_path}/out", "protocol.load_points=[20, 40]")
+        p = _run(tmp_path, mlflow_uri, srv.base_url, tokenizer_dir, f"output_dir={tmp_path}/out",
+                 "protocol.load_points=[20, 40]")
         assert p.returncode == 0, p.stdout + p.stderr
         # the key was sent to the server, as a bearer token
         assert all(h.get("Authorization") == f"Bearer {SECRET}" for h in srv.headers)
@@ -62,10 +64,11 @@ def test_run_against_endpoint_and_key_never_leaks(tmp_path, tokenizer_dir):
             assert SECRET.encode() not in f.read_bytes(), f
 
 
-def test_multirun_gives_each_job_its_own_folder(tmp_path, tokenizer_dir):
+@pytest.mark.slow
+def test_multirun_gives_each_job_its_own_folder(tmp_path, mlflow_uri, tokenizer_dir):
     with FakeServer() as srv:
-        p = _run(tmp_path, srv.base_url, tokenizer_dir, f"output_dir={tmp_path}/out", "mlflow.enabled=false",
-                 "protocol.load_points=[]", "load.rate=50", "-m", "workload.output_tokens=4,8")
+        p = _run(tmp_path, mlflow_uri, srv.base_url, tokenizer_dir, f"output_dir={tmp_path}/out",
+                 "mlflow.enabled=false", "protocol.load_points=[]", "load.rate=50", "-m", "workload.output_tokens=4,8")
         assert p.returncode == 0, p.stdout + p.stderr
     jobs = sorted(d.name for d in (tmp_path / "out").iterdir() if d.is_dir() and d.name.startswith("job"))
     assert jobs == ["job0-workload.output_tokens=4", "job1-workload.output_tokens=8"]

@@ -65,6 +65,7 @@ def test_fine_combinations_pass():
         _apply(o)
 
 
+@pytest.mark.slow
 def test_the_command_line_says_so_and_runs_one_point(tmp_path):
     from engines.tiny_model import ensure_tiny_model
     from tests.fake_server import FakeServer

@@ -181,6 +181,7 @@ def test_session_turns_are_built_during_the_think_time(tmp_path):
     assert max(lags) < 20 or not quiet, (max(lags), noise_ms)  # a 50 ms build on the loop would delay them
 
 
+@pytest.mark.slow
 def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, monkeypatch):
     # Requests are built before the engine starts (harness.point.prebuild), into the cache,
     # so every run reads them from it.  Two runs of the same experiment (same seed: same

@@ -71,6 +71,7 @@ def _promote(tmp_path, cand_script):
     return json.loads((tmp_path / "promote.json").read_text()), seen
 
 
+@pytest.mark.slow
 def test_a_good_candidate_is_promoted_through_every_stage(tmp_path):
     rec, seen = _promote(tmp_path, ok_script("c", gap=0.002))
     assert rec["outcome"] == "promoted", rec["decisions"]
@@ -94,6 +95,7 @@ def test_a_good_candidate_is_promoted_through_every_stage(tmp_path):
     assert json.loads((tmp_path / "rollback.json").read_text())["proxy_mode"] == "rollback"
 
 
+@pytest.mark.slow
 def test_a_candidate_that_starts_failing_is_rolled_back_by_a_guard(tmp_path):
     def script(body, n):  # fine for a while, then every request breaks before its first token
         return stream(f"c{n}", gap=0.002) if n < 60 else [HEAD_CHUNKED, CLOSE]

@@ -75,6 +75,7 @@ def test_realtime_puts_the_process_in_sched_fifo():
     assert got == {"done": ["SCHED_FIFO 3"], "policy": os.SCHED_FIFO, "prio": 3}
 
 
+@pytest.mark.slow
 def test_the_proxy_command_places_itself(tmp_path):
     cpu = min(os.sched_getaffinity(0))
     with FakeServer(ok_script("i")) as inc:

@@ -81,6 +81,7 @@ def test_judge_pairs_by_block_and_says_why(tmp_path):
     assert not v["spec"]["passed"] and "not judged: the baseline's prompt-set requests failed" in v["spec"]["reason"]
 
 
+@pytest.mark.slow
 def test_a_config_that_changes_outputs_fails_the_gate_and_has_no_good_tokens(tmp_path):
     from engines.tiny_model import ensure_tiny_model
     from harness.experiment import Experiment

@@ -6,6 +6,7 @@ tests/test_report_browser.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -146,13 +147,13 @@ def test_report_command_and_import_command(experiment, tmp_path, capsys):
     assert main(["import", str(FIXTURES / "sglang_metrics.txt"), str(tmp_path / "x")]) == 2
 
 
-def test_report_of_an_mlflow_experiment(experiment, tmp_path):
+def test_report_of_an_mlflow_experiment(experiment, tmp_path, mlflow_uri):
     from harness.mlflow_log import MlflowLogger
     from harness.report import render
     from harness.report.source import resolve
     from harness.results_io import find_run_dirs, read_json
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_uri
     log = MlflowLogger(uri, "exp-by-name")
     log.start_parent("exp", {"protocol": "compare"})
     dirs = [d for d in find_run_dirs(experiment) if read_json(d / "run.json")["block"] == 0]  # fewer, faster
@@ -186,9 +187,13 @@ def test_timeline_spreads_tokens_when_a_run_has_too_many_chunks(experiment, monk
     assert sum(spread.out_tps) * width == pytest.approx(total - 0, rel=0.02)
 
 
-def test_static_figures_are_sized_for_a_two_column_paper(experiment, tmp_path):
+@pytest.mark.slow
+def test_static_figures_are_sized_for_a_two_column_paper(experiment, tmp_path, monkeypatch):
     from harness.report import static
+    from tests.conftest import NO_BROWSER
 
+    if os.environ.get("BROWSER_PATH") == NO_BROWSER:  # the suite's default: this test is the one that exports
+        monkeypatch.delenv("BROWSER_PATH")
     ok, why = static.available()
     if not ok:
         pytest.skip(f"static export unavailable here: {why}")

@@ -36,6 +36,7 @@ def report(tmp_path_factory):
     return render(exp, static_figures=False, imports=[imported]), exp
 
 
+@pytest.mark.slow
 def test_report_renders_offline_in_chromium(report, tmp_path):
     from playwright.sync_api import sync_playwright
 

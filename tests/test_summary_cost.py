@@ -117,14 +117,14 @@ def test_owned_cost_uses_measured_energy_from_telemetry():
     assert s2["cost_complete"] is False and nan(s2["cost_lines"]["energy"])
 
 
-def test_figures_reach_mlflow(tmp_path):
+def test_figures_reach_mlflow(tmp_path, mlflow_uri):
     pytest.importorskip("mlflow")
     from harness.mlflow_log import MlflowLogger
 
     s = summarize(mixed_run(), SLO.from_config(SLO_CFG), 0, 120 * S, cost_cfg=RENTAL)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    log = MlflowLogger(f"sqlite:///{tmp_path / 'mlflow.db'}", "cost-test")
+    log = MlflowLogger(mlflow_uri, "cost-test")
     rid = log.log_child("p", {"cost": RENTAL}, s, run_dir)
     run = log.client.get_run(rid)
     m, tags = run.data.metrics, run.data.tags
@@ -135,13 +135,13 @@ def test_figures_reach_mlflow(tmp_path):
     assert "no power or energy" in tags["summary.energy_unavailable_reason"]
 
 
-def test_names_mlflow_refuses_are_made_acceptable(tmp_path):
+def test_names_mlflow_refuses_are_made_acceptable(mlflow_uri):
     # an ablation's arms are "+prefix_caching", "+batch4096": one '+' in a metric name made
     # MLflow refuse the parent's whole batch of aggregates (seen on a real ablation)
     pytest.importorskip("mlflow")
     from harness.mlflow_log import MlflowLogger
 
-    log = MlflowLogger(f"sqlite:///{tmp_path / 'mlflow.db'}", "names", strict=True)
+    log = MlflowLogger(mlflow_uri, "names", strict=True)
     log.start_parent("exp", {"protocol": {"optimisations": {"+batch4096": ["x=1"]}}})
     log.log_parent_metrics({"+batch4096.p0.output_throughput.value": 2.0, "all.p0.output_throughput.value": 3.0})
     run = log.client.get_run(log.parent_id)

@@ -60,6 +60,7 @@ def test_forbidden_ids_are_the_special_and_partial_byte_tokens(model_dir, tok):
     assert len(allowed) == 2048 - 165 and empty == []
 
 
+@pytest.mark.slow
 def test_every_generated_token_streams_text(tok, outputs):
     for rid, (gen, _) in outputs.items():
         stream = DecodeStream([], skip_special_tokens=True)
@@ -68,6 +69,7 @@ def test_every_generated_token_streams_text(tok, outputs):
         assert sum(1 for d in deltas if not d) == 0, (rid, gen[:8])
 
 
+@pytest.mark.slow
 def test_forbidden_logits_stay_far_below_the_best_allowed(model_dir, outputs):
     forbidden = json.loads((model_dir / "tokenfactory_tiny.json").read_text())["forbidden_ids"]
     mask = torch.zeros(2048, dtype=torch.bool)

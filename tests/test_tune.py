@@ -159,6 +159,7 @@ def _expected(seqs=SEQS, tokens=TOKENS):
     return min(ok, key=lambda k: ok[k]["cost"]), ok
 
 
+@pytest.mark.slow
 def test_tpe_finds_the_cheapest_feasible_config_within_the_budget(tmp_path, monkeypatch):
     # 16 configs, 8 suggestions (3 of them random) from the default sampler
     record, out = _stub_tune(tmp_path, monkeypatch, "protocol.trials=8")
@@ -174,6 +175,7 @@ def test_tpe_finds_the_cheapest_feasible_config_within_the_budget(tmp_path, monk
     assert not (list(out.glob("hydra/*/optimization_results.yaml")))
 
 
+@pytest.mark.slow
 def test_grid_records_every_config_and_the_pareto_front(tmp_path, monkeypatch):
     seqs, tokens = [4, 8, 16, 32], [256, 1024]
     record, out = _stub_tune(tmp_path, monkeypatch, "protocol.sampler=grid", "protocol.trials=100",
@@ -218,6 +220,7 @@ def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ a real tune, resumed
+@pytest.mark.slow
 def test_tune_against_the_fake_engine_and_resume(tmp_path, monkeypatch):
     from engines.tiny_model import ensure_tiny_model
     from harness.tune import tune_command
