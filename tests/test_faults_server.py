@@ -22,7 +22,7 @@ from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter
 from loadgen.workloads.item import WorkItem
 from metrics.request_metrics import complete_record
-from tests.fake_stream_server import FakeServer
+from tests.fake_server import FakeServer
 from tests.faulty_server import FAULTS, HEALTHY_CHUNKS, STORM, TIMEOUTS, fault_script
 from tests.machine_noise import attempts
 

@@ -13,7 +13,7 @@ import pytest
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.records import RequestRecord
 from metrics.token_attribution import attribute_tokens
-from tests.fake_stream_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 
 def _send(url, n=1, count_tokens=None, continuous=False, timeouts=None, max_tokens=8, api="completions"):

@@ -12,7 +12,7 @@ from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter
 from loadgen.workloads.item import WorkItem
-from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 
 def short_script(delay=0.0):

@@ -12,7 +12,7 @@ from loadgen.dispatch import LoadSpec
 from loadgen.records import SCHEMA, RecordWriter
 from loadgen.workers import run_workers, split_load
 from loadgen.workloads.item import WorkItem
-from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 
 def _script(req, k):

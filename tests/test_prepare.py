@@ -14,7 +14,7 @@ from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.prepare import PrepareCache, Prepared, PrepareOptions, prepare
 from loadgen.records import RecordWriter
 from loadgen.workloads.item import WorkItem
-from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 from tests.machine_noise import attempts
 
 QUIET_MS = 20.0  # a probe held off the CPU longer than this: the run's send lag says nothing

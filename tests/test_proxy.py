@@ -17,7 +17,7 @@ from harness.proxy.routing import Router, bucket, sticky_key
 from harness.proxy.server import ProxyServer, Recorder, SideConfig
 from loadgen.client import Timeouts
 from metrics.slo import SLO
-from tests.fake_stream_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 WORDS = ["alpha ", "beta ", "gamma ", "delta "]
 

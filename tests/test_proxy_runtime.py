@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.proxy.runtime import GC_THRESHOLDS, check_placement, parse_cpus, place
-from tests.fake_stream_server import FakeServer
+from tests.fake_server import FakeServer
 from tests.test_proxy import ok_script
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from loadgen.workloads.item import WorkItem
 from metrics.cold_start import cold_start_figures
 from metrics.recovery import outage_cost, recovery_figures, windows_meeting_slo
 from metrics.slo import SLO
-from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 S = 1_000_000_000
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.fake_stream_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 pytestmark = pytest.mark.faults
 REPO = Path(__file__).resolve().parent.parent
