@@ -15,7 +15,7 @@ from conf.overrides import apply_explicit, explicit_keys
 from conf.schema import ConfigError
 from protocols.plan import plan_runs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _apply(overrides: list[str]):

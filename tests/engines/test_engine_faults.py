@@ -25,7 +25,7 @@ from tests.engine_cfg import engine_cfg
 from tests.recompute import recovery_by_hand
 
 pytestmark = pytest.mark.faults
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 INTERVAL = 0.5
 

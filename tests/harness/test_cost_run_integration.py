@@ -14,7 +14,7 @@ import pytest
 
 from tests.recompute import recompute
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration

@@ -42,7 +42,7 @@ from engines.tiny_model import ensure_tiny_model
 from tests.fake_server import FakeServer
 
 pytestmark = pytest.mark.faults
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 INTERRUPTS = 20
 N = 10
 POINTS = ("00-constant-rate=40", "01-constant-rate=40", "02-constant-rate=40")

@@ -24,7 +24,7 @@ from harness.imports import detect_tool, import_result
 from metrics.request_metrics import itl_per_token_s
 from metrics.slo import SLO
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).parent.parent / "fixtures"
 VLLM = FIX / "vllm_bench_serve_0.32.0_detailed.json"
 GUIDE04 = FIX / "guidellm_0.4_benchmarks.json"
 GUIDE02 = FIX / "guidellm_0.2_benchmarks.json"

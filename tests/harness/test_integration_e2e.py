@@ -22,7 +22,7 @@ from loadgen.records import COLUMNS
 from metrics.slo import SLO
 from metrics.summary import summarize
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 

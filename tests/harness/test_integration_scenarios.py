@@ -15,7 +15,7 @@ import pytest
 from tests.recompute import recovery_by_hand
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KEYS = ("kill_at_s", "engine_fault_detected_s", "engine_restart_s", "engine_down_s", "requests_in_flight_at_kill",
         "requests_lost", "requests_sent_during_outage", "requests_failed_during_outage", "requests_failed_after_kill",
         "slo_met_before_kill", "slo_recovered", "slo_recovery_s", "slo_recovery_after_ready_s",

@@ -23,7 +23,7 @@ from engines.tiny_model import ensure_tiny_model
 from tests.fake_server import FakeServer
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from engines.tiny_model import ensure_tiny_model
 from tests.fake_server import FakeServer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-DO-NOT-LEAK-1234567890"
 
 

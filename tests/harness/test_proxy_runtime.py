@@ -13,9 +13,9 @@ import pytest
 
 from harness.proxy.runtime import GC_THRESHOLDS, check_placement, parse_cpus, place
 from tests.fake_server import FakeServer
-from tests.test_proxy import ok_script
+from tests.harness.test_proxy import ok_script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 

@@ -1,7 +1,7 @@
 """The report (harness/report/): its numbers against metrics.statistics, escaping of outside text,
 plotly's JavaScript embedded once, imported results beside ours, the CLI, an MLflow experiment
 as the source, and the static exports' paper sizes.  The page in a real browser:
-tests/test_report_browser.py."""
+tests/harness/test_report_browser.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.synthetic_experiment import write_experiment
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 EVIL = "</script><script>alert(1)</script>"
 
 

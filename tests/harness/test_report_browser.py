@@ -13,7 +13,7 @@ import pytest
 from tests.synthetic_experiment import write_experiment
 
 CHROMIUM = Path("/usr/bin/chromium")
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 EVIL = "</script><script>alert(1)</script>"
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (.ci/run installs Debian's)")

@@ -29,7 +29,7 @@ import pytest
 from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
 pytestmark = pytest.mark.faults
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-ECHOED-BACK-0987654321"
 PACKAGES = ("harness", "engines", "loadgen", "metrics", "protocols", "conf", "benchmarks")
 

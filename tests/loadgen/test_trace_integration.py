@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("TOKENFACTORY_TRACES") or REPO.parent / "shared" / "traces")
 FILES = {"azure": TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv",
          "mooncake": TRACES / "mooncake_fast25" / "conversation_trace.jsonl"}

@@ -7,7 +7,7 @@ import pytest
 
 from metrics.cost import check_profile, per_million, per_unit, window_cost
 
-CONF_COST = Path(__file__).resolve().parents[1] / "conf" / "cost"
+CONF_COST = Path(__file__).resolve().parents[2] / "conf" / "cost"
 HOUR = 3600.0
 
 

@@ -11,7 +11,7 @@ import pytest
 from harness.roofline_command import Options, precisions, roofline_command, split_options
 from metrics import roofline as rl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The embedded tiny model's config.json (engines/tiny_model.py, TINY_SPEC).
 TINY = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 688,

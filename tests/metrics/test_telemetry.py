@@ -281,7 +281,7 @@ def test_energy_selftest_measure_on_a_fake_gpu():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "energy_selftest.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "energy_selftest.py"
     spec = importlib.util.spec_from_file_location("energy_selftest", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -16,7 +16,7 @@ import pytest
 from harness.experiment import compose_config
 from harness.promote import Promotion
 from tests.fake_server import CLOSE, HEAD_CHUNKED, FakeServer
-from tests.test_proxy import ok_script, stream
+from tests.harness.test_proxy import ok_script, stream
 
 # max_duration_s leaves room for a busy host (a CI check here pushed 21 candidate requests
 # through a shadow stage in 8 s); a quiet one decides each stage after its minimum
