@@ -54,7 +54,7 @@ PAGE = 4096
 
 class Zygote:
     def __init__(self):
-        self.p = subprocess.Popen([sys.executable, str(REPO / "tests" / "harness_zygote.py")], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([sys.executable, "-m", "tests.harness_zygote"], stdin=subprocess.PIPE, cwd=REPO,
                                   stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
         assert json.loads(self.p.stdout.readline()) == {"ready": True}
 
