@@ -8,7 +8,7 @@ import importlib
 import re
 from pathlib import Path
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 NAME = re.compile(r"`(metrics(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
 
 

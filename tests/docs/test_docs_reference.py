@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conf.schema import SCHEMAS, Load, Root
 
-HOOK = Path(__file__).resolve().parents[1] / "docs" / "hooks" / "config_reference.py"
+HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "config_reference.py"
 
 
 def render() -> str:

@@ -120,7 +120,7 @@ def _sweep(srv, out: Path, tok: str, mlflow: str | None = None) -> None:
         Experiment(compose("config", overrides=ov), overrides=ov).run()
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_three_sweeps_with_repeats_compare_as_a_user_would(tmp_path, monkeypatch, capsys):
     """(a) a fake server, (b) the same server again, (c) one 30 ms slower to first token; each a
     sweep of protocol.repeats=3 at one Poisson point.  ``compare a c``: TTFT worse for c, its
