@@ -84,8 +84,8 @@ def _hydra_run(argv: list[str]) -> int:
     from omegaconf import DictConfig
 
     from harness.errors import UserError
-    from harness.experiment import run_experiment
     from harness.multirun import swept_keys
+    from protocols.registry import Invocation, run_protocol
 
     swept = swept_keys(argv) if ("-m" in argv or "--multirun" in argv) else frozenset()
 
@@ -99,7 +99,7 @@ def _hydra_run(argv: list[str]) -> int:
         task = list(HydraConfig.get().overrides.task)
         enter_launch_dir()  # a launcher's job on another node starts where the command was typed
         try:
-            write_job(run_experiment(cfg, swept, explicit_keys(task), overrides=task), "complete")
+            write_job(run_protocol(cfg, Invocation(task, explicit_keys(task), swept)), "complete")
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)

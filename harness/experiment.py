@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.compose import compose_config
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
 from harness import experiment_record, quality_gate, report, results_io
@@ -30,19 +31,6 @@ from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
 from protocols.compare import SessionPlan, describe_plan, named_configs, plan_sessions
 from protocols.plan import RunSpec, plan_runs, runs_from_points
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """The root config with ``overrides``, composed by Hydra (inside a running Hydra app or not)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        cfg = compose("config", overrides=list(overrides))
-    else:
-        with initialize_config_module("conf", version_base="1.3"):
-            cfg = compose("config", overrides=list(overrides))
-    return cfg
 
 
 def check_config(cfg: DictConfig) -> list[RunSpec]:
@@ -379,12 +367,3 @@ class Experiment:
                   flush=True)
         print(f"results: {self.out}")
         return self.out
-
-
-def run_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
-                   explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None) -> Path:
-    if cfg.protocol.name == "promote":  # step 7: a proxy and live traffic, not engine sessions
-        from harness.promote import run_promotion
-
-        return run_promotion(cfg, overrides or [])
-    return Experiment(cfg, swept_keys, explicit, overrides).run()

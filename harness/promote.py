@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from conf.compose import compose_config
 from conf.schema import ConfigError, validate
 from harness import results_io
 from harness.errors import UserError
@@ -228,7 +229,6 @@ class Promotion:
     def launch_engines(self) -> None:
         from engines.base import EngineError
         from engines.registry import make_engine
-        from harness.experiment import compose_config
 
         base = [o for o in self.overrides if not _key(o).startswith(("protocol", "proxy", "engine", "output_dir"))]
         for side in SIDES:

@@ -44,12 +44,13 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from conf.compose import compose_config
 from conf.overrides import explicit_keys
 from conf.schema import ConfigError, SweepProtocol, validate
 from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment import Experiment, check_config, compose_config
+from harness.experiment import Experiment, check_config
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from protocols import tune as plan
 
