@@ -21,28 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metrics.comparison import RATIOS, direction
 from metrics.statistics import Estimate, mean_ci, paired_difference, ratio_ci, unpaired_difference, verdict
 
-# metric -> (higher is better, unit)
-METRICS = {
-    "output_throughput": (True, "tok/s"), "request_throughput": (True, "req/s"),
-    "goodput_rps": (True, "req/s"), "good_output_throughput": (True, "tok/s"), "slo_attainment": (True, ""),
-    "cost_per_mtok_good": (False, "per M good tok"), "cost_per_mtok_all": (False, "per M tok"),
-    "energy_per_good_token_j": (False, "J/tok"), "error_rate": (False, ""), "max_load_under_slo": (True, "load"),
-}
-# Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
-RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
-          "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6)}
 FIXED_KEYS = ("model", "model_revision", "tokenizer_sha256", "weight_dtype", "kv_cache_dtype", "quantization",
               "sampling", "workload", "slo")
-
-
-def direction(metric: str) -> tuple[bool, str]:
-    if metric in METRICS:
-        return METRICS[metric]
-    if metric.endswith("_ms"):  # latencies
-        return False, "ms"
-    return True, ""
 
 
 def _col(t: pa.Table, name: str) -> np.ndarray:
