@@ -194,7 +194,7 @@ def write_record(exp) -> dict:
     results_io.write_json(exp.out / "comparison.json", comparison)
     print_comparison(comparison)
     if exp.cfg.protocol.name == "ablation":
-        from harness.ablation import bottlenecks, effects, format_ablation
+        from metrics.ablation import bottlenecks, effects, format_ablation
         from protocols.ablation import ablation_arms
 
         arms = [(name, opts) for name, opts, _ in ablation_arms(exp.cfg.protocol)]
