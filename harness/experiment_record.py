@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import results_io
-from harness.quality_gate import format_quality, gate_enabled, gate_row, gate_search
+from harness.quality_gate import format_quality, gate_enabled
 from harness.results_io import SECRET_KEY
+from metrics.quality_gate import gate_row, gate_search
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 

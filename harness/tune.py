@@ -6,7 +6,7 @@ its range), then run as a Hydra multirun with ``hydra/sweeper=optuna`` and the s
 sweeper's parameters (``protocols.tune.sweeper_overrides``), one job at a time.  Each job is a
 trial: the job's config, with the protocol turned into a sweep with ``search=slo``, runs as an
 ``Experiment`` in ``OUT/trials/<n>/`` (its full record: runs, search.json, experiment.json),
-and the job returns the objective to the sweeper (``protocols.tune.judge``: an infeasible trial
+and the job returns the objective to the sweeper (``metrics.tune_verdict.judge``: an infeasible trial
 returns the objective's value for "no good token", +inf cost or 0 goodput per dollar).
 
 Resume: the hydra-optuna-sweeper release (1.3.0) pins optuna < 3, whose sqlite storage fails
@@ -52,6 +52,7 @@ from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.experiment import Experiment, check_config
 from harness.quality_gate import QUALITY_FILE, gate_enabled
+from metrics import tune_verdict
 from protocols import tune as plan
 
 TRIALS_DIR = "trials"
@@ -269,7 +270,7 @@ class Tuner:
                  + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
                     else "") + (f"; the grid has {self.grid} configs" if self.grid else "")
                  + f") over {len(self.knobs)} knob(s); objective {p.objective} "
-                 f"({plan.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
+                 f"({tune_verdict.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
                  + ("users" if closed else "requests/s") + f" in [{p.search_low or 'from the load points'}, "
                  f"{p.search_high or '...'}], tolerance {float(p.search_tolerance):.0%})"]
         for k in self.knobs:
@@ -377,7 +378,7 @@ class Tuner:
             print(f"suggestion {n_sugg}/{self.trials}: {shown} -> trial {t['trial']}, already evaluated "
                   f"({'feasible' if verdict['feasible'] else 'infeasible'}): read back", flush=True)
             self._reseed()
-            return plan.sweeper_value(verdict["objective"] if verdict["feasible"] else None, objective)
+            return tune_verdict.sweeper_value(verdict["objective"] if verdict["feasible"] else None, objective)
         if same:
             number, how = same[0]["trial"], "resumed"
         else:
@@ -414,7 +415,7 @@ class Tuner:
         if self.mlflow:
             self._mlflow_child(folder, number, params, verdict)
         self._reseed()
-        return plan.sweeper_value(verdict["objective"] if verdict["feasible"] else None, objective)
+        return tune_verdict.sweeper_value(verdict["objective"] if verdict["feasible"] else None, objective)
 
     def _reseed(self) -> None:
         """Python's ``random`` (optuna 2's grid sampler draws from it) seeded per suggestion, so
@@ -437,7 +438,7 @@ class Tuner:
         against_ref, why = self.trial_quality(folder)
         if passed is not False and against_ref is not None:
             passed, reason = against_ref, why
-        return plan.judge(search, str(self.cfg.protocol.objective), trial.get("error"), passed, reason)
+        return tune_verdict.judge(search, str(self.cfg.protocol.objective), trial.get("error"), passed, reason)
 
     # ------------------------------------------------------------------------------------ the record
     def write_record(self) -> dict:
@@ -455,20 +456,20 @@ class Tuner:
             else:
                 entry.update(feasible=None, why="not finished (interrupted): resumes with the same output_dir")
             trials.append(entry)
-        best = plan.best_trial(trials, objective)
-        front = plan.pareto_front(trials)
+        best = tune_verdict.best_trial(trials, objective)
+        front = tune_verdict.pareto_front(trials)
         done = [t for t in trials if t["status"] == "complete"]
         record = {
             "protocol": "tune", "status": self.status, "output_dir": str(self.out),
             "experiment": str(self.cfg.experiment),
-            "objective": objective, "direction": plan.DIRECTIONS[objective], "sampler": str(p.sampler),
+            "objective": objective, "direction": tune_verdict.DIRECTIONS[objective], "sampler": str(p.sampler),
             "seed": self.seed, "budget": self.trials,
             "startup_trials": plan.startup_trials(p.startup_trials) if p.sampler == "tpe" else None,
             "space": [{"key": k.key, **({"choices": list(k.choices)} if k.choices is not None else
                                          {"low": k.low, "high": k.high, "log": k.log, "step": k.step})}
                       for k in self.knobs],
             "sweeper": self.sweeper,
-            "infeasible_told_as": plan.sweeper_value(None, objective),
+            "infeasible_told_as": tune_verdict.sweeper_value(None, objective),
             "search": {"load_kind": str(self.cfg.load.kind), "low": p.search_low, "high": p.search_high,
                        "tolerance": float(p.search_tolerance), "max_probes": int(p.search_max_probes)},
             "slo": results_io.redact(OmegaConf.to_container(self.cfg.slo, resolve=True)),

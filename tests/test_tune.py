@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from protocols.tune import Knob, best_trial, judge, pareto_front, parse_space, sweep_expr, sweeper_overrides
+from metrics.tune_verdict import best_trial, judge, pareto_front
+from protocols.tune import Knob, parse_space, sweep_expr, sweeper_overrides
 
 
 # ------------------------------------------------------------------------------------ the space
