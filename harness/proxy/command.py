@@ -55,7 +55,7 @@ def summarize_sides(path: Path, slo_cfg, start_ns: int, end_ns: int) -> dict:
 
 def proxy_command(argv: list[str]) -> int:
     from conf.schema import ConfigError, validate
-    from harness.experiment import compose_config
+    from conf.compose import compose_config
 
     try:
         cfg = compose_config(argv)
