@@ -289,7 +289,7 @@ TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")
 @dataclass
 class TuneProtocol(SweepProtocol):
     """Search the knob space for the cheapest config that meets the SLO (protocols/tune.py,
-    harness/tune.py): Hydra's Optuna sweeper suggests configs; each trial is a sweep with
+    harness/tune.py): an Optuna study suggests configs; each trial is a sweep with
     ``search=slo`` in ``OUT/trials/<n>/``, judged at its max load under the SLO."""
     name: str = "tune"
     # knob -> [choices] or {low, high, log, step}; untyped so a command line can give the whole

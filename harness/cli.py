@@ -76,10 +76,6 @@ def _keys_to_env(argv: list[str]) -> list[str]:
 
 def _hydra_run(argv: list[str]) -> int:
     argv = _keys_to_env(argv)
-    if "protocol=tune" in argv:  # a multirun of its own, under Hydra's Optuna sweeper
-        from harness.tune import tune_command
-
-        return tune_command(argv)
     import hydra
     from omegaconf import DictConfig
 

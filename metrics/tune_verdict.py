@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-# objective -> the sweeper's direction
+# objective -> the study's direction
 DIRECTIONS = {"cost_per_mtok_good": "minimize", "goodput_per_dollar": "maximize"}
 
 def _float(v) -> float | None:
@@ -71,12 +71,12 @@ def judge(search: dict | None, objective: str, error: str | None = None, quality
     hi = _float((search.get("bracket") or [None, None])[1])
     out["note"] = ("the SLO holds at protocol.search_high: the max load is a lower bound, the cost an upper one"
                    if why is None and hi is not None and math.isinf(hi) else None)
-    out["objective"] = out[objective] if why is None else sweeper_value(None, objective)
+    out["objective"] = out[objective] if why is None else study_value(None, objective)
     return out
 
 
-def sweeper_value(value: float | None, objective: str) -> float:
-    """What optuna is told: the objective, or its value for "no good token" (cost +inf, goodput 0)."""
+def study_value(value: float | None, objective: str) -> float:
+    """What the study is told: the objective, or its value for "no good token" (cost +inf, goodput 0)."""
     if value is None:
         return math.inf if DIRECTIONS[objective] == "minimize" else 0.0
     return float(value)

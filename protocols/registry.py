@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from harness.errors import UserError
 from harness.experiment import Experiment
 from harness.promote import run_promotion
+from harness.tune import Tuner
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,18 @@ def _promotion(cfg: DictConfig, inv: Invocation) -> Path:
     return run_promotion(cfg, inv.overrides)
 
 
+def _tune(cfg: DictConfig, inv: Invocation) -> Path:
+    if inv.swept_keys:
+        raise UserError("protocol=tune suggests its own configs (an Optuna study over protocol.space), one trial at "
+                        f"a time; drop -m (it sweeps {', '.join(sorted(inv.swept_keys))})")
+    return Tuner(cfg, inv.overrides).run()
+
+
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("sweep", "one config over its load points, repeated", _experiment),
     Protocol("compare", "several configs in randomised blocks, compared at equal SLO", _experiment),
     Protocol("ablation", "a baseline and its optimisations one at a time and together", _experiment),
+    Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),
     Protocol("promote", "a candidate behind the proxy: shadow, canary stages, gates, rollback", _promotion),
 )}
 

@@ -2,12 +2,12 @@
 
 ``protocol=tune`` gives a search space (``protocol.space``: a config key -> a list of choices,
 or a range ``{low, high, log, step}``, both ends included), a budget of suggestions
-(``protocol.trials``), a sampler (``tpe``, ``grid``, ``random``) and an objective.  Hydra's
-Optuna sweeper suggests the configs (``sweeper_overrides`` turns the space into its command
-line); each trial is a sweep with ``search=slo`` (``harness.tune`` runs it), judged by
+(``protocol.trials``), a sampler (``tpe``, ``grid``, ``random``) and an objective.  An Optuna
+study (``harness.tune`` runs it, ask and tell) suggests the configs from the space as
+distributions (``search_space``); each trial is a sweep with ``search=slo``, judged by
 ``metrics.tune_verdict`` (feasible, the objective, the best trial, the Pareto front).
 
-Here: the space, the sweeper's command line and the trials' table.
+Here: the space, its distributions and sampler, and the trials' table.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from metrics.tune_verdict import DIRECTIONS
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler, GridSampler, RandomSampler, TPESampler
 
 RANGE_FIELDS = ("low", "high", "log", "step")
 MAX_GRID = 10000
@@ -124,9 +125,9 @@ def grid_size(knobs: list[Knob]) -> int:
     return math.prod(len(k.grid()) for k in knobs)
 
 
-# ------------------------------------------------------------------------------------ the sweeper's command line
-def _literal(v) -> str:
-    """A value in Hydra's override grammar (strings quoted)."""
+# ------------------------------------------------------------------------------------ the study
+def override_literal(v) -> str:
+    """A value in Hydra's override grammar (strings quoted): a trial's params as overrides."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -138,20 +139,19 @@ def _literal(v) -> str:
     raise ValueError(f"choice {v!r} holds both quote characters; Hydra's override syntax cannot quote it")
 
 
-def sweep_expr(knob: Knob, grid: bool = False) -> str:
-    """The knob as a Hydra sweep the Optuna sweeper turns into a distribution: ``choice(...)``
-    (categorical), ``int(interval(a,b))`` (integers), ``tag(log, ...)`` (log scale),
-    ``range(a,b,step)`` (stepped; the sweeper takes ``b`` as included).  The grid sampler gets
-    every range as its values: the sweeper's own conversion leaves out the high end."""
+def distribution(knob: Knob, grid: bool = False) -> BaseDistribution:
+    """The knob as an Optuna distribution, both ends of a range included: categorical over its
+    choices (for the grid sampler, over every grid value), else an integer or float range, on a
+    log scale or stepped."""
     if knob.choices is not None or grid:
-        return "choice(" + ",".join(_literal(v) for v in (knob.choices or knob.grid())) + ")"
-    lo, hi = knob.low, knob.high
-    if knob.step is not None:
-        return f"range({lo!r},{hi!r},{knob.step!r})"
-    inner = f"interval({lo!r},{hi!r})"
+        return CategoricalDistribution(list(knob.choices if knob.choices is not None else knob.grid()))
     if knob.integer:
-        inner = f"int({inner})"
-    return f"tag(log,{inner})" if knob.log else inner
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log, step=int(knob.step or 1))
+    return FloatDistribution(float(knob.low), float(knob.high), log=knob.log, step=knob.step)
+
+
+def search_space(knobs: list[Knob], grid: bool = False) -> dict[str, BaseDistribution]:
+    return {k.key: distribution(k, grid) for k in knobs}
 
 
 STARTUP_TRIALS = 3
@@ -164,18 +164,33 @@ def startup_trials(given: int | None) -> int:
     return int(given) if given else STARTUP_TRIALS
 
 
-def sweeper_overrides(knobs: list[Knob], *, sampler: str, trials: int, objective: str, seed: int,
-                      startup: int | None = None) -> list[str]:
-    """Hydra overrides that run the Optuna sweeper over ``knobs`` (one job at a time, so each
-    suggestion sees every result before it)."""
-    out = ["hydra/sweeper=optuna", f"hydra/sweeper/sampler={sampler}", f"hydra.sweeper.n_trials={trials}",
-           "hydra.sweeper.n_jobs=1", f"hydra.sweeper.direction={DIRECTIONS[objective]}",
-           "hydra.sweeper.study_name=tune"]
-    if sampler in ("tpe", "random"):
-        out.append(f"hydra.sweeper.sampler.seed={seed}")
+class AskTellGridSampler(GridSampler):
+    """Optuna's grid sampler, for a study driven by ask and tell: Optuna's stops the study once
+    the grid is visited, which only ``study.optimize`` allows; here the tune's budget (at most
+    the grid's size) ends it."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def make_sampler(sampler: str, knobs: list[Knob], seed: int, startup: int | None = None) -> BaseSampler:
+    """``protocol.sampler`` as Optuna's sampler, seeded: ``tpe`` (``startup_trials`` random
+    suggestions first), ``random``, or ``grid`` (every combination of the knobs' grid values,
+    in a seeded order)."""
+    if sampler == "grid":
+        return AskTellGridSampler({k.key: k.grid() for k in knobs}, seed=seed)
+    if sampler == "random":
+        return RandomSampler(seed=seed)
     if sampler == "tpe":
-        out.append(f"hydra.sweeper.sampler.n_startup_trials={startup_trials(startup)}")
-    return out + [f"{k.key}={sweep_expr(k, grid=sampler == 'grid')}" for k in knobs]
+        return TPESampler(seed=seed, n_startup_trials=startup_trials(startup))
+    raise ValueError(f"protocol.sampler={sampler!r}: expected tpe, grid or random")
+
+
+def describe_sampler(sampler: str, seed: int, startup: int | None = None) -> str:
+    """The sampler as the record and the plan name it."""
+    if sampler == "tpe":
+        return f"optuna TPESampler(seed={seed}, n_startup_trials={startup_trials(startup)})"
+    return f"optuna {'GridSampler' if sampler == 'grid' else 'RandomSampler'}(seed={seed})"
 
 
 # ------------------------------------------------------------------------------------ the table

@@ -54,8 +54,8 @@ def summarize_sides(path: Path, slo_cfg, start_ns: int, end_ns: int) -> dict:
 
 
 def proxy_command(argv: list[str]) -> int:
-    from conf.schema import ConfigError, validate
     from conf.compose import compose_config
+    from conf.schema import ConfigError, validate
 
     try:
         cfg = compose_config(argv)
