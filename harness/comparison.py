@@ -4,7 +4,9 @@ the difference from the baseline with its interval, and the verdict (``compariso
 Inside one experiment (``protocol=compare``) configs ran in blocks: block b of every config
 pairs with block b of the baseline, and differences are paired (t interval of the per-block
 differences; the relative one by the delta method).  ``tokenfactory compare EXP_A EXP_B``
-compares experiments run separately: there are no blocks to pair, so the difference is
+compares experiments run separately: a load point's replicates are its runs (a sweep's
+repeats of it, or a comparison's blocks), grouped by the point's label; the experiments were
+not interleaved, so nothing pairs a run of one with a run of the other, the difference is
 unpaired (Welch), and the table says so; experiments whose fixed conditions differ (model,
 tokenizer, precision, sampling, workload, SLO) are refused unless ``--allow KEY`` names the
 difference under test.  Statistics: ``metrics.statistics``.
@@ -64,7 +66,8 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
                    adjust: str = "none") -> list[dict]:
     """Per load point (``label``) and metric: estimates per group (at ``confidence``),
     differences from ``baseline`` (at ``difference_confidence``: the point's metrics are one
-    family)."""
+    family).  Every row of a group at a point is one replicate of it (a repeat, or a block);
+    ``replicates`` says how many each group has."""
     dconf = difference_confidence(confidence, len(metrics), adjust)
     labels: list[str] = []
     for t in groups.values():
@@ -77,8 +80,8 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
         base = at.get(baseline)
         offered = next((float(v) for t in at.values() for v in t.column("offered_load").to_pylist()
                         if v is not None), None) if "offered_load" in next(iter(at.values())).column_names else None
-        point = {"label": lab, "offered_load": offered, "difference_confidence": dconf,
-                 "family": len(metrics), "adjust": adjust, "metrics": {}}
+        point = {"label": lab, "offered_load": offered, "replicates": {name: t.num_rows for name, t in at.items()},
+                 "difference_confidence": dconf, "family": len(metrics), "adjust": adjust, "metrics": {}}
         for m in metrics:
             higher, unit = direction(m)
             entry = {"higher_is_better": higher, "unit": unit, "per_config": {}, "vs_baseline": {}}
@@ -171,11 +174,23 @@ def mlflow_metrics(points: list[dict]) -> dict[str, float]:
     for i, p in enumerate(points):
         for m, entry in p["metrics"].items():
             for name, est in entry["per_config"].items():
-                for k in ("value", "low", "high"):
+                for k in ("value", "low", "high", "n"):
                     v = est.get(k)
                     if isinstance(v, (int, float)) and math.isfinite(v):
-                        out[f"{name}.p{i}.{m}.{k}"] = float(v)
+                        out[(f"{name}." if name else "") + f"p{i}.{m}.{k}"] = float(v)
     return out
+
+
+def point_aggregates(table: pa.Table, metrics: list[str], confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """A sweep's estimate per load point (over its repeats) and metric, with its interval and
+    n, for the parent MLflow run: ``p<i>.<metric>.value|low|high|n``, ``i`` the point's place in
+    ``experiment.json``'s ``load_points``."""
+    if "role" in table.column_names:
+        table = table.filter(pc.equal(table.column("role"), "point"))
+    metrics = [m for m in metrics if m in table.column_names or m in RATIOS]
+    if not table.num_rows or not metrics:
+        return {}
+    return mlflow_metrics(compare_tables({"": table}, metrics, "", paired=False, confidence=confidence, seed=seed))
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -189,14 +204,17 @@ def _fmt(v: float | None, unit: str = "") -> str:
 def format_comparison(comparison: dict) -> str:
     lines = []
     kind = comparison["kind"]
-    lines.append(f"comparison ({'paired by block' if kind == 'paired' else 'unpaired (Welch): no blocks to pair'}), "
+    how = "paired by block" if kind == "paired" else comparison.get("method_note") or "unpaired (Welch)"
+    lines.append(f"comparison ({how}), "
                  f"{comparison['confidence']:.0%} intervals, baseline {comparison['baseline']}, "
                  f"margin {comparison['min_effect']:.0%}")
     diffs = comparison.get("fixed_condition_differences") or {}
     for key, vals in diffs.items():
         lines.append(f"  fixed condition {key} differs: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
     for p in comparison["points"]:
-        lines.append(f"\nload point {p['label']}")
+        reps = p.get("replicates") or {}
+        lines.append(f"\nload point {p['label']}" + (" (replicates: " + ", ".join(
+            f"{k} of {n}" for n, k in reps.items()) + ")" if reps else ""))
         if p.get("adjust") == "bonferroni" and p.get("family", 1) > 1:
             lines.append(f"  (differences at {p['difference_confidence']:.2%} each: Bonferroni over the {p['family']} "
                          f"metrics below, {comparison['confidence']:.0%} for all of them together)")
@@ -221,15 +239,21 @@ def print_comparison(comparison: dict) -> None:
 
 # ---------------------------------------------------------------------------- separate experiments
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
+    """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
+    replicate of a point, and its fixed conditions."""
     from harness import experiment_record, results_io
 
     if (path / "runs.parquet").exists():
-        table = pq.read_table(path / "runs.parquet")
+        table = _replicate_labels(pq.read_table(path / "runs.parquet"))
     else:
         rows = experiment_record.run_rows(path)
         if not rows:
             raise ValueError(f"{path}: no finished run (no summary.json) to compare")
         table = experiment_record.runs_table(rows)
+    if "role" in table.column_names:  # probes and search steps are not replicates of a point
+        table = table.filter(pc.equal(table.column("role"), "point"))
+    if not table.num_rows:
+        raise ValueError(f"{path}: no finished load point to compare")
     record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
     fixed = record.get("fixed_conditions") or {}
     if not fixed:
@@ -276,9 +300,29 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
     metrics = [m for m in (metrics or [m for m in _default_metrics() if m in cols or m in RATIOS])]
     points = compare_tables(groups, metrics, names[0], paired=False, confidence=confidence, margin=margin,
                             adjust=adjust)
-    return {"kind": "unpaired", "method_note": "experiments run separately: no blocks to pair, Welch intervals",
+    return {"kind": "unpaired",
+            "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
+                           "another; a load point's replicates are its repeats (or blocks)",
             "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
             "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow)}
+
+
+def _replicate_labels(table: pa.Table) -> pa.Table:
+    """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
+    the point's label, and the repeat in ``repeat`` (``protocols.plan.split_repeat``)."""
+    from protocols.plan import split_repeat
+
+    if "label" not in table.column_names:
+        return table
+    split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]
+    if all(r is None for _, r in split):
+        return table
+    table = table.set_column(table.column_names.index("label"), "label", pa.array([lab for lab, _ in split]))
+    old = table.column("repeat").to_pylist() if "repeat" in table.column_names else [None] * table.num_rows
+    repeat = pa.array([int(o or r or 0) for o, (_, r) in zip(old, split)], pa.int64())
+    if "repeat" in table.column_names:
+        return table.set_column(table.column_names.index("repeat"), "repeat", repeat)
+    return table.append_column("repeat", repeat)
 
 
 def _default_metrics() -> list[str]:
@@ -305,7 +349,8 @@ def compare_command(argv: list[str]) -> int:
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
                     help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
-    ap.add_argument("--out", help="write comparison.json here")
+    ap.add_argument("--out", default="comparison.json",
+                    help="where to write comparison.json (default: comparison.json in the current folder)")
     a = ap.parse_args(argv)
     allow = {k.strip() for k in a.allow.split(",") if k.strip()}
     unknown = allow - set(FIXED_KEYS)
@@ -320,7 +365,11 @@ def compare_command(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_comparison(comparison)
-    if a.out:
-        results_io.write_json(a.out, comparison)
-        print(f"written: {a.out}")
+    out = Path(a.out)
+    try:
+        results_io.write_json(out, comparison)
+    except OSError as e:
+        print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"comparison.json written: {out.resolve()}")
     return 0

@@ -135,7 +135,10 @@ class Experiment:
     def describe(self) -> str:
         if self.multi:
             return describe_plan(self.sessions, self.base_overrides)
-        return f"load points ({len(self.plan)}): " + ", ".join(r.label for r in self.plan)
+        points = experiment_record.load_points(self.plan)
+        repeats = {p["repeats"] for p in points}
+        return (f"load points ({len(points)}): " + ", ".join(p["label"] for p in points)
+                + (f"; {repeats.pop()} repeats of each" if repeats != {1} and len(repeats) == 1 else ""))
 
     def run(self) -> Path:
         if self.cfg.protocol.probe and not self.cfg.protocol.dry_run:

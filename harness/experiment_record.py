@@ -13,10 +13,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conf.schema import COMPARED_METRICS
 from harness import results_io
 from harness.quality_gate import format_quality, gate_enabled
 from harness.results_io import SECRET_KEY
 from metrics.quality_gate import gate_row, gate_search
+from protocols.plan import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 
@@ -76,16 +78,20 @@ def seven_steps(exp, runs: list[dict]) -> list[dict]:
 
 
 def run_rows(out: Path) -> list[dict]:
-    """Every finished run under ``out``: its run.json keys and its summary's scalars."""
+    """Every finished run under ``out``: its run.json keys and its summary's scalars.  A load
+    point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
+    folders written when each repeat had a label of its own (``protocols.plan.split_repeat``)."""
     rows = []
     for d in sorted(p.parent for p in out.rglob("summary.json")):
         meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
         summary = results_io.read_json(d / "summary.json")
         load = meta.get("load") or {}
+        label, old_repeat = split_repeat(str(meta.get("label", d.name)))
         row = {"config": meta.get("config") or "", "block": int(meta.get("block") or 0),
-               "role": meta.get("role") or "point", "label": meta.get("label", d.name),
+               "role": meta.get("role") or "point", "label": label,
                "load_kind": load.get("kind"), "offered_load": summary.get("offered_load"),
-               "repeat": int(meta.get("repeat") or 0), "run_dir": str(d.relative_to(out)) if d != out else "."}
+               "repeat": int(meta.get("repeat") or old_repeat or 0),
+               "run_dir": str(d.relative_to(out)) if d != out else "."}
         for k, v in summary.items():
             if k not in row and (v is None or isinstance(v, (bool, int, float, str))):
                 row[k] = _number(v)
@@ -140,13 +146,21 @@ def experiment_json(exp, status: str, runs: list[dict]) -> dict:
         "configs": configs or {"": []},
         "baseline": exp.baseline if configs else "",
         "blocks": [{"block": b, "order": order} for b, order in sorted(blocks.items())],
-        "load_points": [{"label": r.label, "load": r.load} for r in exp.plan],
+        "load_points": load_points(exp.plan),
         "runs_planned": sum(len(s.runs) for s in exp.sessions), "runs_finished": len(runs),
         "convergence": exp.convergence,
         "fixed_conditions": fixed, "slo": results_io.redact(_container(cfg.slo)),
         "workload": _container(cfg.workload),
         "steps": seven_steps(exp, runs),
     }
+
+
+def load_points(plan) -> list[dict]:
+    """The plan's load points, once each, with how many repeats of each it has."""
+    points: dict[str, dict] = {}
+    for r in plan:
+        points.setdefault(r.label, {"label": r.label, "load": r.load, "repeats": 0})["repeats"] += 1
+    return list(points.values())
 
 
 def _container(node):
@@ -167,7 +181,8 @@ def search_results(out: Path) -> list[dict]:
 
 def write_record(exp) -> dict:
     """``runs.parquet``, ``experiment.json`` and, for a comparison, ``comparison.json``; returns
-    the aggregate metrics for the MLflow parent run."""
+    the aggregate metrics for the MLflow parent run (a sweep's: per load point, over its
+    repeats; a comparison's: per config and point)."""
     rows = run_rows(exp.out)
     if not rows:
         return {}
@@ -184,7 +199,9 @@ def write_record(exp) -> dict:
         print(format_quality(quality), flush=True)
     results_io.write_json(exp.out / "experiment.json", record)
     if not exp.multi:
-        return {}
+        from harness.comparison import point_aggregates
+
+        return point_aggregates(table, list(COMPARED_METRICS), seed=int(exp.cfg.seed))
     from harness.comparison import compare_runs, print_comparison
 
     searches = search_results(exp.out)

@@ -2,7 +2,9 @@
 
 ``protocol=sweep`` runs each entry of ``protocol.load_points`` (a mapping merged over
 ``load``) against one engine kept up across them; with no list it is a single run of
-``load``.  Plans are pure data so they can be printed, resumed and tested without an engine.
+``load``; ``protocol.repeats`` runs of each point, every repeat of a point under the same
+label (replicates of it: ``repeat`` says which).  Plans are pure data so they can be
+printed, resumed and tested without an engine.
 """
 
 from __future__ import annotations
@@ -15,12 +17,35 @@ from omegaconf import DictConfig, OmegaConf
 
 @dataclass
 class RunSpec:
+    """One run: a load point (``label``, the same for each of its repeats) and which repeat.
+    A sweep's repeats of a point are replicates of it: grouped by ``label`` wherever runs are
+    compared or aggregated; each still has its own folder."""
     index: int
     label: str
     load: dict                       # the load config of this run (load group merged with the point)
     repeat: int = 0
     subdir: str | None = None        # folder under the sweep's output_dir; None = output_dir itself
     tags: dict = field(default_factory=dict)
+    repeats: int = 1                 # how many repeats of this point the plan has
+
+    @property
+    def title(self) -> str:
+        """The run for people (progress, logs, MLflow): the point, and which repeat if several."""
+        return run_title(self.label, self.repeat, self.repeats)
+
+
+def run_title(label: str, repeat: int, repeats: int) -> str:
+    return f"{label} (repeat {repeat})" if repeats > 1 else label
+
+
+_REPEAT_SUFFIX = re.compile(r"^(.*) #(\d+)$")
+
+
+def split_repeat(label: str) -> tuple[str, int | None]:
+    """A load point's label and the repeat it names: folders written before repeats were
+    replicates labelled each repeat ``"<point> #<r>"``; read that as (point, r)."""
+    m = _REPEAT_SUFFIX.match(label)
+    return (m.group(1), int(m.group(2))) if m else (label, None)
 
 
 def _slug(text: str) -> str:
@@ -79,7 +104,9 @@ def runs_from_points(base: dict, points: list, repeats: int = 1, prefix: str = "
     for r in range(repeats):
         for load in runs:
             idx = len(out)
-            label = load_label(load) + (f" #{r}" if repeats > 1 else "")
-            sub = None if single else prefix + f"{idx:02d}-{_slug(label.replace(' ', '-'))}"
-            out.append(RunSpec(index=idx, label=label, load=load, repeat=r, subdir=sub))
+            label = load_label(load)
+            # the folder keeps the repeat in its name (as it always had: an interrupted sweep resumes)
+            folder = label + (f" #{r}" if repeats > 1 else "")
+            sub = None if single else prefix + f"{idx:02d}-{_slug(folder.replace(' ', '-'))}"
+            out.append(RunSpec(index=idx, label=label, load=load, repeat=r, subdir=sub, repeats=repeats))
     return out

@@ -21,8 +21,8 @@ MODES = ("ok", "http500", "http429", "stall_first", "stall_mid", "disconnect", "
          "truncated", "no_output", "role_only_first", "error_event", "coalesced")
 
 
-def _params(prompt: str) -> dict:
-    out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": 10.0, "word": "tok"}
+def _params(prompt: str, ttft_ms: float = 10.0) -> dict:
+    out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": ttft_ms, "word": "tok"}
     for key, val in re.findall(r"(\w+)[:=]([\w.]+)", prompt):
         if key in ("mode", "word"):  # word: the output text's word (a config whose outputs differ)
             out[key] = val
@@ -34,8 +34,9 @@ def _params(prompt: str) -> dict:
 
 
 class FakeServer:
-    def __init__(self, continuous_usage: bool = True, knee_rps: float | None = None):
+    def __init__(self, continuous_usage: bool = True, knee_rps: float | None = None, ttft_ms: float = 10.0):
         self.continuous_usage = continuous_usage
+        self.ttft_ms = ttft_ms  # the first token's delay unless a request says otherwise (a slower server)
         # A capacity knee: a request that arrives less than 1/knee_rps after the one before (an
         # arrival rate >= knee_rps) gets its first token after 300 ms instead of ttft_ms; a request
         # whose model name or prompt says knee_rps:N has that knee instead.
@@ -113,7 +114,7 @@ class FakeServer:
         # behaviour from the prompt, or from the model name (engine.model=fake-ttft_ms:40) or a
         # "fake" request field (+engine.request_extra.fake=gap_ms:2): a harness run's prompts
         # come from a tokenizer, the others from its config
-        p = _params(f"{body.get('model', '')} {body.get('fake', '')} {prompt}")
+        p = _params(f"{body.get('model', '')} {body.get('fake', '')} {prompt}", self.ttft_ms)
         mode, k, n = p["mode"], p["k"], p["n"]
         knee = p.get("knee_rps", self.knee_rps)  # a config's own knee (engine.model=fake-knee_rps:20) wins
         if knee is not None:
