@@ -15,9 +15,12 @@ import pyarrow.parquet as pq
 
 from conf.schema import COMPARED_METRICS
 from harness import results_io
-from harness.quality_gate import format_quality, gate_enabled
+from harness.quality_gate import format_quality, gate_enabled, judge
 from harness.results_io import SECRET_KEY
+from metrics.ablation import bottlenecks, effects, format_ablation
+from metrics.comparison import compare_runs, format_comparison, point_aggregates
 from metrics.quality_gate import gate_row, gate_search
+from protocols.ablation import ablation_arms
 from protocols.plan import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
@@ -199,22 +202,15 @@ def write_record(exp) -> dict:
         print(format_quality(quality), flush=True)
     results_io.write_json(exp.out / "experiment.json", record)
     if not exp.multi:
-        from harness.comparison import point_aggregates
-
         return point_aggregates(table, list(COMPARED_METRICS), seed=int(exp.cfg.seed))
-    from harness.comparison import compare_runs, print_comparison
-
     searches = search_results(exp.out)
     if quality:
         searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
     comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
                               quality=quality)
     results_io.write_json(exp.out / "comparison.json", comparison)
-    print_comparison(comparison)
+    print(format_comparison(comparison), flush=True)
     if exp.cfg.protocol.name == "ablation":
-        from metrics.ablation import bottlenecks, effects, format_ablation
-        from protocols.ablation import ablation_arms
-
         arms = [(name, opts) for name, opts, _ in ablation_arms(exp.cfg.protocol)]
         ablation = {"arms": {name: list(opts) for name, opts in arms},
                     "confidence": float(exp.cfg.protocol.confidence),
@@ -228,8 +224,6 @@ def write_record(exp) -> dict:
 def judge_quality(exp) -> dict | None:
     """The quality gate's verdict per config from the sessions' ``quality.json`` (None when
     the gate is off or no session has outputs yet)."""
-    from harness.quality_gate import judge
-
     if not gate_enabled(exp.cfg):
         return None
     sessions = [(s.config or "", s.block, exp.session_dir(s)) for s in exp.sessions]

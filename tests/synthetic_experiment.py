@@ -8,7 +8,7 @@ Each run folder (``<root>/<config>/block<b>/<label>/``) holds ``requests.parquet
 series), ``telemetry.parquet`` (engine queue and KV usage, GPU power and energy counter),
 ``run.json``, ``provenance.json`` and ``workload.json`` (``loadgen.workloads.characterise``).
 The root gets ``runs.parquet`` (``harness.experiment_record``), ``experiment.json``,
-``comparison.json`` (``harness.comparison.compare_runs``, with a "max load under the SLO"
+``comparison.json`` (``metrics.comparison.compare_runs``, with a "max load under the SLO"
 point) and, for an ablation, ``ablation.json`` (``metrics.ablation``).
 
 The model: offered rate r against a config's capacity c (requests/s), rho = r / c; TTFT =
@@ -168,7 +168,7 @@ def write_experiment(out, *, configs: dict[str, dict] | None = None, rates=(5.0,
     from omegaconf import OmegaConf
 
     from conf.schema import COMPARED_METRICS
-    from harness.comparison import compare_runs
+    from metrics.comparison import compare_runs
 
     out = Path(out)
     configs = configs or DEFAULT_CONFIGS
