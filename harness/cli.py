@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return roofline_command(rest)
     if cmd == "compare":
-        from harness.comparison import compare_command
+        from protocols.compare.record import compare_command
 
         return compare_command(rest)
     if cmd == "workload":

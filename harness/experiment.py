@@ -1,12 +1,12 @@
 """Experiment orchestration: plan -> engine sessions -> each load point's steps -> record, report.
 
-A protocol's plan is a list of engine sessions (``protocols.compare.SessionPlan``): the
+A protocol's plan is a list of engine sessions (``protocols.compare.plan.SessionPlan``): the
 sweep has one, a comparison one per (block, config).  Each session launches its engine
 (``harness.engine_session``), runs its load points as the named steps of ``harness.point``
 and stops it.  Finished runs (a ``summary.json``) are skipped when the same ``output_dir``
 is run again, so an interrupted experiment resumes where it stopped; the record
 (``experiment.json``, ``runs.parquet``, and for a comparison ``comparison.json``) is written
-from the run folders (``harness.experiment_record``, ``harness.comparison``).
+from the run folders (``harness.experiment_record``, ``protocols.compare.record``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from harness.quality_gate import QUALITY_FILE, gate_enabled
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
-from protocols.compare import SessionPlan, describe_plan, named_configs, plan_sessions
-from protocols.plan import RunSpec, plan_runs, runs_from_points
+from protocols.compare.plan import SessionPlan, describe_plan, named_configs, plan_sessions
+from protocols.load_points import RunSpec, plan_runs, runs_from_points
 
 
 def check_config(cfg: DictConfig) -> list[RunSpec]:
@@ -88,7 +88,7 @@ class Experiment:
 
     def named_configs(self) -> list:
         if self.cfg.protocol.name == "ablation":
-            from protocols.ablation import ablation_arms
+            from protocols.ablation.plan import ablation_arms
 
             return [nc for _, _, nc in ablation_arms(self.cfg.protocol)]
         return named_configs(self.cfg.protocol)

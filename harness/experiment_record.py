@@ -20,8 +20,8 @@ from harness.results_io import SECRET_KEY
 from metrics.ablation import bottlenecks, effects, format_ablation
 from metrics.comparison import compare_runs, format_comparison, point_aggregates
 from metrics.quality_gate import gate_row, gate_search
-from protocols.ablation import ablation_arms
-from protocols.plan import split_repeat
+from protocols.ablation.plan import ablation_arms
+from protocols.load_points import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 
@@ -83,7 +83,7 @@ def seven_steps(exp, runs: list[dict]) -> list[dict]:
 def run_rows(out: Path) -> list[dict]:
     """Every finished run under ``out``: its run.json keys and its summary's scalars.  A load
     point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
-    folders written when each repeat had a label of its own (``protocols.plan.split_repeat``)."""
+    folders written when each repeat had a label of its own (``protocols.load_points.split_repeat``)."""
     rows = []
     for d in sorted(p.parent for p in out.rglob("summary.json")):
         meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}

@@ -10,7 +10,7 @@ repeats of it, or a comparison's blocks), grouped by the point's label; the expe
 not interleaved, so nothing pairs a run of one with a run of the other, the difference is
 unpaired (Welch), and the table says so; experiments whose fixed conditions differ (model,
 tokenizer, precision, sampling, workload, SLO) are refused unless ``--allow KEY`` names the
-difference under test (``harness.comparison``).  Statistics: ``metrics.statistics``.
+difference under test (``protocols.compare.record``).  Statistics: ``metrics.statistics``.
 """
 
 from __future__ import annotations

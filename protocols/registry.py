@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 
 from harness.errors import UserError
 from harness.experiment import Experiment
-from harness.promote import run_promotion
-from harness.tune import Tuner
+from protocols.promote.run import run_promotion
+from protocols.tune.run import Tuner
 
 
 @dataclass(frozen=True)

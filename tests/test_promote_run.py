@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.experiment import compose_config
-from harness.promote import Promotion
+from protocols.promote.run import Promotion
 from tests.fake_stream_server import CLOSE, HEAD_CHUNKED, FakeServer
 from tests.test_proxy import ok_script, stream
 

@@ -13,7 +13,7 @@ from optuna.samplers import GridSampler
 
 from harness.errors import UserError
 from metrics.tune_verdict import best_trial, judge, pareto_front
-from protocols.tune import Knob, make_sampler, parse_space, search_space
+from protocols.tune.plan import Knob, make_sampler, parse_space, search_space
 
 
 # ------------------------------------------------------------------------------------ the space
@@ -139,11 +139,11 @@ class StubExperiment:
 
 
 def _stub_tune(tmp_path, monkeypatch, *extra, seqs=SEQS, tokens=TOKENS):
-    import harness.tune
+    import protocols.tune.run
     from harness.cli import main
 
     StubExperiment.runs = []
-    monkeypatch.setattr(harness.tune, "Experiment", StubExperiment)
+    monkeypatch.setattr(protocols.tune.run, "Experiment", StubExperiment)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     argv = ["protocol=tune", "engine=vllm", "load=constant", "protocol.search_low=1", "protocol.search_high=40",
@@ -199,7 +199,7 @@ def test_grid_records_every_config_and_the_pareto_front(tmp_path, monkeypatch):
 
 
 def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):
-    import harness.tune
+    import protocols.tune.run
 
     monkeypatch.chdir(tmp_path)
     base = ["protocol=tune", "engine=vllm", f"output_dir={tmp_path}/out", "mlflow.enabled=false"]
@@ -214,7 +214,7 @@ def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):
         with pytest.raises(UserError, match=needle):
             from harness.experiment import compose_config
 
-            harness.tune.Tuner(compose_config(base + extra), base + extra)
+            protocols.tune.run.Tuner(compose_config(base + extra), base + extra)
     assert not (tmp_path / "out").exists()
 
 

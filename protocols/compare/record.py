@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from metrics.comparison import FIXED_KEYS, RATIOS, compare_tables, fixed_differences, format_comparison
-from protocols.plan import split_repeat
+from protocols.load_points import split_repeat
 
 
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
@@ -93,7 +93,7 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:
     """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
-    the point's label, and the repeat in ``repeat`` (``protocols.plan.split_repeat``)."""
+    the point's label, and the repeat in ``repeat`` (``protocols.load_points.split_repeat``)."""
     if "label" not in table.column_names:
         return table
     split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]

@@ -3,7 +3,7 @@
 ``tokenfactory run protocol=tune 'protocol.space={...}' ...`` runs through the protocol
 registry like any protocol.  The command's own overrides are checked (every knob a config key
 whose every choice, or both ends of its range, passes the schema), then the study asks for
-each suggestion (``study.ask`` with the space as distributions: ``protocols.tune.search_space``),
+each suggestion (``study.ask`` with the space as distributions: ``protocols.tune.plan.search_space``),
 the trial runs, and the study is told its objective (``study.tell``; ``metrics.tune_verdict``:
 an infeasible trial is told the objective's value for "no good token", +inf cost or 0 goodput
 per dollar).  Each trial is the config with the knobs set and the protocol turned into a sweep
@@ -16,7 +16,7 @@ their folders (``trial.json``: params and result).  The same command with the sa
 ``output_dir`` loads the study and goes on: a suggestion it was told is read back from its
 trial, one asked but never told (the tune was interrupted during it) is run again inside its
 folder (the experiment skips its finished runs) and told, and the rest of the budget is asked
-for.  Samplers are seeded (``protocols.tune.make_sampler``).
+for.  Samplers are seeded (``protocols.tune.plan.make_sampler``).
 
 Quality gate (on unless ``quality.enabled=false``): before the first trial, an engine with no
 knob set gives the reference greedy outputs (``OUT/reference/quality.json``); every trial
@@ -54,7 +54,7 @@ from harness.errors import UserError
 from harness.experiment import Experiment, check_config
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
-from protocols import tune as plan
+from protocols.tune import plan
 
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"

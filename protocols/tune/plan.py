@@ -3,7 +3,7 @@
 ``protocol=tune`` gives a search space (``protocol.space``: a config key -> a list of choices,
 or a range ``{low, high, log, step}``, both ends included), a budget of suggestions
 (``protocol.trials``), a sampler (``tpe``, ``grid``, ``random``) and an objective.  An Optuna
-study (``harness.tune`` runs it, ask and tell) suggests the configs from the space as
+study (``protocols.tune.run`` runs it, ask and tell) suggests the configs from the space as
 distributions (``search_space``); each trial is a sweep with ``search=slo``, judged by
 ``metrics.tune_verdict`` (feasible, the objective, the best trial, the Pareto front).
 

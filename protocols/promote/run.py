@@ -13,7 +13,7 @@ One process drives it (``Promotion.run``):
    subprocess, the command's own workload/load/SLO/client overrides passed on), or real
    callers (``protocol.traffic=live``);
 5. every ``protocol.guard.interval_s``: the rows the proxy finished, the guards (a trip rolls
-   back at once), the stage's gate when it is due (``protocols.promote.StageMachine``,
+   back at once), the stage's gate when it is due (``protocols.promote.plan.StageMachine``,
    ``metrics.promotion_gate``), a point of the timeline; a rehearsal's fault
    (``protocol.fault``) is injected into a launched candidate at its time;
 6. after the final decision, ``protocol.after_s`` more of the timeline, then everything is
@@ -56,7 +56,7 @@ from metrics.promotion_gate import (
     look_confidence,
     metric_kind,
 )
-from protocols.promote import Stage, StageMachine, plan_stages
+from protocols.promote.plan import Stage, StageMachine, plan_stages
 
 perf_ns = time.perf_counter_ns
 SIDES = (INCUMBENT, CANDIDATE)
