@@ -1,6 +1,6 @@
 """Experiment orchestration: plan -> engine sessions -> each load point's steps -> record, report.
 
-A protocol's plan is a list of engine sessions (``protocols.compare.plan.SessionPlan``): the
+A protocol's plan is a list of engine sessions (``protocols.blocks.SessionPlan``): the
 sweep has one, a comparison one per (block, config).  Each session launches its engine
 (``harness.engine_session``), runs its load points as the named steps of ``harness.point``
 and stops it.  Finished runs (a ``summary.json``) are skipped when the same ``output_dir``
@@ -29,14 +29,15 @@ from harness.quality_gate import QUALITY_FILE, gate_enabled
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
-from protocols.compare.plan import SessionPlan, describe_plan, named_configs, plan_sessions
+from protocols.blocks import SessionPlan, describe_plan, plan_sessions
+from protocols.designs import design_of
 from protocols.load_points import RunSpec, plan_runs, runs_from_points
 
 
 def check_config(cfg: DictConfig) -> list[RunSpec]:
     """Everything that can be checked before an engine starts; returns the load points."""
     validate(cfg)
-    runs = plan_runs(cfg, repeats=1 if cfg.protocol.name in ("compare", "ablation") else None)
+    runs = plan_runs(cfg, repeats=1 if design_of(cfg).in_blocks else None)  # in blocks, a block is a repeat
     check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
     check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
     if cfg.quality.prompts_path:
@@ -58,6 +59,7 @@ class Experiment:
         self.configs: dict[str, DictConfig] = {}   # comparison: name -> its composed config
         try:
             validate(cfg)
+            self.design = design_of(cfg)
             for note in apply_explicit(cfg, explicit):
                 print(f"note: {note}", flush=True)
             self.plan: list[RunSpec] = check_config(cfg)
@@ -78,25 +80,19 @@ class Experiment:
     @property
     def multi(self) -> bool:
         """Several configs in blocks: a comparison, or an ablation's arms."""
-        return self.cfg.protocol.name in ("compare", "ablation")
+        return self.design.in_blocks
 
     @property
     def baseline(self) -> str:
-        if self.cfg.protocol.name == "ablation":
-            return "baseline"
-        return self.cfg.protocol.baseline or next(iter(self.configs), "")
+        return self.design.baseline(self.cfg.protocol, list(self.configs)) if self.multi else ""
 
     def named_configs(self) -> list:
-        if self.cfg.protocol.name == "ablation":
-            from protocols.ablation.plan import ablation_arms
-
-            return [nc for _, _, nc in ablation_arms(self.cfg.protocol)]
-        return named_configs(self.cfg.protocol)
+        return self.design.configs(self.cfg.protocol)
 
     def _compare_sessions(self) -> list[SessionPlan]:
         named = self.named_configs()
-        baseline = self.cfg.protocol.baseline if self.cfg.protocol.name == "compare" else None
-        if baseline is not None and baseline not in {c.name for c in named}:
+        baseline = self.design.baseline(self.cfg.protocol, [c.name for c in named])
+        if baseline not in {c.name for c in named}:
             raise ValueError(f"protocol.baseline={baseline!r} is not one of protocol.configs "
                              f"({', '.join(c.name for c in named)})")
         # The command's own overrides, but its protocol.configs: Hydra keeps overrides without

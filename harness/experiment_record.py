@@ -21,6 +21,7 @@ from metrics.ablation import bottlenecks, effects, format_ablation
 from metrics.comparison import compare_runs, format_comparison, point_aggregates
 from metrics.quality_gate import gate_row, gate_search
 from protocols.ablation.plan import ablation_arms
+from protocols.designs import design_of
 from protocols.load_points import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
@@ -45,7 +46,7 @@ def _redact_override(o: str) -> str:
 def seven_steps(exp, runs: list[dict]) -> list[dict]:
     """Which of the seed's seven steps this experiment covered, and why the others not."""
     cfg = exp.cfg
-    proto = str(cfg.protocol.name)
+    design = design_of(cfg)
     n_points = len(exp.plan)
     done = bool(runs)
     wl = cfg.workload
@@ -66,13 +67,13 @@ def seven_steps(exp, runs: list[dict]) -> list[dict]:
                                         "devices, harness commit"},
         {"step": 4, "ran": done and n_points > 1,
          "how": f"{n_points} load point(s)" + ("" if n_points > 1 else ": a single point is not a sweep")},
-        {"step": 5, "ran": proto == "ablation" and done,
-         "how": (f"{len(exp.configs)} arms in blocks, effects and interactions (ablation.json)" if proto == "ablation"
+        {"step": 5, "ran": design.ablation and done,
+         "how": (f"{len(exp.configs)} arms in blocks, effects and interactions (ablation.json)" if design.ablation
                  else "not an ablation (protocol=ablation)")},
         {"step": 6, "ran": exp.multi and done,
          "how": (f"{len(exp.configs)} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
                  "(comparison.json)") if exp.multi else "one config: nothing to compare (protocol=compare)"},
-        {"step": 7, "ran": proto == "promote" and bool(getattr(exp, "promotion", None)),
+        {"step": 7, "ran": design.promotion and bool(getattr(exp, "promotion", None)),
          "how": getattr(exp, "promotion_how", None) or "not a promotion (protocol=promote)"},
     ]
     for s in out:
@@ -210,7 +211,7 @@ def write_record(exp) -> dict:
                               quality=quality)
     results_io.write_json(exp.out / "comparison.json", comparison)
     print(format_comparison(comparison), flush=True)
-    if exp.cfg.protocol.name == "ablation":
+    if exp.design.ablation:
         arms = [(name, opts) for name, opts, _ in ablation_arms(exp.cfg.protocol)]
         ablation = {"arms": {name: list(opts) for name, opts in arms},
                     "confidence": float(exp.cfg.protocol.confidence),

@@ -32,12 +32,13 @@ from pathlib import Path
 
 from harness import results_io
 from metrics.quality_gate import verdicts
+from protocols.designs import design_of
 
 QUALITY_FILE = "quality.json"
 def gate_enabled(cfg) -> bool:
     q = cfg.quality.enabled
     if q is None:
-        return str(cfg.protocol.name) in ("compare", "ablation", "tune")
+        return design_of(cfg).quality_gate
     return bool(q)
 
 

@@ -2,7 +2,9 @@
 
 Every protocol is run the same way (``run_protocol``): the command line composes the config
 and hands it here with what the user typed (``Invocation``); the protocol's ``run`` does the
-rest and returns the experiment's folder.
+rest and returns the experiment's folder.  Each protocol carries its design
+(``protocols.designs``: configs in blocks or one, baseline, quality gate, records), which the
+machinery below reads by the same name.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from omegaconf import DictConfig
 
 from harness.errors import UserError
 from harness.experiment import Experiment
+from protocols.designs import DESIGNS, Design
 from protocols.promote.run import run_promotion
 from protocols.tune.run import Tuner
 
@@ -33,6 +36,10 @@ class Protocol:
     name: str
     what: str                                        # one line, for the help and errors
     run: Callable[[DictConfig, Invocation], Path]    # config -> the experiment's folder
+
+    @property
+    def design(self) -> Design:
+        return DESIGNS[self.name]
 
 
 def _experiment(cfg: DictConfig, inv: Invocation) -> Path:
@@ -57,6 +64,7 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),
     Protocol("promote", "a candidate behind the proxy: shadow, canary stages, gates, rollback", _promotion),
 )}
+assert set(PROTOCOLS) == set(DESIGNS), "every protocol has a design, and every design a protocol"
 
 
 def get_protocol(name: str) -> Protocol:

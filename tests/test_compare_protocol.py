@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
-from protocols.compare.plan import NamedConfig, block_orders, named_configs, plan_sessions
+from protocols.blocks import NamedConfig, block_orders, plan_sessions
+from protocols.compare.plan import named_configs
 from protocols.load_points import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent

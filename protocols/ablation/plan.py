@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from protocols.compare.plan import NamedConfig
+from protocols.blocks import NamedConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
 BASELINE = "baseline"
