@@ -23,8 +23,9 @@ from conf.schema import ConfigError, validate
 from harness import experiment_record, quality_gate, report, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.mlflow_log import MlflowLogger, tracking_uri
+from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
+from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
@@ -334,18 +335,7 @@ class Experiment:
         print(f"  max load under the SLO: {at:g} (bracket {result['bracket']}; {result['note']})", flush=True)
 
     def start_mlflow(self) -> None:
-        if not self.cfg.mlflow.enabled:
-            return
-        # strict=False: MLflow unreachable (now or mid-run) is said and the run goes on (mlflow-sync later)
-        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment),
-                                   where=self.out, strict=False)
-        marker = self.out / "mlflow_parent.txt"
-        prev = marker.read_text().strip() if marker.exists() else None
-        pid = self.mlflow.start_parent(self.out.name, self.safe_config,
-                                       tags={"output_dir": str(self.out.resolve()),
-                                             "tokenfactory.protocol": str(self.cfg.protocol.name)}, run_id=prev)
-        if pid:
-            results_io.write_atomic(marker, pid + "\n")
+        self.mlflow = start_parent(self.cfg, self.out)
 
     def finish(self) -> Path:
         """The experiment's record from its run folders, then the report."""

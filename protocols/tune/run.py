@@ -52,6 +52,8 @@ from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.experiment import Experiment, check_config
+from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
+from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
 from protocols.tune import plan
@@ -460,11 +462,9 @@ class Tuner:
         return record
 
     def experiment_json(self, record: dict) -> dict:
-        from harness.experiment_record import STEPS, _redact_override
-
         done = record["evaluated"] > 0
         best = record["best"]
-        steps = [
+        steps = steps_record([
             (1, done, "fixed conditions recorded with every trial's runs (run.json); a trial whose record says the "
                       "quality gate failed is infeasible"),
             (2, done, f"workload.json per run ({self.cfg.workload.name}), the same workload for every trial"),
@@ -476,25 +476,15 @@ class Tuner:
                       + (f"trial {best['trial']}" if best else "none") + ", Pareto front of cost vs max load "
                       "(tune.json); one run per config, no intervals: protocol=compare on the finalists gives them"),
             (7, False, "not a promotion (protocol=promote)"),
-        ]
-        return {
-            "experiment": str(self.cfg.experiment), "protocol": "tune", "status": record["status"],
-            "output_dir": str(self.out), "seed": self.seed,
-            "base_overrides": [_redact_override(o) for o in self.overrides],
-            "configs": {f"trial{t['trial']}": t["overrides"] for t in record["trials"]},
-            "baseline": "",
-            "runs_finished": sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/summary.json")),
-            "slo": record["slo"], "workload": results_io.redact(OmegaConf.to_container(self.cfg.workload,
-                                                                                        resolve=True)),
-            "tune": TUNE_FILE,
-            "steps": [{"step": s, "ran": ran, "how": how, "what": STEPS[s]} for s, ran, how in steps],
-        }
+        ])
+        return experiment_record(
+            self.cfg, status=record["status"], out=self.out, overrides=self.overrides, seed=self.seed,
+            configs={f"trial{t['trial']}": t["overrides"] for t in record["trials"]}, baseline="", steps=steps,
+            runs_finished=sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/summary.json")), tune=TUNE_FILE)
 
     def write_runs(self, trials: list[dict]) -> None:
         """``runs.parquet``: every trial's runs, ``config`` = trial<n>, with its params as columns."""
         import pyarrow.parquet as pq
-
-        from harness.experiment_record import run_rows, runs_table
 
         by_folder = {t["folder"]: t for t in trials}
         rows = []
@@ -514,18 +504,8 @@ class Tuner:
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:
         """A parent run for the tune; each trial's own parent run becomes its child."""
-        if not self.cfg.mlflow.enabled:
-            return
-        from harness.mlflow_log import MlflowLogger, tracking_uri
-
-        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment))
-        marker = self.out / "mlflow_parent.txt"
-        prev = marker.read_text().strip() if marker.exists() else None
-        safe = results_io.redact(OmegaConf.to_container(self.cfg, resolve=True))
-        pid = self.mlflow.start_parent(f"tune {self.out.name}", safe, run_id=prev,
-                                       tags={"tokenfactory.kind": "tune", "tokenfactory.protocol": "tune",
-                                             "output_dir": str(self.out.resolve())})
-        results_io.write_atomic(marker, pid + "\n")
+        self.mlflow = start_parent(self.cfg, self.out, name=f"tune {self.out.name}", tags={"tokenfactory.kind": "tune"},
+                                   strict=True)
 
     def _mlflow_child(self, folder: Path, number: int, params: dict, verdict: dict) -> None:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
