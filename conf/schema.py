@@ -267,7 +267,7 @@ class CompareProtocol(SweepProtocol):
 class AblationProtocol(SweepProtocol):
     """Step 5: a baseline (overrides) and named optimisations (name -> overrides); arms are the
     baseline, each optimisation alone, the chosen pairs (or the full factorial) and all together,
-    run in blocks like a comparison's configs (protocols/ablation/plan.py, harness/ablation.py)."""
+    run in blocks like a comparison's configs (protocols/ablation/plan.py, metrics/ablation.py)."""
     name: str = "ablation"
     baseline: Any = None                      # overrides every arm starts from
     optimisations: Any = None                 # name -> overrides that turn it on
@@ -526,8 +526,8 @@ class Report:
 
 @dataclass
 class Quality:
-    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py): greedy outputs
-    on a fixed prompt set, taken at the end of every engine session, compared with the
+    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py, metrics/quality_gate.py): greedy
+    outputs on a fixed prompt set, taken at the end of every engine session, compared with the
     baseline config's; optionally an external evaluation command's score."""
 
     enabled: Optional[bool] = None             # null: on for compare, ablation and tune, off for a sweep
