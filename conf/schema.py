@@ -255,7 +255,7 @@ class CompareProtocol(SweepProtocol):
     is launched fresh and run over every load point, in an order drawn from ``seed``."""
     name: str = "compare"
     # name -> list of override strings; untyped so a command line can give the whole mapping
-    # (a typed mapping only merges keys into what the YAML has); checked by protocols.compare
+    # (a typed mapping only merges keys into what the YAML has); checked by protocols.compare.plan
     configs: Any = None
     baseline: Optional[str] = None            # the config the others are compared with (default: the first)
     repeats: int = _f(3, ge=1)                # blocks
@@ -274,7 +274,7 @@ class CompareProtocol(SweepProtocol):
 class AblationProtocol(SweepProtocol):
     """Step 5: a baseline (overrides) and named optimisations (name -> overrides); arms are the
     baseline, each optimisation alone, the chosen pairs (or the full factorial) and all together,
-    run in blocks like a comparison's configs (protocols/ablation.py, harness/ablation.py)."""
+    run in blocks like a comparison's configs (protocols/ablation/plan.py, metrics/ablation.py)."""
     name: str = "ablation"
     baseline: Any = None                      # overrides every arm starts from
     optimisations: Any = None                 # name -> overrides that turn it on
@@ -295,12 +295,12 @@ TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")
 
 @dataclass
 class TuneProtocol(SweepProtocol):
-    """Search the knob space for the cheapest config that meets the SLO (protocols/tune.py,
-    harness/tune.py): Hydra's Optuna sweeper suggests configs; each trial is a sweep with
+    """Search the knob space for the cheapest config that meets the SLO (protocols/tune/plan.py,
+    protocols/tune/run.py): an Optuna study suggests configs; each trial is a sweep with
     ``search=slo`` in ``OUT/trials/<n>/``, judged at its max load under the SLO."""
     name: str = "tune"
     # knob -> [choices] or {low, high, log, step}; untyped so a command line can give the whole
-    # mapping; checked by protocols.tune.parse_space
+    # mapping; checked by protocols.tune.plan.parse_space
     space: Any = None
     trials: int = _f(8, ge=1)                 # the sampler's budget of suggestions
     objective: str = _f("cost_per_mtok_good", choices=TUNE_OBJECTIVES)
@@ -316,7 +316,7 @@ class TuneProtocol(SweepProtocol):
 # ------------------------------------------------------------------------------------ promotion (step 7)
 @dataclass
 class PromoteStage:
-    """One stage of a promotion (protocols/promote.py): the proxy's mode and the candidate's share
+    """One stage of a promotion (protocols/promote/plan.py): the proxy's mode and the candidate's share
     while it lasts; its gate runs once it has ``min_requests`` candidate requests and
     ``min_duration_s``, and is retried until ``max_duration_s`` (no decision by then: roll back)."""
     name: str = ""                            # default: shadow, or canary_<share in %>
@@ -380,7 +380,7 @@ class PromoteFault:
 @dataclass
 class PromoteProtocol(SweepProtocol):
     """Step 7: shadow, then canary shares, each stage gated against the incumbent on the same
-    period; guards roll back mid-stage (harness/promote.py, protocols/promote.py)."""
+    period; guards roll back mid-stage (protocols/promote/run.py, protocols/promote/plan.py)."""
     name: str = "promote"
     load_points: List[Any] = field(default_factory=list)
     stages: List[PromoteStage] = field(default_factory=_default_stages)
@@ -534,8 +534,8 @@ class Report:
 
 @dataclass
 class Quality:
-    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py): greedy outputs
-    on a fixed prompt set, taken at the end of every engine session, compared with the
+    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py, metrics/quality_gate.py): greedy
+    outputs on a fixed prompt set, taken at the end of every engine session, compared with the
     baseline config's; optionally an external evaluation command's score."""
 
     enabled: Optional[bool] = None             # null: on for compare, ablation and tune, off for a sweep

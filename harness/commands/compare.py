@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from harness import results_io
-from harness.comparison import FIXED_KEYS, compare_experiments, print_comparison
+from metrics.comparison import FIXED_KEYS, format_comparison
+from protocols.compare.record import compare_experiments
 
 
 def main(argv: list[str]) -> int:
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print_comparison(comparison)
+    print(format_comparison(comparison), flush=True)
     out = Path(a.out)
     try:
         results_io.write_json(out, comparison)

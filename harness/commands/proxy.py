@@ -14,7 +14,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     from conf.schema import ConfigError, validate
-    from harness.experiment import compose_config
+    from conf.compose import compose_config
     from harness.proxy.standalone import StandaloneProxy
 
     if any(a in ("-h", "--help", "help") for a in argv):  # Hydra would read it as an override

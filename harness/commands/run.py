@@ -1,6 +1,6 @@
 """``tokenfactory run [hydra overrides] [--dry-run]``: one run, a sweep, or a protocol (``-m``: a
 Hydra multirun).  The arguments go to Hydra unchanged, so every Hydra override and flag works;
-``harness.experiment.run_experiment`` runs the composed config."""
+``protocols.registry.run_protocol`` runs the composed config through its protocol."""
 
 from __future__ import annotations
 
@@ -30,16 +30,12 @@ def keys_to_env(argv: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     argv = keys_to_env(argv)
-    if "protocol=tune" in argv:  # a multirun of its own, under Hydra's Optuna sweeper
-        from harness.tune import tune_command
-
-        return tune_command(argv)
     import hydra
     from omegaconf import DictConfig
 
     from harness.errors import UserError
-    from harness.experiment import run_experiment
     from harness.multirun import swept_keys
+    from protocols.registry import Invocation, run_protocol
 
     swept = swept_keys(argv) if ("-m" in argv or "--multirun" in argv) else frozenset()
 
@@ -53,7 +49,7 @@ def main(argv: list[str]) -> int:
         task = list(HydraConfig.get().overrides.task)
         enter_launch_dir()  # a launcher's job on another node starts where the command was typed
         try:
-            write_job(run_experiment(cfg, swept, explicit_keys(task), overrides=task), "complete")
+            write_job(run_protocol(cfg, Invocation(task, explicit_keys(task), swept)), "complete")
         except UserError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)

@@ -1,4 +1,4 @@
-"""The proxy in a child process of its own, driven by the promotion (``harness.promote``).
+"""The proxy in a child process of its own, driven by the promotion (``protocols.promote.run``).
 
 The child runs the proxy's event loop alone (its own interpreter and GIL: the promotion's
 gate arithmetic cannot stall a caller's stream) and talks to the parent over a pipe:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from harness.results_io import find_run_dirs, read_json
 from metrics.statistics import mean_ci, ratio_ci
+from protocols.load_points import offered_load, run_title, split_repeat
 from protocols.load_search import slo_holds
-from protocols.plan import offered_load, run_title, split_repeat
 
 # summary key -> (numerator, denominator, scale): ratios of totals across repeats, never means of ratios
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),

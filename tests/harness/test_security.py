@@ -252,7 +252,7 @@ def test_engine_commands_are_argument_lists(tmp_path):
 def test_extra_args_stay_literal_arguments_in_the_built_command(tmp_path):
     from omegaconf import OmegaConf
 
-    from harness.experiment import compose_config
+    from conf.compose import compose_config
 
     cfg = compose_config(["engine=vllm", "engine.python=/usr/bin/python3", "engine.model=/models/m",
                           "engine.extra_args=['--served-model-name', '$(reboot); rm -rf /']"])
@@ -268,8 +268,8 @@ def test_extra_args_stay_literal_arguments_in_the_built_command(tmp_path):
 def test_comparison_and_ablation_names_cannot_be_paths(name):
     from omegaconf import OmegaConf
 
-    from protocols.ablation import ablation_arms
-    from protocols.compare import named_configs
+    from protocols.ablation.plan import ablation_arms
+    from protocols.compare.plan import named_configs
 
     with pytest.raises(ValueError, match=r"protocol\.configs"):
         named_configs(OmegaConf.create({"configs": {name: ["engine.features.max_num_seqs=4"], "b": []}}))
@@ -281,14 +281,14 @@ def test_comparison_and_ablation_names_cannot_be_paths(name):
 @pytest.mark.parametrize("name", ["../../x", "/abs", "a/../../b", "..\\..\\x", ""])
 def test_the_experiment_name_cannot_leave_results(name):
     from conf.schema import ConfigError, validate
-    from harness.experiment import compose_config
+    from conf.compose import compose_config
 
     with pytest.raises(ConfigError, match="experiment="):
         validate(compose_config([f"experiment='{name}'"]))
 
 
 def test_load_point_labels_stay_one_folder_each():
-    from protocols.plan import runs_from_points
+    from protocols.load_points import runs_from_points
 
     base = {"kind": "poisson", "rate": None, "concurrency": None, "num_requests": 5}
     for value in ("../../x", "/etc/passwd", "a/b", "..", "x\x00y"):

@@ -180,7 +180,7 @@ def _leaves(node, prefix=""):
 
 @pytest.fixture(scope="module")
 def config_keys():
-    from harness.experiment import compose_config
+    from conf.compose import compose_config
 
     cfg = compose_config([])
     return sorted(k for k in _leaves(cfg) if not k.startswith(("hydra", "engine.env", "engine.request_extra")))

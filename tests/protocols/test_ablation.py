@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from metrics.statistics import log_ratio_ci
-from protocols.ablation import ablation_arms
+from protocols.ablation.plan import ablation_arms
 
 
 def test_arms_singles_pairs_all_and_factorial():

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
-from protocols.compare import NamedConfig, block_orders, named_configs, plan_sessions
-from protocols.plan import RunSpec
+from protocols.blocks import NamedConfig, block_orders, plan_sessions
+from protocols.compare.plan import named_configs
+from protocols.load_points import RunSpec
 
 
 def test_block_orders_are_seeded_permutations():
@@ -118,8 +119,8 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
 @pytest.mark.slow
 def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_conditions(tmp_path, mlflow_uri):
     from engines.tiny_model import ensure_tiny_model
-    from harness.comparison import compare_experiments
     from harness.experiment import Experiment
+    from protocols.compare.record import compare_experiments
     from tests.fake_server import FakeServer
 
     outs = []

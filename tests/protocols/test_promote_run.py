@@ -13,8 +13,8 @@ import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
-from harness.experiment import compose_config
-from harness.promote import Promotion
+from conf.compose import compose_config
+from protocols.promote.run import Promotion
 from tests.fake_server import CLOSE, HEAD_CHUNKED, FakeServer
 from tests.harness.test_proxy import ok_script, stream
 

@@ -18,7 +18,7 @@ from metrics.promotion_gate import (
     look_confidence,
     metric_kind,
 )
-from protocols.promote import StageMachine, plan_stages
+from protocols.promote.plan import StageMachine, plan_stages
 
 
 def side(rng, n, ttft=0.05, tpot=0.01, err=0.0, scale=1.0, slo_ttft=0.2, tokens=64, t=None):
@@ -229,8 +229,8 @@ def _rows(rng, ids, side_name, shadow, ttft_s, t0=0):
 def test_a_fully_mirrored_canary_is_gated_on_the_same_requests_on_both_sides():
     """The real run's case: at 5 % with every candidate request mirrored, the requests that ran on
     both sides at once were slower on both (12.9 ms) than the incumbent's own (9.2 ms)."""
-    from harness.promote import gate_rows
-    from protocols.promote import Stage
+    from protocols.promote.plan import Stage
+    from protocols.promote.run import gate_rows
 
     rng = np.random.default_rng(3)
     cand_ids = list(range(0, 2000, 20))  # 5 % of 2000 callers

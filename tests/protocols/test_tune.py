@@ -1,6 +1,6 @@
-"""protocol=tune: the space, the verdicts and the Pareto front by hand; the real Hydra Optuna
-sweeper over a stubbed trial (known cost and max load per config) finding the cheapest
-feasible config; and a real tune against the fake engine, resumed."""
+"""protocol=tune: the space, the verdicts and the Pareto front by hand; the real Optuna study
+over a stubbed trial (known cost and max load per config) finding the cheapest feasible
+config; and a real tune against the fake engine, resumed."""
 
 from __future__ import annotations
 
@@ -9,39 +9,39 @@ import math
 from pathlib import Path
 
 import pytest
+from optuna.samplers import GridSampler
 
 from harness.errors import UserError
-from protocols.tune import Knob, best_trial, judge, pareto_front, parse_space, sweep_expr, sweeper_overrides
+from metrics.tune_verdict import best_trial, judge, pareto_front
+from protocols.tune.plan import Knob, make_sampler, parse_space, search_space
 
 
 # ------------------------------------------------------------------------------------ the space
-def test_space_to_sweeper_parameters():
+def test_space_to_study_distributions():
     knobs = parse_space({"engine.features.max_num_seqs": [4, 8, 16],
                          "engine.features.max_num_batched_tokens": {"low": 256, "high": 2048, "log": True},
                          "engine.model": ["fake-knee_rps:8", "x y"],
                          "cost.hourly_per_host": {"low": 0.1, "high": 0.5, "step": 0.1},
                          "engine.features.tensor_parallel_size": {"low": 1, "high": 4}})
-    exprs = {k.key: sweep_expr(k) for k in knobs}
-    assert exprs == {"engine.features.max_num_seqs": "choice(4,8,16)",
-                     "engine.features.max_num_batched_tokens": "tag(log,int(interval(256,2048)))",
-                     "engine.model": "choice('fake-knee_rps:8','x y')",
-                     "cost.hourly_per_host": "range(0.1,0.5,0.1)",
-                     "engine.features.tensor_parallel_size": "int(interval(1,4))"}
-    # the sweeper turns them into the distributions meant (both ends included)
-    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
-
-    dists, _ = create_params_from_overrides([f"{k}={v}" for k, v in exprs.items()])
-    d = dists["engine.features.max_num_batched_tokens"]
-    assert (type(d).__name__, d.low, d.high) == ("IntLogUniformDistribution", 256, 2048)
-    assert dists["engine.model"].choices == ("fake-knee_rps:8", "x y")
-    assert (dists["cost.hourly_per_host"].low, dists["cost.hourly_per_host"].high) == (0.1, 0.5)
+    # the distributions meant, both ends included
+    d = search_space(knobs)
+    assert d["engine.features.max_num_seqs"].choices == (4, 8, 16)
+    tokens = d["engine.features.max_num_batched_tokens"]
+    assert (type(tokens).__name__, tokens.low, tokens.high, tokens.log) == ("IntDistribution", 256, 2048, True)
+    assert d["engine.model"].choices == ("fake-knee_rps:8", "x y")
+    cost = d["cost.hourly_per_host"]
+    assert (type(cost).__name__, cost.low, cost.high, cost.step) == ("FloatDistribution", 0.1, 0.5, 0.1)
+    tp = d["engine.features.tensor_parallel_size"]
+    assert (type(tp).__name__, tp.low, tp.high, tp.step, tp.log) == ("IntDistribution", 1, 4, 1, False)
     # the grid gets every value, the high end included
-    assert sweep_expr(Knob("a", low=256, high=1024, step=256, integer=True), grid=True) == "choice(256,512,768,1024)"
-    assert sweep_expr(knobs[3], grid=True) == "choice(0.1,0.2,0.3,0.4,0.5)"
-    over = sweeper_overrides(knobs[:1], sampler="tpe", trials=8, objective="cost_per_mtok_good", seed=3)
-    assert {"hydra/sweeper=optuna", "hydra.sweeper.n_trials=8", "hydra.sweeper.direction=minimize",
-            "hydra.sweeper.sampler.seed=3", "hydra.sweeper.sampler.n_startup_trials=3", "hydra.sweeper.n_jobs=1",
-            "engine.features.max_num_seqs=choice(4,8,16)"} <= set(over)
+    grid = search_space([Knob("a", low=256, high=1024, step=256, integer=True), knobs[3]], grid=True)
+    assert grid["a"].choices == (256, 512, 768, 1024) and grid["cost.hourly_per_host"].choices == (
+        0.1, 0.2, 0.3, 0.4, 0.5)
+    # samplers are seeded; TPE starts with protocol.startup_trials random suggestions (3 by default)
+    tpe = make_sampler("tpe", knobs[:1], seed=3)
+    assert type(tpe).__name__ == "TPESampler" and tpe._n_startup_trials == 3
+    assert isinstance(make_sampler("grid", knobs[:1], seed=3), GridSampler)
+    assert type(make_sampler("random", knobs[:1], seed=3)).__name__ == "RandomSampler"
 
 
 @pytest.mark.parametrize("space, needle", [
@@ -103,7 +103,7 @@ def test_pareto_front_and_best_by_hand():
     assert best_trial(trials[6:], "cost_per_mtok_good") is None
 
 
-# ------------------------------------------------------------------------------------ the sweeper, stubbed trials
+# ------------------------------------------------------------------------------------ the study, stubbed trials
 SEQS, TOKENS = [4, 8, 16, 32], [256, 512, 768, 1024]
 
 
@@ -139,17 +139,18 @@ class StubExperiment:
 
 
 def _stub_tune(tmp_path, monkeypatch, *extra, seqs=SEQS, tokens=TOKENS):
-    import harness.tune
+    import protocols.tune.run
+    from harness.cli import main
 
     StubExperiment.runs = []
-    monkeypatch.setattr(harness.tune, "Experiment", StubExperiment)
+    monkeypatch.setattr(protocols.tune.run, "Experiment", StubExperiment)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     argv = ["protocol=tune", "engine=vllm", "load=constant", "protocol.search_low=1", "protocol.search_high=40",
             f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false", "progress=false",
             f"protocol.space={{engine.features.max_num_seqs: {seqs}, "
             f"engine.features.max_num_batched_tokens: {tokens}}}", *extra]
-    assert harness.tune.tune_command(argv) == 0
+    assert main(["run", *argv]) == 0
     return json.loads((out / "tune.json").read_text()), out
 
 
@@ -172,7 +173,7 @@ def test_tpe_finds_the_cheapest_feasible_config_within_the_budget(tmp_path, monk
     assert [s["evaluated"] for s in record["suggestions"]].count("ran") == len(record["trials"])
     steps = json.loads((out / "experiment.json").read_text())["steps"]
     assert steps[5]["ran"] and "tune:" in steps[5]["how"]
-    assert not (list(out.glob("hydra/*/optimization_results.yaml")))
+    assert (out / "study.db").exists() and record["study"]["sampler"].startswith("optuna TPESampler(")
 
 
 @pytest.mark.slow
@@ -200,7 +201,7 @@ def test_grid_records_every_config_and_the_pareto_front(tmp_path, monkeypatch):
 
 
 def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):
-    import harness.tune
+    import protocols.tune.run
 
     monkeypatch.chdir(tmp_path)
     base = ["protocol=tune", "engine=vllm", f"output_dir={tmp_path}/out", "mlflow.enabled=false"]
@@ -213,9 +214,9 @@ def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):
                "protocol.search_low=1", "protocol.search_high=9"], "also set on the command line")]
     for extra, needle in cases:
         with pytest.raises(UserError, match=needle):
-            from harness.experiment import compose_config
+            from conf.compose import compose_config
 
-            harness.tune.Tuner(compose_config(base + extra), base + extra)
+            protocols.tune.run.Tuner(compose_config(base + extra), base + extra)
     assert not (tmp_path / "out").exists()
 
 
@@ -223,7 +224,7 @@ def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tune_against_the_fake_engine_and_resume(tmp_path, monkeypatch):
     from engines.tiny_model import ensure_tiny_model
-    from harness.tune import tune_command
+    from harness.cli import main
     from tests.fake_server import FakeServer
 
     monkeypatch.chdir(tmp_path)
@@ -240,7 +241,7 @@ def test_tune_against_the_fake_engine_and_resume(tmp_path, monkeypatch):
                 'protocol.space={engine.model: ["fake-knee_rps:20", "fake-ttft_ms:150", "fake-knee_rps:40-word:cat"]}',
                 'protocol.reference=["engine.model=fake-knee_rps:20"]', "quality.num_prompts=3",
                 "quality.max_tokens=4"]
-        assert tune_command([*argv, "protocol.trials=3"]) == 0
+        assert main(["run", *argv, "protocol.trials=3"]) == 0
         record = json.loads((out / "tune.json").read_text())
         assert [s["evaluated"] for s in record["suggestions"]] == ["ran", "ran", "ran"]
         assert json.loads((out / "reference" / "quality.json").read_text())["failed"] == 0
@@ -251,7 +252,7 @@ def test_tune_against_the_fake_engine_and_resume(tmp_path, monkeypatch):
                                                      "status": "running"}))
         (last / "search.json").unlink()
         # the same command: the first trial is read back, the second resumes in its folder; no run repeated
-        assert tune_command([*argv, "protocol.trials=3"]) == 0
+        assert main(["run", *argv, "protocol.trials=3"]) == 0
         assert {p: p.stat().st_mtime_ns for p in out.glob("trials/*/**/summary.json")} == runs
     again = json.loads((out / "tune.json").read_text())
     assert again["suggestions"] == [{**record["suggestions"][0], "evaluated": "reused"},

@@ -1,7 +1,7 @@
 """Step 7's plan and its stage machine: shadow, then growing canary shares, a gate at the end
 of each stage, guards that roll back at once.
 
-Pure logic (no clock, no network): ``harness.promote`` feeds it the time, the candidate's
+Pure logic (no clock, no network): ``protocols.promote.run`` feeds it the time, the candidate's
 request count, gate results and guard trips, and applies what it decides.
 
 - A stage is ready for its gate once it has run ``min_duration_s`` and the candidate has served

@@ -1,21 +1,22 @@
-"""``protocol=tune``, run: Hydra's Optuna sweeper suggests configs, each trial is an experiment.
+"""``protocol=tune``, run: an Optuna study suggests configs, each trial is an experiment.
 
-``tokenfactory run protocol=tune 'protocol.space={...}' ...`` (no ``-m``) lands here.  The
-command's own overrides are checked (every knob a config key that composes at every end of
-its range), then run as a Hydra multirun with ``hydra/sweeper=optuna`` and the space as the
-sweeper's parameters (``protocols.tune.sweeper_overrides``), one job at a time.  Each job is a
-trial: the job's config, with the protocol turned into a sweep with ``search=slo``, runs as an
-``Experiment`` in ``OUT/trials/<n>/`` (its full record: runs, search.json, experiment.json),
-and the job returns the objective to the sweeper (``protocols.tune.judge``: an infeasible trial
-returns the objective's value for "no good token", +inf cost or 0 goodput per dollar).
+``tokenfactory run protocol=tune 'protocol.space={...}' ...`` runs through the protocol
+registry like any protocol.  The command's own overrides are checked (every knob a config key
+whose every choice, or both ends of its range, passes the schema), then the study asks for
+each suggestion (``study.ask`` with the space as distributions: ``protocols.tune.plan.search_space``),
+the trial runs, and the study is told its objective (``study.tell``; ``metrics.tune_verdict``:
+an infeasible trial is told the objective's value for "no good token", +inf cost or 0 goodput
+per dollar).  Each trial is the config with the knobs set and the protocol turned into a sweep
+with ``search=slo``, run as an ``Experiment`` in ``OUT/trials/<n>/`` (its full record: runs,
+search.json, experiment.json); a suggestion whose params match a finished trial is answered
+from it instead of run again.
 
-Resume: the hydra-optuna-sweeper release (1.3.0) pins optuna < 3, whose sqlite storage fails
-under SQLAlchemy 2 (which MLflow 3 needs), so the study lives in memory and the output folder is
-the storage: every trial writes ``trial.json`` (its params and result), and a suggestion whose
-params match a finished trial is answered from it instead of run again.  Samplers are seeded
-(the grid sampler draws from Python's ``random``, seeded here), so a re-run of the same command
-replays the same suggestions: finished trials are read back, an interrupted one resumes inside
-its folder (the experiment skips its finished runs), and the rest run.
+Resume: the study lives in ``OUT/study.db`` (Optuna's RDB storage, SQLite), the trials in
+their folders (``trial.json``: params and result).  The same command with the same
+``output_dir`` loads the study and goes on: a suggestion it was told is read back from its
+trial, one asked but never told (the tune was interrupted during it) is run again inside its
+folder (the experiment skips its finished runs) and told, and the rest of the budget is asked
+for.  Samplers are seeded (``protocols.tune.plan.make_sampler``).
 
 Quality gate (on unless ``quality.enabled=false``): before the first trial, an engine with no
 knob set gives the reference greedy outputs (``OUT/reference/quality.json``); every trial
@@ -35,65 +36,38 @@ import dataclasses
 import hashlib
 import json
 import math
-import random
 import sys
 import time
 import traceback
 from pathlib import Path
 
+import optuna
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from conf.compose import compose_config
 from conf.overrides import explicit_keys
 from conf.schema import ConfigError, SweepProtocol, validate
 from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment import Experiment, check_config, compose_config
+from harness.experiment import Experiment, check_config
+from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
+from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
-from protocols import tune as plan
+from metrics import tune_verdict
+from protocols.tune import plan
 
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"
 REFERENCE_DIR = "reference"  # the quality gate's control: the config with no knob set
 TUNE_FILE = "tune.json"
+STUDY_FILE = "study.db"  # Optuna's storage: the study a rerun with the same output_dir continues
 BASE_FILE = "tune_base.json"
 # Protocol keys that steer the search, not what a trial measures: changing them keeps the trials.
 SEARCH_ONLY = ("space", "trials", "objective", "sampler", "startup_trials", "seed", "dry_run")
 # Keys that change how results are shown or logged, not what is measured.
 PRESENTATION = ("output_dir", "resume", "mlflow", "report", "progress")
-
-
-def tune_command(argv: list[str]) -> int:
-    """``tokenfactory run protocol=tune ...``: check, then run the sweep (``--dry-run``: the plan)."""
-    dry = "--dry-run" in argv
-    overrides = [a for a in argv if a != "--dry-run"]
-    if "-m" in overrides or "--multirun" in overrides:
-        print("error: protocol=tune runs its own multirun (Hydra's Optuna sweeper over protocol.space); drop -m",
-              file=sys.stderr)
-        return 2
-    try:
-        try:
-            cfg = compose_config(overrides)
-        except Exception as e:  # noqa: BLE001 - Hydra's composition errors, printed as the user's mistake
-            raise UserError(f"{e} {e.__cause__ or ''}".strip()) from None
-        tuner = Tuner(cfg, overrides)
-        if dry or cfg.protocol.dry_run:
-            print(tuner.describe())
-            return 0
-        tuner.run()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: finished trials are kept; the same command with the same output_dir resumes",
-              file=sys.stderr)
-        return 130
-    return 0
-
-
-def _plain(v):
-    return OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) or OmegaConf.is_list(v) else v
 
 
 def _key(params: dict) -> str:
@@ -135,10 +109,9 @@ class Tuner:
         self.seed = int(p.seed if p.seed is not None else cfg.seed)
         self.trials = int(p.trials) if self.grid is None else min(int(p.trials), self.grid)
         self.out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / results_io.new_run_id())
-        self.sweeper = plan.sweeper_overrides(self.knobs, sampler=str(p.sampler), trials=self.trials,
-                                              objective=str(p.objective), seed=self.seed,
-                                              startup=p.startup_trials)
-        self.suggestions: list[dict] = []   # this sweep's suggestions, in order: {"trial": n, "evaluated": ...}
+        self.space = plan.search_space(self.knobs, grid=self.grid is not None)
+        self.sampler = plan.describe_sampler(str(p.sampler), self.seed, p.startup_trials)
+        self.suggestions: list[dict] = []   # the study's suggestions, in order: {"trial": n, "evaluated": ...}
         self.mlflow = None
         self.status = "planned"
 
@@ -156,9 +129,9 @@ class Tuner:
     def _check_knobs(self) -> None:
         """Every knob names one config value, and each of its choices (or range ends) fits the
         field's type and passes the schema's checks, so no suggestion fails halfway through a
-        tune; each choice also survives the sweeper's round trip through Hydra's override syntax."""
+        tune; each choice also survives the round trip through Hydra's override syntax (a trial's
+        params are recorded, and given to its experiment, as overrides)."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
-        from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
         missing = object()
         parser = OverridesParser.create()
@@ -173,17 +146,11 @@ class Tuner:
             if isinstance(current, (DictConfig, ListConfig)):
                 raise ValueError(f"protocol.space.{k.key}: a group or mapping, not one value; a knob is a single "
                                  "setting (whole engine configs are compared with protocol=compare)")
-            expr = plan.sweep_expr(k, grid=self.grid is not None)
-            try:
-                dist = create_params_from_overrides([f"{k.key}={expr}"])[0][k.key]
-            except Exception as e:  # noqa: BLE001 - Hydra's parse error, named by key
-                raise ValueError(f"protocol.space.{k.key}: {expr} does not parse as a Hydra sweep: {e}") from None
-            wanted = list(k.choices) if k.choices is not None else (k.grid() if self.grid else [])
-            for encoded, want in zip(getattr(dist, "choices", ()), wanted):
-                got = parser.parse_overrides([f"{k.key}={encoded}"])[0].value()  # as the sweeper writes it
+            for want in list(k.choices) if k.choices is not None else (k.grid() if self.grid else []):
+                got = parser.parse_overrides([f"{k.key}={plan.override_literal(want)}"])[0].value()
                 if got != want or type(got) is not type(want):
-                    raise ValueError(f"protocol.space.{k.key}: the choice {want!r} comes back from the sweeper as "
-                                     f"{got!r} (Hydra's override syntax); rename it")
+                    raise ValueError(f"protocol.space.{k.key}: the choice {want!r} comes back from Hydra's override "
+                                     f"syntax as {got!r}; rename it")
             for v in (k.choices or [k.low, k.high]):
                 trial = copy.deepcopy(self.cfg)
                 try:
@@ -268,19 +235,22 @@ class Tuner:
                  + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
                     else "") + (f"; the grid has {self.grid} configs" if self.grid else "")
                  + f") over {len(self.knobs)} knob(s); objective {p.objective} "
-                 f"({plan.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
+                 f"({tune_verdict.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
                  + ("users" if closed else "requests/s") + f" in [{p.search_low or 'from the load points'}, "
                  f"{p.search_high or '...'}], tolerance {float(p.search_tolerance):.0%})"]
         for k in self.knobs:
             lines.append(f"  {k.key}: " + (f"{list(k.choices)}" if k.choices is not None else
                                           f"{'int' if k.integer else 'float'} {k.low}..{k.high}"
                                           + (" log" if k.log else "") + (f" step {k.step}" if k.step else "")))
-        lines.append("sweeper: " + " ".join(self.sweeper))
+        lines.append(f"sampler: {self.sampler}; study: {self.out / STUDY_FILE}")
         lines.append(f"would write to {self.out} (trials in {self.out / TRIALS_DIR}/<n>/)")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------------------------ the sweep
     def run(self) -> Path:
+        if self.cfg.protocol.dry_run:
+            print(self.describe())
+            return self.out
         self.out.mkdir(parents=True, exist_ok=True)
         self._check_base()
         done = [t for t in self.read_trials() if t.get("status") == "complete"]
@@ -290,27 +260,24 @@ class Tuner:
                   flush=True)
         self.start_mlflow()
         self.reference_outputs()
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        argv = ["-m", *self.overrides, *self.sweeper,
-                f"hydra.sweep.dir={plan._literal(str(self.out / 'hydra' / stamp))}"]
-        self._reseed()
+        study = self.study()
         self.status = "running"
         self.write_record()
         try:
-            self._multirun(argv)
+            self.search(study)
             self.status = "complete"
         except KeyboardInterrupt:
             self.status = "interrupted"
+            print(f"\nfinished trials are kept; to resume, run the same command with output_dir={self.out}",
+                  file=sys.stderr, flush=True)
             raise
-        except SystemExit as e:  # Hydra reports an error it caught and exits
+        except Exception:
             self.status = "failed"
-            raise UserError(f"the sweep stopped (Hydra exit status {e.code}); finished trials are kept in "
-                            f"{self.out / TRIALS_DIR}") from None
+            raise
         finally:
             record = self.write_record()
             if self.mlflow:
                 self._mlflow_parent_end(record)
-            (self.out / "hydra" / stamp / "optimization_results.yaml").unlink(missing_ok=True)  # see write_record
         print(plan.format_table(record), flush=True)
         best = record["best"]
         print("best: " + (f"trial {best['trial']} " + " ".join(f"{k}={v}" for k, v in best["params"].items())
@@ -320,6 +287,29 @@ class Tuner:
                            for t in record["pareto_front"]) or "empty"))
         print(f"results: {self.out}", flush=True)
         return self.out
+
+    def study(self) -> optuna.Study:
+        """The tune's Optuna study in ``OUT/study.db``, created or loaded (one per objective: a
+        study's direction is fixed, and the trials' folders are shared by all)."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tune prints each suggestion itself
+        p = self.cfg.protocol
+        objective = str(p.objective)
+        return optuna.create_study(storage=f"sqlite:///{(self.out / STUDY_FILE).resolve()}",
+                                   study_name=f"tune-{objective}", direction=tune_verdict.DIRECTIONS[objective],
+                                   sampler=plan.make_sampler(str(p.sampler), self.knobs, self.seed,
+                                                             p.startup_trials),
+                                   load_if_exists=True)
+
+    def search(self, study: optuna.Study) -> None:
+        """The budget of suggestions: those the study already holds first (told ones read back
+        from their trials, one asked but never told run again and told), then new ones asked."""
+        for asked in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)[:self.trials]:
+            value = self.run_trial(asked.params)
+            if asked.state == optuna.trial.TrialState.RUNNING:  # interrupted before it was told
+                study.tell(asked.number, value)
+        while len(self.suggestions) < self.trials:
+            trial = study.ask(self.space)
+            study.tell(trial, self.run_trial(trial.params))
 
     def _check_base(self) -> None:
         path = self.out / BASE_FILE
@@ -336,22 +326,6 @@ class Tuner:
                                 "their results would not compare: give a new output_dir")
         results_io.write_json(path, fp)
 
-    def _multirun(self, argv: list[str]) -> None:
-        import hydra
-
-        @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
-        def _job(cfg: DictConfig) -> float:
-            return self.run_trial(cfg)
-
-        from hydra.core.hydra_config import HydraConfig
-
-        saved, hydra_cfg = sys.argv, HydraConfig.instance().cfg
-        sys.argv = ["tokenfactory run", *argv]
-        try:
-            _job()
-        finally:  # the last job's Hydra config would otherwise outlive the sweep in this process
-            sys.argv, HydraConfig.instance().cfg = saved, hydra_cfg
-
     # ------------------------------------------------------------------------------------ one trial
     def trials_dir(self) -> Path:
         return self.out / TRIALS_DIR
@@ -361,11 +335,11 @@ class Tuner:
         found = [results_io.read_json(p) for p in d.glob(f"*/{TRIAL_FILE}")] if d.exists() else []
         return sorted(found, key=lambda t: t["trial"])
 
-    def run_trial(self, cfg: DictConfig) -> float:
-        """One suggestion (a Hydra job): reuse a finished trial with the same params, resume an
-        unfinished one, or run a new one; returns what the sweeper is told."""
+    def run_trial(self, params: dict) -> float:
+        """One suggestion: reuse a finished trial with the same params, resume an unfinished
+        one, or run a new one; returns what the study is told."""
         objective = str(self.cfg.protocol.objective)
-        params = {k.key: _plain(OmegaConf.select(cfg, k.key)) for k in self.knobs}
+        params = {k.key: params[k.key] for k in self.knobs}
         shown = " ".join(f"{k}={v}" for k, v in params.items())
         n_sugg = len(self.suggestions) + 1
         same = [t for t in self.read_trials() if _key(t["params"]) == _key(params)]
@@ -375,8 +349,7 @@ class Tuner:
             verdict = self._verdict(t)
             print(f"suggestion {n_sugg}/{self.trials}: {shown} -> trial {t['trial']}, already evaluated "
                   f"({'feasible' if verdict['feasible'] else 'infeasible'}): read back", flush=True)
-            self._reseed()
-            return plan.sweeper_value(verdict["objective"] if verdict["feasible"] else None, objective)
+            return tune_verdict.study_value(verdict["objective"] if verdict["feasible"] else None, objective)
         if same:
             number, how = same[0]["trial"], "resumed"
         else:
@@ -384,7 +357,7 @@ class Tuner:
             number, how = (max(taken) + 1 if taken else 0), "ran"
         folder = self.trials_dir() / str(number)
         folder.mkdir(parents=True, exist_ok=True)
-        overrides = [f"{k}={plan._literal(v)}" for k, v in params.items()]
+        overrides = [f"{k}={plan.override_literal(v)}" for k, v in params.items()]
         record = {"trial": number, "folder": str(folder.relative_to(self.out)), "params": params,
                   "overrides": overrides, "status": "running", "started": time.time()}
         results_io.write_json(folder / TRIAL_FILE, record)
@@ -393,9 +366,9 @@ class Tuner:
         error = None
         t0 = time.monotonic()
         try:
-            exp = Experiment(self.trial_config(cfg, folder), explicit=self.explicit,
+            exp = Experiment(self.trial_config(self.with_params(params), folder), explicit=self.explicit,
                              overrides=self.overrides + overrides)
-            exp.out = folder  # the tuner names its trials' folders (a multirun job would get a subfolder)
+            exp.out = folder  # the tuner names its trials' folders
             exp.run()
         except UserError as e:
             error = str(e)
@@ -412,13 +385,15 @@ class Tuner:
                                       else f"infeasible: {verdict['why']}"), flush=True)
         if self.mlflow:
             self._mlflow_child(folder, number, params, verdict)
-        self._reseed()
-        return plan.sweeper_value(verdict["objective"] if verdict["feasible"] else None, objective)
+        return tune_verdict.study_value(verdict["objective"] if verdict["feasible"] else None, objective)
 
-    def _reseed(self) -> None:
-        """Python's ``random`` (optuna 2's grid sampler draws from it) seeded per suggestion, so
-        the next draw does not depend on whether this trial ran or was read back."""
-        random.seed(self.seed * 100003 + len(self.suggestions))
+    def with_params(self, params: dict) -> DictConfig:
+        """The command's config with the knobs set to ``params`` (each checked against the schema
+        for its choices and range ends before the first trial)."""
+        cfg = copy.deepcopy(self.cfg)
+        for key, value in params.items():
+            OmegaConf.update(cfg, key, value, merge=False)
+        return cfg
 
     def _verdict(self, trial: dict) -> dict:
         """The trial judged from what its folder holds now (so a re-judged record follows the
@@ -436,13 +411,13 @@ class Tuner:
         against_ref, why = self.trial_quality(folder)
         if passed is not False and against_ref is not None:
             passed, reason = against_ref, why
-        return plan.judge(search, str(self.cfg.protocol.objective), trial.get("error"), passed, reason)
+        return tune_verdict.judge(search, str(self.cfg.protocol.objective), trial.get("error"), passed, reason)
 
     # ------------------------------------------------------------------------------------ the record
     def write_record(self) -> dict:
-        """``tune.json``, ``experiment.json`` and ``runs.parquet`` from the trial folders.
-        (The sweeper's own ``optimization_results.yaml`` is removed: it names the lowest value
-        it was told as best even when no trial was feasible.)"""
+        """``tune.json``, ``experiment.json`` and ``runs.parquet`` from the trial folders (the
+        best trial is the best feasible one, not the study's best value: an infeasible trial's
+        value can tie with it)."""
         p = self.cfg.protocol
         objective = str(p.objective)
         trials = []
@@ -454,20 +429,20 @@ class Tuner:
             else:
                 entry.update(feasible=None, why="not finished (interrupted): resumes with the same output_dir")
             trials.append(entry)
-        best = plan.best_trial(trials, objective)
-        front = plan.pareto_front(trials)
+        best = tune_verdict.best_trial(trials, objective)
+        front = tune_verdict.pareto_front(trials)
         done = [t for t in trials if t["status"] == "complete"]
         record = {
             "protocol": "tune", "status": self.status, "output_dir": str(self.out),
             "experiment": str(self.cfg.experiment),
-            "objective": objective, "direction": plan.DIRECTIONS[objective], "sampler": str(p.sampler),
+            "objective": objective, "direction": tune_verdict.DIRECTIONS[objective], "sampler": str(p.sampler),
             "seed": self.seed, "budget": self.trials,
             "startup_trials": plan.startup_trials(p.startup_trials) if p.sampler == "tpe" else None,
             "space": [{"key": k.key, **({"choices": list(k.choices)} if k.choices is not None else
                                          {"low": k.low, "high": k.high, "log": k.log, "step": k.step})}
                       for k in self.knobs],
-            "sweeper": self.sweeper,
-            "infeasible_told_as": plan.sweeper_value(None, objective),
+            "study": {"storage": STUDY_FILE, "name": f"tune-{objective}", "sampler": self.sampler},
+            "infeasible_told_as": tune_verdict.study_value(None, objective),
             "search": {"load_kind": str(self.cfg.load.kind), "low": p.search_low, "high": p.search_high,
                        "tolerance": float(p.search_tolerance), "max_probes": int(p.search_max_probes)},
             "slo": results_io.redact(OmegaConf.to_container(self.cfg.slo, resolve=True)),
@@ -487,11 +462,9 @@ class Tuner:
         return record
 
     def experiment_json(self, record: dict) -> dict:
-        from harness.experiment_record import STEPS, _redact_override
-
         done = record["evaluated"] > 0
         best = record["best"]
-        steps = [
+        steps = steps_record([
             (1, done, "fixed conditions recorded with every trial's runs (run.json); a trial whose record says the "
                       "quality gate failed is infeasible"),
             (2, done, f"workload.json per run ({self.cfg.workload.name}), the same workload for every trial"),
@@ -503,25 +476,15 @@ class Tuner:
                       + (f"trial {best['trial']}" if best else "none") + ", Pareto front of cost vs max load "
                       "(tune.json); one run per config, no intervals: protocol=compare on the finalists gives them"),
             (7, False, "not a promotion (protocol=promote)"),
-        ]
-        return {
-            "experiment": str(self.cfg.experiment), "protocol": "tune", "status": record["status"],
-            "output_dir": str(self.out), "seed": self.seed,
-            "base_overrides": [_redact_override(o) for o in self.overrides],
-            "configs": {f"trial{t['trial']}": t["overrides"] for t in record["trials"]},
-            "baseline": "",
-            "runs_finished": sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/summary.json")),
-            "slo": record["slo"], "workload": results_io.redact(OmegaConf.to_container(self.cfg.workload,
-                                                                                        resolve=True)),
-            "tune": TUNE_FILE,
-            "steps": [{"step": s, "ran": ran, "how": how, "what": STEPS[s]} for s, ran, how in steps],
-        }
+        ])
+        return experiment_record(
+            self.cfg, status=record["status"], out=self.out, overrides=self.overrides, seed=self.seed,
+            configs={f"trial{t['trial']}": t["overrides"] for t in record["trials"]}, baseline="", steps=steps,
+            runs_finished=sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/summary.json")), tune=TUNE_FILE)
 
     def write_runs(self, trials: list[dict]) -> None:
         """``runs.parquet``: every trial's runs, ``config`` = trial<n>, with its params as columns."""
         import pyarrow.parquet as pq
-
-        from harness.experiment_record import run_rows, runs_table
 
         by_folder = {t["folder"]: t for t in trials}
         rows = []
@@ -541,18 +504,8 @@ class Tuner:
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:
         """A parent run for the tune; each trial's own parent run becomes its child."""
-        if not self.cfg.mlflow.enabled:
-            return
-        from harness.mlflow_log import MlflowLogger, tracking_uri
-
-        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment))
-        marker = self.out / "mlflow_parent.txt"
-        prev = marker.read_text().strip() if marker.exists() else None
-        safe = results_io.redact(OmegaConf.to_container(self.cfg, resolve=True))
-        pid = self.mlflow.start_parent(f"tune {self.out.name}", safe, run_id=prev,
-                                       tags={"tokenfactory.kind": "tune", "tokenfactory.protocol": "tune",
-                                             "output_dir": str(self.out.resolve())})
-        results_io.write_atomic(marker, pid + "\n")
+        self.mlflow = start_parent(self.cfg, self.out, name=f"tune {self.out.name}", tags={"tokenfactory.kind": "tune"},
+                                   strict=True)
 
     def _mlflow_child(self, folder: Path, number: int, params: dict, verdict: dict) -> None:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME

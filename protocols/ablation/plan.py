@@ -5,7 +5,7 @@
 overrides that turn it on).  Each *arm* is a config of the comparison protocol (its blocks,
 its order drawn from the seed, its statistics): ``baseline``, ``+name`` for each optimisation
 alone, ``+a+b`` for pairs, and ``all`` for every one together.  The analysis
-(``harness.ablation``) reports each arm's effect as a ratio to the baseline, and the combined
+(``metrics.ablation``) reports each arm's effect as a ratio to the baseline, and the combined
 effect beside the product of the single effects: their ratio is the interaction (1 when the
 speed-ups multiply, below 1 when the bottleneck moved).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from protocols.compare import NamedConfig
+from protocols.blocks import NamedConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
 BASELINE = "baseline"

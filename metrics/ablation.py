@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from harness.comparison import direction
+from metrics.comparison import direction
 from metrics.statistics import log_ratio_ci
 
 EFFECT_METRICS = ("output_throughput", "goodput_rps", "cost_per_mtok_good", "p50_ttft_ms", "p99_ttft_ms",

@@ -1,5 +1,6 @@
-"""The comparison table: per load point and metric, each config's estimate with its interval,
-the difference from the baseline with its interval, and the verdict (``comparison.json``).
+"""The comparison table, pure (tables in, ``comparison.json``'s content out): per load point
+and metric, each config's estimate with its interval, the difference from the baseline with
+its interval, and the verdict; which way is better for each metric.
 
 Inside one experiment (``protocol=compare``) configs ran in blocks: block b of every config
 pairs with block b of the baseline, and differences are paired (t interval of the per-block
@@ -9,19 +10,16 @@ repeats of it, or a comparison's blocks), grouped by the point's label; the expe
 not interleaved, so nothing pairs a run of one with a run of the other, the difference is
 unpaired (Welch), and the table says so; experiments whose fixed conditions differ (model,
 tokenizer, precision, sampling, workload, SLO) are refused unless ``--allow KEY`` names the
-difference under test.  Statistics: ``metrics.statistics``.
+difference under test (``protocols.compare.record``).  Statistics: ``metrics.statistics``.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from metrics.statistics import Estimate, mean_ci, paired_difference, ratio_ci, unpaired_difference, verdict
 
@@ -35,16 +33,20 @@ METRICS = {
 # Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
           "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6)}
-FIXED_KEYS = ("model", "model_revision", "tokenizer_sha256", "weight_dtype", "kv_cache_dtype", "quantization",
-              "sampling", "workload", "slo")
 
 
 def direction(metric: str) -> tuple[bool, str]:
+    """(higher is better, unit) of ``metric``: the table above, else a latency for ``*_ms``,
+    else higher is better."""
     if metric in METRICS:
         return METRICS[metric]
     if metric.endswith("_ms"):  # latencies
         return False, "ms"
     return True, ""
+
+
+FIXED_KEYS = ("model", "model_revision", "tokenizer_sha256", "weight_dtype", "kv_cache_dtype", "quantization",
+              "sampling", "workload", "slo")
 
 
 def _col(t: pa.Table, name: str) -> np.ndarray:
@@ -248,145 +250,3 @@ def format_comparison(comparison: dict) -> str:
             for vs in e["vs_baseline"].values():
                 lines.append(f"  {'':<24}   {vs['text']}")
     return "\n".join(lines)
-
-
-def print_comparison(comparison: dict) -> None:
-    print(format_comparison(comparison), flush=True)
-
-
-# ---------------------------------------------------------------------------- separate experiments
-def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
-    """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
-    replicate of a point, and its fixed conditions."""
-    from harness import experiment_record, results_io
-
-    if (path / "runs.parquet").exists():
-        table = _replicate_labels(pq.read_table(path / "runs.parquet"))
-    else:
-        rows = experiment_record.run_rows(path)
-        if not rows:
-            raise ValueError(f"{path}: no finished run (no summary.json) to compare")
-        table = experiment_record.runs_table(rows)
-    if "role" in table.column_names:  # probes and search steps are not replicates of a point
-        table = table.filter(pc.equal(table.column("role"), "point"))
-    if not table.num_rows:
-        raise ValueError(f"{path}: no finished load point to compare")
-    record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
-    fixed = record.get("fixed_conditions") or {}
-    if not fixed:
-        for d in sorted(path.rglob("run.json")):
-            meta = results_io.read_json(d)
-            fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
-    return table, fixed
-
-
-def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | None = None,
-                        confidence: float = 0.95, margin: float = 0.02, adjust: str = "none",
-                        tracking_uri: str | None = None) -> dict:
-    """The comparison of experiments run separately (unpaired); each is one group, named by its
-    folder (and its config, for a comparison's configs)."""
-    groups: dict[str, pa.Table] = {}
-    fixed: dict[str, dict] = {}
-    import tempfile
-
-    from harness.report.source import resolve, safe_part
-
-    downloads = Path(tempfile.mkdtemp(prefix="tokenfactory-compare-"))  # MLflow experiments, read once
-    for arg in paths:
-        # a results folder, or an MLflow experiment's name
-        path = resolve(arg, dest=downloads / safe_part(arg), tracking_uri=tracking_uri)
-        table, fx = _experiment_runs(path)
-        configs = sorted(set(table.column("config").to_pylist())) if "config" in table.column_names else [""]
-        for c in configs:
-            name = path.name + (f"/{c}" if c else "")
-            if name in groups:
-                name = f"{path.parent.name}/{name}"
-            groups[name] = table.filter(pc.equal(table.column("config"), c)) if "config" in \
-                table.column_names else table
-            fixed[name] = fx.get(c) or next(iter(fx.values()), {})
-    if len(groups) < 2:
-        raise ValueError("tokenfactory compare needs at least two experiments (or configs) to compare")
-    diffs = fixed_differences(fixed)
-    refused = {k: v for k, v in diffs.items() if k not in allow}
-    if refused:
-        lines = [f"  {k}: " + ", ".join(f"{n}={v}" for n, v in vals.items()) for k, vals in refused.items()]
-        raise ValueError("these experiments differ in fixed conditions:\n" + "\n".join(lines) +
-                         f"\nif that difference is what is under test, say so: --allow {','.join(refused)}")
-    names = list(groups)
-    cols = set.intersection(*(set(t.column_names) for t in groups.values()))
-    metrics = [m for m in (metrics or [m for m in _default_metrics() if m in cols or m in RATIOS])]
-    points = compare_tables(groups, metrics, names[0], paired=False, confidence=confidence, margin=margin,
-                            adjust=adjust)
-    return {"kind": "unpaired",
-            "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
-                           "another; a load point's replicates are its repeats (or blocks)",
-            "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
-            "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow)}
-
-
-def _replicate_labels(table: pa.Table) -> pa.Table:
-    """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
-    the point's label, and the repeat in ``repeat`` (``protocols.plan.split_repeat``)."""
-    from protocols.plan import split_repeat
-
-    if "label" not in table.column_names:
-        return table
-    split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]
-    if all(r is None for _, r in split):
-        return table
-    table = table.set_column(table.column_names.index("label"), "label", pa.array([lab for lab, _ in split]))
-    old = table.column("repeat").to_pylist() if "repeat" in table.column_names else [None] * table.num_rows
-    repeat = pa.array([int(o or r or 0) for o, (_, r) in zip(old, split)], pa.int64())
-    if "repeat" in table.column_names:
-        return table.set_column(table.column_names.index("repeat"), "repeat", repeat)
-    return table.append_column("repeat", repeat)
-
-
-def _default_metrics() -> list[str]:
-    from conf.schema import COMPARED_METRICS
-
-    return list(COMPARED_METRICS)
-
-
-def compare_command(argv: list[str]) -> int:
-    """``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--out FILE]``."""
-    import argparse
-
-    from harness import results_io
-
-    ap = argparse.ArgumentParser(prog="tokenfactory compare",
-                                 description="equal-SLO comparison of finished experiments (unpaired)")
-    ap.add_argument("experiments", nargs="+",
-                    help="results folders (an experiment's output_dir) or MLflow experiment names")
-    ap.add_argument("--tracking-uri", help="MLflow store of the named experiments (default: $MLFLOW_TRACKING_URI, "
-                                           "else sqlite:///results/mlflow.db)")
-    ap.add_argument("--allow", default="", help="fixed conditions allowed to differ (comma-separated: "
-                                                + ", ".join(FIXED_KEYS) + ")")
-    ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
-    ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
-    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
-                    help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
-    ap.add_argument("--out", default="comparison.json",
-                    help="where to write comparison.json (default: comparison.json in the current folder)")
-    a = ap.parse_args(argv)
-    allow = {k.strip() for k in a.allow.split(",") if k.strip()}
-    unknown = allow - set(FIXED_KEYS)
-    if unknown:
-        print(f"error: --allow {','.join(sorted(unknown))}: not a fixed condition ({', '.join(FIXED_KEYS)})",
-              file=sys.stderr)
-        return 2
-    try:
-        comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust,
-                                         tracking_uri=a.tracking_uri)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print_comparison(comparison)
-    out = Path(a.out)
-    try:
-        results_io.write_json(out, comparison)
-    except OSError as e:
-        print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    print(f"comparison.json written: {out.resolve()}")
-    return 0

@@ -13,7 +13,7 @@ One process drives it (``Promotion.run``):
    subprocess, the command's own workload/load/SLO/client overrides passed on), or real
    callers (``protocol.traffic=live``);
 5. every ``protocol.guard.interval_s``: the rows the proxy finished, the guards (a trip rolls
-   back at once), the stage's gate when it is due (``protocols.promote.StageMachine``,
+   back at once), the stage's gate when it is due (``protocols.promote.plan.StageMachine``,
    ``metrics.promotion_gate``), a point of the timeline; a rehearsal's fault
    (``protocol.fault``) is injected into a launched candidate at its time;
 6. after the final decision, ``protocol.after_s`` more of the timeline, then everything is
@@ -38,9 +38,12 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from conf.compose import compose_config
 from conf.schema import ConfigError, Proxy, typed, validate
 from harness import results_io
 from harness.errors import UserError
+from harness.experiment_record import experiment_record, run_rows, seven_steps
+from harness.parent_run import start_parent
 from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE, INCUMBENT
 from harness.proxy.runtime import check_placement
@@ -55,7 +58,7 @@ from metrics.promotion_gate import (
     look_confidence,
     metric_kind,
 )
-from protocols.promote import Stage, StageMachine, plan_stages
+from protocols.promote.plan import Stage, StageMachine, plan_stages
 
 perf_ns = time.perf_counter_ns
 SIDES = (INCUMBENT, CANDIDATE)
@@ -168,10 +171,6 @@ class Promotion:
         self.looks = 0
         self.rows_total = 0
         self.callers: dict[str, str] = {}    # request id -> ok | failed | cancelled, as the caller saw it
-        # what harness.experiment_record.seven_steps reads
-        self.plan = [None]
-        self.configs = {s: self.launch[s] or [self.urls[s]] for s in SIDES}
-        self.multi = False
         self.promotion: dict | None = None
         self.promotion_how: str | None = None
 
@@ -228,7 +227,6 @@ class Promotion:
     def launch_engines(self) -> None:
         from engines.base import EngineError
         from engines.registry import make_engine
-        from harness.experiment import compose_config
 
         base = [o for o in self.overrides if not _key(o).startswith(("protocol", "proxy", "engine", "output_dir"))]
         for side in SIDES:
@@ -633,34 +631,22 @@ class Promotion:
         return "\n".join(lines)
 
     def write_experiment(self) -> None:
-        from harness.experiment_record import _redact_override, run_rows, seven_steps
-
         runs = run_rows(self.out) if self.out.exists() else []
-        rec = {"experiment": str(self.cfg.experiment), "protocol": "promote",
-               "status": "complete" if self.promotion and self.promotion["outcome"] in ("promoted", "rolled_back")
-               else ("running" if self.promotion is None else str(self.promotion["outcome"])),
-               "output_dir": str(self.out), "seed": int(self.cfg.seed),
-               "base_overrides": [_redact_override(o) for o in self.overrides],
-               "configs": {s: [_redact_override(o) for o in self.launch[s]] if self.launch[s] else [self.urls[s]]
-                           for s in SIDES},
-               "baseline": INCUMBENT, "stages": [s.__dict__ for s in self.stages],
-               "slo": results_io.redact(OmegaConf.to_container(self.cfg.slo, resolve=True)),
-               "workload": OmegaConf.to_container(self.cfg.workload, resolve=True),
-               "promotion": None if self.promotion is None else {
-                   k: self.promotion[k] for k in ("outcome", "decisions", "fault", "callers", "failovers")},
-               "steps": seven_steps(self, runs)}
+        status = ("complete" if self.promotion and self.promotion["outcome"] in ("promoted", "rolled_back")
+                  else ("running" if self.promotion is None else str(self.promotion["outcome"])))
+        steps = seven_steps(self.cfg, bool(runs), points=1, configs=len(SIDES), promotion_how=self.promotion_how)
+        rec = experiment_record(
+            self.cfg, status=status, out=self.out, overrides=self.overrides,
+            configs={s: self.launch[s] if self.launch[s] else [self.urls[s]] for s in SIDES}, baseline=INCUMBENT,
+            steps=steps, stages=[s.__dict__ for s in self.stages],
+            promotion=None if self.promotion is None else {
+                k: self.promotion[k] for k in ("outcome", "decisions", "fault", "callers", "failovers")})
         results_io.write_json(self.out / "experiment.json", rec)
 
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:
-        if not self.cfg.mlflow.enabled:
-            return
-        from harness.mlflow_log import MlflowLogger, tracking_uri
-
-        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment))
-        self.mlflow.start_parent(self.out.name, self.safe_config, tags={
-            "output_dir": str(self.out.resolve()), "tokenfactory.protocol": "promote",
-            "tokenfactory.kind": "promotion"})
+        self.mlflow = start_parent(self.cfg, self.out, tags={"tokenfactory.kind": "promotion"}, strict=True,
+                                   resume=False)
 
     def log_gate(self, st: _Stage, gate: dict) -> None:
         if self.mlflow is None:

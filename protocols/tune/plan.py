@@ -2,24 +2,12 @@
 
 ``protocol=tune`` gives a search space (``protocol.space``: a config key -> a list of choices,
 or a range ``{low, high, log, step}``, both ends included), a budget of suggestions
-(``protocol.trials``), a sampler (``tpe``, ``grid``, ``random``) and an objective.  Hydra's
-Optuna sweeper suggests the configs (``sweeper_overrides`` turns the space into its command
-line); each trial is a sweep with ``search=slo`` (``harness.tune`` runs it), judged here:
+(``protocol.trials``), a sampler (``tpe``, ``grid``, ``random``) and an objective.  An Optuna
+study (``protocols.tune.run`` runs it, ask and tell) suggests the configs from the space as
+distributions (``search_space``); each trial is a sweep with ``search=slo``, judged by
+``metrics.tune_verdict`` (feasible, the objective, the best trial, the Pareto front).
 
-- **Feasible**: the trial's engine ran, some load in the search bracket met the SLO
-  (``max_load_under_slo`` > 0: the SLO constraint), and the quality gate did not fail (absent
-  counts as not failed).  An infeasible trial stays in the record with the reason.
-- **Objective**, at the max load under the SLO (``search.json``'s figures there):
-  ``cost_per_mtok_good`` (minimised; ``metrics/cost.py``), or ``goodput_per_dollar`` (good
-  requests per unit of currency = 1 / ``cost_per_good_request``, maximised).  Optuna is told
-  the objective's own value for "no good token": an infeasible trial's cost per good token is
-  +inf and its goodput per dollar 0, so the sampler learns the region is bad without a made-up
-  penalty, and no infeasible trial can be best (``best_trial`` picks among feasible ones only).
-- **Pareto front**: feasible trials not dominated in (cost per million good tokens: lower is
-  better, max load under the SLO: higher is better); one that is no worse in both and better
-  in one dominates.
-
-Pure: numbers in, numbers out.
+Here: the space, its distributions and sampler, and the trials' table.
 """
 
 from __future__ import annotations
@@ -27,8 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# objective -> the sweeper's direction
-DIRECTIONS = {"cost_per_mtok_good": "minimize", "goodput_per_dollar": "maximize"}
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler, GridSampler, RandomSampler, TPESampler
+
 RANGE_FIELDS = ("low", "high", "log", "step")
 MAX_GRID = 10000
 
@@ -136,9 +125,9 @@ def grid_size(knobs: list[Knob]) -> int:
     return math.prod(len(k.grid()) for k in knobs)
 
 
-# ------------------------------------------------------------------------------------ the sweeper's command line
-def _literal(v) -> str:
-    """A value in Hydra's override grammar (strings quoted)."""
+# ------------------------------------------------------------------------------------ the study
+def override_literal(v) -> str:
+    """A value in Hydra's override grammar (strings quoted): a trial's params as overrides."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -150,20 +139,19 @@ def _literal(v) -> str:
     raise ValueError(f"choice {v!r} holds both quote characters; Hydra's override syntax cannot quote it")
 
 
-def sweep_expr(knob: Knob, grid: bool = False) -> str:
-    """The knob as a Hydra sweep the Optuna sweeper turns into a distribution: ``choice(...)``
-    (categorical), ``int(interval(a,b))`` (integers), ``tag(log, ...)`` (log scale),
-    ``range(a,b,step)`` (stepped; the sweeper takes ``b`` as included).  The grid sampler gets
-    every range as its values: the sweeper's own conversion leaves out the high end."""
+def distribution(knob: Knob, grid: bool = False) -> BaseDistribution:
+    """The knob as an Optuna distribution, both ends of a range included: categorical over its
+    choices (for the grid sampler, over every grid value), else an integer or float range, on a
+    log scale or stepped."""
     if knob.choices is not None or grid:
-        return "choice(" + ",".join(_literal(v) for v in (knob.choices or knob.grid())) + ")"
-    lo, hi = knob.low, knob.high
-    if knob.step is not None:
-        return f"range({lo!r},{hi!r},{knob.step!r})"
-    inner = f"interval({lo!r},{hi!r})"
+        return CategoricalDistribution(list(knob.choices if knob.choices is not None else knob.grid()))
     if knob.integer:
-        inner = f"int({inner})"
-    return f"tag(log,{inner})" if knob.log else inner
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log, step=int(knob.step or 1))
+    return FloatDistribution(float(knob.low), float(knob.high), log=knob.log, step=knob.step)
+
+
+def search_space(knobs: list[Knob], grid: bool = False) -> dict[str, BaseDistribution]:
+    return {k.key: distribution(k, grid) for k in knobs}
 
 
 STARTUP_TRIALS = 3
@@ -176,100 +164,33 @@ def startup_trials(given: int | None) -> int:
     return int(given) if given else STARTUP_TRIALS
 
 
-def sweeper_overrides(knobs: list[Knob], *, sampler: str, trials: int, objective: str, seed: int,
-                      startup: int | None = None) -> list[str]:
-    """Hydra overrides that run the Optuna sweeper over ``knobs`` (one job at a time, so each
-    suggestion sees every result before it)."""
-    out = ["hydra/sweeper=optuna", f"hydra/sweeper/sampler={sampler}", f"hydra.sweeper.n_trials={trials}",
-           "hydra.sweeper.n_jobs=1", f"hydra.sweeper.direction={DIRECTIONS[objective]}",
-           "hydra.sweeper.study_name=tune"]
-    if sampler in ("tpe", "random"):
-        out.append(f"hydra.sweeper.sampler.seed={seed}")
+class AskTellGridSampler(GridSampler):
+    """Optuna's grid sampler, for a study driven by ask and tell: Optuna's stops the study once
+    the grid is visited, which only ``study.optimize`` allows; here the tune's budget (at most
+    the grid's size) ends it."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def make_sampler(sampler: str, knobs: list[Knob], seed: int, startup: int | None = None) -> BaseSampler:
+    """``protocol.sampler`` as Optuna's sampler, seeded: ``tpe`` (``startup_trials`` random
+    suggestions first), ``random``, or ``grid`` (every combination of the knobs' grid values,
+    in a seeded order)."""
+    if sampler == "grid":
+        return AskTellGridSampler({k.key: k.grid() for k in knobs}, seed=seed)
+    if sampler == "random":
+        return RandomSampler(seed=seed)
     if sampler == "tpe":
-        out.append(f"hydra.sweeper.sampler.n_startup_trials={startup_trials(startup)}")
-    return out + [f"{k.key}={sweep_expr(k, grid=sampler == 'grid')}" for k in knobs]
+        return TPESampler(seed=seed, n_startup_trials=startup_trials(startup))
+    raise ValueError(f"protocol.sampler={sampler!r}: expected tpe, grid or random")
 
 
-# ------------------------------------------------------------------------------------ judging trials
-def _float(v) -> float | None:
-    # search.json writes non-finite floats as "inf" / null
-    if v is None:
-        return None
-    if v in ("inf", "-inf"):
-        return math.inf if v == "inf" else -math.inf
-    return float(v)
-
-
-def goodput_per_dollar(cost_per_good_request: float | None) -> float:
-    """Good requests per unit of currency at the max load: 1 / cost per good request (0 with none)."""
-    if cost_per_good_request is None or not cost_per_good_request > 0 or math.isinf(cost_per_good_request):
-        return 0.0
-    return 1.0 / cost_per_good_request
-
-
-def judge(search: dict | None, objective: str, error: str | None = None, quality_passed: bool | None = None,
-          quality_reason: str | None = None) -> dict:
-    """A trial's verdict from its ``search.json``: feasible, why not, the objective and the
-    figures at its max load under the SLO."""
-    if objective not in DIRECTIONS:
-        raise ValueError(f"protocol.objective={objective!r}: expected one of {', '.join(DIRECTIONS)}")
-    search = search or {}
-    load = _float(search.get("max_load_under_slo"))
-    cost = _float(search.get("cost_per_mtok_good"))
-    per_request = _float(search.get("cost_per_good_request"))
-    out = {"max_load_under_slo": load, "bracket": search.get("bracket"), "search_note": search.get("note"),
-           "goodput_rps": _float(search.get("goodput_rps")),
-           "good_output_throughput": _float(search.get("good_output_throughput")),
-           "cost_per_mtok_good": cost, "cost_per_good_request": per_request,
-           "goodput_per_dollar": goodput_per_dollar(per_request), "quality_gate_passed": quality_passed}
-    why = None
-    if error:
-        why = error
-    elif not search:
-        why = "no search result"
-    elif not (load and load > 0):
-        why = f"no load in the bracket meets the SLO ({search.get('note') or 'the low end fails'})"
-    elif quality_passed is False:
-        why = "quality gate failed" + (f": {quality_reason}" if quality_reason else "")
-    elif cost is None or not math.isfinite(cost):
-        why = "no good output tokens at the max load under the SLO"
-    out["feasible"] = why is None
-    out["why"] = why
-    hi = _float((search.get("bracket") or [None, None])[1])
-    out["note"] = ("the SLO holds at protocol.search_high: the max load is a lower bound, the cost an upper one"
-                   if why is None and hi is not None and math.isinf(hi) else None)
-    out["objective"] = out[objective] if why is None else sweeper_value(None, objective)
-    return out
-
-
-def sweeper_value(value: float | None, objective: str) -> float:
-    """What optuna is told: the objective, or its value for "no good token" (cost +inf, goodput 0)."""
-    if value is None:
-        return math.inf if DIRECTIONS[objective] == "minimize" else 0.0
-    return float(value)
-
-
-def best_trial(trials: list[dict], objective: str) -> dict | None:
-    """The feasible trial with the best objective (ties: the earlier trial); None if none is feasible."""
-    ok = [t for t in trials if t.get("feasible")]
-    if not ok:
-        return None
-    sign = 1 if DIRECTIONS[objective] == "minimize" else -1
-    return min(ok, key=lambda t: (sign * t["objective"], t["trial"]))
-
-
-def pareto_front(trials: list[dict]) -> list[dict]:
-    """Feasible trials not dominated in (cost_per_mtok_good down, max_load_under_slo up), by load."""
-    ok = [t for t in trials if t.get("feasible")]
-
-    def dominates(a, b) -> bool:
-        no_worse = a["cost_per_mtok_good"] <= b["cost_per_mtok_good"] and a["max_load_under_slo"] >= b[
-            "max_load_under_slo"]
-        better = a["cost_per_mtok_good"] < b["cost_per_mtok_good"] or a["max_load_under_slo"] > b["max_load_under_slo"]
-        return no_worse and better
-
-    front = [t for t in ok if not any(dominates(o, t) for o in ok if o is not t)]
-    return sorted(front, key=lambda t: (t["max_load_under_slo"], t["trial"]))
+def describe_sampler(sampler: str, seed: int, startup: int | None = None) -> str:
+    """The sampler as the record and the plan name it."""
+    if sampler == "tpe":
+        return f"optuna TPESampler(seed={seed}, n_startup_trials={startup_trials(startup)})"
+    return f"optuna {'GridSampler' if sampler == 'grid' else 'RandomSampler'}(seed={seed})"
 
 
 # ------------------------------------------------------------------------------------ the table
