@@ -291,7 +291,8 @@ class FakeServer:
         tasks = asyncio.all_tasks(self.loop)
         for t in tasks:
             t.cancel()
-        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        if tasks:  # gather() of nothing asks for the thread's loop, which a policy installed since may not know
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         self.loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

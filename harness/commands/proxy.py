@@ -13,8 +13,8 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from conf.schema import ConfigError, validate
     from conf.compose import compose_config
+    from conf.schema import ConfigError, validate
     from harness.proxy.standalone import StandaloneProxy
 
     if any(a in ("-h", "--help", "help") for a in argv):  # Hydra would read it as an override

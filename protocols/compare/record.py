@@ -11,7 +11,6 @@ verdicts: ``metrics.comparison``.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
-from metrics.comparison import FIXED_KEYS, RATIOS, compare_tables, fixed_differences, format_comparison
+from metrics.comparison import RATIOS, compare_tables, fixed_differences
 from protocols.load_points import split_repeat
 
 

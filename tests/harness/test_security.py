@@ -280,8 +280,8 @@ def test_comparison_and_ablation_names_cannot_be_paths(name):
 
 @pytest.mark.parametrize("name", ["../../x", "/abs", "a/../../b", "..\\..\\x", ""])
 def test_the_experiment_name_cannot_leave_results(name):
-    from conf.schema import ConfigError, validate
     from conf.compose import compose_config
+    from conf.schema import ConfigError, validate
 
     with pytest.raises(ConfigError, match="experiment="):
         validate(compose_config([f"experiment='{name}'"]))
