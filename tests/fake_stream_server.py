@@ -8,6 +8,8 @@ event loop, so blocking code (worker processes) can use it, and it records the m
 time just before every write (ground truth).  With ``process=True`` it runs in a forked
 child instead, so that its write times are not disturbed by the client under test sharing
 its interpreter; ``requests``, ``writes`` and ``connections`` are then fetched from it.
+``open_connections`` counts the connections open now; with ``idle_close_s`` the server
+closes a keep-alive connection idle that long between requests, as a real server does.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ def completion(rid: str, text: str | None, finish=None, usage=None) -> dict:
 
 
 class FakeServer:
-    def __init__(self, script, ssl_context=None, process: bool = False):
+    def __init__(self, script, ssl_context=None, process: bool = False, idle_close_s: float | None = None):
         self.script = script
+        self.idle_close_s = idle_close_s
+        self._open = 0
         self.ssl_context = ssl_context  # serve https
         self.process = process
         self._requests: list[dict] = []
@@ -104,12 +108,17 @@ class FakeServer:
         self._sync()
         return self._connections
 
+    @property
+    def open_connections(self) -> int:
+        self._sync()
+        return self._open
+
     def _sync(self, cmd: str = "state") -> None:
         if self._proc is None or not self._proc.is_alive():
             return
         self._pipe.send(cmd)
         if self._pipe.poll(10):
-            self._requests, self._writes, self._connections = self._pipe.recv()
+            self._requests, self._writes, self._connections, self._open = self._pipe.recv()
 
     def _child(self, conn) -> None:
         self.loop = asyncio.new_event_loop()
@@ -117,7 +126,7 @@ class FakeServer:
 
         def command() -> None:
             cmd = conn.recv()
-            conn.send((self._requests, self._writes, self._connections))
+            conn.send((self._requests, self._writes, self._connections, self._open))
             if cmd == "stop":
                 self.loop.stop()
 
@@ -149,9 +158,14 @@ class FakeServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections += 1
+        self._open += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_close_s)
+                except TimeoutError:  # idle between requests: a real server's keep-alive timeout
+                    writer.close()
+                    return
                 n = 0
                 for line in head.decode().split("\r\n"):
                     if line.lower().startswith("content-length:"):
@@ -181,3 +195,5 @@ class FakeServer:
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
+        finally:
+            self._open -= 1
