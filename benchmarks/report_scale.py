@@ -1,7 +1,7 @@
 """The report at scale: an experiment of RUNS runs and REQUESTS requests in all, written
 synthetically in the real layout (``tests/synthetic_experiment.py``: requests.parquet with every
 chunk's time, summary.json by metrics.summary, telemetry.parquet, the experiment's record), then
-``harness.report.render`` on it.  Prints the report's size and build time (the page alone, and
+``harness.report.build.render`` on it.  Prints the report's size and build time (the page alone, and
 the static exports with ``--static``).
 
     python benchmarks/report_scale.py                      # 100 runs, 1M requests (2 configs x 10 points x 5 blocks)
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.report import render
+from harness.report.build import render
 from tests.synthetic_experiment import write_experiment
 
 

@@ -50,7 +50,7 @@ def apply_explicit(cfg: DictConfig, explicit: frozenset[str]) -> list[str]:
     ``ConfigError`` for one that would be overruled."""
     notes: list[str] = []
     load, kind = cfg.load, cfg.load.kind
-    points = list(cfg.protocol.get("load_points") or [])
+    points = list(cfg.protocol.load_points)
     for key in ("rate", "concurrency"):
         full = f"load.{key}"
         if full not in explicit:

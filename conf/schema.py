@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -69,7 +71,8 @@ class TransformersFeatures:
 
 @dataclass
 class EngineBase:
-    name: str = MISSING
+    name: str = MISSING                       # the adapter: transformers | vllm | sglang | openai (engine=NAME)
+    # false: drive a server already up at base_url (scraped, reset, described; not started or stopped)
     launch: bool = True
     model: Optional[str] = None              # null: the embedded tiny random-weight Llama, built once and cached
     tokenizer: Optional[str] = None          # tokenizer used to build prompts; null: the model's
@@ -77,21 +80,23 @@ class EngineBase:
     revision: Optional[str] = None
     python: Optional[str] = None             # interpreter to launch the engine with; null: this one
     command: Optional[List[str]] = None      # the full argument list instead of the built one
-    extra_args: List[str] = field(default_factory=list)
+    extra_args: List[str] = field(default_factory=list)  # flags appended to the built command
+    # environment of the engine's process (+engine.env.OMP_NUM_THREADS=1)
     env: Dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: Optional[int] = _f(None, ge=1, le=65535)
-    base_url: Optional[str] = None
+    base_url: Optional[str] = None            # http(s)://HOST:PORT of the endpoint; null: the launched engine's
     device: Optional[str] = None
-    api: str = _f("completions", choices=("completions", "chat"))
+    api: str = _f("completions", choices=("completions", "chat"))  # which OpenAI route to drive
     api_key: Optional[str] = None            # prefer api_key_env: a key given here is redacted everywhere
-    api_key_env: Optional[str] = None
+    api_key_env: Optional[str] = None         # read the API key from $VAR (keys never reach files, MLflow or reports)
+    # fields added to every request body (+engine.request_extra.temperature=0)
     request_extra: Dict[str, Any] = field(default_factory=dict)
     exact_output: bool = True                # ignore_eos where the engine takes it: outputs run to max_tokens
     continuous_usage: bool = False           # stream_options.continuous_usage_stats
-    max_model_len: Optional[int] = _f(None, ge=1)
+    max_model_len: Optional[int] = _f(None, ge=1)  # prompt + output limit; longer requests: workload.on_too_long
     seed: Optional[int] = None
-    startup_timeout_s: float = _f(600.0, gt=0)
+    startup_timeout_s: float = _f(600.0, gt=0)  # how long health waits for a launched engine
     reset_timeout_s: float = _f(30.0, gt=0)
     # warm: as the previous run left it; cold: emptied before each run; primed: emptied, then one
     # request per shared prefix (workload.prefix_groups) before the load (harness/scenarios.py)
@@ -123,6 +128,7 @@ class OpenAIEngine(EngineBase):
 # ------------------------------------------------------------------------------------ workload
 @dataclass
 class LengthDist:
+    # lengths around the mean: fixed, uniform (min, max), normal (std), lognormal (sigma)
     kind: str = _f("fixed", choices=("fixed", "uniform", "normal", "lognormal"))
     min: Optional[int] = _f(None, ge=1)
     max: Optional[int] = _f(None, ge=1)
@@ -167,8 +173,8 @@ class TraceStress:
 @dataclass
 class SyntheticWorkload:
     name: str = "synthetic"
-    input_tokens: int = _f(128, ge=1)
-    output_tokens: int = _f(64, ge=1)
+    input_tokens: int = _f(128, ge=1)         # exact prompt length, in tokens of engine.tokenizer
+    output_tokens: int = _f(64, ge=1)         # output length (max_tokens; exact where the engine takes ignore_eos)
     input_dist: LengthDist = field(default_factory=LengthDist)
     output_dist: LengthDist = field(default_factory=LengthDist)
     prefix_groups: PrefixGroups = field(default_factory=PrefixGroups)
@@ -202,6 +208,7 @@ LOAD_KINDS = ("poisson", "constant", "gamma", "concurrency", "trace")
 
 @dataclass
 class Load:
+    # arrival process (load=NAME): poisson | constant | gamma (open loop), concurrency (closed), trace
     kind: str = _f(MISSING, choices=LOAD_KINDS)
     rate: Optional[float] = _f(None, gt=0)            # open loop: requests/s
     concurrency: Optional[int] = _f(None, ge=1)       # closed loop: users
@@ -220,7 +227,7 @@ class Load:
 class SweepProtocol:
     name: str = "sweep"
     load_points: List[Any] = field(default_factory=list)  # numbers (rate or concurrency) or load mappings
-    repeats: int = _f(1, ge=1)
+    repeats: int = _f(1, ge=1)                # runs of each load point, its replicates (one label; `repeat` says which)
     dry_run: bool = False                     # print the plan and stop (the command line's --dry-run)
     # Step 4, adaptive (protocols/load_search.py): a probe of closed-loop runs at rising
     # concurrency finds the saturation and places num_points load points up to and past it ...
@@ -248,7 +255,7 @@ class CompareProtocol(SweepProtocol):
     is launched fresh and run over every load point, in an order drawn from ``seed``."""
     name: str = "compare"
     # name -> list of override strings; untyped so a command line can give the whole mapping
-    # (a typed mapping only merges keys into what the YAML has); checked by protocols.compare
+    # (a typed mapping only merges keys into what the YAML has); checked by protocols.compare.plan
     configs: Any = None
     baseline: Optional[str] = None            # the config the others are compared with (default: the first)
     repeats: int = _f(3, ge=1)                # blocks
@@ -267,7 +274,7 @@ class CompareProtocol(SweepProtocol):
 class AblationProtocol(SweepProtocol):
     """Step 5: a baseline (overrides) and named optimisations (name -> overrides); arms are the
     baseline, each optimisation alone, the chosen pairs (or the full factorial) and all together,
-    run in blocks like a comparison's configs (protocols/ablation.py, harness/ablation.py)."""
+    run in blocks like a comparison's configs (protocols/ablation/plan.py, metrics/ablation.py)."""
     name: str = "ablation"
     baseline: Any = None                      # overrides every arm starts from
     optimisations: Any = None                 # name -> overrides that turn it on
@@ -288,12 +295,12 @@ TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")
 
 @dataclass
 class TuneProtocol(SweepProtocol):
-    """Search the knob space for the cheapest config that meets the SLO (protocols/tune.py,
-    harness/tune.py): Hydra's Optuna sweeper suggests configs; each trial is a sweep with
+    """Search the knob space for the cheapest config that meets the SLO (protocols/tune/plan.py,
+    protocols/tune/run.py): an Optuna study suggests configs; each trial is a sweep with
     ``search=slo`` in ``OUT/trials/<n>/``, judged at its max load under the SLO."""
     name: str = "tune"
     # knob -> [choices] or {low, high, log, step}; untyped so a command line can give the whole
-    # mapping; checked by protocols.tune.parse_space
+    # mapping; checked by protocols.tune.plan.parse_space
     space: Any = None
     trials: int = _f(8, ge=1)                 # the sampler's budget of suggestions
     objective: str = _f("cost_per_mtok_good", choices=TUNE_OBJECTIVES)
@@ -309,7 +316,7 @@ class TuneProtocol(SweepProtocol):
 # ------------------------------------------------------------------------------------ promotion (step 7)
 @dataclass
 class PromoteStage:
-    """One stage of a promotion (protocols/promote.py): the proxy's mode and the candidate's share
+    """One stage of a promotion (protocols/promote/plan.py): the proxy's mode and the candidate's share
     while it lasts; its gate runs once it has ``min_requests`` candidate requests and
     ``min_duration_s``, and is retried until ``max_duration_s`` (no decision by then: roll back)."""
     name: str = ""                            # default: shadow, or canary_<share in %>
@@ -373,7 +380,7 @@ class PromoteFault:
 @dataclass
 class PromoteProtocol(SweepProtocol):
     """Step 7: shadow, then canary shares, each stage gated against the incumbent on the same
-    period; guards roll back mid-stage (harness/promote.py, protocols/promote.py)."""
+    period; guards roll back mid-stage (protocols/promote/run.py, protocols/promote/plan.py)."""
     name: str = "promote"
     load_points: List[Any] = field(default_factory=list)
     stages: List[PromoteStage] = field(default_factory=_default_stages)
@@ -389,9 +396,10 @@ class PromoteProtocol(SweepProtocol):
 # ------------------------------------------------------------------------------------ slo, cost, hardware
 @dataclass
 class Slo:
-    ttft_ms: Optional[float] = _f(None, gt=0)
-    tpot_ms: Optional[float] = _f(None, gt=0)
-    e2el_ms: Optional[float] = _f(None, gt=0)
+    ttft_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    tpot_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    e2el_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    # run-level check: the SLO holds when this percentile of each metric is within it
     percentile: float = _f(99.0, gt=0, lt=100)
     min_attainment: Optional[float] = _f(None, gt=0, le=1)  # a run meets the SLO only with this share good
 
@@ -409,7 +417,7 @@ class CostBase:
 @dataclass
 class RentalCost(CostBase):
     model: str = _f("rental", choices=("rental",))
-    hourly_per_gpu: float = _f(0.0, ge=0)
+    hourly_per_gpu: float = _f(0.0, ge=0)     # the rental price of one GPU hour
     num_hosts: int = _f(1, ge=0)
     hourly_per_host: float = _f(0.0, ge=0)
 
@@ -529,8 +537,8 @@ class Report:
 
 @dataclass
 class Quality:
-    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py): greedy outputs
-    on a fixed prompt set, taken at the end of every engine session, compared with the
+    """The quality gate (step 1 of the seed's protocol; harness/quality_gate.py, metrics/quality_gate.py): greedy
+    outputs on a fixed prompt set, taken at the end of every engine session, compared with the
     baseline config's; optionally an external evaluation command's score."""
 
     enabled: Optional[bool] = None             # null: on for compare, ablation and tune, off for a sweep
@@ -571,8 +579,9 @@ class Proxy:
     an incumbent and a candidate endpoint."""
     incumbent: Optional[str] = None           # http(s)://HOST:PORT of the incumbent
     candidate: Optional[str] = None
+    # shadow: copies to the candidate; canary: a share of callers on it; rollback: all on the incumbent
     mode: str = _f("shadow", choices=PROXY_MODES)
-    canary_share: float = _f(0.05, ge=0, le=1)
+    canary_share: float = _f(0.05, ge=0, le=1)  # canary: the candidate's share of callers (sticky)
     mirror: float = _f(0.0, ge=0, le=1)       # canary: share of candidate-served requests also run on the incumbent
     sticky: str = _f("session", choices=("session", "api_key", "none"))  # what keeps a caller on one side
     salt: str = "tokenfactory"                # the canary split's hash salt
@@ -636,6 +645,14 @@ def register() -> None:
     for group, nodes in SCHEMAS.items():
         for name, node in nodes.items():
             cs.store(group=group, name=name, node=node)
+
+
+def typed(node, schema: type[T]) -> T:
+    """A config node as its schema's dataclass (``typed(cfg.proxy, Proxy)``), converted once where
+    it enters a module: a composed node keeps its values; a plain mapping (one sent to a child
+    process as JSON) gets the schema's defaults for the keys it lacks, and OmegaConf's type
+    checks, naming the key, for those it has."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
 
 
 # ------------------------------------------------------------------------------------ ranges

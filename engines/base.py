@@ -66,7 +66,7 @@ class EngineAdapter:
     # --- configuration -------------------------------------------------------------------
     @property
     def launched(self) -> bool:
-        return bool(self.cfg.launch)
+        return self.cfg.launch
 
     @property
     def base_url(self) -> str:
@@ -85,7 +85,7 @@ class EngineAdapter:
     @property
     def api_key(self) -> str | None:
         if self.cfg.api_key:
-            return str(self.cfg.api_key)
+            return self.cfg.api_key
         env = self.cfg.api_key_env
         return os.environ.get(env) if env else None
 
@@ -94,7 +94,7 @@ class EngineAdapter:
         return auth_headers(self.api_key)
 
     def python(self) -> str:
-        return str(self.cfg.python or sys.executable)
+        return self.cfg.python or sys.executable
 
     def features(self) -> dict:
         feats = _plain(self.cfg.features) or {}
@@ -122,9 +122,9 @@ class EngineAdapter:
         argv = [self.python(), "-m", self.module, flags["model"], str(self.model),
                 "--host", self.host, "--port", str(self.port), *self.always_flags]
         for key in ("served_model_name", "max_model_len", "revision", "device", "seed"):
-            value = self.cfg.get(key)
+            value = self.cfg[key]
             if flags.get(key) and value is not None and value != "":
-                argv += [flags[key], str(int(value) if key in ("max_model_len", "seed") else value)]
+                argv += [flags[key], str(value)]
         return argv + self.feature_flags()
 
     def full_command(self) -> list[str]:
@@ -146,7 +146,7 @@ class EngineAdapter:
         extra = dict(_plain(self.cfg.request_extra) or {})
         if self.takes_exact_output and self.cfg.exact_output:
             extra = {"ignore_eos": True, **extra}
-        return {"api": self.cfg.api, "extra_body": extra, "continuous_usage": bool(self.cfg.continuous_usage)}
+        return {"api": self.cfg.api, "extra_body": extra, "continuous_usage": self.cfg.continuous_usage}
 
     def max_model_len(self) -> int | None:
         v = self.cfg.max_model_len
@@ -176,7 +176,7 @@ class EngineAdapter:
         ``warm_up`` is False (a cold start: the first request of the load pays for it)."""
         self.prepare()
         self.started_ns = time.perf_counter_ns()
-        timeout = float(self.cfg.startup_timeout_s)
+        timeout = self.cfg.startup_timeout_s
         if not self.launched:
             self.wait_healthy(timeout)
             self.healthy_ns = time.perf_counter_ns()
@@ -209,7 +209,7 @@ class EngineAdapter:
             body["prompt"] = "warm up"
         path = "/v1/chat/completions" if d["api"] == "chat" else "/v1/completions"
         try:
-            status, text = http_post(self.base_url + path, body, timeout=float(self.cfg.startup_timeout_s),
+            status, text = http_post(self.base_url + path, body, timeout=self.cfg.startup_timeout_s,
                                      headers=self.auth())
         except OSError as e:
             raise EngineError(f"engine={self.name}: the warm-up request to {path} failed: {e}") from None
@@ -306,7 +306,7 @@ class EngineAdapter:
                                f"engine.reset_timeout_s={self.cfg.reset_timeout_s:g} "
                                f"(HTTP {status}: {body[:200].decode('utf-8', 'replace')})")
 
-        return retry_until(attempt, float(self.cfg.reset_timeout_s), 0.5, on_timeout=refused)
+        return retry_until(attempt, self.cfg.reset_timeout_s, 0.5, on_timeout=refused)
 
     def reset_succeeded(self, status: int, body: bytes) -> bool:
         return status == 200

@@ -30,7 +30,7 @@ class TransformersServe(EngineAdapter):
     def launch_command(self) -> list[str]:
         return [self.python(), "-m", "transformers.cli.transformers", "serve", str(self.model),
                 "--host", self.host, "--port", str(self.port),
-                "--device", str(self.cfg.get("device") or "cpu"), "--log-level", "info"] + self.feature_flags()
+                "--device", self.cfg.device or "cpu", "--log-level", "info"] + self.feature_flags()
 
     def feature_flags(self) -> list[str]:
         f = self.features()
@@ -62,7 +62,7 @@ class TransformersServe(EngineAdapter):
         return d
 
     def version(self) -> str | None:
-        if self.cfg.get("python"):
+        if self.cfg.python:
             return None  # another interpreter's transformers; the log's banner has it
         try:
             return metadata.version("transformers")
@@ -80,5 +80,5 @@ class TransformersServe(EngineAdapter):
                 p["model_revision"] = "tokenfactory-tiny-" + json.loads(tiny.read_text())["digest"]
         except (OSError, ValueError):
             pass
-        p["device"] = self.cfg.get("device") or "cpu"
+        p["device"] = self.cfg.device or "cpu"
         return p

@@ -1,12 +1,12 @@
 """Experiment orchestration: plan -> engine sessions -> each load point's steps -> record, report.
 
-A protocol's plan is a list of engine sessions (``protocols.compare.SessionPlan``): the
+A protocol's plan is a list of engine sessions (``protocols.blocks.SessionPlan``): the
 sweep has one, a comparison one per (block, config).  Each session launches its engine
 (``harness.engine_session``), runs its load points as the named steps of ``harness.point``
 and stops it.  Finished runs (a ``summary.json``) are skipped when the same ``output_dir``
 is run again, so an interrupted experiment resumes where it stopped; the record
 (``experiment.json``, ``runs.parquet``, and for a comparison ``comparison.json``) is written
-from the run folders (``harness.experiment_record``, ``harness.comparison``).
+from the run folders (``harness.experiment_record``, ``protocols.compare.record``).
 """
 
 from __future__ import annotations
@@ -17,38 +17,29 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.compose import compose_config
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
-from harness import experiment_record, quality_gate, report, results_io
+from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.mlflow_log import MlflowLogger, tracking_uri
+from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
+from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
+from harness.report.build import render
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
-from protocols.compare import SessionPlan, describe_plan, named_configs, plan_sessions
-from protocols.plan import RunSpec, plan_runs, runs_from_points
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """The root config with ``overrides``, composed by Hydra (inside a running Hydra app or not)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        cfg = compose("config", overrides=list(overrides))
-    else:
-        with initialize_config_module("conf", version_base="1.3"):
-            cfg = compose("config", overrides=list(overrides))
-    return cfg
+from protocols.blocks import SessionPlan, describe_plan, plan_sessions
+from protocols.designs import design_of
+from protocols.load_points import RunSpec, plan_runs, runs_from_points
 
 
 def check_config(cfg: DictConfig) -> list[RunSpec]:
     """Everything that can be checked before an engine starts; returns the load points."""
     validate(cfg)
-    runs = plan_runs(cfg, repeats=1 if cfg.protocol.name in ("compare", "ablation") else None)
+    runs = plan_runs(cfg, repeats=1 if design_of(cfg).in_blocks else None)  # in blocks, a block is a repeat
     check_profile(OmegaConf.to_container(cfg.cost, resolve=True))
     check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
     if cfg.quality.prompts_path:
@@ -70,6 +61,7 @@ class Experiment:
         self.configs: dict[str, DictConfig] = {}   # comparison: name -> its composed config
         try:
             validate(cfg)
+            self.design = design_of(cfg)
             for note in apply_explicit(cfg, explicit):
                 print(f"note: {note}", flush=True)
             self.plan: list[RunSpec] = check_config(cfg)
@@ -90,25 +82,19 @@ class Experiment:
     @property
     def multi(self) -> bool:
         """Several configs in blocks: a comparison, or an ablation's arms."""
-        return self.cfg.protocol.name in ("compare", "ablation")
+        return self.design.in_blocks
 
     @property
     def baseline(self) -> str:
-        if self.cfg.protocol.name == "ablation":
-            return "baseline"
-        return self.cfg.protocol.baseline or next(iter(self.configs), "")
+        return self.design.baseline(self.cfg.protocol, list(self.configs)) if self.multi else ""
 
     def named_configs(self) -> list:
-        if self.cfg.protocol.name == "ablation":
-            from protocols.ablation import ablation_arms
-
-            return [nc for _, _, nc in ablation_arms(self.cfg.protocol)]
-        return named_configs(self.cfg.protocol)
+        return self.design.configs(self.cfg.protocol)
 
     def _compare_sessions(self) -> list[SessionPlan]:
         named = self.named_configs()
-        baseline = self.cfg.protocol.baseline if self.cfg.protocol.name == "compare" else None
-        if baseline is not None and baseline not in {c.name for c in named}:
+        baseline = self.design.baseline(self.cfg.protocol, [c.name for c in named])
+        if baseline not in {c.name for c in named}:
             raise ValueError(f"protocol.baseline={baseline!r} is not one of protocol.configs "
                              f"({', '.join(c.name for c in named)})")
         # The command's own overrides, but its protocol.configs: Hydra keeps overrides without
@@ -147,7 +133,10 @@ class Experiment:
     def describe(self) -> str:
         if self.multi:
             return describe_plan(self.sessions, self.base_overrides)
-        return f"load points ({len(self.plan)}): " + ", ".join(r.label for r in self.plan)
+        points = experiment_record.load_points(self.plan)
+        repeats = {p["repeats"] for p in points}
+        return (f"load points ({len(points)}): " + ", ".join(p["label"] for p in points)
+                + (f"; {repeats.pop()} repeats of each" if repeats != {1} and len(repeats) == 1 else ""))
 
     def run(self) -> Path:
         if self.cfg.protocol.probe and not self.cfg.protocol.dry_run:
@@ -347,18 +336,7 @@ class Experiment:
         print(f"  max load under the SLO: {at:g} (bracket {result['bracket']}; {result['note']})", flush=True)
 
     def start_mlflow(self) -> None:
-        if not self.cfg.mlflow.enabled:
-            return
-        # strict=False: MLflow unreachable (now or mid-run) is said and the run goes on (mlflow-sync later)
-        self.mlflow = MlflowLogger(tracking_uri(self.cfg.mlflow.tracking_uri), str(self.cfg.experiment),
-                                   where=self.out, strict=False)
-        marker = self.out / "mlflow_parent.txt"
-        prev = marker.read_text().strip() if marker.exists() else None
-        pid = self.mlflow.start_parent(self.out.name, self.safe_config,
-                                       tags={"output_dir": str(self.out.resolve()),
-                                             "tokenfactory.protocol": str(self.cfg.protocol.name)}, run_id=prev)
-        if pid:
-            results_io.write_atomic(marker, pid + "\n")
+        self.mlflow = start_parent(self.cfg, self.out)
 
     def finish(self) -> Path:
         """The experiment's record from its run folders, then the report."""
@@ -370,7 +348,7 @@ class Experiment:
                 if (self.out / name).exists():
                     self.mlflow.log_parent_artifact(self.out / name)
         if self.cfg.report.enabled:
-            path = report.render(self.out, static_figures=self.cfg.report.get("static"), log=print)
+            path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)
             if self.mlflow:
                 self.mlflow.log_parent_artifact(path)
             print(f"report: {path}")
@@ -379,12 +357,3 @@ class Experiment:
                   flush=True)
         print(f"results: {self.out}")
         return self.out
-
-
-def run_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
-                   explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None) -> Path:
-    if cfg.protocol.name == "promote":  # step 7: a proxy and live traffic, not engine sessions
-        from harness.promote import run_promotion
-
-        return run_promotion(cfg, overrides or [])
-    return Experiment(cfg, swept_keys, explicit, overrides).run()

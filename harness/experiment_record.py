@@ -13,9 +13,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conf.schema import COMPARED_METRICS
 from harness import results_io
-from harness.quality_gate import format_quality, gate_enabled, gate_row, gate_search
+from harness.quality_gate import format_quality, gate_enabled, judge
 from harness.results_io import SECRET_KEY
+from metrics.ablation import bottlenecks, effects, format_ablation
+from metrics.comparison import compare_runs, format_comparison, point_aggregates
+from metrics.quality_gate import gate_row, gate_search
+from protocols.ablation.plan import ablation_arms
+from protocols.designs import design_of
+from protocols.load_points import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 
@@ -36,55 +43,74 @@ def _redact_override(o: str) -> str:
     return f"{key}=***redacted***" if SECRET_KEY.search(key.rsplit(".", 1)[-1]) else o
 
 
-def seven_steps(exp, runs: list[dict]) -> list[dict]:
-    """Which of the seed's seven steps this experiment covered, and why the others not."""
-    cfg = exp.cfg
-    proto = str(cfg.protocol.name)
-    n_points = len(exp.plan)
-    done = bool(runs)
+def seven_steps(cfg, done: bool, *, points: int, configs: int, promotion_how: str | None = None) -> list[dict]:
+    """Which of the seed's seven steps this experiment covered, and why the others not.
+    ``done``: some run finished; ``points``: load points planned; ``configs``: configs compared
+    (or arms); ``promotion_how``: what the promotion did, once it has."""
+    design = design_of(cfg)
     wl = cfg.workload
     stress = []
     if "stress" in wl and float(wl.stress.long_tail.fraction or 0) > 0:
         stress.append("long tail")
     if "stress" in wl and "burst" in wl.stress and float(wl.stress.burst.factor or 1) > 1:
         stress.append("burst")
-    out = [
-        {"step": 1, "ran": done, "how": "fixed conditions recorded with every run (run.json, experiment.json); " + (
+    return steps_record([
+        (1, done, "fixed conditions recorded with every run (run.json, experiment.json); " + (
             f"quality gate: greedy outputs on {int(cfg.quality.num_prompts)} fixed prompts against the baseline's"
             + (" and an evaluation command" if cfg.quality.eval_command else "") + " (experiment.json quality_gate)"
-            if gate_enabled(cfg) else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")},
-        {"step": 2, "ran": done, "how": f"workload.json per run ({wl.name}); cache state "
-                                        f"{cfg.engine.cache_state}" + (f"; stress: {', '.join(stress)}" if stress
-                                                                       else "; no stress variant configured")},
-        {"step": 3, "ran": done, "how": "provenance.json per run: engine version, flags, effective config, "
-                                        "devices, harness commit"},
-        {"step": 4, "ran": done and n_points > 1,
-         "how": f"{n_points} load point(s)" + ("" if n_points > 1 else ": a single point is not a sweep")},
-        {"step": 5, "ran": proto == "ablation" and done,
-         "how": (f"{len(exp.configs)} arms in blocks, effects and interactions (ablation.json)" if proto == "ablation"
-                 else "not an ablation (protocol=ablation)")},
-        {"step": 6, "ran": exp.multi and done,
-         "how": (f"{len(exp.configs)} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
-                 "(comparison.json)") if exp.multi else "one config: nothing to compare (protocol=compare)"},
-        {"step": 7, "ran": proto == "promote" and bool(getattr(exp, "promotion", None)),
-         "how": getattr(exp, "promotion_how", None) or "not a promotion (protocol=promote)"},
-    ]
-    for s in out:
-        s["what"] = STEPS[s["step"]]
-    return out
+            if gate_enabled(cfg) else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")),
+        (2, done, f"workload.json per run ({wl.name}); cache state {cfg.engine.cache_state}"
+                  + (f"; stress: {', '.join(stress)}" if stress else "; no stress variant configured")),
+        (3, done, "provenance.json per run: engine version, flags, effective config, devices, harness commit"),
+        (4, done and points > 1, f"{points} load point(s)" + ("" if points > 1 else ": a single point is not a sweep")),
+        (5, design.ablation and done, f"{configs} arms in blocks, effects and interactions (ablation.json)"
+         if design.ablation else "not an ablation (protocol=ablation)"),
+        (6, design.in_blocks and done, f"{configs} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
+         "(comparison.json)" if design.in_blocks else "one config: nothing to compare (protocol=compare)"),
+        (7, design.promotion and promotion_how is not None, promotion_how or "not a promotion (protocol=promote)"),
+    ])
+
+
+def steps_record(steps: list[tuple[int, bool, str]]) -> list[dict]:
+    """experiment.json's ``steps``: each of the seven with whether it ran, how, and what it is."""
+    return [{"step": step, "ran": bool(ran), "how": how, "what": STEPS[step]} for step, ran, how in steps]
+
+
+def experiment_record(cfg, *, status: str, out: Path, overrides: list[str], configs: dict[str, list[str]],
+                      baseline: str, steps: list[dict], seed: int | None = None, **fields) -> dict:
+    """``experiment.json``, built the same way for every protocol: what ran (experiment,
+    protocol, status, folder, seed), the command's overrides and each config's, the baseline,
+    the protocol's own ``fields`` (blocks and load points, the tune's record, the promotion's
+    stages ...), the SLO and workload, and the seven steps.  Every override of a secret key and
+    every secret value in the SLO and the workload is redacted, whatever the protocol."""
+    return {
+        "experiment": str(cfg.experiment), "protocol": str(cfg.protocol.name), "status": status,
+        "output_dir": str(out), "seed": int(cfg.seed if seed is None else seed),
+        "base_overrides": [_redact_override(o) for o in overrides],
+        "configs": {name: [_redact_override(str(o)) for o in ovs] for name, ovs in configs.items()},
+        "baseline": baseline,
+        **fields,
+        "slo": results_io.redact(_container(cfg.slo)),
+        "workload": results_io.redact(_container(cfg.workload)),
+        "steps": steps,
+    }
 
 
 def run_rows(out: Path) -> list[dict]:
-    """Every finished run under ``out``: its run.json keys and its summary's scalars."""
+    """Every finished run under ``out``: its run.json keys and its summary's scalars.  A load
+    point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
+    folders written when each repeat had a label of its own (``protocols.load_points.split_repeat``)."""
     rows = []
     for d in sorted(p.parent for p in out.rglob("summary.json")):
         meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
         summary = results_io.read_json(d / "summary.json")
         load = meta.get("load") or {}
+        label, old_repeat = split_repeat(str(meta.get("label", d.name)))
         row = {"config": meta.get("config") or "", "block": int(meta.get("block") or 0),
-               "role": meta.get("role") or "point", "label": meta.get("label", d.name),
+               "role": meta.get("role") or "point", "label": label,
                "load_kind": load.get("kind"), "offered_load": summary.get("offered_load"),
-               "repeat": int(meta.get("repeat") or 0), "run_dir": str(d.relative_to(out)) if d != out else "."}
+               "repeat": int(meta.get("repeat") or old_repeat or 0),
+               "run_dir": str(d.relative_to(out)) if d != out else "."}
         for k, v in summary.items():
             if k not in row and (v is None or isinstance(v, (bool, int, float, str))):
                 row[k] = _number(v)
@@ -121,9 +147,8 @@ def runs_table(rows: list[dict]) -> pa.Table:
 
 
 def experiment_json(exp, status: str, runs: list[dict]) -> dict:
-    cfg = exp.cfg
-    configs = {name: [_redact_override(o) for o in sub_overrides]
-               for name, sub_overrides in ((s.config, s.overrides) for s in exp.sessions) if name}
+    """A sweep's, comparison's or ablation's ``experiment.json`` (``experiment_record``)."""
+    configs = {s.config: s.overrides for s in exp.sessions if s.config}
     fixed: dict[str, dict] = {}
     for d in sorted(exp.out.rglob("run.json")):
         meta = results_io.read_json(d)
@@ -132,20 +157,21 @@ def experiment_json(exp, status: str, runs: list[dict]) -> dict:
     for s in exp.sessions:
         if s.config:
             blocks.setdefault(s.block, []).append(s.config)
-    return {
-        "experiment": str(cfg.experiment), "protocol": str(cfg.protocol.name), "status": status,
-        "output_dir": str(exp.out), "seed": int(cfg.seed),
-        "base_overrides": [_redact_override(o) for o in exp.base_overrides],
-        "configs": configs or {"": []},
-        "baseline": exp.baseline if configs else "",
-        "blocks": [{"block": b, "order": order} for b, order in sorted(blocks.items())],
-        "load_points": [{"label": r.label, "load": r.load} for r in exp.plan],
-        "runs_planned": sum(len(s.runs) for s in exp.sessions), "runs_finished": len(runs),
-        "convergence": exp.convergence,
-        "fixed_conditions": fixed, "slo": results_io.redact(_container(cfg.slo)),
-        "workload": _container(cfg.workload),
-        "steps": seven_steps(exp, runs),
-    }
+    steps = seven_steps(exp.cfg, bool(runs), points=len(exp.plan), configs=len(exp.configs))
+    return experiment_record(
+        exp.cfg, status=status, out=exp.out, overrides=exp.base_overrides, configs=configs or {"": []},
+        baseline=exp.baseline if configs else "", steps=steps,
+        blocks=[{"block": b, "order": order} for b, order in sorted(blocks.items())],
+        load_points=load_points(exp.plan), runs_planned=sum(len(s.runs) for s in exp.sessions),
+        runs_finished=len(runs), convergence=exp.convergence, fixed_conditions=fixed)
+
+
+def load_points(plan) -> list[dict]:
+    """The plan's load points, once each, with how many repeats of each it has."""
+    points: dict[str, dict] = {}
+    for r in plan:
+        points.setdefault(r.label, {"label": r.label, "load": r.load, "repeats": 0})["repeats"] += 1
+    return list(points.values())
 
 
 def _container(node):
@@ -166,7 +192,8 @@ def search_results(out: Path) -> list[dict]:
 
 def write_record(exp) -> dict:
     """``runs.parquet``, ``experiment.json`` and, for a comparison, ``comparison.json``; returns
-    the aggregate metrics for the MLflow parent run."""
+    the aggregate metrics for the MLflow parent run (a sweep's: per load point, over its
+    repeats; a comparison's: per config and point)."""
     rows = run_rows(exp.out)
     if not rows:
         return {}
@@ -183,20 +210,15 @@ def write_record(exp) -> dict:
         print(format_quality(quality), flush=True)
     results_io.write_json(exp.out / "experiment.json", record)
     if not exp.multi:
-        return {}
-    from harness.comparison import compare_runs, print_comparison
-
+        return point_aggregates(table, list(COMPARED_METRICS), seed=int(exp.cfg.seed))
     searches = search_results(exp.out)
     if quality:
         searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
     comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
                               quality=quality)
     results_io.write_json(exp.out / "comparison.json", comparison)
-    print_comparison(comparison)
-    if exp.cfg.protocol.name == "ablation":
-        from harness.ablation import bottlenecks, effects, format_ablation
-        from protocols.ablation import ablation_arms
-
+    print(format_comparison(comparison), flush=True)
+    if exp.design.ablation:
         arms = [(name, opts) for name, opts, _ in ablation_arms(exp.cfg.protocol)]
         ablation = {"arms": {name: list(opts) for name, opts in arms},
                     "confidence": float(exp.cfg.protocol.confidence),
@@ -210,8 +232,6 @@ def write_record(exp) -> dict:
 def judge_quality(exp) -> dict | None:
     """The quality gate's verdict per config from the sessions' ``quality.json`` (None when
     the gate is off or no session has outputs yet)."""
-    from harness.quality_gate import judge
-
     if not gate_enabled(exp.cfg):
         return None
     sessions = [(s.config or "", s.block, exp.session_dir(s)) for s in exp.sessions]

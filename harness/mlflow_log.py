@@ -1,4 +1,5 @@
-"""MLflow: one experiment per experiment name, a parent run per sweep, a child run per load point.
+"""MLflow: one experiment per experiment name, a parent run per sweep, a child run per run
+(load point and repeat; ``child_run_name``), the parent holding the aggregates per load point.
 
 Child runs hold the flattened (redacted) config as params, ``summary.json``'s numbers as
 metrics and the run folder as artifacts.  Values MLflow cannot hold as a metric (text,
@@ -46,6 +47,15 @@ def _key(name: str) -> str:
     """A metric, param or tag name MLflow accepts (alphanumerics and ``_-. :/``, 250 at most):
     an ablation's arm is ``+prefix_caching``, and one '+' made MLflow refuse the whole batch."""
     return _NOT_IN_A_KEY.sub("_", name)[:250]
+
+
+def child_run_name(experiment: str, label: str, config: str = "", block: int = 0, repeat: int = 0,
+                   repeats: int = 1) -> str:
+    """A child run's name: a comparison's ``<config>/block<b>/<point>``, a sweep's
+    ``<experiment>/<point>``, and ``/repeat <r>`` after it when the point has several repeats
+    (its repeats are replicates of one point: the same name before that)."""
+    name = f"{config}/block{block}/{label}" if config else f"{experiment}/{label}"
+    return name + (f"/repeat {repeat}" if repeats > 1 else "")
 
 
 def _shown_uri(uri: str) -> str:

@@ -19,14 +19,16 @@ The tracking store: ``--tracking-uri``, else the folder's ``mlflow.tracking_uri`
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import yaml
 
+from conf.schema import COMPARED_METRICS
 from harness import results_io
-from harness.mlflow_log import MlflowLogger, tracking_uri
+from harness.experiment_record import run_rows, runs_table
+from harness.mlflow_log import MlflowLogger, child_run_name, tracking_uri
+from metrics.comparison import point_aggregates
+from protocols.load_points import split_repeat
 
 RECORD_FILES = ("experiment.json", "runs.parquet", "comparison.json", "ablation.json", "report.html",
                 "workload.html", "config.yaml")
@@ -83,36 +85,24 @@ def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
             continue
         meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
         summary = results_io.read_json(d / "summary.json")
-        label = str(meta.get("label") or summary.get("label") or d.name)
+        label, old_repeat = split_repeat(str(meta.get("label") or summary.get("label") or d.name))
+        repeat = int(meta.get("repeat") or old_repeat or 0)
+        repeats = int(meta.get("repeats") or (2 if old_repeat is not None else 1))  # (older folders: "... #r")
         cfg_name = meta.get("config")
-        run_name = f"{cfg_name}/block{meta.get('block', 0)}/{label}" if cfg_name else f"{out.name}/{label}"
-        tags = {"label": label, "tokenfactory.run_dir": str(d.resolve()), "tokenfactory.synced": "true",
+        run_name = child_run_name(out.name, label, str(cfg_name or ""), int(meta.get("block") or 0), repeat, repeats)
+        tags = {"label": label, "repeat": str(repeat), "tokenfactory.run_dir": str(d.resolve()),
+                "tokenfactory.synced": "true",
                 **({"config": str(cfg_name), "block": str(meta.get("block", 0))} if cfg_name else {})}
         log.log_child(run_name, _child_params(d), summary, d, tags=tags)
         logged += 1
     comparison = out / "comparison.json"
     if comparison.exists():
         log.log_parent_metrics(results_io.read_json(comparison).get("mlflow_metrics") or {})
+    else:  # a sweep: per load point, over its repeats (as the run logs them: harness.experiment_record)
+        log.log_parent_metrics(point_aggregates(runs_table(run_rows(out)), list(COMPARED_METRICS),
+                                                 seed=int(record.get("seed") or 0)))
     for f in RECORD_FILES:
         if (out / f).exists():
             log.log_parent_artifact(out / f)
     log.end_parent("FINISHED" if record.get("status", "complete") == "complete" else "FAILED")
     return parent, logged, skipped
-
-
-def mlflow_sync_command(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="tokenfactory mlflow-sync", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("path", help="a run, sweep or experiment folder")
-    ap.add_argument("--tracking-uri", default=None)
-    a = ap.parse_args(argv)
-    try:
-        parent, logged, skipped = sync(a.path, a.tracking_uri)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - MLflow still unreachable: say so, nothing is lost
-        print(f"error: MLflow: {type(e).__name__}: {str(e)[:500]}; nothing changed in {a.path}", file=sys.stderr)
-        return 1
-    print(f"logged {logged} run(s) under parent run {parent}" + (f"; {skipped} already there" if skipped else ""))
-    return 0

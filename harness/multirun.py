@@ -147,13 +147,11 @@ except ImportError:  # (hydra-core is a dependency; this keeps the module import
 class GatherJobs(Callback):
     """Hydra callback (``hydra.callbacks.gather_jobs`` in conf/config.yaml): when a multirun
     ends, in the launching process, gather its jobs' folders (``gather``) and build the report
-    over all of them.  protocol=tune keeps its own record (harness/tune.py)."""
+    over all of them."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
         import os
 
-        if str(config.protocol.name) == "tune":
-            return
         root = sweep_root(str(config.experiment), config.output_dir, str(config.hydra.sweep.dir))
         if not os.path.isdir(root):
             print(f"multirun: no job wrote to {root} (jobs on hosts whose disks are not shared: "
@@ -163,9 +161,9 @@ class GatherJobs(Callback):
         print(f"multirun: {len(g['jobs'])} jobs, {g['runs']} runs gathered in {root} "
               f"(hosts: {', '.join(g['hosts']) or '-'}; launcher: {', '.join(g['launchers']) or '-'})", flush=True)
         if g["runs"] and config.report.enabled:
-            from harness import report
+            from harness.report.build import render
 
             try:
-                print(f"report: {report.render(root, static_figures=config.report.get('static'))}", flush=True)
+                print(f"report: {render(root, static_figures=config.report.get('static'))}", flush=True)
             except ValueError as e:
                 print(f"report: {e}", flush=True)

@@ -23,6 +23,7 @@ from engines.base import EngineError
 from engines.tiny_model import cache_root
 from harness import results_io, workload_describe
 from harness.errors import UserError
+from harness.mlflow_log import child_run_name
 from loadgen.client import StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.prepare import PrepareCache, PrepareOptions, source_hash
@@ -33,7 +34,7 @@ from metrics.energy import steady_capacity
 from metrics.engine_counters import engine_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
-from protocols.plan import RunSpec, offered_load
+from protocols.load_points import RunSpec, offered_load
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.
@@ -153,7 +154,7 @@ def dispatch(s, p: PointRun) -> None:
             else:
                 p.stats = asyncio.run(go())
         except ValueError as e:
-            raise UserError(f"{p.spec.label}: {e}") from None
+            raise UserError(f"{p.spec.title}: {e}") from None
     except BaseException:
         p.writer.abort()
         # kept beside requests.parquet.partial, under a name that never reads as complete
@@ -202,8 +203,8 @@ def close_window(s, p: PointRun) -> None:
     p.window_close_ns = perf_ns()
     tel = s.telemetry
     tel.sample_now()  # a sample after the window closes
-    tel.mark("load_start", p.stats["start_ns"], p.spec.label)
-    tel.mark("load_end", p.stats["end_ns"], p.spec.label)
+    tel.mark("load_start", p.stats["start_ns"], p.spec.title)
+    tel.mark("load_end", p.stats["end_ns"], p.spec.title)
     keep = [s.idle_interval] if s.idle_interval else []
     p.telemetry_path = Path(tel.write_window(p.run_dir / "telemetry.parquet", p.window_open_ns, p.window_close_ns,
                                              also=keep))
@@ -277,6 +278,7 @@ def fault_figures(s, p: PointRun) -> None:
 
 def write_results(s, p: PointRun) -> None:
     run_meta = {"index": p.spec.index, "label": p.spec.label, "load": p.spec.load, "repeat": p.spec.repeat,
+                "repeats": p.spec.repeats,
                 "config": s.name, "block": s.block, "role": p.spec.tags.get("role", "point"),
                 "window_start_ns": p.window_open_ns,
                 "window_end_ns": p.window_close_ns, "fixed_conditions": s.fixed_conditions(),
@@ -297,8 +299,9 @@ def log_mlflow(s, p: PointRun) -> None:
               "engine_resolved": {"version": eng.get("engine_version"),
                                   "feature_flags": " ".join(eng.get("feature_flags") or []),
                                   "command": " ".join(eng.get("command") or [])}}
-    name = f"{s.name}/block{s.block}/{p.spec.label}" if s.name else f"{s.out.name}/{p.spec.label}"
-    tags = {"label": p.spec.label, **({"config": s.name, "block": str(s.block)} if s.name else {}),
+    name = child_run_name(s.out.name, p.spec.label, s.name or "", s.block, p.spec.repeat, p.spec.repeats)
+    tags = {"label": p.spec.label, "repeat": str(p.spec.repeat),
+            **({"config": s.name, "block": str(s.block)} if s.name else {}),
             "tokenfactory.run_dir": str(p.run_dir.resolve())}  # mlflow-sync skips runs already logged
     s.mlflow.log_child(name, params, p.summary, p.run_dir, tags=tags)
 
@@ -309,7 +312,7 @@ def print_point(s, p: PointRun) -> None:
         how = "from the cache" if m["prepare_cached"] else (
             f"in {m['prepare_seconds']:.1f} s ({m['prepare_tokens_per_s']:,.0f} prompt tokens/s)")
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
-    print(f"  {p.spec.label}: {m['completed']}/{m['num_requests']} ok, "
+    print(f"  {p.spec.title}: {m['completed']}/{m['num_requests']} ok, "
           f"{m['output_throughput']:.1f} out tok/s, p99 TTFT {m['p99_ttft_ms']:.1f} ms, "
           f"goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
     if m["energy_available"]:
@@ -330,14 +333,14 @@ def engine_survived(s, p: PointRun) -> None:
     kept and the failed one runs again."""
     if p.failure is None:
         return
-    where = f"{p.spec.label} failed: {p.failure.error()}\nits requests are in {p.run_dir / 'requests.parquet'}"
+    where = f"{p.spec.title} failed: {p.failure.error()}\nits requests are in {p.run_dir / 'requests.parquet'}"
     resume = (f"\nto resume, rerun the same command with output_dir={s.experiment_dir}: finished points are kept "
               "and this one runs again")
     if s.cfg.engine.on_failure == "restart" and not p.last and s.engine.launched:
         print(f"{where}\nengine.on_failure=restart: starting the engine again for the next point", file=sys.stderr,
               flush=True)
         try:
-            s.restarted_before_s = s.restart_engine(f"{p.failure.kind} during {p.spec.label}")
+            s.restarted_before_s = s.restart_engine(f"{p.failure.kind} during {p.spec.title}")
         except EngineError as e:
             raise UserError(f"{where}\nthe restart failed too: {e}{resume}") from None
         s.faults.start_watch()
@@ -446,7 +449,7 @@ class _Progress:
 
     def __init__(self, s, p: PointRun):
         self.on = bool(s.cfg.progress)
-        self.label = f"[{p.spec.index + 1}/{s.total_points}] {p.spec.label}"
+        self.label = f"[{p.spec.index + 1}/{s.total_points}] {p.spec.title}"
         self.total = p.load.num_requests
         self.bars: list = []
         self.done_bar = None

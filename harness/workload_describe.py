@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import html
 import math
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from conf.schema import Load, typed
 from harness.results_io import write_atomic, write_json
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.workloads.characterise import characterise, replay_lengths
@@ -27,17 +26,17 @@ from loadgen.workloads.traces.readers import FORMATS
 JSON_NAME, HTML_NAME = "workload.json", "workload.html"
 
 
-def synthetic_table(wcfg, load, n: int) -> WorkloadTable:
-    """The synthetic requests a run of ``n`` requests sends, as a table (same draws as the run)."""
+def synthetic_table(wcfg, load: Load, n: int) -> WorkloadTable:
+    """The synthetic requests a run of ``n`` requests sends under ``load`` (typed), as a table (same
+    draws as the run)."""
     ins, outs, groups = [], [], []
     for _, a, b, g in synthetic_blocks(wcfg, n):
         ins.append(a)
         outs.append(b)
         groups.append(g)
     ins, outs, groups = (np.concatenate(x) if x else np.empty(0, dtype=np.int64) for x in (ins, outs, groups))
-    kind = load["kind"]
-    if kind in OPEN_LOOP and load["rate"]:
-        arr = arrival_offsets(kind, float(load["rate"]), n, float(load["burstiness"]), int(load["seed"]))
+    if load.kind in OPEN_LOOP and load.rate:
+        arr = arrival_offsets(load.kind, load.rate, n, load.burstiness, load.seed)
     else:
         arr = np.full(n, np.nan)  # closed loop: arrivals follow the server, not a schedule
     _, plen, _ = prefix_group_spec(wcfg)
@@ -53,13 +52,12 @@ def workload_table(cfg, n: int | None = None, load: dict | None = None) -> Workl
     ``load`` (a load point's; default ``cfg.load``)."""
     from loadgen.workloads.traces.replay import load_table
 
-    name = cfg.workload.get("name")
+    name = cfg.workload.name
     if name == "synthetic":
-        load = dict(load if load is not None else cfg.load)
+        load = typed(load if load is not None else cfg.load, Load)
         if n is None:
-            nr = load["num_requests"]
-            n = int(nr) + int(load["warmup_requests"]) if nr is not None else 1000
-        return synthetic_table(cfg.workload, load, int(n))
+            n = load.num_requests + load.warmup_requests if load.num_requests is not None else 1000
+        return synthetic_table(cfg.workload, load, n)
     if name in FORMATS:
         return load_table(cfg.workload, n)
     raise ValueError(f"workload={name}: unknown workload (known: synthetic, {', '.join(FORMATS)})")
@@ -163,7 +161,7 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
         count = _tokenizer_count(cfg)
     ins, outs = replay_lengths(table, count)
     stats = characterise(table, lengths=(ins, outs))
-    stats["workload"] = cfg.workload.get("name")
+    stats["workload"] = cfg.workload.name
     out_dir = Path(out_dir)
     write_json(out_dir / JSON_NAME, stats)
     if not figures_too:
@@ -183,7 +181,7 @@ def _tokenizer_count(cfg):
     """``str -> tokens`` under the served model's tokenizer (the embedded tiny model's by default)."""
     from loadgen.workloads.prompts import load_tokenizer
 
-    name = cfg.engine.get("tokenizer") or cfg.engine.get("model")
+    name = cfg.engine.tokenizer or cfg.engine.model
     if not name:
         from engines.tiny_model import ensure_tiny_model
 
@@ -207,31 +205,3 @@ def summary_keys(stats: dict, items=None) -> dict:
 def with_nans(stats: dict) -> dict:
     """JSON null back to NaN for formatting."""
     return {k: (math.nan if v is None else v) for k, v in stats.items()}
-
-
-def describe_command(argv: list[str]) -> int:
-    """``tokenfactory workload describe [hydra overrides]``: print and save the description."""
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    if not argv or argv[0] != "describe":
-        print("usage: tokenfactory workload describe workload=NAME [workload.path=FILE] [overrides]", file=sys.stderr)
-        return 2
-    try:
-        with initialize_config_module(config_module="conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=argv[1:])
-    except (HydraException, OmegaConfBaseException) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = cfg.get("output_dir") or str(Path("results") / "workloads" /
-                                        f"{cfg.workload.get('name')}-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        stats = describe(cfg, out)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for k, v in summary_rows(with_nans(stats)):
-        print(f"{k:>52}: {v}")
-    print(f"written: {Path(out) / JSON_NAME}, {Path(out) / HTML_NAME}")
-    return 0

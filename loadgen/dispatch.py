@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from conf.schema import Load, typed
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.client import StreamingClient
 from loadgen.prepare import Prepared, PrepareOptions, RequestSource, prepare
@@ -62,26 +63,26 @@ class LoadSpec:
     stop_when_saturated: bool = False       # open loop: stop early once over-saturated (loadgen.saturation)
 
     @classmethod
-    def from_load(cls, load: dict) -> LoadSpec:
-        """From a ``load`` config (every key of conf/schema.py's ``Load``); warm-up requests
-        come on top of the measured ``num_requests``."""
-        n, warmup = load["num_requests"], int(load["warmup_requests"])
-        return cls(kind=load["kind"], rate=load["rate"], concurrency=load["concurrency"],
-                   num_requests=(int(n) + warmup) if n is not None else None, duration_s=load["duration_s"],
-                   warmup_requests=warmup, burstiness=float(load["burstiness"]),
-                   max_concurrency=load["max_concurrency"], seed=int(load["seed"]),
-                   drain_timeout_s=load["drain_timeout_s"], stop_when_saturated=bool(load["stop_when_saturated"]))
+    def from_load(cls, load) -> LoadSpec:
+        """From a ``load`` config (conf/schema.py's ``Load``: a composed node or a load point's
+        mapping); warm-up requests come on top of the measured ``num_requests``."""
+        t = typed(load, Load)
+        n = t.num_requests
+        return cls(kind=t.kind, rate=t.rate, concurrency=t.concurrency,
+                   num_requests=n + t.warmup_requests if n is not None else None, duration_s=t.duration_s,
+                   warmup_requests=t.warmup_requests, burstiness=t.burstiness, max_concurrency=t.max_concurrency,
+                   seed=t.seed, drain_timeout_s=t.drain_timeout_s, stop_when_saturated=t.stop_when_saturated)
 
     def validate(self) -> None:
         if self.kind not in LOAD_KINDS:
             raise ValueError(f"load: unknown load {self.kind!r} (expected one of {', '.join(LOAD_KINDS)})")
         if self.kind != "trace" and self.num_requests is None and self.duration_s is None:
             raise ValueError("load: set load.num_requests or load.duration_s")
-        if self.num_requests is not None and int(self.num_requests) < 1:
+        if self.num_requests is not None and self.num_requests < 1:
             raise ValueError(f"load.num_requests must be >= 1, got {self.num_requests}")
-        if self.kind == "concurrency" and (self.concurrency is None or int(self.concurrency) < 1):
+        if self.kind == "concurrency" and (self.concurrency is None or self.concurrency < 1):
             raise ValueError(f"load.concurrency must be >= 1 for load=concurrency, got {self.concurrency}")
-        if self.kind in OPEN_LOOP and (self.rate is None or float(self.rate) <= 0):
+        if self.kind in OPEN_LOOP and (self.rate is None or self.rate <= 0):
             raise ValueError(f"load.rate must be > 0 for load={self.kind}, got {self.rate}")
 
 
@@ -230,7 +231,7 @@ class Dispatcher:
         the connection pool is warm, returning t0) serve the worker processes."""
         spec.validate()
         if spec.num_requests is not None:
-            items = itertools.islice(items, int(spec.num_requests))
+            items = itertools.islice(items, spec.num_requests)
         self.source = prepare(self._entries(items, spec, plan), self.prepare_opts,
                               total=len(plan) if plan is not None else spec.num_requests)
         if self.followup is not None:
@@ -254,7 +255,7 @@ class Dispatcher:
             self.t0 = t0
             cpu_t0 = time.process_time()  # the client's CPU from here on: building ahead is not counted
             if spec.duration_s is not None:
-                self._end_ns = t0 + int(float(spec.duration_s) * 1e9)
+                self._end_ns = t0 + int(spec.duration_s * 1e9)
             if spec.kind == "concurrency":
                 await self._closed_loop(spec, t0)
             else:
@@ -284,7 +285,7 @@ class Dispatcher:
         sending any: the harness does it before an engine starts (``harness.point.prebuild``)."""
         spec.validate()
         if spec.num_requests is not None:
-            items = itertools.islice(items, int(spec.num_requests))
+            items = itertools.islice(items, spec.num_requests)
         return prepare(self._entries(items, spec, None), self.prepare_opts, total=spec.num_requests)
 
     def _entries(self, items: Iterator[WorkItem], spec: LoadSpec, plan) -> Iterator[Prepared]:
@@ -299,12 +300,12 @@ class Dispatcher:
     @staticmethod
     def _prewarm_count(spec: LoadSpec) -> int:
         if spec.prewarm_connections is not None:
-            return int(spec.prewarm_connections)
+            return spec.prewarm_connections
         if spec.kind == "concurrency":
-            return int(spec.concurrency)
+            return spec.concurrency
         if spec.max_concurrency:
-            return int(spec.max_concurrency)
-        return min(int(float(spec.rate or 0)) + 1, 256) if spec.rate else 16
+            return spec.max_concurrency
+        return min(int(spec.rate) + 1, 256) if spec.rate else 16
 
     async def _drain(self, spec: LoadSpec) -> None:
         timeout = spec.drain_timeout_s if spec.duration_s is not None else None
@@ -364,13 +365,13 @@ class Dispatcher:
 
         One definition of the schedule, shared by the single-process dispatcher and by the
         worker processes (which each take every n-th entry of the same schedule)."""
-        n = int(spec.num_requests) if spec.num_requests is not None else None
+        n = spec.num_requests
         offsets = None
         if spec.kind != "trace":
             # For a duration-bound run, draw enough arrivals to cover the duration comfortably.
-            n_draw = n if n is not None else int(float(spec.rate) * float(spec.duration_s) * 1.5 + 100)
-            offsets = arrival_offsets(spec.kind, float(spec.rate), n_draw, spec.burstiness, spec.seed)
-        end_ns = t0 + int(float(spec.duration_s) * 1e9) if spec.duration_s is not None else None
+            n_draw = n if n is not None else int(spec.rate * spec.duration_s * 1.5 + 100)
+            offsets = arrival_offsets(spec.kind, spec.rate, n_draw, spec.burstiness, spec.seed)
+        end_ns = t0 + int(spec.duration_s * 1e9) if spec.duration_s is not None else None
         for i, item in enumerate(items):
             if offsets is not None:
                 if i >= len(offsets):
@@ -388,7 +389,7 @@ class Dispatcher:
     async def _open_loop(self, spec: LoadSpec, t0: int) -> None:
         """Send each prepared request at t0 + its offset (open loop); with
         ``spec.stop_when_saturated``, stop early once the over-saturation rule trips."""
-        limit = asyncio.Semaphore(int(spec.max_concurrency)) if spec.max_concurrency else None
+        limit = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
         self._limit = limit
         source = self.source
         warmup = spec.warmup_requests
@@ -438,7 +439,7 @@ class Dispatcher:
                 self._launch(rec, p.payload)
 
     async def _closed_loop(self, spec: LoadSpec, t0: int) -> None:
-        end_ns = t0 + int(float(spec.duration_s) * 1e9) if spec.duration_s is not None else None
+        end_ns = t0 + int(spec.duration_s * 1e9) if spec.duration_s is not None else None
         self._closed, self._end_ns = True, end_ns
         delay = (t0 - perf_ns()) / 1e9
         if delay > 0:
@@ -461,7 +462,7 @@ class Dispatcher:
                 if self.aborted is None:  # cancelled by the caller, not by ``abort``
                     raise
 
-        users = self._users = [asyncio.ensure_future(user()) for _ in range(int(spec.concurrency))]
+        users = self._users = [asyncio.ensure_future(user()) for _ in range(spec.concurrency)]
         try:
             await asyncio.gather(*users)
         finally:

@@ -281,7 +281,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
     s = settings or RaySettings()
     spec.validate()
     if spec.num_requests is not None:
-        items = list(itertools.islice(items, int(spec.num_requests)))
+        items = list(itertools.islice(items, spec.num_requests))
     elif spec.kind == "concurrency":
         raise ValueError("client.workers with load=concurrency needs load.num_requests "
                          "(the requests are dealt out to the workers before the start)")
@@ -327,7 +327,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
         seen = merge_parts([wk.part for wk in workers], writer,
                            convert=lambda w, t: workers[w].convert(t))
         for wk in dead:
-            for rec in wk.lost_records(t0, int(spec.warmup_requests), wk.dead):
+            for rec in wk.lost_records(t0, spec.warmup_requests, wk.dead):
                 if finalize is not None:
                     finalize(rec)
                 writer.append(rec)

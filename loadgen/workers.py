@@ -62,10 +62,10 @@ def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder
     out = []
     if spec.kind == "concurrency":
         items = list(items)
-        conc = int(spec.concurrency)
+        conc = spec.concurrency
         if n > conc:
             raise ValueError(f"client.workers={n} is more than load.concurrency={conc}: some workers would idle")
-        warm = int(spec.warmup_requests)
+        warm = spec.warmup_requests
         for w in range(n):
             its = items[w::n]
             sw = replace(spec, concurrency=_share(conc, n, w), num_requests=len(its),
@@ -78,10 +78,10 @@ def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder
     for w in range(n):
         mine = sched[w::n]
         sw = replace(spec, num_requests=None if spec.duration_s is not None else max(len(mine), 1),
-                     max_concurrency=_share(int(spec.max_concurrency), n, w) if spec.max_concurrency else None,
+                     max_concurrency=_share(spec.max_concurrency, n, w) if spec.max_concurrency else None,
                      prewarm_connections=(max(Dispatcher._prewarm_count(spec) // n, 1)
                                           if spec.prewarm_connections is None else
-                                          _share(int(spec.prewarm_connections), n, w)))
+                                          _share(spec.prewarm_connections, n, w)))
         out.append((sw, [it for _, it, _ in mine], [(i, it, off - t0_placeholder) for i, it, off in mine]))
     return out
 
@@ -168,7 +168,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
 
     spec.validate()
     if spec.num_requests is not None:
-        items = list(itertools.islice(items, int(spec.num_requests)))
+        items = list(itertools.islice(items, spec.num_requests))
     elif spec.kind == "concurrency":
         raise ValueError("client.workers > 1 with load=concurrency needs load.num_requests "
                          "(the requests are dealt out to the workers before the start)")

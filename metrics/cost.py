@@ -20,19 +20,19 @@ import math
 HOURS_PER_YEAR = 365.25 * 24
 
 
-def check_profile(cost_cfg) -> None:
-    """Raise ValueError naming the ``cost.<field>`` at fault, before a run spends any time.
-
-    A profile is checked against its schema (conf/schema.py's ``RentalCost`` or ``OwnedCost``):
-    known fields, numbers where numbers go, and their ranges."""
-    if cost_cfg is None:
-        return
+def cost_profile(cost_cfg):
+    """The typed profile (conf/schema.py's ``RentalCost`` or ``OwnedCost``, by ``cost.model``) of a
+    ``cost`` mapping, with the schema's defaults for the fields it leaves out or sets to null;
+    ``None``: a rental profile that bills nothing.  Raises ValueError naming the ``cost.<field>``
+    at fault: known fields, numbers where numbers go, and their ranges."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from conf.schema import OwnedCost, RentalCost, validate
 
-    model = cost_cfg.get("model", "rental")
+    if cost_cfg is None:
+        return RentalCost()
+    model = cost_cfg.get("model") or RentalCost.model  # a profile without a model is a rental
     schema = {"rental": RentalCost, "owned": OwnedCost}.get(model)
     if schema is None:
         raise ValueError(f"cost.model: unknown cost model {model!r} (expected 'rental' or 'owned')")
@@ -44,11 +44,13 @@ def check_profile(cost_cfg) -> None:
         raise ValueError(f"cost.{e.full_key}: {str(e.msg).splitlines()[0]} (a {model} cost profile's fields: "
                          f"{known})") from None
     validate(node, "cost")
+    return OmegaConf.to_object(node)
 
 
-def _num(cfg, key, default=0.0) -> float:
-    v = cfg.get(key)
-    return float(default if v is None else v)
+def check_profile(cost_cfg) -> None:
+    """Raise ValueError naming the ``cost.<field>`` at fault, before a run spends any time
+    (``cost_profile``)."""
+    cost_profile(cost_cfg)
 
 
 def window_cost(cost_cfg, window_s: float, energy_j: float | None = None) -> dict:
@@ -58,31 +60,28 @@ def window_cost(cost_cfg, window_s: float, energy_j: float | None = None) -> dic
     profile without an energy reading gives the ``energy`` line as NaN, leaves it out of
     ``cost_total``, sets ``cost_complete`` False and says so in ``cost_notes``.
     """
-    check_profile(cost_cfg)
-    cost_cfg = cost_cfg or {}
+    p = cost_profile(cost_cfg)
     hours = window_s / 3600.0
-    model = cost_cfg.get("model", "rental")
     lines: dict[str, float] = {}
     notes = []
-    if model == "rental":
-        lines["rental_gpus"] = hours * _num(cost_cfg, "hourly_per_gpu") * _num(cost_cfg, "num_gpus")
-        lines["rental_hosts"] = hours * _num(cost_cfg, "hourly_per_host") * _num(cost_cfg, "num_hosts", 1)
+    if p.model == "rental":
+        lines["rental_gpus"] = hours * p.hourly_per_gpu * p.num_gpus
+        lines["rental_hosts"] = hours * p.hourly_per_host * p.num_hosts
     else:
-        lines["depreciation"] = hours * _num(cost_cfg, "hardware_price") / (
-            _num(cost_cfg, "depreciation_years", 3) * HOURS_PER_YEAR)
-        lines["operations"] = hours * _num(cost_cfg, "ops_hourly")
+        lines["depreciation"] = hours * p.hardware_price / (p.depreciation_years * HOURS_PER_YEAR)
+        lines["operations"] = hours * p.ops_hourly
         if energy_j is None or math.isnan(energy_j):
             lines["energy"] = math.nan
             notes.append("energy unavailable: the owned-hardware cost leaves its energy line out, "
                          "so cost_total is a lower bound")
         else:
-            joules = energy_j + _num(cost_cfg, "unmeasured_power_w") * window_s
-            lines["energy"] = joules / 3.6e6 * _num(cost_cfg, "electricity_per_kwh") * _num(cost_cfg, "pue", 1.0)
-    for name, hourly in (cost_cfg.get("extra_hourly") or {}).items():
-        lines[f"extra.{name}"] = hours * float(hourly)
+            joules = energy_j + p.unmeasured_power_w * window_s
+            lines["energy"] = joules / 3.6e6 * p.electricity_per_kwh * p.pue
+    for name, hourly in p.extra_hourly.items():
+        lines[f"extra.{name}"] = hours * hourly
     total = sum(v for v in lines.values() if not math.isnan(v))
-    return {"cost_total": total, "cost_lines": lines, "cost_currency": cost_cfg.get("currency", "USD"),
-            "cost_model": model, "cost_complete": not notes, "cost_notes": notes}
+    return {"cost_total": total, "cost_lines": lines, "cost_currency": p.currency,
+            "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes}
 
 
 def per_million(cost_total: float, tokens: float) -> float:

@@ -142,9 +142,9 @@ def steady_capacity(load: dict | None) -> tuple[int | None, str]:
     load = load or {}
     kind = load.get("kind")
     if kind == "concurrency" and load.get("concurrency"):
-        return int(load["concurrency"]), ""
+        return load["concurrency"], ""
     if load.get("max_concurrency"):
-        return int(load["max_concurrency"]), ""
+        return load["max_concurrency"], ""
     return None, (f"load={kind} is open-loop without max_concurrency: the steady-state rule needs a "
                   "closed loop (a full batch)")
 

@@ -11,7 +11,7 @@ BCa with its percentile fallback; percentiles of the pooled requests of the draw
 by ``metrics.statistics.PooledQuantile``).  In shadow mode both sides ran the very same requests,
 so a resample compares the same requests (paired per request); so in a canary stage whose every
 candidate-served request is mirrored, where the samples are those requests and their copies on
-the incumbent (``harness.promote.gate_rows``); in other canary stages the two sides' requests
+the incumbent (``protocols.promote.run.gate_rows``); in other canary stages the two sides' requests
 differ (unpaired) and only the period is shared.
 
 **Metrics** (candidate c vs incumbent i):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conf.schema import Slo
+
 # SLO name -> the per-request column (seconds) it bounds.
 SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s"}
 
@@ -20,16 +22,18 @@ class SLO:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     e2el_ms: float | None = None
-    percentile: float = 99.0
+    percentile: float = Slo.percentile
 
     @classmethod
     def from_config(cls, cfg) -> SLO:
+        """From ``slo`` (conf/schema.py's ``Slo``) or the mapping a results file recorded of it (JSON:
+        numbers may come back as ints); None: no SLO."""
         get = (lambda k: cfg.get(k)) if cfg is not None else (lambda k: None)
         return cls(
             ttft_ms=_opt_float(get("ttft_ms")),
             tpot_ms=_opt_float(get("tpot_ms")),
             e2el_ms=_opt_float(get("e2el_ms")),
-            percentile=float(get("percentile") if get("percentile") is not None else 99.0),
+            percentile=float(get("percentile") if get("percentile") is not None else cls.percentile),
         )
 
     def limits(self) -> dict[str, float]:

@@ -1,29 +1,80 @@
-"""A fake OpenAI-compatible streaming server for tests, which records its own ground truth.
+"""The fake OpenAI-compatible streaming server of the tests: one scripted HTTP/1.1 server that
+records its own ground truth (loopback only).
 
-It runs on its own thread and event loop (so the client under test does not share a loop
-with it) and logs, per request, the ``perf_counter_ns()`` at which it wrote each chunk.  The
-behaviour of each request is chosen by the prompt text: ``mode:NAME`` (see ``MODES``),
-optionally with ``k=`` tokens per chunk, ``n=`` chunks and ``gap_ms=`` between them.
+Each POST is answered by ``script(body, k)`` (``k``: the server's request number) -> a list of
+steps: ``bytes`` (written at once), a float (sleep that many seconds), ``CLOSE`` (drop the
+connection), ``RESET`` (drop it with a TCP reset), or a callable (called at that moment, e.g. to
+stamp the ground truth of the write that follows).  GET ``/health`` and ``/v1/models`` (an
+engine's probes) get a small answer without reaching the script; other GETs a 404.
+
+Without a script the server is an OpenAI-compatible engine (``openai_script``): each request's
+behaviour is chosen by its prompt text, its model name or a ``fake`` request field:
+``mode:NAME`` (see ``MODES``), optionally ``k=`` tokens per chunk, ``n=`` chunks, ``gap_ms=``
+between them, ``ttft_ms=`` to the first one, ``word=`` the output's word and ``knee_rps=`` a
+capacity knee.  It logs, per response id, the ``perf_counter_ns()`` at which it wrote each token
+chunk (``truth``).
+
+The server runs on its own thread and event loop, so blocking code (worker processes) can use
+it and the client under test does not share a loop with it; it records every request's body
+and headers and the monotonic time just before every write.  With ``process=True`` it runs in
+a forked child instead, so that its write times are not disturbed by the client under test
+sharing its interpreter; what it recorded is then fetched from the child at each access.
+``open_connections`` counts the connections open now; with ``idle_close_s`` the server closes a
+keep-alive connection idle that long between requests, as a real server does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import multiprocessing
 import re
+import socket
+import struct
 import threading
 import time
 import uuid
 
-from aiohttp import web
+import orjson
 
+CLOSE = object()
+RESET = object()
+MODELS = orjson.dumps({"object": "list", "data": [{"id": "fake", "object": "model", "max_model_len": 4096}]})
+HEAD_CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+END = b"0\r\n\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    """One HTTP chunk."""
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def event(obj) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
+
+
+def completion(rid: str, text: str | None, finish=None, usage=None) -> dict:
+    d = {"id": rid, "object": "text_completion", "choices": [] if text is None else
+         [{"index": 0, "text": text, "finish_reason": finish}]}
+    if usage is not None:
+        d["usage"] = usage
+    return d
+
+
+def plain(status: str, body: bytes, ctype: str = "text/plain; charset=utf-8") -> bytes:
+    """A whole non-streamed response (``status``: "500 Internal Server Error")."""
+    return (b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (status.encode(), ctype.encode(), len(body), body))
+
+
+# --- the OpenAI-compatible engine ----------------------------------------------------------
 MODES = ("ok", "http500", "http429", "stall_first", "stall_mid", "disconnect", "badjson",
          "truncated", "no_output", "role_only_first", "error_event", "coalesced")
 
 
-def _params(prompt: str) -> dict:
-    out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": 10.0, "word": "tok"}
-    for key, val in re.findall(r"(\w+)[:=]([\w.]+)", prompt):
+def _params(text: str, ttft_ms: float = 10.0) -> dict:
+    out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": ttft_ms, "word": "tok"}
+    for key, val in re.findall(r"(\w+)[:=]([\w.]+)", text):
         if key in ("mode", "word"):  # word: the output text's word (a config whose outputs differ)
             out[key] = val
         elif key in ("k", "n"):
@@ -33,105 +84,39 @@ def _params(prompt: str) -> dict:
     return out
 
 
-class FakeServer:
-    def __init__(self, continuous_usage: bool = True, knee_rps: float | None = None):
-        self.continuous_usage = continuous_usage
-        # A capacity knee: a request that arrives less than 1/knee_rps after the one before (an
-        # arrival rate >= knee_rps) gets its first token after 300 ms instead of ttft_ms; a request
-        # whose model name or prompt says knee_rps:N has that knee instead.
-        self.knee_rps = knee_rps
-        self.arrivals: list[float] = []
-        self.truth: dict[str, dict] = {}  # response id -> {"chunk_ns": [...], "tokens": [...], "mode": ...}
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.loop = asyncio.new_event_loop()
-        self.port = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | None = None,
+                  ttft_ms: float = 10.0):
+    """The script of an OpenAI-compatible engine whose behaviour each request chooses (see the
+    module's doc); ``truth`` gets, per response id, ``{"chunk_ns": [...], "tokens": [...], "mode"}``.
 
-    # --- lifecycle ---------------------------------------------------------------------
-    def __enter__(self):
-        self._thread.start()
-        self._started.wait(10)
-        return self
+    A capacity knee: a request that arrives less than 1/knee_rps after the one before (an arrival
+    rate >= knee_rps) gets its first token after 300 ms instead of ttft_ms; a request whose model
+    name or prompt says knee_rps:N has that knee instead.  ``ttft_ms``: the first token's delay
+    unless a request says otherwise (a slower server with the same model name)."""
+    arrivals: list[float] = []
 
-    def __exit__(self, *exc):
-        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop)
-        try:
-            fut.result(5)
-        except Exception:  # noqa: BLE001 - a stalled handler may not close in time; the loop stops anyway
-            pass
-
-        async def cancel_rest():
-            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in rest:
-                t.cancel()
-            await asyncio.gather(*rest, return_exceptions=True)
-
-        try:
-            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(5)
-        except Exception:  # noqa: BLE001
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_post("/v1/completions", self.handle)
-        app.router.add_post("/v1/chat/completions", self.handle)
-        app.router.add_get("/health", lambda r: web.Response(text="ok"))
-        app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "fake"}]}))
-        runner = self._runner = web.AppRunner(app, shutdown_timeout=0.5)
-        self.loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]
-        self._started.set()
-        self.loop.run_forever()
-
-    # --- the handler -------------------------------------------------------------------
-    async def handle(self, request: web.Request):
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            return await self._handle(request)
-        finally:
-            self.in_flight -= 1
-
-    async def _handle(self, request: web.Request):
-        body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
+    def script(body: dict, k: int) -> list:
         prompt = body.get("prompt") or body["messages"][-1]["content"]
         # behaviour from the prompt, or from the model name (engine.model=fake-ttft_ms:40) or a
         # "fake" request field (+engine.request_extra.fake=gap_ms:2): a harness run's prompts
         # come from a tokenizer, the others from its config
-        p = _params(f"{body.get('model', '')} {body.get('fake', '')} {prompt}")
-        mode, k, n = p["mode"], p["k"], p["n"]
-        knee = p.get("knee_rps", self.knee_rps)  # a config's own knee (engine.model=fake-knee_rps:20) wins
+        p = _params(f"{body.get('model', '')} {body.get('fake', '')} {prompt}", ttft_ms)
+        mode, per, n = p["mode"], p["k"], p["n"]
+        knee = p.get("knee_rps", knee_rps)  # a config's own knee (engine.model=fake-knee_rps:20) wins
         if knee is not None:
             now = time.perf_counter()
-            if self.arrivals and now - self.arrivals[-1] < 1 / knee:
+            if arrivals and now - arrivals[-1] < 1 / knee:
                 p["ttft_ms"] = 300.0
-            self.arrivals.append(now)
+            arrivals.append(now)
         rid = "fake-" + uuid.uuid4().hex[:12]
-        truth = self.truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}
+        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}
         if mode == "http500":
-            return web.Response(status=500, text="internal error: out of memory")
+            return [plain("500 Internal Server Error", b"internal error: out of memory")]
         if mode == "http429":
-            return web.Response(status=429, text="too many requests")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+            return [plain("429 Too Many Requests", b"too many requests")]
         chat = "messages" in body
 
-        def chunk(text, cum=None, finish=None, usage=None):
+        def data(text, cum=None, finish=None, usage=None) -> bytes:
             choice = {"index": 0, "finish_reason": finish}
             if chat:
                 choice["delta"] = {"content": text} if text is not None else {}
@@ -140,49 +125,243 @@ class FakeServer:
             obj = {"id": rid, "object": "chunk", "choices": [choice]}
             if usage is not None:
                 obj["usage"] = usage
-            elif cum is not None and self.continuous_usage:
+            elif cum is not None and continuous_usage:
                 obj["usage"] = {"prompt_tokens": 7, "completion_tokens": cum, "total_tokens": 7 + cum}
-            return b"data: " + json.dumps(obj).encode() + b"\n\n"
+            return event(obj)
 
+        def stamp(tokens: int):
+            return lambda: (rec["chunk_ns"].append(time.perf_counter_ns()), rec["tokens"].append(tokens))
+
+        steps: list = [HEAD_CHUNKED]
         if mode == "role_only_first" and chat:
-            role = {"id": rid, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
-            await resp.write(b"data: " + json.dumps(role).encode() + b"\n\n")
-        await asyncio.sleep(p["ttft_ms"] / 1e3)
+            steps.append(chunk(event({"id": rid, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})))
+        steps.append(p["ttft_ms"] / 1e3)
         if mode == "stall_first":
-            await asyncio.sleep(30)
+            steps.append(30.0)
         if mode == "badjson":
-            await resp.write(b"data: {not json\n\n")
-            return resp
+            return steps + [chunk(b"data: {not json\n\n"), END]
         if mode == "error_event":
-            await resp.write(b'data: {"error": {"message": "model crashed", "code": 500}}\n\n')
-            return resp
+            return steps + [chunk(b'data: {"error": {"message": "model crashed", "code": 500}}\n\n'), END]
         if mode == "no_output":
-            await resp.write(chunk("", finish="stop", usage={"prompt_tokens": 7, "completion_tokens": 0}))
-            await resp.write(b"data: [DONE]\n\n")
-            return resp
+            return steps + [chunk(data("", finish="stop", usage={"prompt_tokens": 7, "completion_tokens": 0})),
+                            chunk(event(b"[DONE]")), END]
         cum = 0
         pending = b""
         for i in range(n):
-            cum += k
-            data = chunk(f"{p['word']} " * k, cum=cum)
+            cum += per
+            piece = data(f"{p['word']} " * per, cum=cum)
             if mode == "coalesced":
-                pending += data  # written together with the next one: one network read
+                pending += piece  # written together with the next one: one network read
                 if i % 2 == 0 and i != n - 1:
                     continue
-                data, pending = pending, b""
-            truth["chunk_ns"].append(time.perf_counter_ns())
-            truth["tokens"].append(k)
-            await resp.write(data)
+                piece, pending = pending, b""
+            steps += [stamp(per), chunk(piece)]
             if mode == "stall_mid" and i == 1:
-                await asyncio.sleep(30)
+                steps.append(30.0)
             if mode == "disconnect" and i == 1:
-                request.transport.close()
-                return resp
+                return steps + [CLOSE]
             if i != n - 1:
-                await asyncio.sleep(p["gap_ms"] / 1e3)
+                steps.append(p["gap_ms"] / 1e3)
         if mode == "truncated":
-            return resp  # closes without finish_reason or [DONE]
-        await resp.write(chunk(None if chat else "", finish="length",
-                               usage={"prompt_tokens": 7, "completion_tokens": cum, "total_tokens": 7 + cum}))
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
+            return steps + [END]  # the body ends without finish_reason or [DONE]
+        usage = {"prompt_tokens": 7, "completion_tokens": cum, "total_tokens": 7 + cum}
+        return steps + [chunk(data(None if chat else "", finish="length", usage=usage)),
+                        chunk(event(b"[DONE]")), END]
+
+    return script
+
+
+# --- the server ----------------------------------------------------------------------------
+class FakeServer:
+    def __init__(self, script=None, *, continuous_usage: bool = True, knee_rps: float | None = None,
+                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None):
+        self.truth: dict[str, dict] = {}  # response id -> ground truth (the OpenAI script's)
+        self.script = script or openai_script(self.truth, continuous_usage, knee_rps, ttft_ms)
+        self.ssl_context = ssl_context  # serve https
+        self.process = process
+        self._requests: list[dict] = []
+        self._headers: list[dict] = []
+        self._connections = 0
+        self._open = 0
+        self.idle_close_s = idle_close_s
+        self._writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._proc = None
+        self._pipe = None
+        if not process:
+            self.loop = asyncio.new_event_loop()
+            self._ready = threading.Event()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FakeServer:
+        if self.process:
+            ctx = multiprocessing.get_context("fork")
+            self._pipe, child = ctx.Pipe()
+            self._proc = ctx.Process(target=self._child, args=(child,), daemon=True)
+            self._proc.start()
+            if not self._pipe.poll(10):
+                raise RuntimeError("the fake server's process did not start")
+            self.port = self._pipe.recv()
+            return self
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._proc is not None:
+            self._sync("stop")
+            self._proc.join(10)
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._pipe.close()
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
+
+    base_url = url
+
+    # What the server saw; in process mode, fetched from the child at each access.
+    @property
+    def requests(self) -> list[dict]:
+        self._sync()
+        return self._requests
+
+    @property
+    def headers(self) -> list[dict]:
+        """Each POST's request headers, in the order of requests."""
+        self._sync()
+        return self._headers
+
+    @property
+    def writes(self) -> list[tuple[int, int]]:
+        self._sync()
+        return self._writes
+
+    @property
+    def connections(self) -> int:
+        self._sync()
+        return self._connections
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests it was answering at once."""
+        self._sync()
+        return self._max_in_flight
+
+    @property
+    def open_connections(self) -> int:
+        """The connections open now."""
+        self._sync()
+        return self._open
+
+    def _state(self) -> tuple:
+        return (self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self._open,
+                self.truth)
+
+    def _sync(self, cmd: str = "state") -> None:
+        if self._proc is None or not self._proc.is_alive():
+            return
+        self._pipe.send(cmd)
+        if self._pipe.poll(10):
+            (self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self._open,
+             truth) = self._pipe.recv()
+            self.truth.clear()
+            self.truth.update(truth)
+
+    def _child(self, conn) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+
+        def command() -> None:
+            cmd = conn.recv()
+            conn.send(self._state())
+            if cmd == "stop":
+                self.loop.stop()
+
+        self.loop.add_reader(conn.fileno(), command)
+        self._ready_hook = lambda: conn.send(self.port)
+        self._run()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0,
+                                                                   ssl=self.ssl_context))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        hook = getattr(self, "_ready_hook", None)
+        if hook is not None:
+            hook()
+        self.loop.run_forever()
+        server.close()
+        self.loop.set_exception_handler(lambda loop, ctx: None)  # handlers cancelled mid-sleep are expected
+        tasks = asyncio.all_tasks(self.loop)
+        for t in tasks:
+            t.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections += 1
+        self._open += 1
+        try:
+            while True:
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_close_s)
+                except TimeoutError:  # idle between requests: a real server's keep-alive timeout
+                    writer.close()
+                    return
+                lines = head.decode().split("\r\n")
+                headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+                headers = {name.strip(): value.strip() for name, value in headers.items()}
+                n = next((int(v) for h, v in headers.items() if h.lower() == "content-length"), 0)
+                if head.startswith(b"GET "):
+                    path = lines[0].split()[1]
+                    if path == "/health":
+                        writer.write(plain("200 OK", b"ok"))
+                    elif path == "/v1/models":
+                        writer.write(plain("200 OK", MODELS, "application/json"))
+                    else:
+                        writer.write(plain("404 Not Found", b"not found"))
+                    continue
+                body = orjson.loads(await reader.readexactly(n)) if n else {}
+                k = len(self._requests)
+                self._requests.append(body)
+                self._headers.append(headers)
+                self._in_flight += 1
+                self._max_in_flight = max(self._max_in_flight, self._in_flight)
+                try:
+                    if not await self._answer(self.script(body, k), k, writer):
+                        return
+                finally:
+                    self._in_flight -= 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+        finally:
+            self._open -= 1
+
+    async def _answer(self, steps, k: int, writer: asyncio.StreamWriter) -> bool:
+        """Play the steps; False when they dropped the connection."""
+        for step in steps:
+            if step is CLOSE:
+                writer.close()
+                return False
+            if step is RESET:  # SO_LINGER 0: close() sends RST instead of FIN
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                           struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return False
+            if isinstance(step, (int, float)):
+                await asyncio.sleep(step)
+                continue
+            if callable(step):
+                step()
+                continue
+            self._writes.append((k, time.perf_counter_ns()))
+            writer.write(step)
+            await writer.drain()
+        return True

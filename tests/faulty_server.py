@@ -1,4 +1,4 @@
-"""A catalogue of misbehaving streaming servers, for ``tests/fake_stream_server.FakeServer``.
+"""A catalogue of misbehaving streaming servers, for ``tests/fake_server.FakeServer``.
 
 ``FAULTS`` maps a fault's name to its script (``steps(name, k)`` -> the server's steps for
 request ``k``) and what the client must make of it: status, HTTP status, a piece of the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from tests.fake_stream_server import CLOSE, END, HEAD_CHUNKED, RESET, chunk, completion, event
+from tests.fake_server import CLOSE, END, HEAD_CHUNKED, RESET, chunk, completion, event
 
 # The client timeouts every fault is run under (seconds): short, so the suite is fast, and the
 # idle limit far below the TTFT one, so that an idle timeout fired at the TTFT deadline shows.

@@ -8,8 +8,8 @@ Each run folder (``<root>/<config>/block<b>/<label>/``) holds ``requests.parquet
 series), ``telemetry.parquet`` (engine queue and KV usage, GPU power and energy counter),
 ``run.json``, ``provenance.json`` and ``workload.json`` (``loadgen.workloads.characterise``).
 The root gets ``runs.parquet`` (``harness.experiment_record``), ``experiment.json``,
-``comparison.json`` (``harness.comparison.compare_runs``, with a "max load under the SLO"
-point) and, for an ablation, ``ablation.json`` (``harness.ablation``).
+``comparison.json`` (``metrics.comparison.compare_runs``, with a "max load under the SLO"
+point) and, for an ablation, ``ablation.json`` (``metrics.ablation``).
 
 The model: offered rate r against a config's capacity c (requests/s), rho = r / c; TTFT =
 ttft_ms x (1 + 3 rho^2) x lognormal(0, 0.3); TPOT = tpot_ms x (1 + rho) x lognormal(0, 0.15);
@@ -168,7 +168,7 @@ def write_experiment(out, *, configs: dict[str, dict] | None = None, rates=(5.0,
     from omegaconf import OmegaConf
 
     from conf.schema import COMPARED_METRICS
-    from harness.comparison import compare_runs
+    from metrics.comparison import compare_runs
 
     out = Path(out)
     configs = configs or DEFAULT_CONFIGS
@@ -212,7 +212,7 @@ def write_experiment(out, *, configs: dict[str, dict] | None = None, rates=(5.0,
                               "min_effect": 0.02, "baseline": names[0]})
     results_io.write_json(out / "comparison.json", compare_runs(table, proto, record, searches, baseline=names[0]))
     if ablation:
-        from harness.ablation import bottlenecks, effects
+        from metrics.ablation import bottlenecks, effects
 
         arms = [(name, tuple(opts)) for name, opts in ablation.items()]
         results_io.write_json(out / "ablation.json", {"arms": {n: list(o) for n, o in arms}, "confidence": 0.95,

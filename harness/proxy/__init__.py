@@ -5,6 +5,6 @@ proxy in front of an incumbent and a candidate endpoint.
 - ``forward``: a caller's stream, written as the upstream's bytes arrive, and the splice that
   continues a failed candidate stream from the incumbent;
 - ``server``: the aiohttp application, the upstream clients (kernel receive stamps), records;
-- ``process``: the proxy in a child process driven by the promotion (``harness.promote``);
-- ``command``: ``tokenfactory proxy``.
+- ``process``: the proxy in a child process driven by the promotion (``protocols.promote.run``);
+- ``standalone``: the proxy on its own (``tokenfactory proxy``, ``harness/commands/proxy.py``).
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from conf.schema import Proxy
 from harness.proxy.routing import Router
 from harness.proxy.runtime import check_placement
 from harness.proxy.server import ProxyServer, Recorder, SideConfig
@@ -11,27 +12,27 @@ from loadgen.client import Timeouts
 from metrics.slo import SLO
 
 
-def check(pcfg: dict) -> None:
+def check(p: Proxy) -> None:
     """What the server cannot start without; errors name the key."""
     from urllib.parse import urlsplit
 
     for side in ("incumbent", "candidate"):
-        url = pcfg.get(side)
+        url = getattr(p, side)
         if url is None:
             continue
-        u = urlsplit(str(url))
+        u = urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"proxy.{side}={url!r}: expected http(s)://HOST:PORT")
-    if not pcfg.get("incumbent"):
+    if not p.incumbent:
         raise ValueError("proxy.incumbent: the incumbent's URL is required (http://HOST:PORT)")
-    if pcfg.get("mode") != "rollback" and not pcfg.get("candidate"):
-        raise ValueError(f"proxy.mode={pcfg.get('mode')} needs proxy.candidate (a URL); "
+    if p.mode != "rollback" and not p.candidate:
+        raise ValueError(f"proxy.mode={p.mode} needs proxy.candidate (a URL); "
                          "proxy.mode=rollback runs without one")
-    check_placement(pcfg)
+    check_placement(p)
 
 
-def _key(pcfg: dict, side: str) -> str | None:
-    var = pcfg.get(f"{side}_api_key_env")
+def _key(p: Proxy, side: str) -> str | None:
+    var = getattr(p, f"{side}_api_key_env")
     if not var:
         return None
     if var not in os.environ:
@@ -39,19 +40,18 @@ def _key(pcfg: dict, side: str) -> str | None:
     return os.environ[var]
 
 
-def build_server(pcfg: dict, slo_cfg, records_path, on_row=None, tag: str = "p") -> ProxyServer:
-    check(pcfg)
-    t = pcfg.get("timeouts") or {}
-    timeouts = Timeouts(**{k: float(t[k]) for k in ("connect_s", "ttft_s", "idle_s", "total_s") if k in t})
+def build_server(p: Proxy, slo_cfg, records_path, on_row=None, tag: str = "p") -> ProxyServer:
+    """``p``: the typed ``proxy`` config (``conf.schema.typed(node, Proxy)``)."""
+    check(p)
+    t = p.timeouts
+    timeouts = Timeouts(connect_s=t.connect_s, ttft_s=t.ttft_s, idle_s=t.idle_s, total_s=t.total_s)
     sides = {}
     for side in ("incumbent", "candidate"):
-        if pcfg.get(side):
-            sides[side] = SideConfig(side, str(pcfg[side]), pcfg.get(f"{side}_model"), _key(pcfg, side), timeouts)
-    router = Router(pcfg.get("mode", "shadow"), float(pcfg.get("canary_share", 0.0)), float(pcfg.get("mirror", 0.0)),
-                    salt=str(pcfg.get("salt", "tokenfactory")), has_candidate="candidate" in sides)
+        if getattr(p, side):
+            sides[side] = SideConfig(side, getattr(p, side), getattr(p, f"{side}_model"), _key(p, side), timeouts)
+    router = Router(p.mode, p.canary_share, p.mirror, salt=p.salt, has_candidate="candidate" in sides)
     recorder = Recorder(records_path, SLO.from_config(slo_cfg), on_row)
-    server = ProxyServer(sides["incumbent"], sides.get("candidate"), router, recorder,
-                         compare=str(pcfg.get("compare", "greedy")), host=str(pcfg.get("host", "127.0.0.1")),
-                         port=int(pcfg.get("port", 0)), prewarm=int(pcfg.get("prewarm", 16)), tag=tag)
-    server.sticky = str(pcfg.get("sticky", "session"))
+    server = ProxyServer(sides["incumbent"], sides.get("candidate"), router, recorder, compare=p.compare,
+                         host=p.host, port=p.port, prewarm=p.prewarm, tag=tag)
+    server.sticky = p.sticky
     return server

@@ -1,4 +1,4 @@
-"""The proxy in a child process of its own, driven by the promotion (``harness.promote``).
+"""The proxy in a child process of its own, driven by the promotion (``protocols.promote.run``).
 
 The child runs the proxy's event loop alone (its own interpreter and GIL: the promotion's
 gate arithmetic cannot stall a caller's stream) and talks to the parent over a pipe:
@@ -36,13 +36,15 @@ def _child(pcfg: dict, slo: dict, first_path: str, conn, tag: str) -> None:
         uvloop.install()
     except ImportError:
         pass
+    from conf.schema import Proxy, typed
     from harness.proxy.build import build_server
     from harness.proxy.runtime import place, quiet_gc
 
     rows: list = []
     try:
-        placed = place(pcfg)  # before the recorder opens a file: a refusal leaves nothing behind
-        server = build_server(pcfg, slo, first_path, on_row=rows.append, tag=tag)
+        p = typed(pcfg, Proxy)  # the parent's plain mapping, typed once
+        placed = place(p)  # before the recorder opens a file: a refusal leaves nothing behind
+        server = build_server(p, slo, first_path, on_row=rows.append, tag=tag)
     except (ValueError, OSError) as e:
         conn.send(("error", str(e)))
         return

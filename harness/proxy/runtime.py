@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import gc
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conf.schema import Proxy
 
 GC_THRESHOLDS = (20_000, 20, 1_000)
 
@@ -39,44 +43,42 @@ def parse_cpus(spec: str) -> set[int]:
     return out
 
 
-def check_placement(pcfg: dict) -> None:
+def check_placement(p: Proxy) -> None:
     """What ``place`` would refuse, said before anything starts (errors name the key)."""
-    if pcfg.get("cpus") is not None:
-        cpus = parse_cpus(pcfg["cpus"])
+    if p.cpus is not None:
+        cpus = parse_cpus(p.cpus)
         if hasattr(os, "sched_getaffinity"):
             have = os.sched_getaffinity(0)
             if not cpus & have:
-                raise ValueError(f"proxy.cpus={pcfg['cpus']!r}: none of these CPUs is available to this process "
+                raise ValueError(f"proxy.cpus={p.cpus!r}: none of these CPUs is available to this process "
                                  f"(available: {','.join(map(str, sorted(have)))})")
-    if pcfg.get("realtime") is not None and pcfg.get("nice") is not None:
+    if p.realtime is not None and p.nice is not None:
         raise ValueError("proxy.realtime and proxy.nice: give one (nice does not apply under SCHED_FIFO)")
 
 
-def place(pcfg: dict) -> list[str]:
+def place(p: Proxy) -> list[str]:
     """Apply ``proxy.cpus``, ``proxy.nice`` and ``proxy.realtime`` to this process; returns what
     was applied, for the start line.  A refusal by the kernel is an error naming the key."""
-    check_placement(pcfg)
+    check_placement(p)
     done = []
-    if pcfg.get("cpus") is not None:
-        cpus = parse_cpus(pcfg["cpus"]) & os.sched_getaffinity(0)
+    if p.cpus is not None:
+        cpus = parse_cpus(p.cpus) & os.sched_getaffinity(0)
         os.sched_setaffinity(0, cpus)
         done.append("cpus " + ",".join(map(str, sorted(cpus))))
-    if pcfg.get("nice") is not None:
-        want = int(pcfg["nice"])
+    if p.nice is not None:
         try:
-            os.setpriority(os.PRIO_PROCESS, 0, want)
+            os.setpriority(os.PRIO_PROCESS, 0, p.nice)
         except PermissionError:
-            raise ValueError(f"proxy.nice={want}: lowering the nice value needs CAP_SYS_NICE (root); "
+            raise ValueError(f"proxy.nice={p.nice}: lowering the nice value needs CAP_SYS_NICE (root); "
                              "leave proxy.nice unset or give a value >= the current one") from None
-        done.append(f"nice {want}")
-    if pcfg.get("realtime") is not None:
-        prio = int(pcfg["realtime"])
+        done.append(f"nice {p.nice}")
+    if p.realtime is not None:
         try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(p.realtime))
         except PermissionError:
-            raise ValueError(f"proxy.realtime={prio}: SCHED_FIFO needs CAP_SYS_NICE (root, or "
+            raise ValueError(f"proxy.realtime={p.realtime}: SCHED_FIFO needs CAP_SYS_NICE (root, or "
                              "`setcap cap_sys_nice+ep` on the interpreter); leave proxy.realtime unset") from None
-        done.append(f"SCHED_FIFO {prio}")
+        done.append(f"SCHED_FIFO {p.realtime}")
     return done
 
 

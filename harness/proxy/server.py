@@ -41,7 +41,7 @@ perf_ns = time.perf_counter_ns
 GENERATE = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
-# What the promotion's controller gets of every finished row (``harness.promote``).
+# What the promotion's controller gets of every finished row (``protocols.promote.run``).
 Row = namedtuple("Row", "request_id side shadow arrive_ns sent_ns done_ns status ttft_s tpot_s e2el_s "
                         "output_tokens slo_ok compare text")
 

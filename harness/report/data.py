@@ -18,8 +18,8 @@ from pathlib import Path
 
 from harness.results_io import find_run_dirs, read_json
 from metrics.statistics import mean_ci, ratio_ci
+from protocols.load_points import offered_load, run_title, split_repeat
 from protocols.load_search import slo_holds
-from protocols.plan import offered_load
 
 # summary key -> (numerator, denominator, scale): ratios of totals across repeats, never means of ratios
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
@@ -51,6 +51,8 @@ class Run:
     series: str                  # what colours and legends group by: the config, or the imported source
     config: str = ""
     block: int = 0
+    repeat: int = 0              # which repeat of its load point (a sweep's; a comparison's are blocks)
+    repeats: int = 1
     role: str = "point"
     kind: str | None = None      # RATE | CONCURRENCY | None (a trace, or unknown)
     x: float | None = None
@@ -61,6 +63,12 @@ class Run:
     @property
     def imported(self) -> bool:
         return self.source is not None
+
+    @property
+    def title(self) -> str:
+        """The run for people: its load point, and its block or repeat where it has one."""
+        return f"block {self.block} · {self.label}" if self.config else run_title(self.label, self.repeat,
+                                                                                     self.repeats)
 
 
 @dataclass
@@ -253,7 +261,11 @@ def read_run(d: Path) -> Run:
     load = meta.get("load") or {}
     fixed = meta.get("fixed_conditions") or {}
     config = str(meta.get("config") or "")
-    return Run(d, summary, str(meta.get("label", d.name)), config, config=config, block=int(meta.get("block") or 0),
+    # a load point's label is the same for each of its repeats; older folders said "<point> #<r>"
+    label, old_repeat = split_repeat(str(meta.get("label", d.name)))
+    repeats = int(meta.get("repeats") or (2 if old_repeat is not None else 1))
+    return Run(d, summary, label, config, config=config, block=int(meta.get("block") or 0),
+               repeat=int(meta.get("repeat") or old_repeat or 0), repeats=repeats,
                role=str(meta.get("role") or "point"), kind=_load_kind(load), x=offered_load(load) if load else None,
                load=load, slo=fixed.get("slo") or {})
 
@@ -324,3 +336,15 @@ def load(root, extra: list | tuple = ()) -> ReportData:
     name_series(root, runs)
     return ReportData(root, runs, _json_or_empty(root / "experiment.json"), _json_or_empty(root / "comparison.json"),
                       _json_or_empty(root / "ablation.json"))
+
+
+def load_points(root) -> list[dict]:
+    """Our complete runs under ``root`` as dicts (dir, label, load, x, summary, config, block),
+    ordered by offered load."""
+    points = []
+    for d in find_run_dirs(Path(root)):
+        r = read_run(d)
+        points.append({"dir": r.dir, "label": r.label, "load": r.load, "x": r.x, "summary": r.summary,
+                       "config": r.config, "block": r.block})
+    points.sort(key=lambda p: (p["x"] is None, p["x"] or 0.0))
+    return points

@@ -1,4 +1,4 @@
-"""The ablation chart (``ablation.json``, ``harness.ablation``): at one load point and metric,
+"""The ablation chart (``ablation.json``, ``metrics.ablation``): at one load point and metric,
 the baseline (1 by definition), each optimisation alone, each combination and, beside every
 combination, the product of its single effects; ratios to the baseline with their intervals
 across blocks.  A menu picks the metric and load point; the bottleneck line of each arm is

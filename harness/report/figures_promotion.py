@@ -1,4 +1,4 @@
-"""The promotion timeline (``promote.json``, ``harness.promote``): over the promotion's time,
+"""The promotion timeline (``promote.json``, ``protocols.promote.run``): over the promotion's time,
 the candidate's share of callers (configured, and served as measured) and each side's requests
 per second; each side's SLO attainment; each side's p50 and p99 TTFT (trailing window of the
 guards); every decision as a vertical line (stage starts, gates, the rollback or promotion).

@@ -96,7 +96,7 @@ def timelines(data: ReportData, views: dict[object, RunView], colours: dict) -> 
     names = []
     for i, (r, tl) in enumerate(zip(runs, tls)):
         c = colours[r.series]
-        name = f"{r.series} · " + (f"block {r.block} · " if r.config else "") + r.label
+        name = f"{r.series} · {r.title}"
         names.append(name)
         vis = i == default
 

@@ -70,14 +70,14 @@ def runs_table(data: ReportData) -> str:
     for g in data.groups() + data.groups(role="probe") + data.groups(role="search"):
         for r in g.runs:
             s = r.summary
-            cells = [esc(r.series), esc(r.block if r.config else ""), esc(r.label),
+            cells = [esc(r.series), esc(r.block if r.config else (r.repeat if r.repeats > 1 else "")), esc(r.label),
                      esc(r.role if not r.imported else "imported"), esc(fmt(r.x))]
             cells += [esc(fmt(s.get(k))) for k, _ in RUN_KEYS]
             cells.append(esc("saturated" if s.get("saturated") else ""))
             rows.append(cells)
             cls = " ".join(c for c, on in (("client-limited", s.get("client_limited")), ("imported", r.imported)) if on)
             attrs.append(f" class='{cls}'" if cls else "")
-    head = ["series", "block", "load point", "role", "offered"] + [label for _, label in RUN_KEYS] + ["note"]
+    head = ["series", "block / repeat", "load point", "role", "offered"] + [label for _, label in RUN_KEYS] + ["note"]
     return table(head, rows, "runs", attrs, "runs")
 
 
@@ -265,7 +265,7 @@ def fidelity_section(data: ReportData) -> str:
            + (f"; client CPU from {min(cpu):.1%} to {max(cpu):.1%} of one core" if cpu else "") + ".</p>"]
     if limited:
         out.append("<ul class='warnings'>" + "".join(
-            f"<li>{esc(r.series)} · {esc(r.label)}" + (f" · block {esc(r.block)}" if r.config else "")
+            f"<li>{esc(r.series)} · {esc(r.title)}"
             + ": client-limited (p99 of the load generator's own send delay "
             + esc(fmt(r.summary.get("schedule_lag_p99_ms"))) + " ms); its latencies include that delay</li>"
             for r in limited) + "</ul>")
@@ -281,7 +281,7 @@ def errors_table(data: ReportData, views: dict) -> str:
         if v is None or not v.errors:
             continue
         for text, n in v.errors:
-            rows.append([esc(r.series), esc(r.label), esc(n), f"<td class='text'>{esc(text[:500])}</td>"])
+            rows.append([esc(r.series), esc(r.title), esc(n), f"<td class='text'>{esc(text[:500])}</td>"])
     if not rows:
         return ""
     return table(["series", "load point", "requests", "error text (as the server or client gave it)"], rows,

@@ -24,7 +24,7 @@ def section(data: ReportData) -> tuple[str, list[style.Fig]]:
         return "", []
     stats = read_json(run.dir / JSON_NAME)
     where = run.dir.relative_to(data.root) if run.dir.is_relative_to(data.root) else run.dir.name
-    head = (f"<p>As replayed at {html.escape(run.series)} · {html.escape(run.label)} "
+    head = (f"<p>As replayed at {html.escape(run.series)} · {html.escape(run.title)} "
             f"(<code>{html.escape(str(where))}</code>); every run's own description is its "
             "<code>workload.json</code>.</p>")
     table = head + html_table(with_nans(stats))

@@ -128,12 +128,10 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
     try:
         if nice:
             os.nice(nice)
-        from omegaconf import OmegaConf
+        from conf.schema import Telemetry, typed
 
-        from conf.schema import Telemetry
-
-        cfg = OmegaConf.merge(OmegaConf.structured(Telemetry), tcfg)
-        col = TelemetryCollector(None, build_samplers(cfg, pids), float(cfg.interval_s))
+        cfg = typed(tcfg, Telemetry)
+        col = TelemetryCollector(None, build_samplers(cfg, pids), cfg.interval_s)
         engine: EngineMetricsSampler | None = None
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it

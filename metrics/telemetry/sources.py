@@ -15,7 +15,7 @@ def build_samplers(tcfg, pids: dict[str, int] | None = None) -> list[Sampler]:
     if tcfg.nvml.enabled:
         devices = tcfg.nvml.devices
         out.append(NvmlSampler(list(devices) if devices is not None else None))
-    out.append(DcgmSampler(tcfg.dcgm.url, float(tcfg.dcgm.timeout_s)))
+    out.append(DcgmSampler(tcfg.dcgm.url, tcfg.dcgm.timeout_s))
     if tcfg.rapl.enabled:
         out.append(RaplSampler(tcfg.rapl.root))
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from conf.schema import TraceStress, typed
+from conf.schema import TraceWorkload as TraceConfig
 from loadgen.workloads.item import WorkItem
 from loadgen.workloads.prompts import PromptBuilder
 from loadgen.workloads.sessions import SessionReplay, request_id
@@ -19,84 +21,81 @@ from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
 from loadgen.workloads.traces.readers import FORMATS, read_trace
 
 
-def _get(cfg, key, default=None):
-    v = cfg.get(key) if cfg is not None else None
-    return default if v is None else v
+def trace_config(wcfg) -> TraceConfig:
+    """``workload`` (composed, or a partial mapping) as the typed trace workload schema."""
+    return wcfg if isinstance(wcfg, TraceConfig) else typed(wcfg, TraceConfig)
 
 
 _CACHE: dict = {}
 
 
-def _read(wcfg) -> WorkloadTable:
+def _read(w: TraceConfig) -> WorkloadTable:
     """The trace as read, kept for the next call with the same file and options (a run
     checks it before starting the engine, then replays it at each load point)."""
     import os
 
-    path = _get(wcfg, "path")
-    key = (_get(wcfg, "name"), str(path), _get(wcfg, "on_bad_line", "error"), _get(wcfg, "model_filter"))
+    key = (w.name, str(w.path), w.on_bad_line, w.model_filter)
     try:
-        st = os.stat(path)
+        st = os.stat(w.path)
         key += (st.st_mtime_ns, st.st_size)
     except (OSError, TypeError):
         pass  # the reader names the problem
     if key not in _CACHE:
         _CACHE.clear()  # one trace at a time: a big table is not kept twice
-        _CACHE[key] = read_trace(key[0], path, key[2], key[3])
+        _CACHE[key] = read_trace(key[0], w.path, key[2], key[3])
     return _CACHE[key]
 
 
 def check_workload(wcfg, max_model_len: int | None) -> None:
     """Raise ValueError for a trace workload that cannot be replayed (bad file, bad line,
     lengths over the limit under on_too_long=error), before any engine is started."""
-    if _get(wcfg, "name") not in FORMATS:
+    if wcfg.get("name") not in FORMATS:
         return
-    table = load_table(wcfg)
-    fit_lengths(table, int(max_model_len) if max_model_len else None, _get(wcfg, "on_too_long", "error"))
+    w = trace_config(wcfg)
+    table = load_table(w)
+    fit_lengths(table, int(max_model_len) if max_model_len else None, w.on_too_long)
 
 
 def load_table(wcfg, n: int | None = None) -> WorkloadTable:
     """The workload table of a trace config after window, max_requests, time scaling,
     target rate and stress (in that order); ``n`` caps the requests further."""
-    table = _read(wcfg)
-    win = _get(wcfg, "window")
+    w = trace_config(wcfg)
+    table = _read(w)
+    win = w.window
     if win is not None:
         if len(win) != 2:
             raise ValueError(f"workload.window must be [start_s, end_s], got {list(win)}")
         table = transforms.window(table, win[0], win[1])
-    cap = _get(wcfg, "max_requests")
+    cap = w.max_requests
     if n is not None:
-        cap = min(int(cap), int(n)) if cap is not None else int(n)
+        cap = min(cap, n) if cap is not None else n
     if cap is not None:
         table = transforms.first_n(table, cap)
     if len(table) == 0:
         raise ValueError(f"{table.path}: no request left after workload.window={list(win) if win else None}")
-    table = transforms.scale_time(table, float(_get(wcfg, "time_scale", 1.0)))
-    if _get(wcfg, "target_rate") is not None:
-        table = transforms.to_rate(table, float(wcfg.target_rate))
-    table = apply_stress(table, _get(wcfg, "stress"), int(_get(wcfg, "seed", 0)))
-    cap_out = _get(wcfg, "max_output_tokens")
+    table = transforms.scale_time(table, w.time_scale)
+    if w.target_rate is not None:
+        table = transforms.to_rate(table, w.target_rate)
+    table = apply_stress(table, w.stress, w.seed)
+    cap_out = w.max_output_tokens
     if cap_out is not None:
-        if int(cap_out) < 1:
+        if cap_out < 1:
             raise ValueError(f"workload.max_output_tokens must be >= 1, got {cap_out}")
-        over = table.output_tokens > int(cap_out)
+        over = table.output_tokens > cap_out
         if over.any():
             table = table.take(np.arange(len(table)))
-            table.output_tokens = np.minimum(table.output_tokens, int(cap_out))
-            table.notes.append(f"{int(over.sum())} outputs capped at workload.max_output_tokens={int(cap_out)}")
+            table.output_tokens = np.minimum(table.output_tokens, cap_out)
+            table.notes.append(f"{int(over.sum())} outputs capped at workload.max_output_tokens={cap_out}")
     return table
 
 
-def apply_stress(table: WorkloadTable, stress, seed: int = 0) -> WorkloadTable:
+def apply_stress(table: WorkloadTable, stress: TraceStress, seed: int = 0) -> WorkloadTable:
     """Stress variants of any workload (``workload.stress.burst``, ``workload.stress.long_tail``)."""
-    if not stress:
-        return table
-    b = stress.get("burst")
-    if b and b.get("factor") not in (None, 1, 1.0):
-        table = transforms.burst(table, float(b["factor"]), b.get("start_s"), b.get("end_s"), seed)
-    lt = stress.get("long_tail")
-    if lt and float(lt.get("fraction") or 0) > 0:
-        table = transforms.long_tail(table, float(lt["fraction"]), lt.get("kind", "input"),
-                                     lt.get("input_tokens"), lt.get("output_tokens"), seed)
+    b, lt = stress.burst, stress.long_tail
+    if b.factor != 1:
+        table = transforms.burst(table, b.factor, b.start_s, b.end_s, seed)
+    if lt.fraction > 0:
+        table = transforms.long_tail(table, lt.fraction, lt.kind, lt.input_tokens, lt.output_tokens, seed)
     return table
 
 
@@ -105,16 +104,14 @@ class TraceWorkload:
 
     def __init__(self, wcfg, builder: PromptBuilder, n: int | None = None, max_model_len: int | None = None,
                  table: WorkloadTable | None = None):
-        if _get(wcfg, "name") not in FORMATS:
-            raise ValueError(f"workload={_get(wcfg, 'name')}: unknown trace format (known: {', '.join(FORMATS)})")
-        policy = _get(wcfg, "on_too_long", "error")
-        table = table if table is not None else load_table(wcfg, n)
-        self.table = fit_lengths(table, max_model_len, policy)
-        self.prompts = TracePrompts(self.table, builder, seed=int(_get(wcfg, "seed", 0)),
-                                    max_model_len=max_model_len, on_too_long=policy,
-                                    max_output_tokens=_get(wcfg, "max_output_tokens"))
-        self.sessions = SessionReplay(self.table, self.prompts, float(_get(wcfg, "think_s", 0.0)),
-                                      str(_get(wcfg, "think_dist", "fixed")), int(_get(wcfg, "seed", 0))) \
+        if wcfg.get("name") not in FORMATS:
+            raise ValueError(f"workload={wcfg.get('name')}: unknown trace format (known: {', '.join(FORMATS)})")
+        w = trace_config(wcfg)
+        table = table if table is not None else load_table(w, n)
+        self.table = fit_lengths(table, max_model_len, w.on_too_long)
+        self.prompts = TracePrompts(self.table, builder, seed=w.seed, max_model_len=max_model_len,
+                                    on_too_long=w.on_too_long, max_output_tokens=w.max_output_tokens)
+        self.sessions = SessionReplay(self.table, self.prompts, w.think_s, w.think_dist, w.seed) \
             if self.table.has_sessions else None
         self.followup = self.sessions.followup if self.sessions else None
         self.skipped = 0

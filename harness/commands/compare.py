@@ -1,0 +1,52 @@
+"""``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--out FILE]``: equal-SLO comparison of
+finished experiments (unpaired), written to comparison.json (the current folder unless ``--out``);
+the comparison itself is ``compare_experiments``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import results_io
+from metrics.comparison import FIXED_KEYS, format_comparison
+from protocols.compare.record import compare_experiments
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="tokenfactory compare",
+                                 description="equal-SLO comparison of finished experiments (unpaired)")
+    ap.add_argument("experiments", nargs="+",
+                    help="results folders (an experiment's output_dir) or MLflow experiment names")
+    ap.add_argument("--tracking-uri", help="MLflow store of the named experiments (default: $MLFLOW_TRACKING_URI, "
+                                           "else sqlite:///results/mlflow.db)")
+    ap.add_argument("--allow", default="", help="fixed conditions allowed to differ (comma-separated: "
+                                                + ", ".join(FIXED_KEYS) + ")")
+    ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
+    ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
+    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
+                    help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
+    ap.add_argument("--out", default="comparison.json",
+                    help="where to write comparison.json (default: comparison.json in the current folder)")
+    a = ap.parse_args(argv)
+    allow = {k.strip() for k in a.allow.split(",") if k.strip()}
+    unknown = allow - set(FIXED_KEYS)
+    if unknown:
+        print(f"error: --allow {','.join(sorted(unknown))}: not a fixed condition ({', '.join(FIXED_KEYS)})",
+              file=sys.stderr)
+        return 2
+    try:
+        comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust,
+                                         tracking_uri=a.tracking_uri)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_comparison(comparison), flush=True)
+    out = Path(a.out)
+    try:
+        results_io.write_json(out, comparison)
+    except OSError as e:
+        print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"comparison.json written: {out.resolve()}")
+    return 0

@@ -1,0 +1,252 @@
+"""The comparison table, pure (tables in, ``comparison.json``'s content out): per load point
+and metric, each config's estimate with its interval, the difference from the baseline with
+its interval, and the verdict; which way is better for each metric.
+
+Inside one experiment (``protocol=compare``) configs ran in blocks: block b of every config
+pairs with block b of the baseline, and differences are paired (t interval of the per-block
+differences; the relative one by the delta method).  ``tokenfactory compare EXP_A EXP_B``
+compares experiments run separately: a load point's replicates are its runs (a sweep's
+repeats of it, or a comparison's blocks), grouped by the point's label; the experiments were
+not interleaved, so nothing pairs a run of one with a run of the other, the difference is
+unpaired (Welch), and the table says so; experiments whose fixed conditions differ (model,
+tokenizer, precision, sampling, workload, SLO) are refused unless ``--allow KEY`` names the
+difference under test (``protocols.compare.record``).  Statistics: ``metrics.statistics``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metrics.statistics import Estimate, mean_ci, paired_difference, ratio_ci, unpaired_difference, verdict
+
+# metric -> (higher is better, unit)
+METRICS = {
+    "output_throughput": (True, "tok/s"), "request_throughput": (True, "req/s"),
+    "goodput_rps": (True, "req/s"), "good_output_throughput": (True, "tok/s"), "slo_attainment": (True, ""),
+    "cost_per_mtok_good": (False, "per M good tok"), "cost_per_mtok_all": (False, "per M tok"),
+    "energy_per_good_token_j": (False, "J/tok"), "error_rate": (False, ""), "max_load_under_slo": (True, "load"),
+}
+# Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
+RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
+          "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6)}
+
+
+def direction(metric: str) -> tuple[bool, str]:
+    """(higher is better, unit) of ``metric``: the table above, else a latency for ``*_ms``,
+    else higher is better."""
+    if metric in METRICS:
+        return METRICS[metric]
+    if metric.endswith("_ms"):  # latencies
+        return False, "ms"
+    return True, ""
+
+
+FIXED_KEYS = ("model", "model_revision", "tokenizer_sha256", "weight_dtype", "kv_cache_dtype", "quantization",
+              "sampling", "workload", "slo")
+
+
+def _col(t: pa.Table, name: str) -> np.ndarray:
+    if name not in t.column_names:
+        return np.full(t.num_rows, np.nan)
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _per_config(t: pa.Table, metric: str, confidence: float, seed: int) -> Estimate:
+    if metric in RATIOS:
+        num, den, scale = RATIOS[metric]
+        if num in t.column_names and den in t.column_names:
+            return ratio_ci(_col(t, num), _col(t, den), scale=scale, confidence=confidence, seed=seed)
+    return mean_ci(_col(t, metric), confidence=confidence)
+
+
+def _by_block(t: pa.Table, metric: str) -> dict[int, float]:
+    blocks = t.column("block").to_pylist() if "block" in t.column_names else list(range(t.num_rows))
+    return dict(zip(blocks, _col(t, metric).tolist()))
+
+
+def difference_confidence(confidence: float, family: int, adjust: str) -> float:
+    """The level of each difference's interval: ``bonferroni`` makes ``confidence`` hold for the
+    ``family`` of verdicts together (1 - (1 - confidence)/family each); ``none`` per verdict.
+    Without it, 11 metrics at 95 % each give a false winner in about 4 of 10 comparisons of a
+    config with itself."""
+    if adjust == "none" or family <= 1:
+        return confidence
+    if adjust != "bonferroni":
+        raise ValueError(f"protocol.adjust must be bonferroni or none, not {adjust!r}")
+    return 1.0 - (1.0 - confidence) / family
+
+
+def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: str, *, paired: bool,
+                   confidence: float = 0.95, margin: float = 0.02, seed: int = 0,
+                   adjust: str = "none") -> list[dict]:
+    """Per load point (``label``) and metric: estimates per group (at ``confidence``),
+    differences from ``baseline`` (at ``difference_confidence``: the point's metrics are one
+    family).  Every row of a group at a point is one replicate of it (a repeat, or a block);
+    ``replicates`` says how many each group has."""
+    dconf = difference_confidence(confidence, len(metrics), adjust)
+    labels: list[str] = []
+    for t in groups.values():
+        for lab in t.column("label").to_pylist():
+            if lab not in labels:
+                labels.append(lab)
+    points = []
+    for lab in labels:
+        at = {name: t.filter(pc.equal(t.column("label"), lab)) for name, t in groups.items()}
+        base = at.get(baseline)
+        offered = next((float(v) for t in at.values() for v in t.column("offered_load").to_pylist()
+                        if v is not None), None) if "offered_load" in next(iter(at.values())).column_names else None
+        point = {"label": lab, "offered_load": offered, "replicates": {name: t.num_rows for name, t in at.items()},
+                 "difference_confidence": dconf, "family": len(metrics), "adjust": adjust, "metrics": {}}
+        for m in metrics:
+            higher, unit = direction(m)
+            entry = {"higher_is_better": higher, "unit": unit, "per_config": {}, "vs_baseline": {}}
+            for name, t in at.items():
+                entry["per_config"][name] = _per_config(t, m, confidence, seed).to_dict()
+            for name, t in at.items():
+                if name == baseline or base is None:
+                    continue
+                if paired:
+                    diff = paired_difference(_by_block(base, m), _by_block(t, m), confidence=dconf,
+                                             relative="log", labels=(baseline, name))
+                else:
+                    diff = unpaired_difference(_col(base, m), _col(t, m), confidence=dconf,
+                                               labels=(baseline, name))
+                v = verdict(diff, margin=margin, higher_is_better=higher, confidence=dconf)
+                entry["vs_baseline"][name] = {"difference": diff.to_dict(), "verdict": v.outcome, "text": v.text}
+            point["metrics"][m] = entry
+        points.append(point)
+    return points
+
+
+SEARCH_LABEL = "max load under the SLO"
+SEARCH_METRICS = ["max_load_under_slo", "goodput_rps", "good_output_throughput", "cost_per_mtok_good"]
+
+
+def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] | None = None,
+                 baseline: str | None = None, quality: dict | None = None) -> dict:
+    """``comparison.json`` of one ``protocol=compare`` experiment from its ``runs.parquet``
+    (the load points) and its sessions' ``search.json`` (max load under the SLO, and goodput and
+    cost there)."""
+    configs = list((record.get("configs") or {}).keys())
+    baseline = baseline or protocol.get("baseline") or configs[0]
+    if "role" in table.column_names:
+        table = table.filter(pc.equal(table.column("role"), "point"))
+    groups = {c: table.filter(pc.equal(table.column("config"), c)) for c in configs}
+    metrics = [m for m in protocol.metrics if m in table.column_names or m in RATIOS]
+    confidence, margin = float(protocol.confidence), float(protocol.min_effect)
+    adjust = str(protocol.get("adjust") or "none")
+    seed = int(record.get("seed") or 0)
+    points = []
+    if searches:
+        found = pa.Table.from_pylist([{**{k: s.get(k) for k in ("config", "block", "cost_total",
+                                                                 "good_output_tokens", *SEARCH_METRICS)},
+                                       "label": SEARCH_LABEL} for s in searches])
+        sgroups = {c: found.filter(pc.equal(found.column("config"), c)) for c in configs}
+        points += compare_tables(sgroups, SEARCH_METRICS, baseline, paired=True, confidence=confidence,
+                                 margin=margin, seed=seed, adjust=adjust)
+    points += compare_tables(groups, metrics, baseline, paired=True, confidence=confidence, margin=margin,
+                             seed=seed, adjust=adjust)
+    failed = {n: v["reason"] for n, v in ((quality or {}).get("configs") or {}).items() if not v["passed"]}
+    _gate_verdicts(points, failed)
+    return {"kind": "paired", "method_note": "blocks paired: block b of each config against block b of the baseline",
+            "quality_gate_failed": failed,
+            "configs": configs, "baseline": baseline, "blocks": sorted({r["block"] for r in record.get("blocks", [])}),
+            "confidence": confidence, "adjust": adjust, "min_effect": margin, "points": points,
+            "fixed_condition_differences": fixed_differences(record.get("fixed_conditions") or {}),
+            "mlflow_metrics": mlflow_metrics(points)}
+
+
+GATED = ("max_load_under_slo", "goodput_rps", "good_output_throughput", "slo_attainment", "cost_per_mtok_good",
+         "energy_per_good_token_j")
+
+
+def _gate_verdicts(points: list[dict], failed: dict[str, str]) -> None:
+    """A config that fails the quality gate loses on every good-token metric, whatever its
+    speed: its verdict there says so instead of comparing numbers it does not have."""
+    for p in points:
+        for m, entry in p["metrics"].items():
+            if m not in GATED:
+                continue
+            for name, vs in entry["vs_baseline"].items():
+                if name in failed:
+                    vs["verdict"] = "a_better"
+                    vs["text"] = f"{name} fails the quality gate ({failed[name]}): no good tokens"
+
+
+def fixed_differences(fixed: dict[str, dict]) -> dict[str, dict]:
+    """Fixed conditions whose value is not the same for every config: key -> {config: value}."""
+    out = {}
+    for key in FIXED_KEYS:
+        vals = {name: fc.get(key) for name, fc in fixed.items()}
+        if len({repr(v) for v in vals.values()}) > 1:
+            out[key] = vals
+    return out
+
+
+def mlflow_metrics(points: list[dict]) -> dict[str, float]:
+    """Each config's estimate and bounds per point and metric, for the parent MLflow run."""
+    out = {}
+    for i, p in enumerate(points):
+        for m, entry in p["metrics"].items():
+            for name, est in entry["per_config"].items():
+                for k in ("value", "low", "high", "n"):
+                    v = est.get(k)
+                    if isinstance(v, (int, float)) and math.isfinite(v):
+                        out[(f"{name}." if name else "") + f"p{i}.{m}.{k}"] = float(v)
+    return out
+
+
+def point_aggregates(table: pa.Table, metrics: list[str], confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """A sweep's estimate per load point (over its repeats) and metric, with its interval and
+    n, for the parent MLflow run: ``p<i>.<metric>.value|low|high|n``, ``i`` the point's place in
+    ``experiment.json``'s ``load_points``."""
+    if "role" in table.column_names:
+        table = table.filter(pc.equal(table.column("role"), "point"))
+    metrics = [m for m in metrics if m in table.column_names or m in RATIOS]
+    if not table.num_rows or not metrics:
+        return {}
+    return mlflow_metrics(compare_tables({"": table}, metrics, "", paired=False, confidence=confidence, seed=seed))
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if unit == "" and abs(v) <= 1.5:
+        return f"{v:.3g}"
+    return f"{v:.4g}"
+
+
+def format_comparison(comparison: dict) -> str:
+    lines = []
+    kind = comparison["kind"]
+    how = "paired by block" if kind == "paired" else comparison.get("method_note") or "unpaired (Welch)"
+    lines.append(f"comparison ({how}), "
+                 f"{comparison['confidence']:.0%} intervals, baseline {comparison['baseline']}, "
+                 f"margin {comparison['min_effect']:.0%}")
+    diffs = comparison.get("fixed_condition_differences") or {}
+    for key, vals in diffs.items():
+        lines.append(f"  fixed condition {key} differs: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
+    for p in comparison["points"]:
+        reps = p.get("replicates") or {}
+        lines.append(f"\nload point {p['label']}" + (" (replicates: " + ", ".join(
+            f"{k} of {n}" for n, k in reps.items()) + ")" if reps else ""))
+        if p.get("adjust") == "bonferroni" and p.get("family", 1) > 1:
+            lines.append(f"  (differences at {p['difference_confidence']:.2%} each: Bonferroni over the {p['family']} "
+                         f"metrics below, {comparison['confidence']:.0%} for all of them together)")
+        elif p.get("family", 1) > 1:
+            lines.append(f"  ({p['family']} verdicts at {comparison['confidence']:.0%} each: between identical configs "
+                         f"about 1 in {round(1 / (1 - comparison['confidence']))} is a false winner; "
+                         "protocol.adjust=bonferroni holds the level for all of them together)")
+        for m, e in p["metrics"].items():
+            cells = []
+            for name, est in e["per_config"].items():
+                cells.append(f"{name} {_fmt(est['value'], e['unit'])} [{_fmt(est['low'], e['unit'])}, "
+                             f"{_fmt(est['high'], e['unit'])}]")
+            lines.append(f"  {m:<24} " + "; ".join(cells))
+            for vs in e["vs_baseline"].values():
+                lines.append(f"  {'':<24}   {vs['text']}")
+    return "\n".join(lines)

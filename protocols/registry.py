@@ -1,0 +1,78 @@
+"""protocol=NAME -> its protocol: the one place a protocol is found by name.
+
+Every protocol is run the same way (``run_protocol``): the command line composes the config
+and hands it here with what the user typed (``Invocation``); the protocol's ``run`` does the
+rest and returns the experiment's folder.  Each protocol carries its design
+(``protocols.designs``: configs in blocks or one, baseline, quality gate, records), which the
+machinery below reads by the same name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.errors import UserError
+from harness.experiment import Experiment
+from protocols.designs import DESIGNS, Design
+from protocols.promote.run import run_promotion
+from protocols.tune.run import Tuner
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the command line knows beyond the config: the overrides as typed, the keys among
+    them (``conf.overrides.explicit_keys``) and those a Hydra multirun sweeps."""
+    overrides: list[str] = field(default_factory=list)
+    explicit: frozenset[str] = frozenset()
+    swept_keys: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    what: str                                        # one line, for the help and errors
+    run: Callable[[DictConfig, Invocation], Path]    # config -> the experiment's folder
+
+    @property
+    def design(self) -> Design:
+        return DESIGNS[self.name]
+
+
+def _experiment(cfg: DictConfig, inv: Invocation) -> Path:
+    return Experiment(cfg, inv.swept_keys, inv.explicit, inv.overrides).run()
+
+
+def _promotion(cfg: DictConfig, inv: Invocation) -> Path:
+    return run_promotion(cfg, inv.overrides)
+
+
+def _tune(cfg: DictConfig, inv: Invocation) -> Path:
+    if inv.swept_keys:
+        raise UserError("protocol=tune suggests its own configs (an Optuna study over protocol.space), one trial at "
+                        f"a time; drop -m (it sweeps {', '.join(sorted(inv.swept_keys))})")
+    return Tuner(cfg, inv.overrides).run()
+
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    Protocol("sweep", "one config over its load points, repeated", _experiment),
+    Protocol("compare", "several configs in randomised blocks, compared at equal SLO", _experiment),
+    Protocol("ablation", "a baseline and its optimisations one at a time and together", _experiment),
+    Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),
+    Protocol("promote", "a candidate behind the proxy: shadow, canary stages, gates, rollback", _promotion),
+)}
+assert set(PROTOCOLS) == set(DESIGNS), "every protocol has a design, and every design a protocol"
+
+
+def get_protocol(name: str) -> Protocol:
+    p = PROTOCOLS.get(name)
+    if p is None:
+        raise UserError(f"protocol={name!r} is not a known protocol (known: {', '.join(PROTOCOLS)})")
+    return p
+
+
+def run_protocol(cfg: DictConfig, inv: Invocation) -> Path:
+    return get_protocol(str(cfg.protocol.name)).run(cfg, inv)

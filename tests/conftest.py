@@ -1,0 +1,41 @@
+"""Fixtures shared by the whole suite, each expensive thing built once per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+# Static figure export (kaleido driving Chromium) costs 10-40 s a report on a busy 2-core host,
+# and every harness run renders a report.  It is tested where it is the subject
+# (test_report.py's paper-size test, which clears this); every other report, in this process and
+# in the `tokenfactory` processes the tests start, says "static figures not exported" instead.
+NO_BROWSER = "/nonexistent/chromium-for-static-figures"
+os.environ.setdefault("BROWSER_PATH", NO_BROWSER)
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    """The embedded tiny model's folder (model and tokenizer), built once per cache."""
+    from engines.tiny_model import ensure_tiny_model
+
+    return str(ensure_tiny_model())
+
+
+@pytest.fixture(scope="session")
+def _mlflow_template(tmp_path_factory):
+    """An empty MLflow SQLite store with its tables created: creating them takes ~8 s here."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def mlflow_uri(_mlflow_template, tmp_path) -> str:
+    """A fresh, empty MLflow store of this test's own: ``sqlite:///<tmp_path>/mlflow.db``."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(_mlflow_template, db)
+    return f"sqlite:///{db}"

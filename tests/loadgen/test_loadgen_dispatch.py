@@ -1,0 +1,207 @@
+"""Dispatch with the real client: schedule lag recorded per request, cancellation recorded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from loadgen.arrivals import arrival_offsets
+from loadgen.client import ClientConfig, StreamingClient
+from loadgen.dispatch import Dispatcher, LoadSpec
+from loadgen.records import RecordWriter
+from loadgen.workloads.item import WorkItem
+from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
+
+
+def short_script(delay=0.0):
+    def script(req, k):
+        steps = [HEAD_CHUNKED]
+        if delay:
+            steps.append(delay)
+        return steps + [chunk(event(completion(f"s-{k}", "a")) + event(completion(f"s-{k}", "b", "length")) +
+                              event(b"[DONE]")) + END]
+    return script
+
+
+def _items(n):
+    return (WorkItem(f"r{i}", "p", 1, 2) for i in range(n))
+
+
+def _run(url, spec, path, items):
+    writer = RecordWriter(path)
+
+    async def go():
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            return await Dispatcher(c, writer).run(items, spec)
+
+    stats = asyncio.run(go())
+    writer.close()
+    return stats, pq.read_table(path).to_pydict()
+
+
+def test_open_loop_records_schedule_and_send_per_request(tmp_path):
+    spec = LoadSpec(kind="poisson", rate=200.0, num_requests=40, seed=3, warmup_requests=5)
+    with FakeServer(short_script()) as srv:
+        stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(40))
+    assert stats["sent"] == 40 and len(t["request_id"]) == 40
+    assert set(t["status"]) == {"ok"}
+    order = np.argsort([int(r[1:]) for r in t["request_id"]])
+    sched = np.asarray(t["scheduled_ns"])[order]
+    sent = np.asarray(t["sent_ns"])[order]
+    # scheduled_ns is exactly t0 + the Poisson offsets; the send never precedes it.
+    want = stats["start_ns"] + (arrival_offsets("poisson", 200.0, 40, 1.0, 3) * 1e9).astype(np.int64)
+    assert np.abs(sched - want).max() <= 1
+    assert (sent >= sched).all()
+    assert sum(np.asarray(t["warmup"])[order][:5]) == 5 and not any(np.asarray(t["warmup"])[order][5:])
+    assert sorted(t["response_id"]) == sorted(f"s-{k}" for k in range(40))
+
+
+def test_closed_loop_keeps_concurrency_and_prewarms(tmp_path):
+    spec = LoadSpec(kind="concurrency", concurrency=4, num_requests=12)
+    with FakeServer(short_script(0.02)) as srv:
+        stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(12))
+        conns = srv.connections
+    assert stats["sent"] == 12 and set(t["status"]) == {"ok"}
+    assert conns == 4  # the pool was opened before the window and reused
+    # Never more than 4 in flight: at any send, at most 3 others are open.
+    spans = sorted(zip(t["sent_ns"], t["done_ns"]))
+    for s0, _ in spans:
+        assert sum(1 for s, d in spans if s <= s0 < d) <= 4
+
+
+def test_duration_bound_run_cancels_and_records_unfinished(tmp_path):
+    spec = LoadSpec(kind="constant", rate=50.0, duration_s=0.2, drain_timeout_s=0.05)
+    with FakeServer(short_script(5.0)) as srv:  # responses take far longer than the drain allows
+        stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(1000))
+    assert 9 <= stats["sent"] <= 12
+    assert len(t["request_id"]) == stats["sent"]
+    assert set(t["status"]) == {"cancelled"}
+    assert all(d is not None for d in t["done_ns"])
+
+
+
+def test_open_loop_session_turns_count_against_max_concurrency(tmp_path):
+    # Every first turn has a second turn with no think time; with max_concurrency=2 no more
+    # than 2 requests may be between send and end at any moment, second turns included.
+    def followup(rec):
+        if rec.turn == 0:
+            return WorkItem(rec.request_id + "-t1", "p", 1, 2, session_id=rec.session_id, turn=1), 0.0
+        return None
+
+    spec = LoadSpec(kind="poisson", rate=500.0, num_requests=12, seed=1, max_concurrency=2)
+    items = (WorkItem(f"r{i}", "p", 1, 2, session_id=f"r{i}", turn=0) for i in range(12))
+    writer = RecordWriter(tmp_path / "r.parquet")
+
+    async def go(url):
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            return await Dispatcher(c, writer, followup=followup).run(items, spec)
+
+    with FakeServer(short_script(delay=0.02)) as srv:
+        stats = asyncio.run(go(srv.url))
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert stats["sent"] == 24 and sorted(t["turn"]) == [0] * 12 + [1] * 12
+    assert set(t["status"]) == {"ok"}
+    edges = sorted([(s, 1) for s in t["sent_ns"]] + [(d, -1) for d in t["done_ns"]], key=lambda e: (e[0], e[1]))
+    assert max(np.cumsum([e[1] for e in edges])) == 2
+
+
+def test_waiting_for_a_concurrency_slot_is_queueing_not_client_lag(tmp_path):
+    # 20 requests at 400/s into max_concurrency=2 against a 50 ms server: most wait for a slot.
+    # The wait is queue_wait (slot_ns - scheduled_ns); the client's own lag stays small, and the
+    # run is not flagged client-limited although sends happen up to ~0.45 s after their time.
+    from metrics.request_metrics import complete_record
+    from metrics.slo import SLO
+    from metrics.summary import summarize
+
+    spec = LoadSpec(kind="constant", rate=400.0, num_requests=20, max_concurrency=2)
+    writer = RecordWriter(tmp_path / "r.parquet")
+
+    async def go(url):
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            return await Dispatcher(c, writer, finalize=complete_record).run(_items(20), spec)
+
+    with FakeServer(short_script(0.05)) as srv:
+        asyncio.run(go(srv.url))
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet")
+    d = t.to_pydict()
+    sched, slot, sent = (np.asarray(d[k], dtype=np.int64) for k in ("scheduled_ns", "slot_ns", "sent_ns"))
+    assert (slot >= sched).all() and (sent >= slot).all()
+    queued = slot > sched
+    assert queued.sum() >= 15                                    # all but the first few waited
+    assert (slot - sched).max() / 1e6 > 300                      # ~9 rounds of 50 ms
+    assert ((sent - np.maximum(sched, slot)) / 1e6).max() < 100  # the client's own delay (noisy CI: loose)
+    s = summarize(t, SLO(), 0, 1, max_schedule_lag_ms=100)
+    assert s["num_queued"] == int(queued.sum()) and s["queue_wait_max_ms"] > 300
+    assert s["schedule_lag_p99_ms"] < 100 and s["client_limited"] is False
+    assert s["num_connects"] == 0  # the pool was opened before the first send
+
+
+def test_a_send_that_opens_a_connection_records_how_long(tmp_path):
+    spec = LoadSpec(kind="constant", rate=200.0, num_requests=6, prewarm_connections=0)
+    with FakeServer(short_script()) as srv:
+        _, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(6))
+    connect = [c for c in t["connect_s"] if c is not None]
+    assert 1 <= len(connect) <= 6 and all(0 < c < 1 for c in connect)
+
+
+def test_an_over_saturated_open_loop_is_stopped_early(tmp_path):
+    # A server that streams at most 2 requests at a time, 50 ms each (40 req/s), offered 120 req/s:
+    # the backlog grows every window, so the point stops long before its 600 requests are sent,
+    # and what was in flight is cancelled after the drain.
+    import threading
+
+    from aiohttp import web
+
+    from loadgen.saturation import SaturationRule
+
+    sem_box = {}
+
+    async def handle(request):
+        await request.read()
+        async with sem_box["sem"]:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await asyncio.sleep(0.05)
+            await resp.write(event(completion("s", "a", "length")) + event(b"[DONE]"))
+            return resp
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box = {}
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        sem_box["sem"] = asyncio.Semaphore(2)
+        app = web.Application()
+        app.router.add_post("/v1/completions", handle)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        box["port"], box["runner"] = site._server.sockets[0].getsockname()[1], runner
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    started.wait(10)
+    spec = LoadSpec(kind="constant", rate=120.0, num_requests=600, stop_when_saturated=True)
+    writer = RecordWriter(tmp_path / "r.parquet")
+
+    async def go():
+        async with StreamingClient(ClientConfig(base_url=f"http://127.0.0.1:{box['port']}", model="m")) as c:
+            d = Dispatcher(c, writer)
+            d.saturation_rule = SaturationRule(window_s=0.5, windows=3, drain_s=0.5)
+            return await d.run(_items(600), spec)
+
+    stats = asyncio.run(go())
+    asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert stats["saturated"] and "over-saturated" in stats["saturated"]
+    assert 100 < stats["sent"] < 600 and len(t["status"]) == stats["sent"]  # every send recorded
+    assert "cancelled" in t["status"] and "ok" in t["status"]

@@ -1,0 +1,87 @@
+"""Adaptive load points and the SLO search (protocols/load_search.py), planned by hand and run
+against a fake engine whose knee is known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from protocols.load_search import Bisection, place_points, probe_done, saturation, slo_holds
+
+
+def test_saturation_is_where_doubling_stops_paying():
+    steps = [(1, 5.0), (2, 9.8), (4, 18.0), (8, 24.0), (16, 24.6)]
+    assert saturation(steps) == (24.6, 8, True)
+    assert probe_done(steps) and not probe_done(steps[:4])
+    assert saturation([(1, 5.0), (2, 10.0)]) == (10.0, 2, False)
+
+
+@pytest.mark.parametrize("spacing, want", [
+    ("linear", [2.0, 6.0, 10.0, 14.0, 18.0, 22.0]),
+    ("geometric", [0.688, 1.375, 2.75, 5.5, 11.0, 22.0]),
+    ("mlperf", [1.0, 2.0, 4.0, 8.0, 16.0, 17.792, 19.784, 22.0]),
+])
+def test_points_up_to_and_past_saturation(spacing, want):
+    assert place_points(20.0, spacing, 6) == pytest.approx(want, abs=1e-3)
+    assert place_points(20.0, spacing, 6, integer=True)[-1] == 22
+
+
+def test_bisection_finds_a_known_knee_within_the_tolerance():
+    knee = 37.0
+    b = Bisection(5, 100, tolerance=0.05)
+    while (x := b.next_load()) is not None:
+        b.record(x, x < knee)
+    r = b.result()
+    lo, hi = r["bracket"]
+    assert lo < knee <= hi and hi - lo <= 0.05 * lo and r["max_load_under_slo"] == lo
+    assert "tolerance" in r["note"] and len(r["probes"]) <= 8
+
+
+def test_bisection_edges():
+    b = Bisection(5, 10)
+    b.record(b.next_load(), True)          # the high end passes: no knee inside
+    assert b.next_load() is None and "beyond the bracket" in b.result()["note"]
+    b = Bisection(5, 10)
+    b.record(b.next_load(), False)
+    b.record(b.next_load(), False)         # the low end fails too
+    assert b.next_load() is None and b.result()["max_load_under_slo"] == 0.0
+    b = Bisection(1, 64, integer=True)
+    while (x := b.next_load()) is not None:
+        assert x == int(x)
+        b.record(x, x <= 13)
+    assert b.result()["bracket"] == [13, 14]
+
+
+def test_slo_holds_reads_the_summary():
+    assert slo_holds({"slo_ttft_met": True, "slo_tpot_met": True, "completed": 5}) == (True, "")
+    assert slo_holds({"slo_ttft_met": False, "completed": 5})[1] == "missed: ttft"
+    assert not slo_holds({"slo_ttft_met": True, "completed": 5, "slo_attainment": 0.8}, 0.9)[0]
+    assert slo_holds({"saturated": True, "completed": 5})[1] == "over-saturated"
+
+
+@pytest.mark.slow
+def test_the_search_finds_the_fake_engines_knee(tmp_path):
+    from engines.tiny_model import ensure_tiny_model
+    from harness.experiment import Experiment
+    from tests.fake_server import FakeServer
+
+    out = tmp_path / "out"
+    with FakeServer(knee_rps=20) as srv:
+        ov = ["engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
+              f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.num_requests=null",
+              "load.duration_s=2", "load.warmup_requests=0", "protocol.load_points=[]", "protocol.search=slo",
+              "protocol.search_low=4", "protocol.search_high=40", "protocol.search_tolerance=0.1",
+              "slo.ttft_ms=100", "slo.tpot_ms=null", f"output_dir={out}", "mlflow.enabled=false",
+              "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0"]
+        with initialize_config_module("conf", version_base="1.3"):
+            Experiment(compose("config", overrides=ov), overrides=ov).run()
+    found = json.loads((out / "search.json").read_text())
+    lo, hi = found["bracket"]
+    # the knee is 20 req/s: never reported above it, and the bracket within 10 %.  The fake
+    # judges each gap between arrivals as its server thread sees them, so send and GIL jitter
+    # make a few gaps shorter just below the knee (a CI check on a busy host failed 18.6 req/s
+    # that way and found 17.5): the answer may sit up to 20 % below the knee
+    assert 16 <= found["max_load_under_slo"] == lo < 20 and hi <= 22 and hi - lo <= 0.1 * lo + 1e-9, found
+    assert found["goodput_rps"] > 0 and found["cost_per_mtok_good"] > 0
