@@ -483,6 +483,9 @@ class Client:
     prepare_ahead_s: float = _f(10.0, gt=0)
     prepare_max_mb: float = _f(2048.0, gt=0)
     prepare_cache: bool = True                    # keep built requests on disk, keyed by a hash of their inputs
+    # A burst opens connections past the prewarmed pool; once idle this long, those above the
+    # prewarmed count are closed (never one with a request in flight). 0 or null: keep them all.
+    idle_close_s: Optional[float] = _f(30.0, ge=0)
 
 
 # ------------------------------------------------------------------------------------ root

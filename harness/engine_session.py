@@ -148,7 +148,8 @@ class EngineSession:
         self.client_cfg = ClientConfig(
             base_url=self.engine.base_url, model=self.engine.served_model, api=dialect["api"],
             api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.timeouts),
-            extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"])
+            extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"],
+            idle_close_s=cfg.client.idle_close_s)
 
     def tokenizer_digest(self) -> str:
         """A hash of the tokenizer's whole definition (vocabulary, merges, normaliser, template)."""

@@ -19,6 +19,8 @@ it and the client under test does not share a loop with it; it records every req
 and headers and the monotonic time just before every write.  With ``process=True`` it runs in
 a forked child instead, so that its write times are not disturbed by the client under test
 sharing its interpreter; what it recorded is then fetched from the child at each access.
+``open_connections`` counts the connections open now; with ``idle_close_s`` the server closes a
+keep-alive connection idle that long between requests, as a real server does.
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
 # --- the server ----------------------------------------------------------------------------
 class FakeServer:
     def __init__(self, script=None, *, continuous_usage: bool = True, knee_rps: float | None = None,
-                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False):
+                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None):
         self.truth: dict[str, dict] = {}  # response id -> ground truth (the OpenAI script's)
         self.script = script or openai_script(self.truth, continuous_usage, knee_rps, ttft_ms)
         self.ssl_context = ssl_context  # serve https
@@ -180,6 +182,8 @@ class FakeServer:
         self._requests: list[dict] = []
         self._headers: list[dict] = []
         self._connections = 0
+        self._open = 0
+        self.idle_close_s = idle_close_s
         self._writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
         self._in_flight = 0
         self._max_in_flight = 0
@@ -249,15 +253,22 @@ class FakeServer:
         self._sync()
         return self._max_in_flight
 
+    @property
+    def open_connections(self) -> int:
+        """The connections open now."""
+        self._sync()
+        return self._open
+
     def _state(self) -> tuple:
-        return self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self.truth
+        return (self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self._open,
+                self.truth)
 
     def _sync(self, cmd: str = "state") -> None:
         if self._proc is None or not self._proc.is_alive():
             return
         self._pipe.send(cmd)
         if self._pipe.poll(10):
-            (self._requests, self._headers, self._writes, self._connections, self._max_in_flight,
+            (self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self._open,
              truth) = self._pipe.recv()
             self.truth.clear()
             self.truth.update(truth)
@@ -297,9 +308,14 @@ class FakeServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections += 1
+        self._open += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_close_s)
+                except TimeoutError:  # idle between requests: a real server's keep-alive timeout
+                    writer.close()
+                    return
                 lines = head.decode().split("\r\n")
                 headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
                 headers = {name.strip(): value.strip() for name, value in headers.items()}
@@ -326,6 +342,8 @@ class FakeServer:
                     self._in_flight -= 1
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
+        finally:
+            self._open -= 1
 
     async def _answer(self, steps, k: int, writer: asyncio.StreamWriter) -> bool:
         """Play the steps; False when they dropped the connection."""

@@ -37,7 +37,35 @@ def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[styl
     return [f for f in made if f is not None]
 
 
-def _subtitle(d: report_data.ReportData) -> list[str]:
+def split_reason(text: str) -> tuple[str, list[str]]:
+    """'headline (part; part; ...)' -> (headline, parts): the parts split where ``; `` is outside
+    any parenthesis (a part may hold its own).  Other text: what precedes its first parenthesis
+    (or all of it), and no parts."""
+    text = text.strip()
+    i = text.find(" (")
+    if i < 0:
+        return text, []
+    if not text.endswith(")"):
+        return text[:i], []
+    inner, parts, depth, start = text[i + 2:-1], [], 0, 0
+    for j, ch in enumerate(inner):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:  # the headline's parenthesis closed before the end: not this shape
+            return text[:i], []
+        if depth == 0 and inner.startswith("; ", j):
+            parts.append(inner[start:j])
+            start = j + 2
+    parts.append(inner[start:])
+    return text[:i], [p for p in parts if p]
+
+
+def energy_note(reason: str) -> page.Note:
+    """Why energy was not measured: one line, each source's error folded away."""
+    head, parts = split_reason(reason)
+    return page.Note(f"energy not measured: {head}", parts or ([reason] if head != reason else []))
+
+
+def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     exp = d.experiment
     lines = []
     if exp:
@@ -56,7 +84,7 @@ def _subtitle(d: report_data.ReportData) -> list[str]:
         lines.append("chunk times: " + ", ".join(names.get(s, s) for s in stamps))
     first = next((r.summary for r in d.ours), {})
     if first.get("energy_available") is False and first.get("energy_unavailable_reason"):
-        lines.append(f"energy unavailable: {first['energy_unavailable_reason']}")
+        lines.append(energy_note(str(first["energy_unavailable_reason"])))
     slo = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in d.slo.items()
                     if k.endswith("_ms") and report_data.number(v) is not None)
     if slo:
@@ -121,7 +149,8 @@ def _scroll(table_html: str) -> str:
     return f"<div class='table-scroll'>{table_html}</div>" if table_html else ""
 
 
-def _export(figs: list[style.Fig], folder: Path, wanted: bool | None, say) -> tuple[str, dict[str, list[str]]]:
+def _export(figs: list[style.Fig], folder: Path, wanted: bool | None,
+            say) -> tuple[str | page.Note, dict[str, list[str]]]:
     """(the note for the page, key -> relative paths of the files written)."""
     if wanted is False:
         return "static figures: off (report.static=false)", {}
@@ -129,20 +158,23 @@ def _export(figs: list[style.Fig], folder: Path, wanted: bool | None, say) -> tu
     if not ok:
         if wanted:
             raise ValueError(f"report.static=true but static figures cannot be exported here: {why}")
-        return f"static figures not exported: {why} (report.static=false silences this)", {}
+        head, _ = split_reason(why)
+        hint = "the interactive figures on this page do not need it; report.static=false silences this"
+        return page.Note(f"static figures not exported: {head}", ([why] if head != why else []) + [hint]), {}
     t = time.perf_counter()
     try:
         files = static.export(figs, folder)
     except Exception as e:  # the page is still worth writing; its note says what failed
         if wanted:
             raise
-        return f"static figures failed: {type(e).__name__}: {e}", {}
+        return page.Note(f"static figures failed ({type(e).__name__})", [f"{type(e).__name__}: {e}"]), {}
     say(f"exported {len(files)} static figure files in {time.perf_counter() - t:.1f} s")
     out: dict[str, list[str]] = {}
     for p in files:
         out.setdefault(p.stem, []).append(f"{folder.name}/{p.name}")
     sizes = f"{style.SINGLE_IN} in wide ({style.DOUBLE_IN} in for the wide ones), PNG at {style.PNG_DPI} dpi"
-    return f"static figures: {folder.name}/ (PNG, SVG, PDF; {sizes}; captions in {folder.name}/figures.json)", out
+    return page.Note(f"static figures: {folder.name}/ (PNG, SVG, PDF)",
+                     [f"{sizes}; captions in {folder.name}/figures.json"]), out
 
 
 def summary_line(path: Path) -> str:

@@ -10,6 +10,8 @@ bootstrap for ratios of totals, as ``comparison.json`` does).
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -268,6 +270,56 @@ def read_run(d: Path) -> Run:
                load=load, slo=fixed.get("slo") or {})
 
 
+def _experiment_home(d: Path, root: Path) -> Path | None:
+    """The folder of the experiment a run belongs to: the nearest one, from the run's own folder
+    up to ``root``, that holds ``experiment.json``."""
+    try:
+        depth = len(d.relative_to(root).parts)
+    except ValueError:
+        return None
+    for p in [d, *d.parents][:depth + 1]:
+        if (p / "experiment.json").exists():
+            return p
+    return None
+
+
+_STAMP = re.compile(r"(\d{4})(\d\d)(\d\d)-(\d\d)(\d\d)(\d\d)-[0-9a-f]+")  # results_io's output folders
+_JOB = re.compile(r"job\d+-(.+)")                                            # a multirun job: its overrides
+
+
+def _folder_words(f: Path, root: Path) -> str:
+    """What tells apart experiments of one name: a multirun job's overrides, else the time in an
+    output folder's name, else the folder."""
+    m = _JOB.fullmatch(f.name)
+    if m:
+        return m.group(1)
+    m = _STAMP.fullmatch(f.name)
+    if m:
+        y, mo, d, h, mi, sec = m.groups()
+        return f"{y}-{mo}-{d} {h}:{mi}:{sec}"
+    return str(f.relative_to(root)) if f != root else f.name
+
+
+def name_series(root: Path, runs: list[Run]) -> None:
+    """Series are named by config; a sweep's one unnamed config by its experiment; and when the
+    runs come from several experiments, by experiment (and config): never by a run's folder."""
+    ours = [r for r in runs if not r.imported]
+    homes = {r.dir: _experiment_home(r.dir, root) for r in ours}
+    folders = sorted({h for h in homes.values() if h is not None})
+    names = {f: str(read_json(f / "experiment.json").get("experiment") or f.name) for f in folders}
+    seen = Counter(names.values())
+    for f in folders:
+        if seen[names[f]] > 1:
+            names[f] = f"{names[f]} ({_folder_words(f, root)})"
+    several = len(folders) > 1
+    for r in ours:
+        exp = names.get(homes[r.dir])
+        if several and exp is not None:
+            r.series = f"{exp}: {r.config}" if r.config else exp
+        elif not r.series:
+            r.series = exp or root.name or "runs"
+
+
 def _json_or_empty(path: Path) -> dict:
     return read_json(path) if path.exists() else {}
 
@@ -281,10 +333,7 @@ def load(root, extra: list | tuple = ()) -> ReportData:
         runs += [read_run(d) for d in find_run_dirs(e)]
     if not runs:
         raise ValueError(f"{root}: no complete run (no summary.json) to report on")
-    unnamed = root.name or "runs"
-    for r in runs:  # a sweep (no named configs): its series is the folder's name
-        if not r.series:
-            r.series = unnamed
+    name_series(root, runs)
     return ReportData(root, runs, _json_or_empty(root / "experiment.json"), _json_or_empty(root / "comparison.json"),
                       _json_or_empty(root / "ablation.json"))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass, field
 
 from harness.report import style
 
@@ -16,6 +17,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;m
 max-width:1500px}
 h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
 nav.toc a{margin-right:1em} .subtitle{color:#555}
+details.subtitle{margin:1em 0} details.subtitle summary{cursor:pointer} details.subtitle ul{margin:.3em 0}
 table{border-collapse:collapse;font-size:12px;margin:.6em 0} td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:right;vertical-align:top} th{background:#f4f4f4}
 table.kv td,table.steps td,table.provenance td,table.errors td,table.workload td,table.source-comparison td,
@@ -42,6 +44,25 @@ DRAW = """
 _JS_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
+@dataclass
+class Note:
+    """A line under the title: one short sentence, the detail folded away (``<details>``)."""
+
+    text: str
+    detail: list[str] = field(default_factory=list)
+
+
+def note_html(n: str | Note) -> str:
+    if isinstance(n, str):
+        n = Note(n)
+    if not n.text:
+        return ""
+    if not n.detail:
+        return f"<p class='subtitle'>{html.escape(n.text)}</p>"
+    items = "".join(f"<li>{html.escape(d)}</li>" for d in n.detail)
+    return f"<details class='subtitle'><summary>{html.escape(n.text)}</summary><ul>{items}</ul></details>"
+
+
 def script_json(text: str) -> str:
     """JSON text safe inside <script>: nothing in it can end the element or open a comment."""
     return re.sub("[<>&\u2028\u2029]", lambda m: _JS_UNSAFE[m.group(0)], text)
@@ -62,15 +83,16 @@ def figure_html(f: style.Fig, static_files: dict[str, list[str]]) -> str:
             f"<figcaption>{notes}{links}</figcaption></figure>")
 
 
-def document(title: str, subtitle: list[str], sections: list[tuple[str, str, str]]) -> str:
-    """``sections``: (anchor, heading, body html already escaped by its builder); a section's id is
-    ``sec-<anchor>``, so tables can use the plain names (``#comparison``, ``#runs``)."""
+def document(title: str, subtitle: list[str | Note], sections: list[tuple[str, str, str]]) -> str:
+    """``subtitle``: the lines under the title (text, escaped here); ``sections``: (anchor,
+    heading, body html already escaped by its builder); a section's id is ``sec-<anchor>``, so
+    tables can use the plain names (``#comparison``, ``#runs``)."""
     from plotly.offline import get_plotlyjs
 
     toc = " ".join(f"<a href='#sec-{html.escape(a)}'>{html.escape(h)}</a>" for a, h, body in sections if body)
     body = "".join(f"<section id='sec-{html.escape(a)}'><h2>{html.escape(h)}</h2>{b}</section>"
                    for a, h, b in sections if b)
-    sub = "".join(f"<p class='subtitle'>{html.escape(s)}</p>" for s in subtitle if s)
+    sub = "".join(note_html(s) for s in subtitle if s)
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{html.escape(title)}</title><style>{CSS}</style>"

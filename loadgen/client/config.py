@@ -29,6 +29,7 @@ class ClientConfig:
     continuous_usage: bool = False
     exact_output: bool = True         # a min_tokens in extra_body is set to each request's max_tokens
     kernel_timestamps: bool = True    # chunk times from the kernel's receive stamps where available
+    idle_close_s: float | None = 30.0  # pooled connections idle this long, above the prewarmed count, are closed
 
     @property
     def path(self) -> str:

@@ -49,6 +49,8 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
+        self.idle_since = perf_ns()  # perf_counter_ns when it last went idle (the idle sweep reads it)
+        self.swept = False           # closed by the idle sweep, which already took it off the idle list
         self.inbox: list = []   # (perf_counter_ns, bytes) reads not parsed yet
         self.queued = False
         self._clear()
@@ -288,6 +290,7 @@ class _Conn(asyncio.Protocol):
             self._clear()
             if reusable and not self.closed:
                 self.reused = True
+                self.idle_since = rec.done_ns  # the stamp taken above: no clock read of its own
                 self.client._idle.append(self)
             elif not self.closed:
                 self.closed = True
@@ -331,6 +334,10 @@ class StreamingClient:
         # Below this many idle connections, more are opened in the background.
         self._low_water = 0
         self._topping: asyncio.Task | None = None
+        # What a burst opened past the prewarmed pool is closed again by a sweep on the loop,
+        # every idle_close_s / 2, once idle for idle_close_s (see _sweep_idle).
+        self._target = 0
+        self._sweep: asyncio.TimerHandle | None = None
         self._clock = ReadClock() if (cfg.kernel_timestamps and kernel_stamps_supported()) else None
         self._ssl_context = ssl.create_default_context() if self.ssl and self._clock is not None else None
         self._addrs: list | None = None
@@ -360,9 +367,14 @@ class StreamingClient:
 
     async def __aenter__(self):
         self.loop = asyncio.get_running_loop()
+        if self.cfg.idle_close_s:
+            self._sweep = self.loop.call_later(self.cfg.idle_close_s / 2, self._sweep_idle)
         return self
 
     async def __aexit__(self, *exc):
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         if self._topping is not None:
             self._topping.cancel()
         for c in list(self._active.values()):
@@ -384,6 +396,46 @@ class StreamingClient:
 
     def _request(self, payload: bytes) -> bytes:
         return self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now, idle or carrying a request (connects under way excluded)."""
+        return len(self._all)
+
+    @property
+    def idle_connections(self) -> int:
+        return len(self._idle)
+
+    SWEEP_BATCH = 128  # closes per pass: a pass costs the loop well under a millisecond
+
+    def _sweep_idle(self) -> None:
+        """Close pooled connections idle for ``idle_close_s`` while more are open than the
+        prewarmed count, the oldest idle first, keeping at least the top-up's low-water mark
+        idle (or the background top-up would open them again at once).  Only idle-list
+        members are closed, so never a connection with a request in flight; the send path
+        pays nothing (a connection's idle stamp is the end stamp its last response took)."""
+        limit = self.cfg.idle_close_s
+        cutoff = perf_ns() - int(limit * 1e9)
+        excess = min(len(self._all) - self._target, len(self._idle) - self._low_water, self.SWEEP_BATCH)
+        idle = self._idle
+        if excess > 0 and idle and idle[0].idle_since <= cutoff:
+            # The idle list is a stack (start pops the newest, a finished request pushes): its
+            # bottom holds the longest idle.  Collect from the bottom, skipping any fresher one.
+            drop = []
+            for c in idle:
+                if len(drop) >= excess:
+                    break
+                if c.idle_since <= cutoff:
+                    drop.append(c)
+            gone = set(map(id, drop))
+            self._idle = [c for c in idle if id(c) not in gone]
+            for c in drop:
+                c.swept = True
+                if not c.closed:
+                    c.closed = True
+                    c.transport.close()
+        more = excess >= self.SWEEP_BATCH and bool(self._idle) and self._idle[0].idle_since <= cutoff
+        self._sweep = self.loop.call_later(0.01 if more else limit / 2, self._sweep_idle)
 
     @property
     def timestamp_source(self) -> str:
@@ -413,6 +465,7 @@ class StreamingClient:
         With ``top_up``, the pool is kept from running dry afterwards: once fewer than a
         quarter of ``n`` (at least 4) are idle, that many more are opened in the background."""
         want = max(int(n) - len(self._idle), 0)
+        self._target = max(self._target, int(n))  # the idle sweep never closes below it
         opened = await self._open_idle(want)
         if top_up and opened == want:
             self._low_water = max(int(n) // 4, 4)
@@ -423,7 +476,10 @@ class StreamingClient:
         opened = 0
         for i in range(0, want, 64):
             got = await asyncio.gather(*(self._connect() for _ in range(min(64, want - i))), return_exceptions=True)
-            conns = [g for g in got if isinstance(g, _Conn)]
+            conns = [g for g in got if isinstance(g, _Conn) and not g.closed]
+            now = perf_ns()
+            for c in conns:
+                c.idle_since = now
             self._idle.extend(conns)
             opened += len(conns)
             if len(conns) < len(got):
@@ -442,7 +498,10 @@ class StreamingClient:
             self._topping = None
 
     def _forget(self, conn: _Conn) -> None:
+        """A connection closed (by the server, by us, or dropped): it leaves the pool."""
         self._all.discard(conn)
+        if conn.swept:  # the sweep took it off the idle list already: no O(pool) search
+            return
         try:
             self._idle.remove(conn)
         except ValueError:

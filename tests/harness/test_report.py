@@ -215,3 +215,75 @@ def test_static_figures_are_sized_for_a_two_column_paper(experiment, tmp_path, m
     wide = re.search(rb"/MediaBox\s*\[\s*0 0 ([\d.]+)", (figs / "latency_cdfs.pdf").read_bytes())
     assert float(wide.group(1)) == pytest.approx(7.16 * 72, abs=1)
     assert "figures/ttft_vs_load.svg" in page.read_text()
+
+
+def _subtitle(html: str) -> str:
+    """What stands between the title and the first section: the reader's first screen."""
+    return html.split("</h1>", 1)[1].split("<nav", 1)[0]
+
+
+def test_what_was_not_measured_is_one_line_each_with_the_detail_folded(experiment, tmp_path, monkeypatch):
+    import shutil
+
+    from harness.report import static
+    from harness.report.build import render
+    from harness.results_io import find_run_dirs, read_json, write_json
+
+    exp = tmp_path / "exp"
+    shutil.copytree(experiment, exp)
+    reason = ("no power or energy source on this host (nvml: NVML did not start (NVMLError_LibraryNotFound: "
+              "NVML Shared Library Not Found): no NVIDIA GPU or driver on this host; dcgm: telemetry.dcgm.url is not "
+              "set (no DCGM exporter configured); rapl: /sys/class/powercap does not exist)")
+    for d in find_run_dirs(exp):
+        write_json(d / "summary.json", read_json(d / "summary.json") | {"energy_available": False,
+                                                                        "energy_unavailable_reason": reason})
+    why = "no Chromium or Chrome on the PATH (chromium, chromium-browser); set BROWSER_PATH"
+    monkeypatch.setattr(static, "available", lambda: (False, why))
+    first = _subtitle(render(exp, tmp_path / "r.html").read_text())
+    summaries = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>", first)
+    assert [s for s, _ in summaries] == ["energy not measured: no power or energy source on this host",
+                                         "static figures not exported: no Chromium or Chrome on the PATH"]
+    energy = re.findall(r"<li>(.*?)</li>", summaries[0][1])
+    assert [e.split(":")[0] for e in energy] == ["nvml", "dcgm", "rapl"]   # one item per source, its error whole
+    assert energy[0].endswith("no NVIDIA GPU or driver on this host")
+    assert why in summaries[1][1]
+    # Nothing of the detail stands unfolded: every visible line is short.
+    visible = re.sub(r"<ul>.*?</ul>", "", first)
+    assert "powercap" not in visible and "BROWSER_PATH" not in visible
+    assert all(len(t) < 100 for t in re.findall(r">([^<>]+)<", visible))
+
+
+def test_series_are_named_by_config_or_experiment_never_by_the_runs_folder(tmp_path):
+    from harness.report.build import render
+    from harness.report.data import load
+    from harness.results_io import read_json, write_json
+
+    one = {"": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0, "power_w": 450}}
+    sweep = write_experiment(tmp_path / "alone" / "20261201-141144-9789c9", configs=one, rates=(5.0,), blocks=1,
+                             requests=40)
+
+    def rename(folder, name):  # write_experiment names the experiment after its folder
+        write_json(folder / "experiment.json", read_json(folder / "experiment.json") | {"experiment": name})
+
+    # A sweep's one config has no name; its experiment record names it, not the run folder's id.
+    rename(sweep, "default")
+    assert load(sweep).series == ["default"]
+    html = render(sweep, tmp_path / "sweep.html", static_figures=False).read_text()
+    names = {t.get("name") for s in _specs(html).values() for t in s["data"]}
+    assert "default" in names and not any("9789c9" in str(n) for n in names)
+    # Several experiments under one root: one series each, by experiment (and config); two of one
+    # name told apart by their time, a multirun's jobs by their overrides.
+    root = tmp_path / "results"
+    for folder in ("default/20261201-100000-aaaaaa", "default/20261201-110000-bbbbbb", "other/x"):
+        write_experiment(root / folder, configs=one, rates=(5.0,), blocks=1, requests=40)
+    for folder, name in (("default/20261201-100000-aaaaaa", "default"), ("default/20261201-110000-bbbbbb", "default"),
+                         ("other/x", "other")):
+        rename(root / folder, name)
+    write_experiment(root / "cmp", rates=(5.0,), blocks=1, requests=40)  # named configs fast and slow
+    assert sorted(load(root).series) == ["cmp: fast", "cmp: slow", "default (2026-12-01 10:00:00)",
+                                         "default (2026-12-01 11:00:00)", "other"]
+    multi = tmp_path / "multi"
+    for job in ("job0-workload.output_tokens=4", "job1-workload.output_tokens=8"):
+        write_experiment(multi / job, configs=one, rates=(5.0,), blocks=1, requests=40)
+        rename(multi / job, "default")
+    assert sorted(load(multi).series) == ["default (workload.output_tokens=4)", "default (workload.output_tokens=8)"]

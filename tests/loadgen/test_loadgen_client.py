@@ -219,6 +219,82 @@ def test_open_loop_pool_is_topped_up_in_the_background_before_it_runs_dry():
     assert idle_mid == 1 and srv.connections == 8
 
 
+async def _until(cond, limit_s: float = 10.0) -> bool:
+    """Poll ``cond`` until it holds or ``limit_s`` passes (a bound on a hang, not a timing check)."""
+    end = time.monotonic() + limit_s
+    while not cond() and time.monotonic() < end:
+        await asyncio.sleep(0.02)
+    return cond()
+
+
+def _burst_script(req, k):
+    # max_tokens=99 marks a long request (in flight while the pool is swept); the rest are quick.
+    wait = 1.0 if req.get("max_tokens") == 99 else 0.05
+    return [HEAD_CHUNKED, wait, chunk(event(completion(f"s-{k}", "z", "stop")) + event(b"[DONE]")) + END]
+
+
+def _burst_then_idle(srv, idle_close_s):
+    """Prewarm 8, a burst of 24 at once, then 3 long requests while the pool is idle."""
+    cfg = ClientConfig(base_url=srv.url, model="m", idle_close_s=idle_close_s)
+
+    async def go():
+        async with StreamingClient(cfg) as c:
+            assert await c.prewarm(8) == 8  # with the background top-up (low-water mark 4)
+            burst = [c.start(RequestRecord(request_id=f"b{i}", scheduled_ns=0), c.body("hi", 4)) for i in range(24)]
+            burst = await asyncio.gather(*burst)
+            peak = c.open_connections
+            long = [c.start(RequestRecord(request_id=f"l{i}", scheduled_ns=0), c.body("hi", 99)) for i in range(3)]
+            shrunk = await _until(lambda: c.open_connections <= 8 and srv.open_connections <= 8,
+                                  10.0 if idle_close_s else 1.0)
+            during = (c.open_connections, c.idle_connections, srv.open_connections)
+            long = await asyncio.gather(*long)
+            await asyncio.sleep(0.5)  # more sweeps: none goes below the prewarmed count
+            return burst, long, peak, shrunk, during, (c.open_connections, srv.open_connections)
+
+    return asyncio.run(go())
+
+
+def test_idle_connections_above_the_prewarmed_count_are_closed_never_one_in_flight():
+    with FakeServer(_burst_script) as srv:
+        burst, long, peak, shrunk, during, after = _burst_then_idle(srv, idle_close_s=0.2)
+    assert [r.status for r in burst + long] == ["ok"] * 27, [r.error for r in burst + long]
+    assert peak >= 24  # the burst opened past the prewarmed 8
+    assert shrunk
+    # Down to the prewarmed 8, 3 of them carrying the long requests (which all completed).
+    assert during == (8, 5, 8)
+    assert after == (8, 8)
+
+
+def test_idle_close_off_keeps_every_connection():
+    with FakeServer(_burst_script) as srv:
+        burst, long, peak, shrunk, during, after = _burst_then_idle(srv, idle_close_s=None)
+    assert [r.status for r in burst + long] == ["ok"] * 27
+    assert not shrunk and after == (peak, peak)
+
+
+def test_connections_the_server_closed_leave_the_pool():
+    def script(req, k):
+        return [HEAD_CHUNKED, chunk(event(completion(f"s-{k}", "z", "stop")) + event(b"[DONE]")) + END]
+
+    cfg = ClientConfig(base_url="", model="m", idle_close_s=None)
+
+    async def go(url):
+        cfg.base_url = url
+        async with StreamingClient(cfg) as c:
+            assert await c.prewarm(4, top_up=False) == 4
+            first = await c.send(RequestRecord(request_id="r0", scheduled_ns=0), c.body("hi", 4))
+            gone = await _until(lambda: c.open_connections == 0)  # the server's keep-alive timeout
+            idle = c.idle_connections
+            again = await c.send(RequestRecord(request_id="r1", scheduled_ns=0), c.body("hi", 4))
+            return first, gone, idle, again
+
+    with FakeServer(script, idle_close_s=0.2) as srv:
+        first, gone, idle, again = asyncio.run(go(srv.url))
+        connections = srv.connections
+    assert first.status == "ok" and gone and idle == 0
+    assert again.status == "ok" and connections == 5  # a fresh connection, not a dead pooled one
+
+
 def _late_reader(url, kernel: bool):
     """One request whose only output chunk arrives while the client's loop is blocked."""
     cfg = ClientConfig(base_url=url, model="m", kernel_timestamps=kernel)
