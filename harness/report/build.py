@@ -69,7 +69,8 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     exp = d.experiment
     lines = []
     if exp:
-        lines.append(f"experiment {exp.get('experiment')} · protocol {exp.get('protocol')} · {exp.get('status')} · "
+        lines.append(f"experiment {exp.get('experiment')} in {d.root.resolve().name}/ · "
+                     f"protocol {exp.get('protocol')} · {exp.get('status')} · "
                      f"{exp.get('runs_finished', len(d.ours))} runs in {len(exp.get('blocks') or []) or 1} block(s)")
     engines = []
     for s in d.series:
@@ -138,7 +139,8 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
         ("checklist", "Protocol checklist (the seven steps)", tables.steps_table(d)),
         ("errors", "Errors", tables.errors_table(d, views)),
     ]
-    title = title or f"tokenfactory report: {root.resolve().name}"
+    # named by the experiment, as its series are: a run folder's name is an id (results/NAME/<id>)
+    title = title or f"tokenfactory report: {(d.experiment or {}).get('experiment') or root.resolve().name}"
     sub = _subtitle(d) + [static_note, f"built {time.strftime('%Y-%m-%d %H:%M:%S')} in "
                                        f"{time.perf_counter() - t0:.1f} s"]
     write_atomic(out_path, page.document(title, sub, sections))

@@ -271,6 +271,8 @@ def test_series_are_named_by_config_or_experiment_never_by_the_runs_folder(tmp_p
     html = render(sweep, tmp_path / "sweep.html", static_figures=False).read_text()
     names = {t.get("name") for s in _specs(html).values() for t in s["data"]}
     assert "default" in names and not any("9789c9" in str(n) for n in names)
+    assert "<title>tokenfactory report: default</title>" in html  # the page too, the folder in its subtitle
+    assert "experiment default in 20261201-141144-9789c9/" in html
     # Several experiments under one root: one series each, by experiment (and config); two of one
     # name told apart by their time, a multirun's jobs by their overrides.
     root = tmp_path / "results"
