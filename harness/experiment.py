@@ -5,8 +5,9 @@ sweep has one, a comparison one per (block, config).  Each session launches its 
 (``harness.engine_session``), runs its load points as the named steps of ``harness.point``
 and stops it.  Finished runs (a ``summary.json``) are skipped when the same ``output_dir``
 is run again, so an interrupted experiment resumes where it stopped; the record
-(``experiment.json``, ``runs.parquet``, and for a comparison ``comparison.json``) is written
-from the run folders (``harness.experiment_record``, ``protocols.compare.record``).
+(``experiment.json``, ``runs.parquet``, and the protocol's own: a comparison's
+``comparison.json`` ...) is written from the run folders (``harness.experiment_record``, and
+the protocol's ``record`` module, which the registry hands the experiment).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from conf.schema import ConfigError, validate
 from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
+from harness.experiment_record import ProtocolRecord
 from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
 from harness.parent_run import start_parent
@@ -52,11 +54,15 @@ def check_config(cfg: DictConfig) -> list[RunSpec]:
 class Experiment:
     """``explicit``: the override keys the user typed (``conf.overrides``); ``overrides``: the
     overrides themselves (a comparison composes each config on top of them); ``swept_keys``:
-    those a Hydra multirun sweeps (each job's folder is named after them)."""
+    those a Hydra multirun sweeps (each job's folder is named after them); ``records``: the
+    protocol's own records, written after experiment.json (its protocol's, in
+    ``protocols.registry``)."""
 
     def __init__(self, cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
-                 explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None):
+                 explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None, *,
+                 records: tuple[ProtocolRecord, ...]):
         self.cfg = cfg
+        self.records = records
         self.base_overrides = list(overrides or [])
         self.configs: dict[str, DictConfig] = {}   # comparison: name -> its composed config
         try:
@@ -344,7 +350,7 @@ class Experiment:
         if self.mlflow and aggregates:
             self.mlflow.log_parent_metrics(aggregates)
         if self.mlflow:  # the record beside the runs, so `tokenfactory report NAME` rebuilds it from MLflow
-            for name in ("experiment.json", "comparison.json", "ablation.json"):
+            for name in ("experiment.json", *(f for r in self.records for f in r.files)):
                 if (self.out / name).exists():
                     self.mlflow.log_parent_artifact(self.out / name)
         if self.cfg.report.enabled:

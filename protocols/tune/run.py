@@ -56,6 +56,7 @@ from harness.experiment_record import experiment_record, run_rows, runs_table, s
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
+from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan
 
 TRIALS_DIR = "trials"
@@ -367,7 +368,7 @@ class Tuner:
         t0 = time.monotonic()
         try:
             exp = Experiment(self.trial_config(self.with_params(params), folder), explicit=self.explicit,
-                             overrides=self.overrides + overrides)
+                             overrides=self.overrides + overrides, records=(SWEEP_RECORD,))  # a trial is a sweep
             exp.out = folder  # the tuner names its trials' folders
             exp.run()
         except UserError as e:

@@ -64,7 +64,7 @@ def test_slo_holds_reads_the_summary():
 @pytest.mark.slow
 def test_the_search_finds_the_fake_engines_knee(tmp_path):
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     out = tmp_path / "out"
@@ -76,7 +76,7 @@ def test_the_search_finds_the_fake_engines_knee(tmp_path):
               "slo.ttft_ms=100", "slo.tpot_ms=null", f"output_dir={out}", "mlflow.enabled=false",
               "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0"]
         with initialize_config_module("conf", version_base="1.3"):
-            Experiment(compose("config", overrides=ov), overrides=ov).run()
+            protocol_experiment(compose("config", overrides=ov), overrides=ov).run()
     found = json.loads((out / "search.json").read_text())
     lo, hi = found["bracket"]
     # the knee is 20 req/s: never reported above it, and the bracket within 10 %.  The fake
