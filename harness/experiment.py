@@ -35,7 +35,7 @@ from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
 from protocols.blocks import SessionPlan, describe_plan, plan_sessions
 from protocols.designs import design_of
-from protocols.load_points import RunSpec, plan_runs, runs_from_points
+from protocols.sweep.load_points import RunSpec, plan_runs, runs_from_points
 
 
 def check_config(cfg: DictConfig) -> list[RunSpec]:
@@ -254,7 +254,7 @@ class Experiment:
         """``protocol.probe``: closed-loop runs at rising concurrency (on the baseline config, an
         engine launch of their own) find the saturation; the load points are placed from it
         (``probe.json``; a resumed experiment reuses it)."""
-        from protocols.load_search import place_points, probe_concurrencies, probe_done, saturation
+        from protocols.sweep.load_search import place_points, probe_concurrencies, probe_done, saturation
 
         p = self.cfg.protocol
         path = self.out / "probe.json"
@@ -298,7 +298,7 @@ class Experiment:
     def search_slo(self, s: SessionPlan, cfg: DictConfig) -> None:
         """``protocol.search=slo``: bisection over the offered load for the highest one whose run
         meets the SLO, in this session (``search.json``; probes already run are reused)."""
-        from protocols.load_search import Bisection, slo_holds
+        from protocols.sweep.load_search import Bisection, slo_holds
 
         p = self.cfg.protocol
         closed = cfg.load.kind == "concurrency"

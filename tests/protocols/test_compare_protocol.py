@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_module
 
 from protocols.blocks import NamedConfig, block_orders, plan_sessions
 from protocols.compare.plan import named_configs
-from protocols.load_points import RunSpec
+from protocols.sweep.load_points import RunSpec
 
 
 def test_block_orders_are_seeded_permutations():

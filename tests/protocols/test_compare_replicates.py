@@ -16,7 +16,7 @@ import pytest
 
 from harness import results_io
 from harness.cli import main as cli_main
-from protocols.load_points import runs_from_points, split_repeat
+from protocols.sweep.load_points import runs_from_points, split_repeat
 
 POINT = "poisson rate=20"
 FIXED = {"model": "fake", "tokenizer_sha256": "abc", "workload": {"name": "synthetic"}}

@@ -1,4 +1,4 @@
-"""Adaptive load points and the SLO search (protocols/load_search.py), planned by hand and run
+"""Adaptive load points and the SLO search (protocols/sweep/load_search.py), planned by hand and run
 against a fake engine whose knee is known."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
-from protocols.load_search import Bisection, place_points, probe_done, saturation, slo_holds
+from protocols.sweep.load_search import Bisection, place_points, probe_done, saturation, slo_holds
 
 
 def test_saturation_is_where_doubling_stops_paying():
