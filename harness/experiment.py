@@ -27,6 +27,7 @@ from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.experiment_record import ProtocolRecord
+from harness.finish import finish_run
 from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
 from harness.parent_run import start_parent
@@ -256,21 +257,14 @@ class Experiment:
         self.mlflow = start_parent(self.cfg, self.out)
 
     def finish(self) -> Path:
-        """The experiment's record from its run folders, then the report."""
+        """The experiment's record from its run folders, then the finishing step every protocol
+        shares (``harness.finish``)."""
         aggregates = experiment_record.write_record(self)
-        if self.mlflow and aggregates:
-            self.mlflow.log_parent_metrics(aggregates)
-        if self.mlflow:  # the record beside the runs, so `tokenfactory report NAME` rebuilds it from MLflow
-            for name in ("experiment.json", *(f for r in self.records for f in r.files)):
-                if (self.out / name).exists():
-                    self.mlflow.log_parent_artifact(self.out / name)
-        if self.cfg.report.enabled:
-            path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)
-            if self.mlflow:
-                self.mlflow.log_parent_artifact(path)
-            print(f"report: {path}")
-        if self.mlflow and self.mlflow.failed:
-            print(f"MLflow: not logged ({self.mlflow.failed}); once it is back: tokenfactory mlflow-sync {self.out}",
-                  flush=True)
-        print(f"results: {self.out}")
-        return self.out
+        return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates,
+                          artifacts=("experiment.json", *(f for r in self.records for f in r.files)),
+                          report=self.render_report)
+
+    def render_report(self) -> Path:
+        path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)
+        print(f"report: {path}")
+        return path
