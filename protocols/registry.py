@@ -3,8 +3,10 @@
 Every protocol is run the same way (``run_protocol``): the command line composes the config
 and hands it here with what the user typed (``Invocation``); the protocol's ``run`` does the
 rest and returns the experiment's folder.  Each protocol carries its design
-(``protocols.designs``: configs in blocks or one, baseline, quality gate, records), which the
-machinery below reads by the same name.
+(``protocols.designs``: configs in blocks or one, baseline, quality gate), which the machinery
+below reads by the same name, and, for those run as an ``Experiment`` (sweep, compare,
+ablation), its records (each protocol's ``record`` module: what it writes beside
+experiment.json and runs.parquet).
 """
 
 from __future__ import annotations
