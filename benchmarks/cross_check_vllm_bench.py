@@ -38,7 +38,7 @@ BENCH_DRIVER = ("import sys\n"
 def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
     from hydra import compose, initialize_config_module
 
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
 
     overrides = ["engine=vllm", "engine.launch=false", f"engine.base_url={base_url}", f"engine.model={model}",
                  f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}",
@@ -49,7 +49,7 @@ def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
         overrides.append(f"telemetry.interval_s={a.telemetry_interval}")
     with initialize_config_module("conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    Experiment(cfg).run()
+    protocol_experiment(cfg).run()
     return json.loads((out / "summary.json").read_text())
 
 

@@ -229,7 +229,7 @@ class SweepProtocol:
     load_points: List[Any] = field(default_factory=list)  # numbers (rate or concurrency) or load mappings
     repeats: int = _f(1, ge=1)                # runs of each load point, its replicates (one label; `repeat` says which)
     dry_run: bool = False                     # print the plan and stop (the command line's --dry-run)
-    # Step 4, adaptive (protocols/load_search.py): a probe of closed-loop runs at rising
+    # Step 4, adaptive (protocols/sweep/load_search.py): a probe of closed-loop runs at rising
     # concurrency finds the saturation and places num_points load points up to and past it ...
     probe: bool = False
     probe_max_concurrency: int = _f(256, ge=1)

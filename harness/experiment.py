@@ -3,10 +3,13 @@
 A protocol's plan is a list of engine sessions (``protocols.blocks.SessionPlan``): the
 sweep has one, a comparison one per (block, config).  Each session launches its engine
 (``harness.engine_session``), runs its load points as the named steps of ``harness.point``
-and stops it.  Finished runs (a ``summary.json``) are skipped when the same ``output_dir``
-is run again, so an interrupted experiment resumes where it stopped; the record
-(``experiment.json``, ``runs.parquet``, and for a comparison ``comparison.json``) is written
-from the run folders (``harness.experiment_record``, ``protocols.compare.record``).
+and stops it; between runs, a probe may place the load points and a search find the highest
+load under the SLO (``protocols.sweep.run``).  Finished runs (a ``summary.json``) are skipped
+when the same ``output_dir`` is run again, so an interrupted experiment resumes where it
+stopped; the record
+(``experiment.json``, ``runs.parquet``, and the protocol's own: a comparison's
+``comparison.json`` ...) is written from the run folders (``harness.experiment_record``, and
+the protocol's ``record`` module, which the registry hands the experiment).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from conf.schema import ConfigError, validate
 from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
+from harness.experiment_record import ProtocolRecord
+from harness.finish import finish_run
 from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
 from harness.parent_run import start_parent
@@ -33,7 +38,8 @@ from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
 from protocols.blocks import SessionPlan, describe_plan, plan_sessions
 from protocols.designs import design_of
-from protocols.load_points import RunSpec, plan_runs, runs_from_points
+from protocols.sweep.load_points import RunSpec, plan_runs
+from protocols.sweep.run import probe_load_points, search_slo
 
 
 def check_config(cfg: DictConfig) -> list[RunSpec]:
@@ -52,11 +58,15 @@ def check_config(cfg: DictConfig) -> list[RunSpec]:
 class Experiment:
     """``explicit``: the override keys the user typed (``conf.overrides``); ``overrides``: the
     overrides themselves (a comparison composes each config on top of them); ``swept_keys``:
-    those a Hydra multirun sweeps (each job's folder is named after them)."""
+    those a Hydra multirun sweeps (each job's folder is named after them); ``records``: the
+    protocol's own records, written after experiment.json (its protocol's, in
+    ``protocols.registry``)."""
 
     def __init__(self, cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
-                 explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None):
+                 explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None, *,
+                 records: tuple[ProtocolRecord, ...]):
         self.cfg = cfg
+        self.records = records
         self.base_overrides = list(overrides or [])
         self.configs: dict[str, DictConfig] = {}   # comparison: name -> its composed config
         try:
@@ -140,7 +150,7 @@ class Experiment:
 
     def run(self) -> Path:
         if self.cfg.protocol.probe and not self.cfg.protocol.dry_run:
-            self.place_points()
+            probe_load_points(self)
         total = sum(len(s.runs) for s in self.sessions)
         todo = {id(s): self.todo(s) for s in self.sessions}
         left = sum(len(t) for t in todo.values()) + sum(self.needs_search(s) for s in self.sessions)
@@ -237,123 +247,24 @@ class Experiment:
             for i, spec in enumerate(todo):
                 self.session.run_point(spec, last=i == len(todo) - 1 and not search and not gate)
             if search:
-                self.search_slo(s, cfg)
+                search_slo(self, s, cfg)
             if gate:
                 quality_gate.collect(self.session, self.session_dir(s))
         finally:
             self.session.stop()
 
-    # ------------------------------------------------------------------------------------ step 4, adaptive
-    def place_points(self) -> None:
-        """``protocol.probe``: closed-loop runs at rising concurrency (on the baseline config, an
-        engine launch of their own) find the saturation; the load points are placed from it
-        (``probe.json``; a resumed experiment reuses it)."""
-        from protocols.load_search import place_points, probe_concurrencies, probe_done, saturation
-
-        p = self.cfg.protocol
-        path = self.out / "probe.json"
-        if path.exists():
-            probe = results_io.read_json(path)
-        else:
-            name = next(iter(self.configs), "")
-            cfg = self.configs.get(name, self.cfg)
-            base = {**OmegaConf.to_container(cfg.load, resolve=True), "kind": "concurrency", "warmup_requests": 0,
-                    "duration_s": None, "rate": None}
-            steps: list[tuple[int, float]] = []
-            session = EngineSession(cfg, self.out / "probe", self.mlflow, name=name or None)
-            print(f"probe: closed-loop runs at rising concurrency on {name or 'the config'}", flush=True)
-            try:
-                session.start()
-                for c in probe_concurrencies(int(p.probe_max_concurrency)):
-                    spec = runs_from_points({**base, "concurrency": c,
-                                             "num_requests": c * int(p.probe_requests_per_user)}, [c],
-                                            prefix="")[0]
-                    spec.subdir, spec.tags = f"c{c:04d}", {"role": "probe"}
-                    run = session.run_point(spec, last=False)
-                    steps.append((c, float(run.summary.get("request_throughput") or 0.0)))
-                    if probe_done(steps) or run.summary.get("completed", 0) == 0:
-                        break
-            finally:
-                session.stop()
-            sat, at, flat = saturation(steps)
-            probe = {"steps": steps, "saturation_rps": sat, "saturation_concurrency": at, "flattened": flat}
-            results_io.write_json(path, probe)
-        closed = self.cfg.load.kind == "concurrency"
-        sat = probe["saturation_concurrency"] if closed else probe["saturation_rps"]
-        points = place_points(sat, str(p.spacing), int(p.num_points), integer=closed)
-        print(f"probe: saturation {probe['saturation_rps']:.3g} req/s at concurrency "
-              f"{probe['saturation_concurrency']}" + ("" if probe["flattened"] else " (the curve had not flattened)")
-              + f"; load points ({p.spacing}): {points}", flush=True)
-        self.plan = runs_from_points(OmegaConf.to_container(self.cfg.load, resolve=True), points,
-                                     repeats=1 if self.multi else int(p.repeats))
-        for s in self.sessions:
-            s.runs = list(self.plan)
-
-    def search_slo(self, s: SessionPlan, cfg: DictConfig) -> None:
-        """``protocol.search=slo``: bisection over the offered load for the highest one whose run
-        meets the SLO, in this session (``search.json``; probes already run are reused)."""
-        from protocols.load_search import Bisection, slo_holds
-
-        p = self.cfg.protocol
-        closed = cfg.load.kind == "concurrency"
-        loads = [float(r.load["concurrency" if closed else "rate"]) for r in self.plan
-                 if r.load.get("concurrency" if closed else "rate")]
-        low = p.search_low or (min(loads) if loads else None)
-        high = p.search_high or (max(loads) if loads else None)
-        probe = self.out / "probe.json"
-        if (low is None or high is None) and probe.exists():
-            sat = results_io.read_json(probe)["saturation_concurrency" if closed else "saturation_rps"]
-            low, high = low or sat * 0.1, high or sat * 1.2
-        if low is None or high is None or not low < high:
-            raise UserError("protocol.search=slo needs a bracket: protocol.search_low < protocol.search_high, "
-                            "load points to take it from, or protocol.probe=true")
-        bis = Bisection(float(low), float(high), float(p.search_tolerance), int(p.search_max_probes), closed)
-        base = OmegaConf.to_container(cfg.load, resolve=True)
-        min_att = cfg.slo.min_attainment
-        while (load := bis.next_load()) is not None:
-            key = "concurrency" if closed else "rate"
-            value = int(load) if closed else round(load, 4)
-            spec = runs_from_points(base, [{key: value}], prefix="search/")[0]
-            spec.subdir, spec.tags = f"search/{key}={value:g}", {"role": "search"}
-            d = self.session_dir(s) / spec.subdir
-            if results_io.run_complete(d):
-                summary = results_io.read_json(d / "summary.json")
-            else:
-                summary = self.session.run_point(spec, last=False).summary
-            ok, why = slo_holds(summary, min_att)
-            print(f"  search: {key}={value:g} {'meets' if ok else 'misses'} the SLO" + (f" ({why})" if why else ""),
-                  flush=True)
-            bis.record(float(value), ok, spec.subdir, why)
-        result = bis.result()
-        at = result["max_load_under_slo"]
-        hit = next((pr for pr in bis.probes if pr.passed and pr.load == at), None)
-        if hit is not None:  # goodput and cost where the SLO still holds
-            m = results_io.read_json(self.session_dir(s) / hit.run_dir / "summary.json")
-            result.update({k: m.get(k) for k in ("goodput_rps", "good_output_throughput", "cost_per_mtok_good",
-                                                  "cost_total", "good_output_tokens", "output_throughput")})
-        result.update({"config": s.config, "block": s.block, "kind": "concurrency" if closed else "rate"})
-        results_io.write_json(self.session_dir(s) / "search.json", result)
-        print(f"  max load under the SLO: {at:g} (bracket {result['bracket']}; {result['note']})", flush=True)
-
     def start_mlflow(self) -> None:
         self.mlflow = start_parent(self.cfg, self.out)
 
     def finish(self) -> Path:
-        """The experiment's record from its run folders, then the report."""
+        """The experiment's record from its run folders, then the finishing step every protocol
+        shares (``harness.finish``)."""
         aggregates = experiment_record.write_record(self)
-        if self.mlflow and aggregates:
-            self.mlflow.log_parent_metrics(aggregates)
-        if self.mlflow:  # the record beside the runs, so `tokenfactory report NAME` rebuilds it from MLflow
-            for name in ("experiment.json", "comparison.json", "ablation.json"):
-                if (self.out / name).exists():
-                    self.mlflow.log_parent_artifact(self.out / name)
-        if self.cfg.report.enabled:
-            path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)
-            if self.mlflow:
-                self.mlflow.log_parent_artifact(path)
-            print(f"report: {path}")
-        if self.mlflow and self.mlflow.failed:
-            print(f"MLflow: not logged ({self.mlflow.failed}); once it is back: tokenfactory mlflow-sync {self.out}",
-                  flush=True)
-        print(f"results: {self.out}")
-        return self.out
+        return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates,
+                          artifacts=("experiment.json", *(f for r in self.records for f in r.files)),
+                          report=self.render_report)
+
+    def render_report(self) -> Path:
+        path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)
+        print(f"report: {path}")
+        return path

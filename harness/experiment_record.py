@@ -8,21 +8,20 @@ experiment's record always says what is on disk.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conf.schema import COMPARED_METRICS
 from harness import results_io
 from harness.quality_gate import format_quality, gate_enabled, judge
 from harness.results_io import SECRET_KEY
-from metrics.ablation import bottlenecks, effects, format_ablation
-from metrics.comparison import compare_runs, format_comparison, point_aggregates
-from metrics.quality_gate import gate_row, gate_search
-from protocols.ablation.plan import ablation_arms
+from metrics.quality_gate import gate_row
 from protocols.designs import design_of
-from protocols.load_points import split_repeat
+from protocols.sweep.load_points import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 
@@ -36,6 +35,18 @@ STEPS = {
     6: "compare by cost under quality and SLO met, with intervals over repeats",
     7: "shadow traffic, then a small share; keep the rollback; promote on business metrics",
 }
+
+
+@dataclass(frozen=True)
+class ProtocolRecord:
+    """A protocol's own part of an experiment's record, beside ``experiment.json`` and
+    ``runs.parquet`` (each protocol's ``record`` module: the sweep's aggregates, the
+    comparison's ``comparison.json``, the ablation's ``ablation.json``).  ``write``: (the
+    experiment, its runs table, its experiment.json record, the quality verdict or None) -> the
+    aggregate metrics for the MLflow parent run; ``files``: what it writes in the experiment's
+    folder (logged to MLflow beside experiment.json)."""
+    write: Callable[[Any, pa.Table, dict, dict | None], dict]
+    files: tuple[str, ...] = ()
 
 
 def _redact_override(o: str) -> str:
@@ -99,7 +110,7 @@ def experiment_record(cfg, *, status: str, out: Path, overrides: list[str], conf
 def run_rows(out: Path) -> list[dict]:
     """Every finished run under ``out``: its run.json keys and its summary's scalars.  A load
     point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
-    folders written when each repeat had a label of its own (``protocols.load_points.split_repeat``)."""
+    folders written when each repeat had a label of its own (``protocols.sweep.load_points.split_repeat``)."""
     rows = []
     for d in sorted(p.parent for p in out.rglob("summary.json")):
         meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
@@ -191,9 +202,9 @@ def search_results(out: Path) -> list[dict]:
 
 
 def write_record(exp) -> dict:
-    """``runs.parquet``, ``experiment.json`` and, for a comparison, ``comparison.json``; returns
-    the aggregate metrics for the MLflow parent run (a sweep's: per load point, over its
-    repeats; a comparison's: per config and point)."""
+    """``runs.parquet``, ``experiment.json`` and the protocol's own records (``exp.records``:
+    each a ``ProtocolRecord``); returns the aggregate metrics for the MLflow parent run (a
+    sweep's: per load point, over its repeats; a comparison's: per config and point)."""
     rows = run_rows(exp.out)
     if not rows:
         return {}
@@ -209,24 +220,10 @@ def write_record(exp) -> dict:
         record["quality_gate"] = quality
         print(format_quality(quality), flush=True)
     results_io.write_json(exp.out / "experiment.json", record)
-    if not exp.multi:
-        return point_aggregates(table, list(COMPARED_METRICS), seed=int(exp.cfg.seed))
-    searches = search_results(exp.out)
-    if quality:
-        searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
-    comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
-                              quality=quality)
-    results_io.write_json(exp.out / "comparison.json", comparison)
-    print(format_comparison(comparison), flush=True)
-    if exp.design.ablation:
-        arms = [(name, opts) for name, opts, _ in ablation_arms(exp.cfg.protocol)]
-        ablation = {"arms": {name: list(opts) for name, opts in arms},
-                    "confidence": float(exp.cfg.protocol.confidence),
-                    "points": effects(table, arms, confidence=float(exp.cfg.protocol.confidence)),
-                    "bottlenecks": bottlenecks(table, arms)}
-        results_io.write_json(exp.out / "ablation.json", ablation)
-        print(format_ablation(ablation), flush=True)
-    return comparison.get("mlflow_metrics", {})
+    aggregates: dict = {}
+    for r in exp.records:
+        aggregates.update(r.write(exp, table, record, quality))
+    return aggregates
 
 
 def judge_quality(exp) -> dict | None:

@@ -28,7 +28,7 @@ from harness import results_io
 from harness.experiment_record import run_rows, runs_table
 from harness.mlflow_log import MlflowLogger, child_run_name, tracking_uri
 from metrics.comparison import point_aggregates
-from protocols.load_points import split_repeat
+from protocols.sweep.load_points import split_repeat
 
 RECORD_FILES = ("experiment.json", "runs.parquet", "comparison.json", "ablation.json", "report.html",
                 "workload.html", "config.yaml")

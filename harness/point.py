@@ -34,7 +34,7 @@ from metrics.energy import steady_capacity
 from metrics.engine_counters import engine_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
-from protocols.load_points import RunSpec, offered_load
+from protocols.sweep.load_points import RunSpec, offered_load
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.

@@ -1,7 +1,8 @@
 """What the machinery needs to know of a protocol's plan (``protocol.name`` -> its design):
 whether its configs run in blocks and which is the baseline, whether the quality gate is on by
-default, and which records it writes.  Pure and below the machinery; what each protocol runs
-is found through ``protocols.registry``, whose protocols carry these designs.
+default, and whether it ablates or promotes (what experiment.json's steps say it covered).
+Pure and below the machinery; what each protocol runs and the records it writes are found
+through ``protocols.registry``, whose protocols carry these designs.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class Design:
     # the baseline among the configs (protocol config, their names -> it)
     baseline: Callable[[Any, list[str]], str] | None = None
     quality_gate: bool = False   # quality.enabled=null turns the gate on
-    ablation: bool = False       # effects and interactions of its arms (ablation.json)
-    promotion: bool = False      # a candidate behind the proxy (promote.json)
+    ablation: bool = False       # effects and interactions of its arms (its record: protocols.ablation.record)
+    promotion: bool = False      # a candidate behind the proxy (its record: promote.json)
 
     @property
     def in_blocks(self) -> bool:

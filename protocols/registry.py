@@ -3,8 +3,10 @@
 Every protocol is run the same way (``run_protocol``): the command line composes the config
 and hands it here with what the user typed (``Invocation``); the protocol's ``run`` does the
 rest and returns the experiment's folder.  Each protocol carries its design
-(``protocols.designs``: configs in blocks or one, baseline, quality gate, records), which the
-machinery below reads by the same name.
+(``protocols.designs``: configs in blocks or one, baseline, quality gate), which the machinery
+below reads by the same name, and, for those run as an ``Experiment`` (sweep, compare,
+ablation), its records (each protocol's ``record`` module: what it writes beside
+experiment.json and runs.parquet).
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from omegaconf import DictConfig
 
 from harness.errors import UserError
 from harness.experiment import Experiment
+from harness.experiment_record import ProtocolRecord
+from protocols.ablation.record import ABLATION_RECORD
+from protocols.compare.record import COMPARISON_RECORD
 from protocols.designs import DESIGNS, Design
 from protocols.promote.run import run_promotion
+from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune.run import Tuner
 
 
@@ -36,14 +42,22 @@ class Protocol:
     name: str
     what: str                                        # one line, for the help and errors
     run: Callable[[DictConfig, Invocation], Path]    # config -> the experiment's folder
+    # what an Experiment of this protocol writes beside experiment.json and runs.parquet
+    records: tuple[ProtocolRecord, ...] = ()
 
     @property
     def design(self) -> Design:
         return DESIGNS[self.name]
 
 
+def protocol_experiment(cfg: DictConfig, swept_keys: frozenset[str] = frozenset(),
+                        explicit: frozenset[str] = frozenset(), overrides: list[str] | None = None) -> Experiment:
+    """The experiment of the config's protocol (a sweep, comparison or ablation), with its records."""
+    return Experiment(cfg, swept_keys, explicit, overrides, records=get_protocol(str(cfg.protocol.name)).records)
+
+
 def _experiment(cfg: DictConfig, inv: Invocation) -> Path:
-    return Experiment(cfg, inv.swept_keys, inv.explicit, inv.overrides).run()
+    return protocol_experiment(cfg, inv.swept_keys, inv.explicit, inv.overrides).run()
 
 
 def _promotion(cfg: DictConfig, inv: Invocation) -> Path:
@@ -58,9 +72,11 @@ def _tune(cfg: DictConfig, inv: Invocation) -> Path:
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
-    Protocol("sweep", "one config over its load points, repeated", _experiment),
-    Protocol("compare", "several configs in randomised blocks, compared at equal SLO", _experiment),
-    Protocol("ablation", "a baseline and its optimisations one at a time and together", _experiment),
+    Protocol("sweep", "one config over its load points, repeated", _experiment, (SWEEP_RECORD,)),
+    Protocol("compare", "several configs in randomised blocks, compared at equal SLO", _experiment,
+             (COMPARISON_RECORD,)),
+    Protocol("ablation", "a baseline and its optimisations one at a time and together", _experiment,
+             (COMPARISON_RECORD, ABLATION_RECORD)),
     Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),
     Protocol("promote", "a candidate behind the proxy: shadow, canary stages, gates, rollback", _promotion),
 )}

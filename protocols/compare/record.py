@@ -1,5 +1,6 @@
-"""``tokenfactory compare``: the equal-SLO comparison of experiments run separately, read from
-their folders (or MLflow), and the comparison printed.
+"""A comparison's record, ``comparison.json``: of a comparison's (or an ablation's) configs run
+in blocks (``write_comparison``, paired), and for ``tokenfactory compare`` of experiments run
+separately, read from their folders (or MLflow), and the comparison printed.
 
 Experiments run separately were not interleaved: a load point's replicates are its runs (a
 sweep's repeats of it, or a comparison's blocks), grouped by the point's label, nothing pairs a
@@ -19,8 +20,33 @@ import pyarrow.parquet as pq
 
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
-from metrics.comparison import RATIOS, compare_tables, fixed_differences
-from protocols.load_points import split_repeat
+from harness.experiment_record import ProtocolRecord, search_results
+from metrics.comparison import (
+    RATIOS,
+    compare_runs,
+    compare_tables,
+    fixed_differences,
+    format_comparison,
+)
+from metrics.quality_gate import gate_search
+from protocols.sweep.load_points import split_repeat
+
+
+def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -> dict:
+    """``comparison.json`` of the configs run in blocks (each config against the baseline, at
+    every load point and, with ``protocol.search=slo``, at the highest load under the SLO),
+    printed; returns its metrics for the MLflow parent run."""
+    searches = search_results(exp.out)
+    if quality:
+        searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
+    comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
+                              quality=quality)
+    results_io.write_json(exp.out / "comparison.json", comparison)
+    print(format_comparison(comparison), flush=True)
+    return comparison.get("mlflow_metrics", {})
+
+
+COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
 
 
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
@@ -92,7 +118,7 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:
     """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
-    the point's label, and the repeat in ``repeat`` (``protocols.load_points.split_repeat``)."""
+    the point's label, and the repeat in ``repeat`` (``protocols.sweep.load_points.split_repeat``)."""
     if "label" not in table.column_names:
         return table
     split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]

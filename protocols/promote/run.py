@@ -43,6 +43,7 @@ from conf.schema import ConfigError, Proxy, typed, validate
 from harness import results_io
 from harness.errors import UserError
 from harness.experiment_record import experiment_record, run_rows, seven_steps
+from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE, INCUMBENT
@@ -604,13 +605,18 @@ class Promotion:
                               f"{last.action if last else 'none'} ({last.stage if last else ''}) (promote.json)")
         results_io.write_json(self.out / "promote.json", rec)
         self.write_experiment()
-        self.log_mlflow(rec)
-        if self.cfg.report.enabled:
-            self.render_report()
+        self.log_decisions(rec)
         print(self.describe(rec), flush=True)
-        print(f"results: {self.out}", flush=True)
+        fault = rec["fault"]
+        finish_run(self.cfg, self.out, self.mlflow, metrics={
+            "promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
+            "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
+            **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})},
+            artifacts=("promote.json", "rollback.json", "experiment.json", "config.yaml"), report=self.render_report,
+            end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
 
     def render_report(self) -> None:
+        """The promotion's timeline figure (printed, not logged: None)."""
         try:
             from harness.report import figures_promotion
         except ImportError:  # a report package without the figure
@@ -671,23 +677,17 @@ class Promotion:
             f"gate.{step:02d}", f"{st.plan.name} look {gate['look']}: {gate['outcome']}: "
                                 f"{'; '.join(gate['reasons'])}"[:5000])])
 
-    def log_mlflow(self, rec: dict) -> None:
+    def log_decisions(self, rec: dict) -> None:
+        """The outcome and each decision as tags of the parent run (its metrics, files and end:
+        ``harness.finish``)."""
         if self.mlflow is None:
             return
         from mlflow.entities import RunTag
 
-        fault = rec["fault"]
-        self.mlflow.log_parent_metrics({
-            "promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
-            "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
-            **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})})
         tags = [RunTag("promotion.outcome", rec["outcome"])]
         tags += [RunTag(f"decision.{i:02d}", f"{d['t_s']:.1f}s {d['stage']} {d['action']}: {d['reason']}"[:5000])
                  for i, d in enumerate(rec["decisions"])]
         self.mlflow.client.log_batch(self.mlflow.parent_id, tags=tags)
-        for name in ("promote.json", "rollback.json", "experiment.json", "config.yaml"):
-            self.mlflow.log_parent_artifact(self.out / name)
-        self.mlflow.end_parent("FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
 
 
 def run_promotion(cfg: DictConfig, overrides: list[str]) -> Path:

@@ -53,9 +53,11 @@ from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.experiment import Experiment, check_config
 from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
+from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
+from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan
 
 TRIALS_DIR = "trials"
@@ -276,8 +278,8 @@ class Tuner:
             raise
         finally:
             record = self.write_record()
-            if self.mlflow:
-                self._mlflow_parent_end(record)
+            if self.status != "complete":  # failing or interrupted: the record logged before the error is told
+                self.finish(record)
         print(plan.format_table(record), flush=True)
         best = record["best"]
         print("best: " + (f"trial {best['trial']} " + " ".join(f"{k}={v}" for k, v in best["params"].items())
@@ -285,8 +287,7 @@ class Tuner:
         print("pareto front (cost per million good tokens vs max load under the SLO): "
               + (", ".join(f"trial {t['trial']} ({t['max_load_under_slo']:g}, {t['cost_per_mtok_good']:.4g})"
                            for t in record["pareto_front"]) or "empty"))
-        print(f"results: {self.out}", flush=True)
-        return self.out
+        return self.finish(record)
 
     def study(self) -> optuna.Study:
         """The tune's Optuna study in ``OUT/study.db``, created or loaded (one per objective: a
@@ -367,7 +368,7 @@ class Tuner:
         t0 = time.monotonic()
         try:
             exp = Experiment(self.trial_config(self.with_params(params), folder), explicit=self.explicit,
-                             overrides=self.overrides + overrides)
+                             overrides=self.overrides + overrides, records=(SWEEP_RECORD,))  # a trial is a sweep
             exp.out = folder  # the tuner names its trials' folders
             exp.run()
         except UserError as e:
@@ -528,16 +529,17 @@ class Tuner:
             if isinstance(v, (int, float)) and math.isfinite(v):
                 client.log_metric(rid, f"tune.{k}", float(v))
 
-    def _mlflow_parent_end(self, record: dict) -> None:
+    def finish(self, record: dict) -> Path:
+        """The finishing step every protocol shares (``harness.finish``): the tune's aggregates
+        and ``tune.json`` on its parent run, which ends with the tune's status."""
         best = record["best"]
         metrics = {"tune.evaluated": record["evaluated"], "tune.feasible": record["feasible"]}
         if best:
             metrics.update({"tune.best_objective": best["objective"], "tune.best_trial": best["trial"],
                             "tune.best_max_load_under_slo": best["max_load_under_slo"],
                             "tune.best_cost_per_mtok_good": best["cost_per_mtok_good"]})
-        self.mlflow.log_parent_metrics(metrics)
-        self.mlflow.log_parent_artifact(self.out / TUNE_FILE)
-        self.mlflow.end_parent({"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"))
+        return finish_run(self.cfg, self.out, self.mlflow, metrics=metrics, artifacts=(TUNE_FILE,),
+                          end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"))
 
 
 def quality_verdict(folder: Path) -> tuple[bool | None, str | None]:

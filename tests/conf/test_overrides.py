@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_module
 
 from conf.overrides import apply_explicit, explicit_keys
 from conf.schema import ConfigError
-from protocols.load_points import plan_runs
+from protocols.sweep.load_points import plan_runs
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -48,9 +48,9 @@ def compose(overrides: list[str]):
 
 
 def run(overrides: list[str]):
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
 
-    return Experiment(compose(overrides)).run()
+    return protocol_experiment(compose(overrides)).run()
 
 
 def group_members(pgid: int) -> list[int]:
@@ -140,13 +140,13 @@ def test_launched_without_prefix_caching_then_killed(tmp_path):
     in the second load point: in-flight requests end as connection_error, finished ones stay,
     the run is reported as failed, and nothing of the engine survives."""
     from harness.errors import UserError
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
 
     out = tmp_path / "off"
     cfg = compose(["engine=vllm", f"engine.python={VLLM_PYTHON}", "engine.features.prefix_caching=false",
                    *WORKLOAD, "protocol.load_points=[{concurrency: 1}, {concurrency: 2, num_requests: 400, "
                    "kind: concurrency}]", "workload.output_tokens=32", "mlflow.enabled=false", f"output_dir={out}"])
-    exp = Experiment(cfg)
+    exp = protocol_experiment(cfg)
     killed = {}
 
     def killer():

@@ -84,7 +84,7 @@ def test_judge_pairs_by_block_and_says_why(tmp_path):
 @pytest.mark.slow
 def test_a_config_that_changes_outputs_fails_the_gate_and_has_no_good_tokens(tmp_path):
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     out = tmp_path / "out"
@@ -105,7 +105,7 @@ def test_a_config_that_changes_outputs_fails_the_gate_and_has_no_good_tokens(tmp
             "telemetry.idle_baseline_s=0"]
         with initialize_config_module("conf", version_base="1.3"):
             cfg = compose("config", overrides=overrides)
-            exp = Experiment(cfg, overrides=overrides)
+            exp = protocol_experiment(cfg, overrides=overrides)
         exp.run()
         greedy = [r for r in srv.requests if r.get("temperature") == 0.0]
     assert len(greedy) == 3 * 2 * 4 and all(r["max_tokens"] == 8 for r in greedy)

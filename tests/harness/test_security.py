@@ -288,7 +288,7 @@ def test_the_experiment_name_cannot_leave_results(name):
 
 
 def test_load_point_labels_stay_one_folder_each():
-    from protocols.load_points import runs_from_points
+    from protocols.sweep.load_points import runs_from_points
 
     base = {"kind": "poisson", "rate": None, "concurrency": None, "num_requests": 5}
     for value in ("../../x", "/etc/passwd", "a/b", "..", "x\x00y"):

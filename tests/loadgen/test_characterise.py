@@ -117,7 +117,7 @@ def test_each_load_point_is_described_at_its_own_rate():
     from omegaconf import OmegaConf
 
     from harness.workload_describe import workload_table
-    from protocols.load_points import plan_runs
+    from protocols.sweep.load_points import plan_runs
 
     with initialize_config_module("conf", version_base="1.3"):
         cfg = compose("config", overrides=["load.num_requests=2000", "protocol.load_points=[2,16]"])

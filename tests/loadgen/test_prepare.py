@@ -190,7 +190,7 @@ def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, mo
     from hydra import compose, initialize_config_module
 
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     tok = str(ensure_tiny_model())
@@ -206,7 +206,7 @@ def test_a_repeat_of_the_same_run_takes_its_requests_from_the_cache(tmp_path, mo
                     f"output_dir={tmp_path / str(i)}", "mlflow.enabled=false", "report.enabled=false",
                     "progress=false", "telemetry.idle_baseline_s=0"])
             before = len(srv.requests)
-            Experiment(cfg).run()
+            protocol_experiment(cfg).run()
             files.append(len(list((tmp_path / "cache" / "prepared").glob("*.arrow"))))
             bodies.append(sorted(str(b) for b in srv.requests[before:]))
             summaries.append(__import__("json").loads((tmp_path / str(i) / "summary.json").read_text()))

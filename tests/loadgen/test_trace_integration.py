@@ -46,8 +46,8 @@ def engine(tmp_path_factory):
 def test_replay_first_minutes(engine, fmt, tmp_path):
     from hydra import compose, initialize_config_module
 
-    from harness.experiment import Experiment
     from loadgen.workloads.traces.replay import load_table
+    from protocols.registry import protocol_experiment
 
     path = FILES[fmt]
     if not path.exists():
@@ -62,7 +62,7 @@ def test_replay_first_minutes(engine, fmt, tmp_path):
                  "progress=false"]
     with initialize_config_module(config_module="conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    out = Experiment(cfg).run()
+    out = protocol_experiment(cfg).run()
 
     import json
 

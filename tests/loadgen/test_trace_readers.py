@@ -198,14 +198,14 @@ def test_bad_trace_fails_before_the_engine_starts(tmp_path):
     from hydra import compose, initialize_config_module
 
     from harness.errors import UserError
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
 
     def experiment(path, *extra):
         with initialize_config_module(config_module="conf", version_base="1.3"):
             cfg = compose("config", overrides=["engine=openai", "engine.base_url=http://127.0.0.1:9", "engine.model=m",
                                                "engine.max_model_len=2048", "load=trace", "protocol.load_points=[]",
                                                "workload=azure", f"workload.path={path}", *extra])
-        return Experiment(cfg)
+        return protocol_experiment(cfg)
 
     bad = write(tmp_path, "bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,1,x\n")
     with pytest.raises(UserError, match=r"bad.csv:2: bad GeneratedTokens 'x'"):

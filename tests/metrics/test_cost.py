@@ -145,9 +145,9 @@ def test_experiment_rejects_a_misspelt_cost_field_before_starting():
     from hydra import compose, initialize_config_dir
 
     from harness.errors import UserError
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
 
     with initialize_config_dir(str(CONF_COST.parent), version_base="1.3"):
         cfg = compose("config", overrides=["+cost.hourly_per_gpus=2.0", "output_dir=/tmp/tokenfactory-never-written"])
     with pytest.raises(UserError, match=r"cost\.hourly_per_gpus"):
-        Experiment(cfg)
+        protocol_experiment(cfg)

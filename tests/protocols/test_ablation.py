@@ -40,7 +40,7 @@ def test_an_ablation_of_two_independent_optimisations(tmp_path):
     # fastfirst halves the time to first token, fastgap shortens the gaps between tokens: each
     # moves its own metric, together they multiply (interaction ~1).
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     out = tmp_path / "out"
@@ -54,7 +54,7 @@ def test_an_ablation_of_two_independent_optimisations(tmp_path):
               f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false", "progress=false",
               "telemetry.idle_baseline_s=0"]
         with initialize_config_module("conf", version_base="1.3"):
-            Experiment(compose("config", overrides=ov), overrides=ov).run()
+            protocol_experiment(compose("config", overrides=ov), overrides=ov).run()
     ab = json.loads((out / "ablation.json").read_text())
     assert set(ab["arms"]) == {"baseline", "+fastfirst", "+fastgap", "all"}
     m = ab["points"][0]["metrics"]

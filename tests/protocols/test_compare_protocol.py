@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_module
 
 from protocols.blocks import NamedConfig, block_orders, plan_sessions
 from protocols.compare.plan import named_configs
-from protocols.load_points import RunSpec
+from protocols.sweep.load_points import RunSpec
 
 
 def test_block_orders_are_seeded_permutations():
@@ -80,7 +80,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, tiny_model, monkey
 @pytest.mark.slow
 def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     out = tmp_path / "out"
@@ -88,7 +88,7 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
         overrides = _overrides(srv.base_url, ensure_tiny_model(), out)
         with initialize_config_module("conf", version_base="1.3"):
             cfg = compose("config", overrides=overrides)
-            exp = Experiment(cfg, overrides=overrides)
+            exp = protocol_experiment(cfg, overrides=overrides)
         exp.run()
     runs = pq.read_table(out / "runs.parquet").to_pylist()
     assert sorted((r["config"], r["block"]) for r in runs) == [(c, b) for c in ("fast", "slow") for b in range(3)]
@@ -111,7 +111,7 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
     with FakeServer() as srv2:
         overrides = _overrides(srv2.base_url, ensure_tiny_model(), out)
         with initialize_config_module("conf", version_base="1.3"):
-            exp2 = Experiment(compose("config", overrides=overrides), overrides=overrides)
+            exp2 = protocol_experiment(compose("config", overrides=overrides), overrides=overrides)
         exp2.run()
         assert srv2.requests == []
 
@@ -119,8 +119,8 @@ def test_a_comparison_of_two_fake_engines_gives_a_verdict(tmp_path):
 @pytest.mark.slow
 def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_conditions(tmp_path, mlflow_uri):
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
     from protocols.compare.record import compare_experiments
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     outs = []
@@ -136,7 +136,7 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
                   *logged, "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0",
                   f"workload.seed={seed}"]
             with initialize_config_module("conf", version_base="1.3"):
-                Experiment(compose("config", overrides=ov)).run()
+                protocol_experiment(compose("config", overrides=ov)).run()
             outs.append(str(out))
     cmp = compare_experiments(outs[:2], allow={"model"})
     assert cmp["kind"] == "unpaired"
@@ -155,7 +155,7 @@ def test_compare_command_on_separate_experiments_is_unpaired_and_checks_fixed_co
 @pytest.mark.slow
 def test_blocks_are_added_until_the_intervals_converge(tmp_path):
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     out = tmp_path / "out"
@@ -164,7 +164,7 @@ def test_blocks_are_added_until_the_intervals_converge(tmp_path):
             "protocol.repeats=2", "protocol.max_repeats=4", "protocol.target_rel_halfwidth=0.0001",
             "protocol.converge_metrics=[p50_ttft_ms]"))
         with initialize_config_module("conf", version_base="1.3"):
-            exp = Experiment(compose("config", overrides=overrides), overrides=overrides)
+            exp = protocol_experiment(compose("config", overrides=overrides), overrides=overrides)
         exp.run()
     record = json.loads((out / "experiment.json").read_text())
     assert len(record["blocks"]) == 4            # 2 planned, 2 added: +-0.01 % is out of reach

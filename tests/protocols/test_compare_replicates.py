@@ -16,7 +16,7 @@ import pytest
 
 from harness import results_io
 from harness.cli import main as cli_main
-from protocols.load_points import runs_from_points, split_repeat
+from protocols.sweep.load_points import runs_from_points, split_repeat
 
 POINT = "poisson rate=20"
 FIXED = {"model": "fake", "tokenizer_sha256": "abc", "workload": {"name": "synthetic"}}
@@ -109,7 +109,7 @@ def test_folders_with_a_label_per_repeat_read_as_one_point(tmp_path):
 def _sweep(srv, out: Path, tok: str, mlflow: str | None = None) -> None:
     from hydra import compose, initialize_config_module
 
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
 
     logged = [f"mlflow.tracking_uri={mlflow}", "experiment=replicates"] if mlflow else ["mlflow.enabled=false"]
     ov = ["engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake", f"engine.tokenizer={tok}",
@@ -117,7 +117,7 @@ def _sweep(srv, out: Path, tok: str, mlflow: str | None = None) -> None:
           "protocol.repeats=3", f"output_dir={out}", *logged, "report.enabled=false", "progress=false",
           "telemetry.idle_baseline_s=0"]
     with initialize_config_module("conf", version_base="1.3"):
-        Experiment(compose("config", overrides=ov), overrides=ov).run()
+        protocol_experiment(compose("config", overrides=ov), overrides=ov).run()
 
 
 @pytest.mark.slow

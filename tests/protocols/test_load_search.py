@@ -1,4 +1,4 @@
-"""Adaptive load points and the SLO search (protocols/load_search.py), planned by hand and run
+"""Adaptive load points and the SLO search (protocols/sweep/load_search.py), planned by hand and run
 against a fake engine whose knee is known."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
-from protocols.load_search import Bisection, place_points, probe_done, saturation, slo_holds
+from protocols.sweep.load_search import Bisection, place_points, probe_done, saturation, slo_holds
 
 
 def test_saturation_is_where_doubling_stops_paying():
@@ -64,7 +64,7 @@ def test_slo_holds_reads_the_summary():
 @pytest.mark.slow
 def test_the_search_finds_the_fake_engines_knee(tmp_path):
     from engines.tiny_model import ensure_tiny_model
-    from harness.experiment import Experiment
+    from protocols.registry import protocol_experiment
     from tests.fake_server import FakeServer
 
     out = tmp_path / "out"
@@ -76,7 +76,7 @@ def test_the_search_finds_the_fake_engines_knee(tmp_path):
               "slo.ttft_ms=100", "slo.tpot_ms=null", f"output_dir={out}", "mlflow.enabled=false",
               "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0"]
         with initialize_config_module("conf", version_base="1.3"):
-            Experiment(compose("config", overrides=ov), overrides=ov).run()
+            protocol_experiment(compose("config", overrides=ov), overrides=ov).run()
     found = json.loads((out / "search.json").read_text())
     lo, hi = found["bracket"]
     # the knee is 20 req/s: never reported above it, and the bracket within 10 %.  The fake

@@ -13,6 +13,7 @@ from optuna.samplers import GridSampler
 
 from harness.errors import UserError
 from metrics.tune_verdict import best_trial, judge, pareto_front
+from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune.plan import Knob, make_sampler, parse_space, search_space
 
 
@@ -122,10 +123,11 @@ class StubExperiment:
     """Stands in for harness.experiment.Experiment: writes what a trial's search would find."""
     runs: list = []
 
-    def __init__(self, cfg, explicit=frozenset(), overrides=None):
+    def __init__(self, cfg, explicit=frozenset(), overrides=None, *, records):
         self.cfg, self.out = cfg, None
         self.seqs, self.tokens = int(cfg.engine.features.max_num_seqs), int(cfg.engine.features.max_num_batched_tokens)
         assert cfg.protocol.name == "sweep" and cfg.protocol.search == "slo"
+        assert records == (SWEEP_RECORD,)  # a trial is a sweep, and records as one
 
     def run(self):
         StubExperiment.runs.append((self.seqs, self.tokens))

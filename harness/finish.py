@@ -1,0 +1,38 @@
+"""The end of every protocol's run, after it has written its record: the record's aggregate
+metrics and files on the MLflow parent run, the report (``report.enabled``), the parent run
+ended, a note where MLflow could not be reached, and the results folder printed.  The sweep,
+comparison and ablation (``harness.experiment``), the tune and the promotion all end here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.mlflow_log import MlflowLogger
+
+
+def finish_run(cfg: DictConfig, out: Path, mlflow: MlflowLogger | None, *, metrics: dict | None = None,
+               artifacts: Iterable[str] = (), report: Callable[[], Path | None] | None = None,
+               end: str | None = None) -> Path:
+    """``metrics``: the record's aggregates for the parent run; ``artifacts``: the record's
+    files in ``out`` (those that exist are logged, so ``tokenfactory report NAME`` rebuilds the
+    report from MLflow); ``report``: draws the protocol's report, returning a file to log beside
+    them (or None); ``end``: the parent run's final status (None: already ended)."""
+    if mlflow and metrics:
+        mlflow.log_parent_metrics(metrics)
+    if mlflow:
+        for name in artifacts:
+            if (out / name).exists():
+                mlflow.log_parent_artifact(out / name)
+    if report is not None and cfg.report.enabled:
+        path = report()
+        if mlflow and path is not None:
+            mlflow.log_parent_artifact(path)
+    if mlflow and end:
+        mlflow.end_parent(end)
+    if mlflow and mlflow.failed:
+        print(f"MLflow: not logged ({mlflow.failed}); once it is back: tokenfactory mlflow-sync {out}", flush=True)
+    print(f"results: {out}", flush=True)
+    return out
