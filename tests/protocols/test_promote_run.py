@@ -62,6 +62,14 @@ def _promote(tmp_path, cand_script):
             asyncio.run(go())
 
         th = threading.Thread(target=callers, daemon=True)
+        shutdown = p.shutdown
+
+        def callers_leave_first():  # the callers end before the proxy does: the test judges what
+            stop.set()              # they saw while it served, not a stream cut by its exit
+            th.join(10)
+            shutdown()
+
+        p.shutdown = callers_leave_first
         th.start()
         try:
             p.run()
@@ -104,7 +112,8 @@ def test_a_candidate_that_starts_failing_is_rolled_back_by_a_guard(tmp_path):
     last = rec["decisions"][-1]
     assert last["action"] == "rollback" and last["reason"].startswith("guard: candidate error rate")
     assert {t["guard"] for t in last["numbers"]["trips"]} >= {"error_rate"}
-    assert rec["callers"]["failed"] == 0 and all(s == 200 and n == 1 for s, n in seen)
+    bad = [x for x in seen if x != (200, 1)]
+    assert rec["callers"]["failed"] == 0 and not bad, (len(bad), len(seen), bad[:5])
     assert rec["timeline"]["mode"][-1] == "rollback"
 
 
