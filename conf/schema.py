@@ -107,6 +107,12 @@ class EngineBase:
     health_interval_s: float = _f(2.0, ge=0)
     hang_timeout_s: float = _f(30.0, gt=0)
     on_failure: str = _f("stop", choices=("stop", "restart"))
+    # An endpoint that is already a deployment (an llm-d or Dynamo gateway, a router): each
+    # replica's own /metrics page, scraped and labelled per replica (engine=openai, launch=false)
+    replica_metrics_urls: List[str] = field(default_factory=list)
+    # Replicas already up (http://HOST:PORT each) that the harness puts its own router in front
+    # of (router=vllm|sglang; engine.launch=false); their /metrics are scraped per replica too
+    replica_urls: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +129,54 @@ class TransformersEngine(EngineBase):
 class OpenAIEngine(EngineBase):
     # No knobs: an endpoint we do not launch; any key given is refused by the adapter by name.
     features: Dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------ deployment
+@dataclass
+class Placement:
+    """Where each replica runs (engines/placement.py).  Lists give one entry per replica, in
+    the order prefill replicas then decode replicas (deployment=disaggregated)."""
+    cpus: List[str] = field(default_factory=list)     # CPU cores per replica ("0", "1", "2-3"): the process is pinned
+    devices: List[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES per replica ("0", "1", "2,3")
+    # deployment.backend=ray: one placement-group bundle per replica (and one for the router)
+    ray_address: Optional[str] = None                 # null: client.ray.address, else a local cluster
+    ray_strategy: str = _f("SPREAD", choices=("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"))
+    ray_bundle: Dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})  # resources per replica
+
+
+@dataclass
+class Deployment:
+    """What serves the load: one engine (single), N replicas behind a router (replicas), or
+    prefill and decode pools with the KV cache moved between them (disaggregated)."""
+    kind: str = _f("single", choices=("single", "replicas", "disaggregated"))
+    replicas: int = _f(1, ge=1)               # deployment=replicas: engine processes behind the router
+    prefill: int = _f(1, ge=1)                # deployment=disaggregated: prefill replicas
+    decode: int = _f(1, ge=1)                 # deployment=disaggregated: decode replicas
+    backend: str = _f("local", choices=("local", "ray"))  # local processes, or Ray placement groups across nodes
+    placement: Placement = field(default_factory=Placement)
+    # deployment=disaggregated: the engine's KV connector (vLLM --kv-transfer-config kv_connector;
+    # SGLang --disaggregation-transfer-backend); null: the engine's documented default
+    kv_connector: Optional[str] = None
+    kv_connector_extra: Dict[str, Any] = field(default_factory=dict)  # vLLM kv_connector_extra_config
+    prefill_args: List[str] = field(default_factory=list)  # flags only prefill replicas get
+    decode_args: List[str] = field(default_factory=list)   # flags only decode replicas get
+    # The response header that names the replica which served a request (harness-launched vLLM
+    # replicas set it; a gateway may set its own); absent: the row's replica is `unknown`
+    replica_header: str = "x-tokenfactory-replica"
+    first_port: Optional[int] = _f(None, ge=1, le=65535)  # replica i listens on first_port + i; null: free ports
+
+
+@dataclass
+class Router:
+    """The router in front of the replicas (engines/routers.py): a real process from its PyPI
+    package (vllm-router, sglang-router); `none` for a single engine."""
+    name: str = _f("none", choices=("none", "vllm", "sglang"))
+    policy: Optional[str] = None              # the router's own policy name (its --policy); null: its default
+    host: str = "127.0.0.1"
+    port: Optional[int] = _f(None, ge=1, le=65535)  # null: a free port
+    binary: Optional[str] = None              # the router's executable; null: next to this Python, else on PATH
+    extra_args: List[str] = field(default_factory=list)  # flags appended to the router's command
+    startup_timeout_s: float = _f(60.0, gt=0)
 
 
 # ------------------------------------------------------------------------------------ workload
@@ -604,6 +658,8 @@ class Proxy:
 @dataclass
 class Root:
     engine: Any = MISSING
+    deployment: Deployment = MISSING
+    router: Router = MISSING
     workload: Any = MISSING
     load: Load = MISSING
     protocol: Any = MISSING
@@ -627,6 +683,8 @@ class Root:
 # group -> {option name -> schema}; the YAML of each option names its schema in `defaults`.
 SCHEMAS: dict[str, dict[str, type]] = {
     "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine},
+    "deployment": {"schema": Deployment},
+    "router": {"schema": Router},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
