@@ -617,6 +617,9 @@ class Scenario:
     # by the harness while the load goes on; null: no kill
     kill_at_s: Optional[float] = _f(None, ge=0)
     kill_signal: str = _f("SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM"))
+    # a deployment: kill this replica only (r1, p0 ...), not restarted; the rest serve on and the
+    # requests it ended are named and counted
+    kill_replica: Optional[str] = None
     recovery_window: int = _f(20, ge=1)       # N: the SLO is back when N requests in a row meet it
     # cold start: no warm-up request and no idle baseline before the first point, and the first
     # first_window_s of load reported apart from the rest

@@ -62,6 +62,13 @@ class EngineAdapter:
         self.started_ns: int | None = None
         self.healthy_ns: int | None = None      # the first answer of ``health_path``
         self.ready_ns: int | None = None        # healthy and warmed up: load may start
+        # A deployment's replica (engines/deployment.py): its name (r0, p0, d0 ...), its log file,
+        # the flags and environment only it gets, and who starts its process (placement).
+        self.replica: str | None = None
+        self.log_name = "engine.log"
+        self.replica_args: list[str] = []
+        self.replica_env: dict[str, str] = {}
+        self.spawn = None  # (argv, log_path, env) -> a started process handle; None: EngineProcess here
 
     # --- configuration -------------------------------------------------------------------
     @property
@@ -97,9 +104,9 @@ class EngineAdapter:
         return self.cfg.python or sys.executable
 
     def features(self) -> dict:
-        feats = _plain(self.cfg.features) or {}
+        feats = plain(self.cfg.features) or {}
         try:
-            return normalize({k: _plain(v) for k, v in dict(feats).items() if v is not None})
+            return normalize({k: plain(v) for k, v in dict(feats).items() if v is not None})
         except FeatureError as e:
             raise EngineError(f"engine={self.name}: {e}") from None
 
@@ -130,10 +137,36 @@ class EngineAdapter:
     def full_command(self) -> list[str]:
         cmd = self.cfg.command
         argv = [str(a) for a in cmd] if cmd else self.launch_command()
-        return argv + [str(a) for a in self.cfg.extra_args]
+        return argv + [str(a) for a in self.cfg.extra_args] + self.replica_args
 
     def launch_env(self) -> dict:
         return {str(k): str(v) for k, v in dict(self.cfg.env).items()}
+
+    # --- as a replica of a deployment (engines/deployment.py) ----------------------------
+    def replica_tag_flags(self) -> list[str]:
+        """Flags that make the server name its replica in each response's headers (the
+        ``x-tokenfactory-replica`` middleware); [] where the engine takes no middleware."""
+        return []
+
+    def disaggregation_flags(self, role: str, deployment, bootstrap_port: int | None = None) -> list[str]:
+        """The flags that make this replica the ``prefill`` or ``decode`` side of a
+        disaggregated deployment (its KV connector)."""
+        raise EngineError(f"deployment=disaggregated: engine={self.name} has no prefill/decode disaggregation "
+                          "(vLLM and SGLang have)")
+
+    def placement_env(self, cpus: str | None, devices: str | None) -> dict[str, str]:
+        """Environment that keeps the engine on its cores or devices (deployment.placement)."""
+        env = {}
+        if devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices
+        if cpus:  # one compute thread per pinned core, not one per core of the host
+            env["OMP_NUM_THREADS"] = str(count_cpus(cpus))
+        return env
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        """(replica or None, URL) of each ``/metrics`` page the telemetry samples: one engine's
+        page is unlabelled (a deployment labels each replica's)."""
+        return [(None, self.base_url + self.metrics_path)] if self.server_metric_map else []
 
     def dialect(self) -> dict:
         """How requests to this engine are worded: ``api``, ``extra_body``, ``continuous_usage``.
@@ -143,7 +176,7 @@ class EngineAdapter:
         per-step logits processor in the engine (work ``vllm bench serve`` does not cause) for
         nothing; a ``min_tokens`` put in ``engine.request_extra`` is set to each request's
         ``max_tokens`` by the client."""
-        extra = dict(_plain(self.cfg.request_extra) or {})
+        extra = dict(plain(self.cfg.request_extra) or {})
         if self.takes_exact_output and self.cfg.exact_output:
             extra = {"ignore_eos": True, **extra}
         return {"api": self.cfg.api, "extra_body": extra, "continuous_usage": self.cfg.continuous_usage}
@@ -185,8 +218,12 @@ class EngineAdapter:
             self.ready_ns = time.perf_counter_ns()
             return
         argv = self.full_command()
-        self.process = EngineProcess(argv, self.run_dir / "engine.log", env=self.launch_env())
-        self.process.start()
+        env = {**self.launch_env(), **self.replica_env}
+        if self.spawn is not None:
+            self.process = self.spawn(argv, self.run_dir / self.log_name, env)
+        else:
+            self.process = EngineProcess(argv, self.run_dir / self.log_name, env=env)
+            self.process.start()
         try:
             self.wait_healthy(timeout)
             self.healthy_ns = time.perf_counter_ns()
@@ -197,10 +234,11 @@ class EngineAdapter:
             raise
         self.ready_ns = time.perf_counter_ns()
 
-    def warm_up(self) -> None:
-        """One short request before any load: engines that load or compile lazily on the first
-        request (transformers serve does) would otherwise charge it to the first load point's
-        TTFT.  The time stays inside the cost window."""
+    def warm_up(self, base_url: str | None = None) -> None:
+        """One short request (to ``base_url``, default the engine's own; a deployment's router)
+        before any load: engines that load or compile lazily on the first request
+        (transformers serve does) would otherwise charge it to the first load point's TTFT.
+        The time stays inside the cost window."""
         d = self.dialect()
         body = {"model": self.served_model, "max_tokens": 4, "stream": False}
         if d["api"] == "chat":
@@ -209,7 +247,7 @@ class EngineAdapter:
             body["prompt"] = "warm up"
         path = "/v1/chat/completions" if d["api"] == "chat" else "/v1/completions"
         try:
-            status, text = http_post(self.base_url + path, body, timeout=self.cfg.startup_timeout_s,
+            status, text = http_post((base_url or self.base_url) + path, body, timeout=self.cfg.startup_timeout_s,
                                      headers=self.auth())
         except OSError as e:
             raise EngineError(f"engine={self.name}: the warm-up request to {path} failed: {e}") from None
@@ -356,7 +394,16 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def _plain(v):
+def count_cpus(cpus: str) -> int:
+    """Cores in a ``taskset``-style list (``"0"``, ``"2-3"``, ``"0,4-5"``)."""
+    n = 0
+    for part in str(cpus).split(","):
+        lo, _, hi = part.strip().partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return n
+
+
+def plain(v):
     """An OmegaConf node as plain Python (dicts and lists), anything else unchanged."""
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf

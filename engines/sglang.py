@@ -72,6 +72,17 @@ class SGLang(EngineAdapter):
             argv += self.speculative_flags(f["speculative"])
         return argv
 
+    def disaggregation_flags(self, role: str, deployment, bootstrap_port: int | None = None) -> list[str]:
+        """SGLang's documented P/D flags: ``--disaggregation-mode prefill|decode``, the transfer
+        backend (``deployment.kv_connector``: mooncake, its default, or nixl) and, on a prefill
+        replica, the bootstrap port the router names beside its URL."""
+        argv = ["--disaggregation-mode", role]
+        if deployment.kv_connector:
+            argv += ["--disaggregation-transfer-backend", str(deployment.kv_connector)]
+        if role == "prefill" and bootstrap_port is not None:
+            argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+        return argv
+
     @staticmethod
     def speculative_flags(spec: dict) -> list[str]:
         method = str(spec["method"])

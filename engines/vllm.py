@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from engines.base import EngineAdapter, EngineError, interpreter_package_version
+from engines.base import EngineAdapter, EngineError, interpreter_package_version, plain
 from engines.features import SHARED_KNOBS
 
 
@@ -74,6 +74,31 @@ class VLLM(EngineAdapter):
     def launch_env(self) -> dict:
         env = {"VLLM_SERVER_DEV_MODE": "1"}
         env.update(super().launch_env())
+        return env
+
+    # --- as a replica ---------------------------------------------------------------------
+    def replica_tag_flags(self) -> list[str]:
+        # vLLM's --middleware takes an import path; the module is on the replica's PYTHONPATH
+        return ["--middleware", "tokenfactory_replica_header.ReplicaHeader"]
+
+    def disaggregation_flags(self, role: str, deployment, bootstrap_port: int | None = None) -> list[str]:
+        """``--kv-transfer-config``: NixlConnector (vLLM's documented P/D connector, which both
+        sides run as ``kv_both``) unless ``deployment.kv_connector`` names another; a
+        one-directional connector (ExampleConnector, P2pNcclConnector ...) gets ``kv_producer``
+        on prefill and ``kv_consumer`` on decode."""
+        connector = deployment.kv_connector or "NixlConnector"
+        both = connector.startswith("Nixl") or connector in ("LMCacheConnectorV1", "MooncakeConnector")
+        kv = {"kv_connector": connector,
+              "kv_role": "kv_both" if both else ("kv_producer" if role == "prefill" else "kv_consumer")}
+        extra = dict(plain(deployment.kv_connector_extra) or {})
+        if extra:
+            kv["kv_connector_extra_config"] = extra
+        return ["--kv-transfer-config", json.dumps(kv, sort_keys=True)]
+
+    def placement_env(self, cpus: str | None, devices: str | None) -> dict[str, str]:
+        env = super().placement_env(cpus, devices)
+        if cpus:  # vLLM's CPU backend binds its OpenMP threads itself: to these cores only
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpus)
         return env
 
     # --- what it is ----------------------------------------------------------------------

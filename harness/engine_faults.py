@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from engines.base import EngineError
 from engines.watchdog import EngineFault, EngineWatchdog
+from harness.errors import UserError
 
 perf_ns = time.perf_counter_ns
 PREFIX = "engine failure"
@@ -52,6 +53,8 @@ class EngineFaults:
     def __init__(self, session):
         self.s = session
         self.watchdog: EngineWatchdog | None = None
+        self.member_watchdogs: list[EngineWatchdog] = []  # a deployment: one per replica and the router
+        self.degraded: list[EngineFault] = []     # replicas lost while their pool served on
         self.injector = None                      # scenario.kill_at_s of the point in progress
         self.recover = False                      # this point restarts the engine in place
         self.failed: EngineFault | None = None    # a fault not recovered: the engine is down
@@ -62,8 +65,18 @@ class EngineFaults:
     # --- the watchdog ---------------------------------------------------------------------
     def start_watch(self) -> None:
         eng, cfg = self.s.engine, self.s.cfg.engine
-        if eng.process is None or float(cfg.health_interval_s) <= 0:
-            return  # an endpoint we did not launch, or no watchdog wanted
+        if float(cfg.health_interval_s) <= 0:
+            return  # no watchdog wanted
+        members = getattr(eng, "members", None)
+        if members is not None:  # a deployment: each process its own watchdog, named in its faults
+            self.degraded = []
+            self.member_watchdogs = [
+                EngineWatchdog(m, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
+                               lambda fault, m=m: self.on_member_fault(m, fault)).start()
+                for m in members()]
+            return
+        if eng.process is None:
+            return  # an endpoint we did not launch
         self.watchdog = EngineWatchdog(eng, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
                                        self.on_fault).start()
 
@@ -71,6 +84,34 @@ class EngineFaults:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
+        for wd in self.member_watchdogs:
+            wd.stop()
+        self.member_watchdogs = []
+
+    def watchdogs(self) -> list[EngineWatchdog]:
+        return [self.watchdog] if self.watchdog is not None else list(self.member_watchdogs)
+
+    def on_member_fault(self, member, fault: EngineFault) -> bool:
+        """A deployment's process failed: a replica whose pool has others running is lost and
+        the load goes on against the rest (the router's business; the requests it ended are
+        named); the router, or a pool's last replica, fails the deployment as one engine's
+        death would.  Never restarted in place: the watchdog of that process ends."""
+        fault.extra["replica"] = member.replica or "router"
+        survivors = self.s.engine.survivors(member.replica) if member.replica else []
+        if not survivors:
+            return self.on_fault(fault)
+        inj = self.injector
+        if inj is not None and inj.kill_ns is not None and not any(f.extra.get("injected") for f in self.point_faults):
+            fault.extra.update(injected=True, kill_ns=inj.kill_ns)
+            fault.message = (fault.message.split("; the kernel's OOM killer")[0]
+                             + f" (scenario.kill_at_s={inj.at_s:g}: {inj.sig_name} sent by the harness)")
+        fault.extra["survivors"] = survivors
+        fault.message += f"; the deployment serves on with {', '.join(survivors)}"
+        self.point_faults.append(fault)
+        self.degraded.append(fault)
+        print(f"replica fault: {fault.message}", file=sys.stderr, flush=True)
+        self._mark("replica_fault", fault.detected_ns, f"{fault.extra['replica']}: {fault.kind}")
+        return False
 
     def settle(self) -> None:
         """After a point's load: a fault being handled (a restart in place) is over, and one
@@ -78,13 +119,14 @@ class EngineFaults:
         watchdog's next look).  After the scenario's kill, looks go on until the watchdog has
         seen it: a killed process can close its sockets (ending the load) a while before it
         can be reaped, longer on a busy host."""
-        wd, inj = self.watchdog, self.injector
-        if wd is None:
+        wds, inj = self.watchdogs(), self.injector
+        if not wds:
             return
         cfg = self.s.cfg.engine
         deadline = time.monotonic() + float(cfg.hang_timeout_s) + 2 * float(cfg.health_interval_s)
         while True:
-            wd.look_now()
+            for wd in wds:
+                wd.look_now()
             seen = self.failed is not None or any(f.extra.get("injected") for f in self.point_faults)
             if inj is None or inj.kill_ns is None or seen or time.monotonic() > deadline:
                 return
@@ -96,8 +138,19 @@ class EngineFaults:
         from harness.scenarios import KillInjector
 
         self.point_faults = []
-        self.recover = kill_at_s is not None
-        self.injector = KillInjector(self.s.engine, kill_at_s, signal_name) if self.recover else None
+        replica = (self.s.cfg.get("scenario") or {}).get("kill_replica")
+        target = self.s.engine
+        if kill_at_s is not None and replica is None and hasattr(target, "members"):
+            raise UserError("scenario.kill_at_s with a deployment kills one of its processes: name it with "
+                            f"scenario.kill_replica (one of {', '.join(target.roles())})")
+        if replica is not None and kill_at_s is not None:  # one replica of a deployment, not restarted
+            target = next((m for m in getattr(target, "members", list)() if m.replica == replica), None)
+            if target is None:
+                raise UserError(f"scenario.kill_replica={replica}: no such launched replica (the deployment has "
+                                  f"{', '.join(getattr(self.s.engine, 'roles', dict)()) or 'one engine'})")
+        self.recover = kill_at_s is not None and replica is None
+        who = "engine" if replica is None else target.name
+        self.injector = KillInjector(target, kill_at_s, signal_name, who) if kill_at_s is not None else None
 
     def attach(self, dispatcher) -> None:
         """Called on the dispatch loop once the point's ``Dispatcher`` exists."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from engines.base import EngineAdapter, EngineError
-from engines.registry import make_engine
+from engines.deployment import make_served
 from harness import provenance, results_io
 from harness.engine_faults import EngineFaults
 from harness.errors import UserError
@@ -44,7 +44,10 @@ class EngineSession:
         self.container = OmegaConf.to_container(cfg, resolve=True)
         self.safe_config = results_io.redact(self.container)
         self.slo = SLO.from_config(cfg.slo)
-        self.engine: EngineAdapter = make_engine(cfg.engine, out)
+        try:  # one engine's adapter, or a deployment with the same lifecycle (engines.deployment)
+            self.engine: EngineAdapter = make_served(cfg, out)
+        except EngineError as e:
+            raise UserError(str(e)) from None
         self.telemetry: TelemetryProcess | None = None
         self.engine_metrics = False              # the engine's /metrics is sampled
         self.builder: PromptBuilder | None = None
@@ -95,11 +98,9 @@ class EngineSession:
             self.engine.start(warm_up=not self.cold_start)
         except EngineError as e:
             raise UserError(str(e)) from None
-        if self.engine.process is not None:
-            self.telemetry.watch_process("engine", self.engine.process.pid)
-        if self.engine.server_metric_map and tcfg.engine.enabled:  # the engine's own /metrics, once it is up
-            self.engine_metrics = self.telemetry.add_engine(self.engine.base_url + self.engine.metrics_path,
-                                                            self.engine.server_metric_map, self.engine.auth())
+        self.watch_processes()
+        if tcfg.engine.enabled:  # the engine's own /metrics, once it is up
+            self.add_engine_metrics()
         print(f"engine ready at {self.engine.base_url} after "
               f"{(self.engine.ready_ns - self.engine.started_ns) / 1e9:.1f} s", flush=True)
         if deferred is not None:
@@ -121,19 +122,35 @@ class EngineSession:
         caller's business (a restart in place runs on the watchdog's own thread)."""
         eng, tel = self.engine, self.telemetry
         if self.engine_metrics:
-            tel.remove_engine()  # the dead engine's page; the new one is added below
+            tel.remove_engine()  # the dead engine's pages; the new ones are added below
         eng.kill()
         t0 = time.perf_counter_ns()
-        if eng.process is not None:
-            with open(eng.process.log_path, "ab") as log:  # so the log says where one life ended
-                log.write(f"\n=== tokenfactory: engine restarted ({why.splitlines()[0]}) ===\n".encode())
+        for proc in served_processes(eng).values():
+            if getattr(proc, "log_path", None) and Path(proc.log_path).exists():
+                with open(proc.log_path, "ab") as log:  # so the log says where one life ended
+                    log.write(f"\n=== tokenfactory: engine restarted ({why.splitlines()[0]}) ===\n".encode())
         eng.start(warm_up=not self.cold_start)
-        if eng.process is not None:
-            tel.watch_process("engine", eng.process.pid)
+        self.watch_processes()
         if self.engine_metrics:
-            self.engine_metrics = tel.add_engine(eng.base_url + eng.metrics_path, eng.server_metric_map, eng.auth())
+            self.add_engine_metrics()
         tel.mark("engine_restarted", eng.ready_ns, why.splitlines()[0][:200])
         return (eng.ready_ns - t0) / 1e9
+
+    def watch_processes(self) -> None:
+        """The telemetry's per-process CPU and memory of every engine process on this host
+        (``engine`` for one engine; ``engine:<replica>`` and ``router`` for a deployment)."""
+        for label, proc in served_processes(self.engine).items():
+            if proc.pid is not None and not getattr(proc, "node_ip", None):  # a Ray replica's pid is on its node
+                self.telemetry.watch_process(label, proc.pid)
+
+    def add_engine_metrics(self) -> None:
+        """Sample each ``/metrics`` page of the engine (one per replica of a deployment)."""
+        eng = self.engine
+        if not eng.server_metric_map:
+            return
+        ok = [self.telemetry.add_engine(url, eng.server_metric_map, eng.auth(), replica=replica)
+              for replica, url in eng.metrics_endpoints()]
+        self.engine_metrics = bool(ok) and all(ok)
 
     def _client_setup(self, local_only: bool = False) -> None:
         """The tokenizer, the prompt builder and the client's config: nothing here needs the
@@ -207,6 +224,11 @@ class EngineSession:
         if self.telemetry is not None:
             self.telemetry.stop()
 
+    def topology(self) -> dict:
+        """What serves the load (the seven-step record's devices and topology)."""
+        top = getattr(self.engine, "topology", None)
+        return top() if top is not None else {"kind": "single", "replicas": 1, "router": "none"}
+
     def run_point(self, spec, last: bool, steps=None):
         """Run one load point's steps (default ``harness.point.POINT_STEPS``); returns its ``PointRun``."""
         from harness.point import POINT_STEPS, PointRun
@@ -219,3 +241,12 @@ class EngineSession:
         self.points_run += 1
         return point
 
+
+
+def served_processes(engine) -> dict:
+    """label -> process handle of every process the harness launched for ``engine``."""
+    members = getattr(engine, "members", None)
+    if members is None:
+        return {"engine": engine.process} if engine.process is not None else {}
+    return {(f"engine:{m.replica}" if m.replica else "router"): m.process for m in members()
+            if m.process is not None}

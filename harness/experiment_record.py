@@ -72,7 +72,8 @@ def seven_steps(cfg, done: bool, *, points: int, configs: int, promotion_how: st
             if gate_enabled(cfg) else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")),
         (2, done, f"workload.json per run ({wl.name}); cache state {cfg.engine.cache_state}"
                   + (f"; stress: {', '.join(stress)}" if stress else "; no stress variant configured")),
-        (3, done, "provenance.json per run: engine version, flags, effective config, devices, harness commit"),
+        (3, done, "provenance.json per run: engine version, flags, effective config, devices, harness commit; "
+                  "topology: " + topology_text(cfg)),
         (4, done and points > 1, f"{points} load point(s)" + ("" if points > 1 else ": a single point is not a sweep")),
         (5, design.ablation and done, f"{configs} arms in blocks, effects and interactions (ablation.json)"
          if design.ablation else "not an ablation (protocol=ablation)"),
@@ -80,6 +81,31 @@ def seven_steps(cfg, done: bool, *, points: int, configs: int, promotion_how: st
          "(comparison.json)" if design.in_blocks else "one config: nothing to compare (protocol=compare)"),
         (7, design.promotion and promotion_how is not None, promotion_how or "not a promotion (protocol=promote)"),
     ])
+
+
+def topology_text(cfg) -> str:
+    """What serves the load, as configured (each run's provenance.json has the deployment as it ran:
+    every replica's command, address and placement, the router's version and policy)."""
+    dep, router = cfg.get("deployment"), cfg.get("router")
+    engine = cfg.engine.name
+    feats = cfg.engine.get("features") or {}
+    tp = feats.get("tensor_parallel_size") if hasattr(feats, "get") else None
+    par = f", TP={tp}" if tp else ""
+    ext = list(cfg.engine.get("replica_urls") or [])
+    if ext:
+        return (f"{len(ext)} replicas already up (engine.replica_urls) behind router={router.name} "
+                f"(policy {router.policy or 'its default'})")
+    if dep is None or dep.kind == "single":
+        urls = list(cfg.engine.get("replica_metrics_urls") or [])
+        return (f"one endpoint with {len(urls)} replicas scraped (engine.replica_metrics_urls)" if urls
+                else f"one {engine} engine{par}")
+    where = dep.backend + (f", cores {list(dep.placement.cpus)}" if dep.placement.cpus else "") + (
+        f", devices {list(dep.placement.devices)}" if dep.placement.devices else "")
+    policy = f"policy {router.policy or 'its default'}"
+    if dep.kind == "replicas":
+        return f"{int(dep.replicas)} x {engine}{par} behind router={router.name} ({policy}); placement {where}"
+    return (f"disaggregated {int(dep.prefill)} prefill : {int(dep.decode)} decode x {engine}{par}, KV connector "
+            f"{dep.kv_connector or 'the engine default'}, behind router={router.name} ({policy}); placement {where}")
 
 
 def steps_record(steps: list[tuple[int, bool, str]]) -> list[dict]:

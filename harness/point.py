@@ -219,7 +219,8 @@ def summarise(s, p: PointRun) -> None:
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
                         max_schedule_lag_ms=float(s.cfg.client.max_schedule_lag_ms),
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
-                        expected_turns=getattr(p.items, "expected_turns", None))
+                        expected_turns=getattr(p.items, "expected_turns", None),
+                        cost_replicas=int(s.topology().get("replicas") or 1))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),
@@ -253,6 +254,13 @@ def fault_figures(s, p: PointRun) -> None:
     m, f = p.summary, p.failure
     m["point_failed"] = f is not None
     m["engine_faults"] = len(p.faults)
+    lost = [x for x in p.faults if x.extra.get("replica")]
+    if lost:  # a deployment's processes that failed (the rest served on, or the point failed)
+        m["replica_faults"] = [{"replica": x.extra["replica"], "kind": x.kind, "message": x.message,
+                                "detected_s": (x.detected_ns - p.window_open_ns) / 1e9,
+                                "injected": bool(x.extra.get("injected"))} for x in lost]
+        m["replicas_lost"] = sorted({x.extra["replica"] for x in lost})
+    m["requests_failed_by_fault"] = _fault_failed(p.requests) if p.faults else 0
     if f is not None:
         planned = p.load.num_requests
         m.update({"failure_reason": f.message, "engine_fault_kind": f.kind, "engine_fault_exit_code": f.exit_code,
@@ -327,10 +335,36 @@ def print_point(s, p: PointRun) -> None:
           flush=True)
 
 
+def _fault_failed(requests) -> int:
+    """Rows that did not end ``ok`` and whose ``error`` names an engine or replica fault."""
+    from harness.engine_faults import PREFIX
+
+    return sum(1 for st, err in zip(requests.column("status").to_pylist(), requests.column("error").to_pylist())
+               if st != "ok" and (err or "").startswith(PREFIX))
+
+
 def engine_survived(s, p: PointRun) -> None:
     """A point whose engine failed: ``engine.on_failure=restart`` starts it again for the next
     point; ``stop`` (or a restart that fails) ends the sweep, resumable: finished points are
-    kept and the failed one runs again."""
+    kept and the failed one runs again.  A deployment that lost a replica finished its point
+    on the others; the next point needs the whole deployment again, so the same rule holds."""
+    lost = list(s.faults.degraded)
+    if p.failure is None and lost and not p.last:
+        s.faults.degraded = []
+        names = ", ".join(f.extra["replica"] for f in lost)
+        why = f"replica {names} failed during {p.spec.title} (the point finished on the others)"
+        if s.cfg.engine.on_failure == "restart":
+            print(f"{why}\nengine.on_failure=restart: starting the deployment again for the next point",
+                  file=sys.stderr, flush=True)
+            s.faults.stop_watch()
+            try:
+                s.restarted_before_s = s.restart_engine(why)
+            except EngineError as e:
+                raise UserError(f"{why}\nthe restart failed: {e}") from None
+            s.faults.start_watch()
+            return
+        raise UserError(f"{why}: {lost[0].message}\nto resume, rerun the same command with "
+                        f"output_dir={s.experiment_dir}: finished points are kept")
     if p.failure is None:
         return
     where = f"{p.spec.title} failed: {p.failure.error()}\nits requests are in {p.run_dir / 'requests.parquet'}"

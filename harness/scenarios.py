@@ -29,8 +29,9 @@ perf_ns = time.perf_counter_ns
 class KillInjector:
     """Signals the engine's process group ``at_s`` after the dispatcher's t0 (once armed)."""
 
-    def __init__(self, engine, at_s: float, sig: str = "SIGKILL"):
+    def __init__(self, engine, at_s: float, sig: str = "SIGKILL", who: str = "engine"):
         self.engine = engine
+        self.who = who  # what the message calls it: the engine, or one replica of a deployment
         self.at_s = float(at_s)
         self.sig = getattr(signal, sig)
         self.sig_name = sig
@@ -57,11 +58,15 @@ class KillInjector:
         if proc is None or proc.poll() is not None:
             return
         try:
-            os.killpg(proc.pid, self.sig)
+            send = getattr(proc, "send_signal", None)  # a replica on another node signals there
+            if send is not None:
+                send(self.sig)
+            else:
+                os.killpg(proc.pid, self.sig)
         except ProcessLookupError:
             return
         self.kill_ns = perf_ns()
-        print(f"scenario: engine sent {self.sig_name} {self.at_s:g} s into the load", flush=True)
+        print(f"scenario: {self.who} sent {self.sig_name} {self.at_s:g} s into the load", flush=True)
 
     def disarm(self) -> None:
         self._stop.set()

@@ -8,8 +8,14 @@ Models (a profile in ``conf/cost/``):
 - owned: ``hours x hardware_price / (depreciation_years x 8766 h)`` + ``energy_kWh x
   electricity_per_kwh x pue`` + ``hours x ops_hourly``.  The energy is the measured window
   energy, plus ``unmeasured_power_w x window`` for parts no sensor sees (host CPUs, fans, NICs).
-Both: every ``extra_hourly`` line (CPU hosts, network, storage, a draft model's devices)
-is ``hours x rate``.
+Both: every ``extra_hourly`` line (CPU hosts, network, storage, a draft model's devices,
+a deployment's router host) is ``hours x rate``.
+
+A deployment of N replicas (``deployment=replicas|disaggregated``): the profile prices one
+replica, so every per-device line (GPUs, hosts, depreciation, operations, unmeasured power)
+counts N times over the whole window, idle replicas included; ``extra_hourly`` lines count
+once (put the router's host there: ``cost.extra_hourly.router=0.05``).  Measured energy
+already covers every device the telemetry sees.
 """
 
 from __future__ import annotations
@@ -53,8 +59,9 @@ def check_profile(cost_cfg) -> None:
     cost_profile(cost_cfg)
 
 
-def window_cost(cost_cfg, window_s: float, energy_j: float | None = None) -> dict:
-    """Cost of a window of ``window_s`` seconds under a cost profile (a mapping).
+def window_cost(cost_cfg, window_s: float, energy_j: float | None = None, replicas: int = 1) -> dict:
+    """Cost of a window of ``window_s`` seconds under a cost profile (a mapping), for
+    ``replicas`` replicas the profile prices one of (see module doc).
 
     Returns the total and its lines, so a reader can see what was counted.  An owned
     profile without an energy reading gives the ``energy`` line as NaN, leaves it out of
@@ -62,26 +69,27 @@ def window_cost(cost_cfg, window_s: float, energy_j: float | None = None) -> dic
     """
     p = cost_profile(cost_cfg)
     hours = window_s / 3600.0
+    n = int(replicas)
     lines: dict[str, float] = {}
     notes = []
     if p.model == "rental":
-        lines["rental_gpus"] = hours * p.hourly_per_gpu * p.num_gpus
-        lines["rental_hosts"] = hours * p.hourly_per_host * p.num_hosts
+        lines["rental_gpus"] = hours * p.hourly_per_gpu * p.num_gpus * n
+        lines["rental_hosts"] = hours * p.hourly_per_host * p.num_hosts * n
     else:
-        lines["depreciation"] = hours * p.hardware_price / (p.depreciation_years * HOURS_PER_YEAR)
-        lines["operations"] = hours * p.ops_hourly
+        lines["depreciation"] = hours * p.hardware_price / (p.depreciation_years * HOURS_PER_YEAR) * n
+        lines["operations"] = hours * p.ops_hourly * n
         if energy_j is None or math.isnan(energy_j):
             lines["energy"] = math.nan
             notes.append("energy unavailable: the owned-hardware cost leaves its energy line out, "
                          "so cost_total is a lower bound")
         else:
-            joules = energy_j + p.unmeasured_power_w * window_s
+            joules = energy_j + p.unmeasured_power_w * window_s * n
             lines["energy"] = joules / 3.6e6 * p.electricity_per_kwh * p.pue
     for name, hourly in p.extra_hourly.items():
         lines[f"extra.{name}"] = hours * hourly
     total = sum(v for v in lines.values() if not math.isnan(v))
     return {"cost_total": total, "cost_lines": lines, "cost_currency": p.currency,
-            "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes}
+            "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes, "cost_replicas": n}
 
 
 def per_million(cost_total: float, tokens: float) -> float:

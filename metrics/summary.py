@@ -81,7 +81,7 @@ def _add_stats(out: dict, prefix: str, values_s: np.ndarray, quantiles=QUANTILES
 def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: int,
               cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0,
               telemetry=None, steady_capacity: int | None = None, steady_reason: str = "",
-              expected_turns: dict | None = None) -> dict:
+              expected_turns: dict | None = None, cost_replicas: int = 1) -> dict:
     """The run's metrics from its per-request table (see module doc for definitions).
 
     ``telemetry`` (the run's ``telemetry.parquet`` table) gives the energy block; without
@@ -196,7 +196,8 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
     if cost_cfg is not None:
-        c = window_cost(cost_cfg, window_s, out["energy_j"] if out.get("energy_available") else None)
+        c = window_cost(cost_cfg, window_s, out["energy_j"] if out.get("energy_available") else None,
+                        replicas=cost_replicas)
         out.update(c)
         out["cost_per_mtok_good"] = per_million(c["cost_total"], good_out)
         out["cost_per_mtok_all"] = per_million(c["cost_total"], all_tokens)

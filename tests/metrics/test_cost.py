@@ -151,3 +151,20 @@ def test_experiment_rejects_a_misspelt_cost_field_before_starting():
         cfg = compose("config", overrides=["+cost.hourly_per_gpus=2.0", "output_dir=/tmp/tokenfactory-never-written"])
     with pytest.raises(UserError, match=r"cost\.hourly_per_gpus"):
         protocol_experiment(cfg)
+
+
+def test_a_deployment_pays_every_replica_and_the_router_once():
+    """The profile prices one replica: 3 replicas pay 3 x its device lines over the whole
+    window (idle or not); the router's host is an extra line, counted once."""
+    prof = {"model": "rental", "num_gpus": 1, "hourly_per_gpu": 2.0, "num_hosts": 1, "hourly_per_host": 0.5,
+            "extra_hourly": {"router": 0.1}}
+    one = window_cost(prof, 3600.0)
+    three = window_cost(prof, 3600.0, replicas=3)
+    assert three["cost_lines"] == pytest.approx({"rental_gpus": 6.0, "rental_hosts": 1.5, "extra.router": 0.1})
+    assert three["cost_total"] == pytest.approx(7.6)
+    assert three["cost_replicas"] == 3 and one["cost_replicas"] == 1
+    owned = {"model": "owned", "hardware_price": 8766.0, "depreciation_years": 1, "electricity_per_kwh": 1.0,
+             "unmeasured_power_w": 1000.0}
+    o = window_cost(owned, 3600.0, energy_j=0.0, replicas=2)
+    assert o["cost_lines"]["depreciation"] == pytest.approx(2.0)
+    assert o["cost_lines"]["energy"] == pytest.approx(2.0)  # 1 kW unmeasured per replica, 1 h, 1 per kWh

@@ -1,0 +1,395 @@
+"""A deployment: replicas of one engine config behind a real router, or prefill and decode
+pools with the KV cache moved between them, measured as one endpoint.
+
+``make_served(cfg, run_dir)`` gives the session what it drives: the engine adapter itself
+for ``deployment=single`` (today's behaviour), else a ``Deployment`` with the same lifecycle
+(prepare, start, health, provenance, cache reset, stop, kill), whose ``base_url`` is the
+router's.  Each replica is an adapter of ``engines/`` (``make_engine``) with its own name
+(``r0``, ``r1`` ...; disaggregated ``p0 ..``, ``d0 ..``), port, cores or devices
+(``engines.placement``), log file (``engine-<name>.log``) and, where the engine takes one,
+the middleware that names it in every response header (``x-tokenfactory-replica``), so each
+request row says which replica served it.  The router (``engines.routers``) starts once
+every replica is healthy, in front of their URLs.
+
+Replicas already up (``engine.replica_urls``, ``engine.launch=false``) get the harness's
+router in front of them; an endpoint that is already a deployment (``engine=openai`` with
+``engine.replica_metrics_urls``) is driven as one engine whose replicas' ``/metrics`` pages
+are sampled one by one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from engines.base import EngineAdapter, EngineError, redact_argv
+from engines.registry import make_engine
+
+PLUGINS = Path(__file__).parent / "server_plugins"  # imported by the engine's own interpreter
+
+
+def make_served(cfg, run_dir):
+    """What the session drives for the composed ``cfg``: an adapter (one engine) or a
+    ``Deployment`` (``deployment.kind`` replicas or disaggregated, or replicas already up)."""
+    dep, router = cfg.get("deployment"), cfg.get("router")
+    kind = dep.kind if dep is not None else "single"
+    router_name = router.name if router is not None else "none"
+    if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
+        if router_name != "none":
+            raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "
+                              "engine (use deployment=replicas deployment.replicas=N, or engine.replica_urls=[...] "
+                              "for replicas already up)")
+        engine = make_engine(cfg.engine, run_dir)
+        engine.replica = "r0"
+        metrics_urls = [str(u) for u in cfg.engine.get("replica_metrics_urls") or []]
+        if metrics_urls:
+            return ExternalDeployment(engine, metrics_urls)
+        return engine
+    if router_name == "none":
+        raise EngineError(f"deployment={kind} needs a router in front of its replicas: router=vllm or router=sglang")
+    return Deployment(cfg, run_dir)
+
+
+class ExternalDeployment:
+    """An endpoint that is already a deployment (an llm-d or Dynamo gateway): driven as the one
+    engine it is, its replicas' ``/metrics`` pages (``engine.replica_metrics_urls``) sampled
+    per replica, labelled ``r0``, ``r1`` ... in the order given."""
+
+    def __init__(self, engine: EngineAdapter, metrics_urls: list[str]):
+        self.__dict__["engine"] = engine
+        self.__dict__["metrics_urls"] = metrics_urls
+
+    def __getattr__(self, name):  # everything else is the endpoint's adapter
+        return getattr(self.engine, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.engine, name, value)
+
+    @property
+    def server_metric_map(self) -> dict:
+        return self.engine.server_metric_map or metric_map_for(self.metrics_urls[0], self.engine.auth())
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        return [(f"r{i}", url) for i, url in enumerate(self.metrics_urls)]
+
+    def topology(self) -> dict:
+        return {"kind": "external", "endpoint": self.engine.base_url, "replicas": len(self.metrics_urls),
+                "replica_metrics_urls": self.metrics_urls, "router": "the endpoint's own"}
+
+    def provenance(self) -> dict:
+        return {**self.engine.provenance(), "deployment": self.topology()}
+
+
+def metric_map_for(url: str, headers: dict) -> dict:
+    """The adapter map that fits a replica's metrics page (vLLM's or SGLang's series)."""
+    from engines.http import http_get
+    from engines.sglang import SGLang
+    from engines.vllm import VLLM
+
+    try:
+        status, body = http_get(url, timeout=5, headers=headers)
+    except OSError as e:
+        raise EngineError(f"engine.replica_metrics_urls: GET {url} failed: {e}") from None
+    if status != 200:
+        raise EngineError(f"engine.replica_metrics_urls: GET {url} answered HTTP {status}")
+    text = body.decode("utf-8", "replace")
+    for cls in (VLLM, SGLang):
+        if any(series in text for series, _ in cls.server_metric_map.values()):
+            return cls.server_metric_map
+    raise EngineError(f"engine.replica_metrics_urls: {url} shows neither vLLM's nor SGLang's series")
+
+
+class Member:
+    """A process of the deployment as the watchdog sees it: a replica's adapter, or the router."""
+
+    def __init__(self, label: str, target, replica: str | None):
+        self.name = label                     # in the watchdog's messages: "engine=vllm replica r1 ..."
+        self.target = target
+        self.replica = replica                # None: the router
+        self.health_path = getattr(target, "health_path", "/health")
+        self.liveness_path = getattr(target, "liveness_path", None)
+
+    @property
+    def process(self):
+        return self.target.process
+
+    def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
+        if isinstance(self.target, EngineAdapter):
+            return self.target.health_ok(timeout=timeout, path=path)
+        return self.target.health_ok(timeout)
+
+    def kill(self) -> None:
+        self.target.kill()
+
+
+class Deployment:
+    """Replicas of ``cfg.engine`` (placed by ``deployment.placement``) behind ``cfg.router``."""
+
+    def __init__(self, cfg, run_dir):
+        from conf.schema import Deployment as DeploymentSchema
+        from conf.schema import typed
+        from engines.placement import make_placer, plan_slots  # a deployment's parts, not one engine's
+        from engines.routers import make_router
+
+        self.cfg = cfg.engine
+        self.dep = typed(cfg.deployment, DeploymentSchema)
+        self.run_dir = Path(run_dir)
+        self.external = bool(list(cfg.engine.get("replica_urls") or []))
+        if self.external and cfg.engine.launch and cfg.engine.name != "openai":
+            raise EngineError("engine.replica_urls names replicas already up: set engine.launch=false "
+                              "(the harness launches only the router in front of them)")
+        if self.external:
+            urls = [str(u).rstrip("/") for u in cfg.engine.replica_urls]
+            self.slots = [_ExternalSlot(f"r{i}", url) for i, url in enumerate(urls)]
+        else:
+            self.slots = plan_slots(self.dep)
+        self.replicas: list[EngineAdapter] = []
+        for slot in self.slots:
+            ecfg = cfg.engine
+            if self.external:  # the replica's own address; it is not launched
+                ecfg = OmegaConf.merge(cfg.engine, {"base_url": slot.url, "launch": False})
+            eng = make_engine(ecfg, self.run_dir)
+            eng.replica = slot.name
+            eng.log_name = f"engine-{slot.name}.log"
+            self.replicas.append(eng)
+        self.first = self.replicas[0]
+        self.name = self.first.name
+        self.router = make_router(cfg.router, self.run_dir)
+        self.placer = None if self.external else make_placer(self.dep)
+        self.process = None                   # no single process: see ``members``
+        self.started_ns: int | None = None
+        self.healthy_ns: int | None = None
+        self.ready_ns: int | None = None
+        self.replica_ready_ns: dict[str, int] = {}
+        self.prepared = False
+
+    # --- what the session reads as it reads an adapter --------------------------------------
+    launched = True  # the router is always the harness's own process, even before replicas already up
+    base_url = property(lambda self: self.router.base_url)
+    served_model = property(lambda self: self.first.served_model)
+    tokenizer = property(lambda self: self.first.tokenizer)
+    api_key = property(lambda self: self.first.api_key)
+    model = property(lambda self: self.first.model)
+    server_metric_map = property(lambda self: self.first.server_metric_map)
+    metrics_path = property(lambda self: self.first.metrics_path)
+    reset_path = property(lambda self: self.first.reset_path)
+    health_path = property(lambda self: self.first.health_path)
+    liveness_path = property(lambda self: self.first.liveness_path)
+
+    def auth(self) -> dict:
+        return self.first.auth()
+
+    def dialect(self) -> dict:
+        return self.first.dialect()
+
+    def max_model_len(self):
+        return self.first.max_model_len()
+
+    def features(self) -> dict:
+        return self.first.features()
+
+    def feature_flags(self) -> list[str]:
+        return self.first.feature_flags()
+
+    @property
+    def kind(self) -> str:
+        return "replicas" if self.external else self.dep.kind
+
+    def members(self) -> list[Member]:
+        """Every process the watchdog looks at: the replicas it launched, then the router."""
+        out = [Member(f"{r.name} replica {r.replica}", r, r.replica) for r in self.replicas if r.process is not None]
+        return out + [Member(f"router={self.router.name}", self.router, None)]
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        return [(r.replica, r.base_url + r.metrics_path) for r in self.replicas if r.server_metric_map]
+
+    def replica_names(self) -> dict[str, str]:
+        """Header or URL -> replica name, for the client's ``replica`` column."""
+        out = {r.replica: r.replica for r in self.replicas}
+        out.update({r.base_url: r.replica for r in self.replicas})
+        return out
+
+    def roles(self) -> dict[str, str]:
+        return {s.name: s.role for s in self.slots}
+
+    def survivors(self, dead: str) -> list[str]:
+        """The replicas of ``dead``'s pool still running (it fails the whole deployment when none are)."""
+        role = self.roles()[dead]
+        return [r.replica for r in self.replicas if r.replica != dead and self.roles()[r.replica] == role
+                and r.alive()]
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Each replica's model, flags, environment and address (reserved where it will run),
+        and the router's address (the client's base URL is known before anything starts)."""
+        if self.prepared:
+            return
+        self.prepared = True
+        self.router.reserve()
+        for eng, slot in zip(self.replicas, self.slots):
+            if self.external:
+                eng.prepare()
+                continue
+            eng.check_features()
+            host, port = self.placer.reserve(slot, eng.host)
+            eng.host, eng.port = host, port
+            args = list(eng.replica_tag_flags())
+            if slot.role in ("prefill", "decode"):
+                args += eng.disaggregation_flags(slot.role, self.dep, self.bootstrap_port(slot))
+                args += list(self.dep.prefill_args if slot.role == "prefill" else self.dep.decode_args)
+            eng.replica_args = args
+            eng.replica_env = {"TOKENFACTORY_REPLICA": slot.name,
+                               "TOKENFACTORY_REPLICA_HEADER": self.dep.replica_header,
+                               "PYTHONPATH": _prepend_path(str(PLUGINS), eng.launch_env().get("PYTHONPATH")),
+                               **eng.placement_env(slot.cpus, slot.devices)}
+            eng.spawn = (lambda argv, log, env, slot=slot: self.placer.launch(slot, argv, env, log))
+            eng.prepare()
+
+    def bootstrap_port(self, slot) -> int | None:
+        """A prefill replica's KV bootstrap port (SGLang's ``--disaggregation-bootstrap-port``)."""
+        if slot.role != "prefill" or self.name != "sglang":
+            return None
+        if not hasattr(slot, "bootstrap_port"):
+            from engines.process import free_port
+
+            slot.bootstrap_port = free_port(slot.host or "127.0.0.1")
+        return slot.bootstrap_port
+
+    def start(self, warm_up: bool = True) -> None:
+        """Every replica at once (each waits for its own health and warm-up), then the router
+        in front of them, then one request through the router."""
+        self.prepare()
+        self.started_ns = time.perf_counter_ns()
+        errors: list[BaseException] = []
+
+        def start_one(eng: EngineAdapter) -> None:
+            try:
+                # a disaggregated pool is warmed through the router: a prefill replica alone
+                # may not answer a whole request
+                eng.start(warm_up=warm_up and self.kind == "replicas")
+                self.replica_ready_ns[eng.replica] = eng.ready_ns
+            except BaseException as e:  # noqa: BLE001 - reported below, with the replica's name
+                errors.append(EngineError(f"replica {eng.replica}: {e}"))
+
+        threads = [threading.Thread(target=start_one, args=(eng,), name=f"start-{eng.replica}")
+                   for eng in self.replicas]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop()
+            raise errors[0]
+        try:
+            self.start_router()
+            self.healthy_ns = time.perf_counter_ns()
+            if warm_up:
+                self.first.warm_up(self.base_url)
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_ns = time.perf_counter_ns()
+
+    def start_router(self) -> None:
+        roles = self.roles()
+        urls = {r.replica: r.base_url for r in self.replicas}
+        spawn = None
+        if self.placer is not None:
+            def spawn(argv, log, env):
+                return self.placer.launch_router(argv, env, log, self.router.host)
+        if self.kind == "disaggregated":
+            prefill = [(urls[n], getattr(s, "bootstrap_port", None)) for n, s in
+                       ((s.name, s) for s in self.slots) if roles[n] == "prefill"]
+            decode = [urls[n] for n in urls if roles[n] == "decode"]
+            self.router.start(prefill=prefill, decode=decode, spawn=spawn)
+        else:
+            self.router.start(workers=list(urls.values()), spawn=spawn)
+
+    def warm_up(self) -> None:
+        self.first.warm_up(self.base_url)
+
+    def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
+        return self.router.health_ok(timeout)
+
+    def alive(self) -> bool:
+        return self.router.alive() and all(r.alive() for r in self.replicas)
+
+    def stop(self) -> None:
+        """The router first (no new requests reach a replica that is going), then every replica."""
+        try:
+            self.router.stop()
+        finally:
+            for r in self.replicas:
+                r.stop()
+            if self.placer is not None:
+                self.placer.close()
+
+    def kill(self) -> None:
+        self.router.kill()
+        for r in self.replicas:
+            r.kill()
+
+    def reset_cache(self) -> bool:
+        """Every replica's prefix cache emptied (False where the engine has no way to)."""
+        done = [r.reset_cache() for r in self.replicas]
+        return all(done)
+
+    def no_reset_route(self) -> str:
+        return self.first.no_reset_route()
+
+    # --- what it is --------------------------------------------------------------------------
+    def version(self) -> str | None:
+        return self.first.version()
+
+    def topology(self) -> dict:
+        """The seven-step record's devices and topology: kind, pools, router and placement."""
+        roles = self.roles()
+        pools: dict[str, list[str]] = {}
+        for name, role in roles.items():
+            pools.setdefault(role, []).append(name)
+        out = {"kind": self.kind, "replicas": len(self.replicas),
+               "pools": {role: len(names) for role, names in pools.items()},
+               "replica_names": pools, "router": self.router.name, "router_policy": self.router.policy_used,
+               "backend": "external" if self.external else self.dep.backend}
+        if self.kind == "disaggregated":
+            out["prefill_decode"] = f"{len(pools.get('prefill', []))}:{len(pools.get('decode', []))}"
+            out["kv_connector"] = self.dep.kv_connector
+        if self.placer is not None:
+            out["placement"] = self.placer.provenance()
+        return out
+
+    def provenance(self) -> dict:
+        """The first replica's provenance as the engine's (every replica runs the same config),
+        each replica's command and address, and the router's."""
+        base = self.first.provenance()
+        base["command"] = None
+        base["deployment"] = self.topology()
+        base["replicas"] = {r.replica: {"base_url": r.base_url, "role": self.roles()[r.replica],
+                                        "command": redact_argv(r.process.argv) if r.process is not None else None,
+                                        "engine_version": r.version() if r is not self.first else
+                                        base.get("engine_version")}
+                            for r in self.replicas}
+        base["router"] = self.router.provenance()
+        return base
+
+    def server_metrics(self, text=None) -> dict:
+        """The replicas' counters summed under the common names (gauges summed too)."""
+        out: dict[str, float] = {}
+        for r in self.replicas:
+            for k, v in r.server_metrics().items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+
+class _ExternalSlot:
+    """A replica already up at ``url`` (engine.replica_urls)."""
+
+    def __init__(self, name: str, url: str):
+        self.name, self.url, self.role, self.host, self.cpus, self.devices = name, url, "replica", None, None, None
+
+
+def _prepend_path(first: str, rest: str | None) -> str:
+    return first if not rest else f"{first}:{rest}"
