@@ -34,6 +34,26 @@ the request id the client sends in ``x-request-id`` against the replica's own lo
 that sets no such header leaves it unknown.  vllm-router's ``cache_aware`` policy also POSTs
 ``/v1/completions/render`` (or the chat equivalent) to every worker before routing a request,
 to tokenize it: those calls reach the replicas but are not completions.
+
+What each router sends in prefill/decode mode (tested with fake workers; the KV transfer itself
+is the engines' business):
+
+- vllm-router (vLLM's NIXL connector protocol): first the prefill worker gets the request with
+  ``max_tokens: 1``, ``min_tokens: 1``, ``stream: false`` and ``kv_transfer_params:
+  {do_remote_decode: true, do_remote_prefill: false, remote_*: null}``; it must answer JSON
+  whose ``kv_transfer_params`` (``remote_engine_id``, ``remote_block_ids``, ``remote_host``,
+  ``remote_port``, ...) the router then puts into the decode worker's request (the client's
+  own ``max_tokens`` and ``stream``); the client gets the decode worker's answer and headers.
+  The workers are vLLM servers started with ``--kv-transfer-config
+  '{"kv_connector":"NixlConnector","kv_role":"kv_producer"|"kv_consumer"}'`` (vllm-router's
+  docs/model-routing/pd-disaggregation.md); ``--kv-connector mooncake|moriio`` selects the
+  other protocols.
+- sglang-router (SGLang's bootstrap protocol): the same request goes to a prefill and a decode
+  worker at once, both with ``bootstrap_host`` (the prefill worker's host), ``bootstrap_port``
+  (the port given after its ``--prefill`` URL, else null) and one random ``bootstrap_room``;
+  the client gets the decode worker's answer.  The workers are SGLang servers with
+  ``--disaggregation-mode prefill|decode``; the port is the prefill server's
+  ``--disaggregation-bootstrap-port`` (8998 by default).
 """
 
 from __future__ import annotations
