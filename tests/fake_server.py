@@ -20,7 +20,9 @@ and headers and the monotonic time just before every write.  With ``process=True
 a forked child instead, so that its write times are not disturbed by the client under test
 sharing its interpreter; what it recorded is then fetched from the child at each access.
 ``open_connections`` counts the connections open now; with ``idle_close_s`` the server closes a
-keep-alive connection idle that long between requests, as a real server does.
+keep-alive connection idle that long between requests, as a real server does.  With
+``response_headers`` every POST's answer carries those headers too (after its status line), as an
+engine replica that names itself in a header would.
 """
 
 from __future__ import annotations
@@ -174,16 +176,20 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
 # --- the server ----------------------------------------------------------------------------
 class FakeServer:
     def __init__(self, script=None, *, continuous_usage: bool = True, knee_rps: float | None = None,
-                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None):
+                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None,
+                 response_headers: dict[str, str] | None = None):
         self.truth: dict[str, dict] = {}  # response id -> ground truth (the OpenAI script's)
         self.script = script or openai_script(self.truth, continuous_usage, knee_rps, ttft_ms)
         self.ssl_context = ssl_context  # serve https
         self.process = process
         self._requests: list[dict] = []
         self._headers: list[dict] = []
+        self._paths: list[str] = []
         self._connections = 0
         self._open = 0
         self.idle_close_s = idle_close_s
+        self.response_headers = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode())
+                                         for k, v in (response_headers or {}).items())
         self._writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
         self._in_flight = 0
         self._max_in_flight = 0
@@ -238,6 +244,12 @@ class FakeServer:
         return self._headers
 
     @property
+    def paths(self) -> list[str]:
+        """Each POST's request path, in the order of requests."""
+        self._sync()
+        return self._paths
+
+    @property
     def writes(self) -> list[tuple[int, int]]:
         self._sync()
         return self._writes
@@ -260,16 +272,16 @@ class FakeServer:
         return self._open
 
     def _state(self) -> tuple:
-        return (self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self._open,
-                self.truth)
+        return (self._requests, self._headers, self._paths, self._writes, self._connections, self._max_in_flight,
+                self._open, self.truth)
 
     def _sync(self, cmd: str = "state") -> None:
         if self._proc is None or not self._proc.is_alive():
             return
         self._pipe.send(cmd)
         if self._pipe.poll(10):
-            (self._requests, self._headers, self._writes, self._connections, self._max_in_flight, self._open,
-             truth) = self._pipe.recv()
+            (self._requests, self._headers, self._paths, self._writes, self._connections, self._max_in_flight,
+             self._open, truth) = self._pipe.recv()
             self.truth.clear()
             self.truth.update(truth)
 
@@ -320,6 +332,11 @@ class FakeServer:
                 headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
                 headers = {name.strip(): value.strip() for name, value in headers.items()}
                 n = next((int(v) for h, v in headers.items() if h.lower() == "content-length"), 0)
+                if not head.startswith((b"GET ", b"POST ")):
+                    # not an HTTP/1.1 request this server answers (e.g. the HTTP/2 preface "PRI *
+                    # HTTP/2.0" a client tries first): drop it, as an HTTP/1.1-only server does
+                    writer.close()
+                    return
                 if head.startswith(b"GET "):
                     path = lines[0].split()[1]
                     if path == "/health":
@@ -333,6 +350,7 @@ class FakeServer:
                 k = len(self._requests)
                 self._requests.append(body)
                 self._headers.append(headers)
+                self._paths.append(lines[0].split()[1])
                 self._in_flight += 1
                 self._max_in_flight = max(self._max_in_flight, self._in_flight)
                 try:
@@ -362,6 +380,9 @@ class FakeServer:
             if callable(step):
                 step()
                 continue
+            if self.response_headers and step.startswith(b"HTTP/1.1 "):
+                status, _, rest = step.partition(b"\r\n")
+                step = status + b"\r\n" + self.response_headers + rest
             self._writes.append((k, time.perf_counter_ns()))
             writer.write(step)
             await writer.drain()
