@@ -136,7 +136,9 @@ class EngineAdapter:
 
     def full_command(self) -> list[str]:
         cmd = self.cfg.command
-        argv = [str(a) for a in cmd] if cmd else self.launch_command()
+        # {host} and {port} in a given command: each replica of a deployment has its own
+        argv = ([str(a).replace("{host}", str(self.host)).replace("{port}", str(self.port)) for a in cmd]
+                if cmd else self.launch_command())
         return argv + [str(a) for a in self.cfg.extra_args] + self.replica_args
 
     def launch_env(self) -> dict:

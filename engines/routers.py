@@ -165,10 +165,19 @@ class Router:
         return argv + [str(a) for a in self.cfg.extra_args]
 
     # --- lifecycle -----------------------------------------------------------------------
+    def reserve(self) -> None:
+        """Fix the router's port before anything starts (the client's base URL is the router's)."""
+        if self.port is None:
+            self.port = free_port(self.host)
+        elif port_in_use(self.host, self.port):
+            raise EngineError(f"router.port={self.port} is already in use on {self.host}; "
+                              "choose another port or leave router.port unset to pick a free one")
+
     def start(self, workers: list[str] = (), prefill: list[tuple[str, int | None]] = (),
-              decode: list[str] = ()) -> None:
-        """Launch the router, wait for its health route and for every worker to be registered
-        and healthy in it; stops it again on any failure."""
+              decode: list[str] = (), spawn=None) -> None:
+        """Launch the router (with ``spawn(argv, log_path, env)`` where a placement starts it
+        elsewhere), wait for its health route and for every worker to be registered and
+        healthy in it; stops it again on any failure."""
         if self.port is not None and port_in_use(self.host, self.port):
             raise EngineError(f"router.port={self.port} is already in use on {self.host}; "
                               "choose another port or leave router.port unset to pick a free one")
@@ -176,9 +185,12 @@ class Router:
         self.workers = [_url(u) for u in workers]
         self.prefill = [(_url(u), b) for u, b in prefill]
         self.decode = [_url(u) for u in decode]
-        self.process = EngineProcess(argv, self.run_dir / "router.log")
         self.started_ns = time.perf_counter_ns()
-        self.process.start()
+        if spawn is not None:
+            self.process = spawn(argv, self.run_dir / "router.log", {})
+        else:
+            self.process = EngineProcess(argv, self.run_dir / "router.log")
+            self.process.start()
         try:
             self.wait_ready(float(self.cfg.startup_timeout_s))
         except BaseException:

@@ -1,5 +1,6 @@
 """A fake engine as a process of its own, for engine-fault and scenario tests: what the harness
-launches with ``engine=vllm engine.command=[python, -m, tests.fake_engine_process, --port, P]``.
+launches with ``engine=vllm engine.command=[python, -m, tests.fake_engine_process, --port, P]``
+(``{port}`` for P: each replica of a deployment gets its own).
 
 It speaks enough of vLLM's server: ``/health``, ``/version``, ``/v1/models``, streamed and plain
 ``/v1/completions`` and ``/v1/chat/completions`` (one output token per chunk, usage at the
@@ -99,7 +100,10 @@ class Engine:
                           if chat else {"index": 0, "text": text, "finish_reason": "length"})
                 return web.json_response({"id": rid, "choices": [choice], "usage": {
                     "prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}})
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            headers = {"Content-Type": "text/event-stream"}
+            if "replica_header" in request:
+                headers[request["replica_header"][0]] = request["replica_header"][1]
+            resp = web.StreamResponse(headers=headers)
             await resp.prepare(request)
             for i in range(n_out):
                 choice = {"index": 0, "finish_reason": "length" if i == n_out - 1 else None}
@@ -147,11 +151,31 @@ def main(argv=None) -> None:
     ap.add_argument("--fail-after", type=int, default=None)
     ap.add_argument("--fail-marker", default=None, help="fail only if this file does not exist yet (creates it)")
     ap.add_argument("--fail-mode", choices=("oom", "exit", "hang", "stop", "kill"), default="exit")
+    # as vLLM with tokenfactory's replica middleware: every response names $TOKENFACTORY_REPLICA
+    ap.add_argument("--middleware", action="append", default=[])
     args = ap.parse_args(argv)
     print(f"fake engine {os.getpid()} loading (startup {args.startup_s:g} s)", flush=True)
     time.sleep(args.startup_s)
     eng = Engine(args)
-    app = web.Application()
+    middlewares = []
+    replica = os.environ.get("TOKENFACTORY_REPLICA")
+    if any(m.startswith("tokenfactory_replica_header.") for m in args.middleware) and replica:
+        header = os.environ.get("TOKENFACTORY_REPLICA_HEADER") or "x-tokenfactory-replica"
+
+        @web.middleware
+        async def name_replica(request, handler):
+            resp = await handler(request)
+            if not resp.prepared:
+                resp.headers[header] = replica
+            return resp
+
+        @web.middleware
+        async def name_replica_early(request, handler):  # a streamed answer's head is sent at prepare()
+            request["replica_header"] = (header, replica)
+            return await handler(request)
+
+        middlewares = [name_replica_early, name_replica]
+    app = web.Application(middlewares=middlewares)
     app.router.add_post("/v1/completions", eng.completions)
     app.router.add_post("/v1/chat/completions", eng.completions)
     app.router.add_post("/reset_prefix_cache", eng.reset)
