@@ -1,0 +1,173 @@
+"""Deployments (engines/deployment.py) through the harness: real replica processes (the fake
+engine of tests/fake_engine_process.py, which names its replica in every response as vLLM
+with tokenfactory's middleware does) behind the real vllm-router, launched, measured per
+replica, priced over every replica, stopped; and a replica killed mid-run, named and counted
+while the other serves on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from engines.base import EngineError
+from engines.tiny_model import ensure_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+ROUTER = Path(sys.executable).parent / "vllm-router"
+needs_router = pytest.mark.skipif(not ROUTER.exists() and shutil.which("vllm-router") is None,
+                                  reason="vllm-router is not installed (pip install vllm-router)")
+
+
+def compose(overrides):
+    from conf.compose import compose_config
+
+    return compose_config(overrides)
+
+
+# ------------------------------------------------------------------------------ what is built
+def test_a_router_needs_replicas_and_replicas_need_a_router(tmp_path):
+    from engines.deployment import make_served
+
+    with pytest.raises(EngineError, match="router=vllm routes between replicas"):
+        make_served(compose(["router=vllm"]), tmp_path)
+    with pytest.raises(EngineError, match="deployment=replicas needs a router"):
+        make_served(compose(["deployment=replicas"]), tmp_path)
+    one = make_served(compose([]), tmp_path)
+    assert one.replica == "r0" and not hasattr(one, "members")  # deployment=single: today's adapter
+
+
+def test_replicas_get_their_names_ports_flags_and_logs(tmp_path):
+    from engines.deployment import Deployment
+
+    cfg = compose(["engine=vllm", "deployment=replicas", "deployment.replicas=3", "router=vllm",
+                   "router.policy=round_robin", f"engine.model={ensure_tiny_model()}"])
+    d = Deployment(cfg, tmp_path)
+    try:
+        d.prepare()
+        assert [r.replica for r in d.replicas] == ["r0", "r1", "r2"]
+        assert len({r.port for r in d.replicas} | {d.router.port}) == 4  # every process its own port
+        for r in d.replicas:
+            argv = r.full_command()
+            assert argv[argv.index("--port") + 1] == str(r.port)
+            assert "--middleware" in argv and "tokenfactory_replica_header.ReplicaHeader" in argv
+            env = {**r.launch_env(), **r.replica_env}
+            assert env["TOKENFACTORY_REPLICA"] == r.replica and "server_plugins" in env["PYTHONPATH"]
+            assert r.log_name == f"engine-{r.replica}.log"
+        assert d.topology()["router_policy"] == "round_robin" and d.topology()["replicas"] == 3
+    finally:
+        d.stop()
+
+
+def test_disaggregated_replicas_get_the_kv_connector_of_their_role(tmp_path):
+    from engines.deployment import Deployment
+
+    cfg = compose(["engine=vllm", "deployment=disaggregated", "deployment.prefill=1", "deployment.decode=2",
+                   "deployment.kv_connector=ExampleConnector", "+deployment.kv_connector_extra.shared_storage_path=/x",
+                   "router=vllm", f"engine.model={ensure_tiny_model()}"])
+    d = Deployment(cfg, tmp_path)
+    try:
+        d.prepare()
+        roles = {r.replica: json.loads(r.full_command()[r.full_command().index("--kv-transfer-config") + 1])
+                 for r in d.replicas}
+        assert set(roles) == {"p0", "d0", "d1"}
+        assert roles["p0"]["kv_role"] == "kv_producer" and roles["d1"]["kv_role"] == "kv_consumer"
+        assert roles["d0"]["kv_connector_extra_config"] == {"shared_storage_path": "/x"}
+        assert d.topology()["prefill_decode"] == "1:2"
+    finally:
+        d.stop()
+
+
+def test_the_record_names_the_topology():
+    from harness.experiment_record import topology_text
+
+    assert topology_text(compose([])) == "one transformers engine"
+    text = topology_text(compose(["engine=vllm", "deployment=replicas", "router=vllm", "router.policy=cache_aware",
+                                  "deployment.placement.cpus=[0,1]"]))
+    assert text == "2 x vllm behind router=vllm (policy cache_aware); placement local, cores ['0', '1']"
+
+
+# ------------------------------------------------------------------------------ through the harness
+def _cli(tmp_path, *overrides, fake_args=(), timeout=240):
+    tok = str(ensure_tiny_model())
+    cmd = ",".join([PY, "-m", "tests.fake_engine_process", "--port", "{port}", *fake_args])
+    argv = [PY, "-m", "harness.cli", "run", "engine=vllm", f"engine.command=[{cmd}]", "engine.model=fake",
+            f"engine.tokenizer={tok}", "engine.continuous_usage=false", "engine.health_interval_s=0.5",
+            "deployment=replicas", "deployment.replicas=2", "router=vllm", "router.policy=round_robin",
+            "workload.input_tokens=32", "workload.output_tokens=8", "load.warmup_requests=0",
+            "mlflow.enabled=false", "progress=false", "report.enabled=false", "telemetry.idle_baseline_s=0",
+            *overrides]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=timeout)
+
+
+def _no_process_left(out: Path) -> None:
+    mine = [p for p in psutil.process_iter(["cmdline"])
+            if any(str(out) in a or "fake_engine_process" in a for a in (p.info["cmdline"] or []))
+            and p.pid != os.getpid()]
+    assert not [p for p in mine if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@needs_router
+@pytest.mark.slow
+def test_two_replicas_behind_vllm_router_measured_per_replica(tmp_path):
+    out = tmp_path / "out"
+    p = _cli(tmp_path, "load=constant", "load.rate=20", "load.num_requests=40", "protocol.load_points=[20]",
+             f"output_dir={out}", "cost.hourly_per_host=1.0", "+cost.extra_hourly.router=0.5")
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = next(out.glob("00-*"))
+    rows = pq.read_table(run / "requests.parquet").to_pylist()
+    served = [r["replica"] for r in rows if r["status"] == "ok"]
+    assert len(served) == 40 and served.count("r0") == served.count("r1") == 20  # round robin, named by the replica
+    m = json.loads((run / "summary.json").read_text())
+    assert m["replicas"]["r0"]["requests"] == m["replicas"]["r1"]["requests"] == 20
+    assert m["replica_load_imbalance"] == pytest.approx(1.0)
+    # the bill: two replicas' hosts and the router's line over the whole window
+    assert m["cost_replicas"] == 2
+    assert m["cost_lines"]["rental_hosts"] == pytest.approx(2 * m["window_s"] / 3600)
+    assert m["cost_lines"]["extra.router"] == pytest.approx(0.5 * m["window_s"] / 3600)
+    prov = json.loads((run / "provenance.json").read_text())["engine"]
+    assert prov["deployment"]["router"] == "vllm" and prov["deployment"]["router_policy"] == "round_robin"
+    assert prov["router"]["version"] and set(prov["replicas"]) == {"r0", "r1"}
+    assert all("tokenfactory_replica_header.ReplicaHeader" in r["command"] for r in prov["replicas"].values())
+    for log in ("engine-r0.log", "engine-r1.log", "router.log"):
+        assert (out / log).exists(), log
+    exp = json.loads((out / "experiment.json").read_text())
+    step3 = next(s for s in exp["steps"] if s["step"] == 3)
+    assert "2 x vllm behind router=vllm (policy round_robin)" in step3["how"]
+    tel = pq.read_table(run / "telemetry.parquet").to_pylist()
+    assert {r["source"] for r in tel if r["source"].startswith("engine:")} == {"engine:r0", "engine:r1"}
+    _no_process_left(out)
+
+
+@needs_router
+@pytest.mark.faults
+def test_a_replica_killed_mid_run_is_named_and_counted_and_the_other_serves_on(tmp_path):
+    out = tmp_path / "out"
+    p = _cli(tmp_path, "load=constant", "load.rate=10", "load.num_requests=60", "protocol.load_points=[10]",
+             "scenario.kill_at_s=2", "scenario.kill_replica=r1", f"output_dir={out}",
+             fake_args=("--gap-ms", "40"))
+    text = p.stdout + p.stderr
+    assert p.returncode == 0, text
+    assert "scenario: vllm replica r1 sent SIGKILL 2 s into the load" in text
+    assert "engine=vllm replica r1 was killed by SIGKILL" in text and "serves on with r0" in text
+    run = next(out.glob("00-*"))
+    m = json.loads((run / "summary.json").read_text())
+    assert m["point_failed"] is False and m["replicas_lost"] == ["r1"]
+    fault = m["replica_faults"][0]
+    assert fault["replica"] == "r1" and fault["kind"] == "killed" and fault["injected"] is True
+    rows = pq.read_table(run / "requests.parquet").to_pylist()
+    failed = [r for r in rows if r["status"] != "ok"]
+    named = [r for r in failed if "replica r1" in (r["error"] or "")]
+    assert m["requests_failed_by_fault"] == len(named) >= 1  # the streams r1 was serving when it died
+    late_ok = [r for r in rows if r["status"] == "ok" and r["sent_ns"] > max(x["end_ns"] or 0 for x in named)]
+    assert late_ok and all(r["replica"] == "r0" for r in late_ok)  # the router sent the rest to r0
+    _no_process_left(out)
