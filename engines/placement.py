@@ -217,7 +217,9 @@ class LocalPlacer:
         self.processes: dict[str, EngineProcess] = {}
         self._taken: dict[str, set[int]] = {}
 
-    def reserve(self, slot: ReplicaSlot, host: str, port: int | None = None) -> tuple[str, int]:
+    def reserve(self, slot: ReplicaSlot, host: str = "127.0.0.1", port: int | None = None) -> tuple[str, int]:
+        """``deployment.first_port + slot.index`` (a taken one is an error), else a free port on
+        ``host``; ``port``: the router's own (``router.port``)."""
         taken = self._taken.setdefault(host, set())
         p = pick_port(slot, host, self.deployment.first_port, port, taken)
         taken.add(p)
@@ -472,8 +474,14 @@ class RayPlacer:
             raise RuntimeError(f"replica {slot.name}: reserve its address before launching it")
         actor = self._actor(slot)
         argv = [str(a) for a in argv]
-        pid = ray.get(actor.start.remote(argv, dict(env or {}), str(log_path)), timeout=RemoteProcess.CALL_S)
         info = self.info[slot.name]
+        try:
+            pid = ray.get(actor.start.remote(argv, dict(env or {}), str(log_path)), timeout=RemoteProcess.CALL_S)
+        except ray.exceptions.RayTaskError as e:  # (a command not found on that node)
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, RuntimeError):
+                raise EngineError(f"replica {slot.name} on Ray node {info['node_ip']}: {cause}") from None
+            raise
         full, _ = pinned_command(slot, argv, env)
         proc = RemoteProcess(actor, full, str(log_path), pid, info["node_ip"], info["node_id"])
         self.processes[slot.name] = proc
