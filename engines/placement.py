@@ -44,6 +44,9 @@ from engines.base import EngineError
 from engines.process import EngineProcess, free_port, port_in_use
 
 ROLES = ("replica", "prefill", "decode")
+# What Ray puts in its workers' environment that a local launch would not have (the engine
+# inherits the actor's environment): removed unless the driver has it too.
+RAY_WORKER_ENV = ("OMP_NUM_THREADS",)
 ROUTER_BUNDLE = {"CPU": 1.0}  # the router's own bundle (Ray): one core for a Rust proxy
 # Runs before the engine's command (exec: same pid): SIGKILL when the parent (the Ray actor's
 # main thread) ends; exits at once if the parent is already gone.  prctl(1) is PR_SET_PDEATHSIG.
@@ -278,8 +281,10 @@ class SlotActor:
         host = ray.util.get_node_ip_address()
         return host, pick_port(self.slot, host, first_port, port, set(taken))
 
-    def start(self, argv: list[str], env: dict, log_path: str) -> int:
+    def start(self, argv: list[str], env: dict, log_path: str, unset: list[str]) -> int:
         argv, env = pinned_command(self.slot, argv, env)
+        for key in unset:  # (this process is the slot's own: nothing else reads its environment)
+            os.environ.pop(key, None)
         guarded = [sys.executable, "-c", PDEATH_GUARD, str(os.getpid()), *argv]
         self.proc = EngineProcess(guarded, log_path, env=env)
         self.proc.start()
@@ -475,8 +480,15 @@ class RayPlacer:
         actor = self._actor(slot)
         argv = [str(a) for a in argv]
         info = self.info[slot.name]
+        env = dict(env or {})
+        # Ray sets OMP_NUM_THREADS to the actor's CPUs (torch would then run 1 thread for a
+        # {CPU: 1} bundle): the engine gets the driver's, as a local launch would, or none.
+        for key in RAY_WORKER_ENV:
+            if key in os.environ:
+                env.setdefault(key, os.environ[key])
+        unset = [k for k in RAY_WORKER_ENV if k not in env]
         try:
-            pid = ray.get(actor.start.remote(argv, dict(env or {}), str(log_path)), timeout=RemoteProcess.CALL_S)
+            pid = ray.get(actor.start.remote(argv, env, str(log_path), unset), timeout=RemoteProcess.CALL_S)
         except ray.exceptions.RayTaskError as e:  # (a command not found on that node)
             cause = getattr(e, "cause", None)
             if isinstance(cause, RuntimeError):

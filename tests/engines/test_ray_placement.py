@@ -15,6 +15,7 @@ import importlib.util
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,6 +100,9 @@ def test_strict_spread_two_replicas_on_two_nodes(cluster, tmp_path):
             # the guard exec'd the engine: the remote pid is the server itself
             assert "fake_engine_process" in " ".join(psutil.Process(proc.pid).cmdline())
             assert proc.poll() is None and proc.stopped_pids() == []
+            environ = psutil.Process(proc.pid).environ()
+            # not Ray's OMP_NUM_THREADS=1 of a {CPU: 1} actor: what a local launch would get
+            assert environ.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
         r1_log = procs[1].tail(50)  # read on r1's node, through its actor
         assert f"fake engine {procs[1].pid} loading" in r1_log and f"serving on {r1.host}:{r1.port}" in r1_log
         rhost, rport = placer.reserve(placer.router_slot)
@@ -148,6 +152,55 @@ def test_an_actor_killed_takes_its_engine_with_it(cluster, tmp_path, how):
         assert proc.poll() == -9 and "gone" in proc.lost
     finally:
         placer.close(grace_s=5)
+
+
+DRIVER = """
+import sys, time, ray
+from conf.schema import Deployment
+from engines.placement import make_placer
+ray.init(address=sys.argv[1], log_to_driver=False)
+placer = make_placer(Deployment(backend="ray"), router=False)
+slot = placer.slots[0]
+host, port = placer.reserve(slot)
+proc = placer.launch(slot, [sys.executable, "-m", "tests.fake_engine_process", "--host", host, "--port", str(port)],
+                     {"PYTHONPATH": sys.argv[2]}, sys.argv[3])
+print(proc.pid, host, port, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_driver_interrupted_or_killed_leaves_no_engine(cluster, tmp_path, sig):
+    """Ctrl-C: the placer's atexit close stops the engine; a driver killed outright: Ray ends
+    its actors, and their engines go with them."""
+    driver = subprocess.Popen([PY, "-c", DRIVER, cluster.address, str(REPO), str(tmp_path / "r0.log")],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **ENV})
+    try:
+        line = driver.stdout.readline().split()
+        assert line, "the driver did not launch its replica"
+        pid, host, port = int(line[0]), line[1], line[2]
+        engine = psutil.Process(pid)
+        wait_http(f"http://{host}:{port}/health", ForeignProcess(engine))
+        driver.send_signal(sig)
+        driver.wait(60)
+        assert wait_gone([pid], timeout_s=60) == []
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+
+
+class ForeignProcess:
+    """``poll`` and ``tail`` of a process this test did not start (for wait_http)."""
+
+    def __init__(self, p: psutil.Process):
+        self.p = p
+
+    def poll(self):
+        return None if self.p.is_running() and self.p.status() != psutil.STATUS_ZOMBIE else -1
+
+    def tail(self):
+        return ""
 
 
 def test_a_taken_first_port_is_named(cluster):
