@@ -36,6 +36,7 @@ import atexit
 import os
 import socket
 import sys
+import time
 import weakref
 from dataclasses import asdict, dataclass, replace
 
@@ -43,7 +44,6 @@ from conf.schema import Deployment, typed
 from engines.base import EngineError
 from engines.process import EngineProcess, free_port, port_in_use
 
-ROLES = ("replica", "prefill", "decode")
 # What Ray puts in its workers' environment that a local launch would not have (the engine
 # inherits the actor's environment): removed unless the driver has it too.
 RAY_WORKER_ENV = ("OMP_NUM_THREADS",)
@@ -334,6 +334,7 @@ class RemoteProcess:
         self.actor, self.argv, self.log_path, self.pid = actor, argv, log_path, pid
         self.node_ip, self.node_id = node_ip, node_id
         self.lost: str | None = None
+        self.started_ns = time.perf_counter_ns()  # on the driver's clock, once the node said it started
 
     def _call(self, method: str, *args, timeout: float | None = None):
         import ray
@@ -347,7 +348,14 @@ class RemoteProcess:
             return None
 
     def poll(self) -> int | None:
-        code = self._call("poll")
+        """The exit code; None while it runs, or while its actor is too busy to say (a slow
+        node: the watchdog's health checks judge that); -9 once the actor is gone."""
+        import ray
+
+        try:
+            code = self._call("poll")
+        except ray.exceptions.GetTimeoutError:
+            return None
         return -9 if self.lost else code
 
     def tail(self, n: int = 40) -> str:

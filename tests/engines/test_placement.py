@@ -160,3 +160,11 @@ def test_launch_needs_an_address_first(tmp_path):
         placer.launch(placer.slots[0], SLEEPER, None, tmp_path / "r0.log")
     with pytest.raises(RuntimeError, match="without a router"):
         placer.launch_router(SLEEPER, None, tmp_path / "router.log")
+
+
+def test_a_ray_actor_takes_exactly_its_bundle():
+    from engines.placement import actor_options
+
+    assert actor_options({"CPU": 2.0, "GPU": 1.0, "memory": 2e9, "accel": 1.0}) == {
+        "num_cpus": 2.0, "num_gpus": 1.0, "memory": 2e9, "resources": {"accel": 1.0}}
+    assert actor_options({"CPU": 1.0}) == {"num_cpus": 1.0, "num_gpus": 0}
