@@ -79,7 +79,7 @@ class EngineBase:
     served_model_name: Optional[str] = None
     revision: Optional[str] = None
     python: Optional[str] = None             # interpreter to launch the engine with; null: this one
-    command: Optional[List[str]] = None      # the full argument list instead of the built one ({host}, {port} substituted)
+    command: Optional[List[str]] = None      # the full argument list instead of the built one ({host}, {port} filled)
     extra_args: List[str] = field(default_factory=list)  # flags appended to the built command
     # environment of the engine's process (+engine.env.OMP_NUM_THREADS=1)
     env: Dict[str, str] = field(default_factory=dict)

@@ -158,7 +158,7 @@ class Deployment:
         self.first = self.replicas[0]
         self.name = self.first.name
         self.router = make_router(cfg.router, self.run_dir)
-        self.placer = None if self.external else make_placer(self.dep)
+        self.placer = None if self.external else make_placer(self.dep, client_ray=cfg.client.get("ray"))
         self.process = None                   # no single process: see ``members``
         self.started_ns: int | None = None
         self.healthy_ns: int | None = None
@@ -228,7 +228,11 @@ class Deployment:
         if self.prepared:
             return
         self.prepared = True
-        self.router.reserve()
+        if self.placer is None:
+            self.router.reserve()
+        else:  # where the placement starts it (a Ray node's address)
+            self.router.host, self.router.port = self.placer.reserve(self.placer.router_slot, self.router.host,
+                                                                     port=self.router.port)
         for eng, slot in zip(self.replicas, self.slots):
             if self.external:
                 eng.prepare()
@@ -299,7 +303,7 @@ class Deployment:
         spawn = None
         if self.placer is not None:
             def spawn(argv, log, env):
-                return self.placer.launch_router(argv, env, log, self.router.host)
+                return self.placer.launch_router(argv, env, log)
         if self.kind == "disaggregated":
             prefill = [(urls[n], getattr(s, "bootstrap_port", None)) for n, s in
                        ((s.name, s) for s in self.slots) if roles[n] == "prefill"]

@@ -38,7 +38,7 @@ import socket
 import sys
 import time
 import weakref
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from conf.schema import Deployment, typed
 from engines.base import EngineError
@@ -394,21 +394,20 @@ class RayPlacer:
         import ray
         from ray.util.placement_group import placement_group
 
-        from loadgen.ray_workers import RaySettings, connect
+        from engines.ray_cluster import connect
 
         self.deployment = d = as_deployment(deployment)
         self.slots = plan_slots(d)
         self.router_slot = ReplicaSlot(name="router", role="router", index=len(self.slots)) if router else None
         p = d.placement
-        settings = RaySettings.from_config(client_ray) if client_ray is not None else RaySettings()
-        key = "client.ray.address"
+        ray_cfg = client_ray if client_ray is not None else {}
+        address, key = ray_cfg.get("address"), "client.ray.address"
         if p.ray_address:
-            settings, key = replace(settings, address=p.ray_address), "deployment.placement.ray_address"
+            address, key = p.ray_address, "deployment.placement.ray_address"
         try:
-            connect(settings)
+            connect(address, dict(ray_cfg.get("runtime_env") or {}), key)
         except ValueError as e:
-            cause = str(e).split(": cannot join the Ray cluster: ", 1)[-1]
-            raise PlacementError(f"{key}={settings.address!r}: cannot join the Ray cluster: {cause}") from None
+            raise PlacementError(str(e)) from None
         self.bundle = {k: float(v) for k, v in dict(p.ray_bundle).items()} or {"CPU": 0.001}  # never empty
         self.strategy = p.ray_strategy
         bundles = [dict(self.bundle) for _ in self.slots]

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
+from engines.ray_cluster import connect
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.clock_sync import ClockModel, convert_table, measure
 from loadgen.dispatch import Dispatcher, LoadSpec
@@ -175,17 +176,6 @@ class LoadWorker:
 
 
 # ------------------------------------------------------------------------------ driver side
-def connect(settings: RaySettings) -> None:
-    """Join (or, with no address and no ``RAY_ADDRESS``, start) the Ray cluster once per process."""
-    if ray.is_initialized():
-        return
-    kw = {"runtime_env": settings.runtime_env} if settings.runtime_env else {}
-    try:
-        ray.init(address=settings.address, log_to_driver=False, **kw)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise ValueError(f"client.ray.address={settings.address!r}: cannot join the Ray cluster: {e}") from None
-
-
 def _ray_error(e: BaseException) -> str:
     """Ray's error, short: its last line, cut after the first two sentences."""
     text = str(e).strip().splitlines()
@@ -286,7 +276,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
         raise ValueError("client.workers with load=concurrency needs load.num_requests "
                          "(the requests are dealt out to the workers before the start)")
     shares = split_load(items, spec, n)
-    connect(s)
+    connect(s.address, s.runtime_env)
     pg, bundle = _placement(n, s)
     cls = ray.remote(LoadWorker)
     workers: list[_Worker] = []
