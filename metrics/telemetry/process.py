@@ -20,6 +20,7 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+import time
 import traceback
 
 from metrics.telemetry.collector import TelemetryCollector
@@ -87,15 +88,22 @@ class TelemetryProcess:
     def watch_process(self, label: str, pid: int) -> None:
         self._call("watch", label, pid)
 
-    def add_engine(self, url: str, metric_map: dict, headers: dict | None = None) -> bool:
-        """Sample the engine's ``/metrics`` at ``url`` from now on (False: unreadable, recorded)."""
-        return self._call("add_engine", url, metric_map, headers or {})
+    def add_engine(self, url: str, metric_map: dict, headers: dict | None = None,
+                   replica: str | None = None) -> bool:
+        """Sample the engine's ``/metrics`` at ``url`` from now on (False: unreadable, recorded).
 
-    def remove_engine(self) -> None:
-        self._call("remove_engine")
+        Several engines (a deployment's replicas) are sampled in the same rounds, each added
+        with its ``replica`` name: its rows have ``source = 'engine:<replica>'``; the one
+        engine of a run is added with ``replica=None`` (``source = 'engine'``).  Adding a
+        replica already added replaces it (a restarted replica's new page)."""
+        return self._call("add_engine", url, metric_map, headers or {}, replica)
+
+    def remove_engine(self, replica: str | None = None) -> None:
+        """Stop sampling ``replica``'s page, or every engine's when ``replica`` is None."""
+        self._call("remove_engine", replica)
 
     def engine_snapshot(self, tag: str) -> None:
-        """Exact ``start``/``end`` values of the engine's counters, as rows (``metrics.engine_counters``)."""
+        """Exact ``start``/``end`` values of every engine's counters, as rows (``metrics.engine_counters``)."""
         self._call("engine_snapshot", tag)
 
     def write_window(self, path, start_ns: int, end_ns: int, also: list[tuple[int, int]] = ()) -> str:
@@ -132,7 +140,7 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
 
         cfg = typed(tcfg, Telemetry)
         col = TelemetryCollector(None, build_samplers(cfg, pids), cfg.interval_s)
-        engine: EngineMetricsSampler | None = None
+        engines: dict[str | None, EngineMetricsSampler] = {}  # replica (None: the one engine) -> sampler
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         try:
@@ -162,18 +170,25 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                 col.watch_process(*args)
                 out = None
             elif op == "add_engine":
-                engine = EngineMetricsSampler.scraping(args[0], args[1], args[2])
+                url, metric_map, headers, replica = args
+                if replica in engines:
+                    col.remove_sampler(engines.pop(replica))
+                engine = EngineMetricsSampler.scraping(url, metric_map, headers, replica=replica)
                 out = col.add_sampler(engine)
-                if not out:
-                    engine = None
+                if out:
+                    engines[replica] = engine
             elif op == "remove_engine":
-                if engine is not None:
-                    col.remove_sampler(engine)
-                engine = None
+                for key in (list(engines) if args[0] is None else [args[0]]):
+                    if key in engines:
+                        col.remove_sampler(engines.pop(key))
                 out = None
             elif op == "engine_snapshot":
-                if engine is not None:
-                    col.record(engine.snapshot_rows(args[0]))
+                # every page read first, then one time for all: the replicas' snapshots bound
+                # the same sample rounds (metrics.engine_counters combines gauges per round)
+                read = [(e, e.snapshot_values()) for e in engines.values()]
+                now = time.perf_counter_ns()
+                for engine, values in read:
+                    col.record(engine.snapshot_rows(args[0], now, values) if values is not None else [])
                 out = None
             elif op == "write_window":
                 out = col.write_window(*args)
