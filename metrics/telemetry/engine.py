@@ -13,8 +13,11 @@ run's own share of each counter from them.
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from engines import prometheus
 from engines.http import http_get
@@ -90,3 +93,64 @@ class EngineMetricsSampler(Sampler):
             return self.read()
         except Exception:  # noqa: BLE001 - recorded as a missing snapshot
             return None
+
+
+class EnginePool(Sampler):
+    """Every engine of a run as one source of the collector: each round reads all their pages
+    at once (one thread each when there are several, so N replicas cost one page's latency,
+    not N), every row stamped with the round's time and labelled with its engine's source.
+    One engine whose page fails gives a ``sample_error`` row under its own source; the others
+    are still read."""
+
+    source = ENGINE_SOURCE
+
+    def __init__(self):
+        self.engines: dict[str | None, EngineMetricsSampler] = {}  # replica (None: the one engine) -> sampler
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def put(self, engine: EngineMetricsSampler) -> None:
+        with self._lock:
+            self.engines[engine.replica] = engine
+
+    def drop(self, replica: str | None = None, every: bool = False) -> None:
+        with self._lock:
+            for key in (list(self.engines) if every else [replica]):
+                self.engines.pop(key, None)
+
+    def _read_all(self) -> list[tuple[EngineMetricsSampler, dict | None, Exception | None]]:
+        with self._lock:
+            engines = list(self.engines.values())
+
+        def one(e: EngineMetricsSampler):
+            try:
+                return e, e.read(), None
+            except Exception as err:  # noqa: BLE001 - a flaky page is recorded, the others still read
+                return e, None, err
+
+        if len(engines) <= 1:
+            return [one(e) for e in engines]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="engine-scrape")
+        return list(self._pool.map(one, engines))
+
+    def sample(self, now_ns: int) -> list[tuple]:
+        rows: list[tuple] = []
+        for e, values, err in self._read_all():
+            if err is not None:
+                rows.append((now_ns, e.source, "sample_error", math.nan, f"{type(err).__name__}: {err}"))
+            else:
+                rows += [(now_ns, e.source, k, float(v), e.series_names.get(k)) for k, v in values.items()]
+        return rows
+
+    def snapshot_rows(self, tag: str) -> list[tuple]:
+        """Every engine's values, read at once and stamped with one time (after the reads), so
+        the replicas' snapshots bound the same sample rounds; none for a page that fails."""
+        read = self._read_all()
+        now = time.perf_counter_ns()
+        return [r for e, values, _ in read if values is not None for r in e.snapshot_rows(tag, now, values)]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None

@@ -20,11 +20,10 @@ import multiprocessing as mp
 import os
 import signal
 import threading
-import time
 import traceback
 
 from metrics.telemetry.collector import TelemetryCollector
-from metrics.telemetry.engine import EngineMetricsSampler
+from metrics.telemetry.engine import EngineMetricsSampler, EnginePool
 from metrics.telemetry.sources import build_samplers
 
 CHILD_NICE = 5
@@ -140,7 +139,8 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
 
         cfg = typed(tcfg, Telemetry)
         col = TelemetryCollector(None, build_samplers(cfg, pids), cfg.interval_s)
-        engines: dict[str | None, EngineMetricsSampler] = {}  # replica (None: the one engine) -> sampler
+        engines = EnginePool()  # every engine added, sampled together (one source of the collector)
+        col.add_sampler(engines)
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         try:
@@ -171,24 +171,16 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                 out = None
             elif op == "add_engine":
                 url, metric_map, headers, replica = args
-                if replica in engines:
-                    col.remove_sampler(engines.pop(replica))
+                engines.drop(replica)  # a replica added again: its new page replaces the old
                 engine = EngineMetricsSampler.scraping(url, metric_map, headers, replica=replica)
-                out = col.add_sampler(engine)
+                out = col.probe(engine)
                 if out:
-                    engines[replica] = engine
+                    engines.put(engine)
             elif op == "remove_engine":
-                for key in (list(engines) if args[0] is None else [args[0]]):
-                    if key in engines:
-                        col.remove_sampler(engines.pop(key))
+                engines.drop(args[0], every=args[0] is None)
                 out = None
             elif op == "engine_snapshot":
-                # every page read first, then one time for all: the replicas' snapshots bound
-                # the same sample rounds (metrics.engine_counters combines gauges per round)
-                read = [(e, e.snapshot_values()) for e in engines.values()]
-                now = time.perf_counter_ns()
-                for engine, values in read:
-                    col.record(engine.snapshot_rows(args[0], now, values) if values is not None else [])
+                col.record(engines.snapshot_rows(args[0]))
                 out = None
             elif op == "write_window":
                 out = col.write_window(*args)

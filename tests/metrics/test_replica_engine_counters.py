@@ -92,6 +92,7 @@ def _page(queries: float, hits: float, waiting: float, kv: float, qsum: float, q
 
 
 def test_two_engines_scraped_at_once_each_labelled(tmp_path):
+    # the harness's path: the telemetry process samples both pages in the same rounds
     from engines.vllm import VLLM
     from metrics.telemetry.process import TelemetryProcess
 
@@ -121,6 +122,14 @@ def test_two_engines_scraped_at_once_each_labelled(tmp_path):
     table = pq.read_table(path)
     sources = set(table.column("source").to_pylist())
     assert {"engine:r0", "engine:r1"} <= sources and "engine" not in sources
+    rows = table.to_pylist()
+
+    def times(src, detail):
+        return {r["time_ns"] for r in rows if r["source"] == src and r["name"] == "waiting" and r["detail"] == detail}
+
+    assert times("engine:r0", "start") == times("engine:r1", "start")  # one snapshot time for both
+    rounds = times("engine:r0", "vllm:num_requests_waiting") & times("engine:r1", "vllm:num_requests_waiting")
+    assert len(rounds) >= 3  # both pages read in the same sample rounds
     per = replica_engine_summaries(table)
     assert per["r0"]["engine_prefix_cache_hit_rate"] == 800 / 1000
     assert per["r1"]["engine_waiting_mean"] == 5.0 and per["r0"]["engine_kv_cache_usage_mean"] == 0.25
