@@ -32,7 +32,7 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
-from metrics.replicas import replica_summary
+from metrics.replicas import ENGINE_KEYS, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
 from protocols.sweep.load_points import RunSpec, offered_load
@@ -264,6 +264,9 @@ def fault_figures(s, p: PointRun) -> None:
     if any(x.restarted for x in p.faults):  # the engine's counters started again from zero
         for k in [k for k in m if k.startswith("engine_") and k[7:].startswith(_COUNTED)]:
             del m[k]
+        for per in (m.get("replicas") or {}).values():  # each replica's engine values likewise
+            for k in ENGINE_KEYS:
+                per.pop(k, None)
         m["engine_metrics_complete"] = False
     inj = s.faults.injector
     if inj is not None:
