@@ -540,9 +540,6 @@ class Client:
     # A burst opens connections past the prewarmed pool; once idle this long, those above the
     # prewarmed count are closed (never one with a request in flight). 0 or null: keep them all.
     idle_close_s: Optional[float] = _f(30.0, ge=0)
-    # The response header naming the replica that served a request (requests.parquet's replica;
-    # loadgen/client/config.py); null: not read.
-    replica_header: Optional[str] = "x-tokenfactory-replica"
 
 
 # ------------------------------------------------------------------------------------ root
