@@ -20,9 +20,7 @@ and headers and the monotonic time just before every write.  With ``process=True
 a forked child instead, so that its write times are not disturbed by the client under test
 sharing its interpreter; what it recorded is then fetched from the child at each access.
 ``open_connections`` counts the connections open now; with ``idle_close_s`` the server closes a
-keep-alive connection idle that long between requests, as a real server does.  ``headers``
-adds response headers to every POST's answer: a dict, or ``headers(k)`` -> dict per request
-number (a router naming the replica that served each request).
+keep-alive connection idle that long between requests, as a real server does.
 """
 
 from __future__ import annotations
@@ -176,8 +174,7 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
 # --- the server ----------------------------------------------------------------------------
 class FakeServer:
     def __init__(self, script=None, *, continuous_usage: bool = True, knee_rps: float | None = None,
-                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None,
-                 headers=None):
+                 ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None):
         self.truth: dict[str, dict] = {}  # response id -> ground truth (the OpenAI script's)
         self.script = script or openai_script(self.truth, continuous_usage, knee_rps, ttft_ms)
         self.ssl_context = ssl_context  # serve https
@@ -187,7 +184,6 @@ class FakeServer:
         self._connections = 0
         self._open = 0
         self.idle_close_s = idle_close_s
-        self.response_headers = headers  # added to each POST's response head (module doc)
         self._writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
         self._in_flight = 0
         self._max_in_flight = 0
@@ -349,12 +345,6 @@ class FakeServer:
         finally:
             self._open -= 1
 
-    def _with_headers(self, head: bytes, k: int) -> bytes:
-        extra = self.response_headers(k) if callable(self.response_headers) else self.response_headers
-        status, _, rest = head.partition(b"\r\n")
-        lines = b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in extra.items())
-        return status + b"\r\n" + lines + rest
-
     async def _answer(self, steps, k: int, writer: asyncio.StreamWriter) -> bool:
         """Play the steps; False when they dropped the connection."""
         for step in steps:
@@ -372,8 +362,6 @@ class FakeServer:
             if callable(step):
                 step()
                 continue
-            if self.response_headers is not None and step.startswith(b"HTTP/"):
-                step = self._with_headers(step, k)
             self._writes.append((k, time.perf_counter_ns()))
             writer.write(step)
             await writer.drain()

@@ -14,13 +14,27 @@ from loadgen.dispatch import LoadSpec
 from loadgen.records import SCHEMA, RecordWriter, RequestRecord, read_requests
 from loadgen.workers import run_workers
 from loadgen.workloads.item import WorkItem
-from tests.fake_server import FakeServer
+from tests.fake_server import FakeServer, openai_script
 
 WORKERS = ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"]
 
 
 def _by_worker(k: int) -> dict:
     return {"X-TokenFactory-Replica": WORKERS[k % 3]}
+
+
+def _naming(headers) -> FakeServer:
+    """The OpenAI-compatible fake engine whose response heads also carry ``headers(k)`` (a
+    router naming the worker that served request k)."""
+    engine = openai_script({})
+
+    def script(body, k):
+        steps = engine(body, k)
+        status, _, rest = steps[0].partition(b"\r\n")  # the response head
+        extra = b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in headers(k).items())
+        return [status + b"\r\n" + extra + rest, *steps[1:]]
+
+    return FakeServer(script)
 
 
 def _send(srv, n: int, **cfg) -> list[RequestRecord]:
@@ -36,7 +50,7 @@ def _send(srv, n: int, **cfg) -> list[RequestRecord]:
 
 def test_header_mapped_to_replica_names_and_unmapped_value_kept():
     names = {WORKERS[0]: "r0", WORKERS[1]: "r1"}  # the third worker is not in the map
-    with FakeServer(headers=_by_worker) as srv:
+    with _naming(_by_worker) as srv:
         recs = _send(srv, 6, replica_names=names)
     assert [r.status for r in recs] == ["ok"] * 6
     assert [r.replica for r in recs] == ["r0", "r1", WORKERS[2]] * 2
@@ -50,7 +64,7 @@ def test_absent_header_gives_the_default_and_single_engine_default():
 
 
 def test_other_header_name_and_header_reading_off():
-    with FakeServer(headers={"x-served-by": "pod-7", "x-tokenfactory-replica": "r9"}) as srv:
+    with _naming(lambda k: {"x-served-by": "pod-7", "x-tokenfactory-replica": "r9"}) as srv:
         (named,) = _send(srv, 1, replica_header="X-Served-By", replica_names={"pod-7": "r1"})
         (off,) = _send(srv, 1, replica_header=None, default_replica="r0")
     assert named.replica == "r1" and off.replica == "r0"
@@ -69,7 +83,7 @@ def test_connection_error_row_keeps_the_default():
 def test_worker_processes_keep_the_replica_column(tmp_path):
     n = 9
     writer = RecordWriter(tmp_path / "requests.parquet")
-    with FakeServer(headers=_by_worker) as srv:
+    with _naming(_by_worker) as srv:
         cfg = ClientConfig(base_url=srv.url, model="m", replica_names={w: f"r{i}" for i, w in enumerate(WORKERS)})
         run_workers(2, cfg, iter([WorkItem(f"r{i}", "p", 1, 2) for i in range(n)]),
                     LoadSpec(kind="concurrency", concurrency=2, num_requests=n), writer)
