@@ -28,8 +28,9 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from metrics.telemetry.engine import is_engine_source, source_replica
+from metrics.telemetry.engine import ENGINE_SOURCE, is_engine_source, source_replica
 
 PHASES = ("queue", "prefill", "decode", "inference", "kv_transfer")
 PHASE_COUNTERS = tuple(f"{p}_time_{part}" for p in PHASES for part in ("sum", "count"))
@@ -99,7 +100,9 @@ class _EngineRows:
 
 def _engine_rows(telemetry: pa.Table) -> dict[str | None, _EngineRows]:
     """Engine source -> its rows: None for the one engine of a run, else the replica's name."""
-    d = telemetry.select(["time_ns", "source", "name", "value", "detail"]).to_pydict()
+    src = telemetry.column("source")
+    mine = pc.or_(pc.equal(src, ENGINE_SOURCE), pc.starts_with(src, ENGINE_SOURCE + ":"))
+    d = telemetry.filter(pc.fill_null(mine, False)).select(["time_ns", "source", "name", "value", "detail"]).to_pydict()
     by: dict[str, list[int]] = {}
     for i, src in enumerate(d["source"]):
         if src is not None and is_engine_source(src):
