@@ -36,6 +36,19 @@ class VLLM(EngineAdapter):
         "spec_decode_drafts": ("vllm:spec_decode_num_drafts_total", None),
         "spec_decode_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", None),
         "spec_decode_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total", None),
+        # per-request phase histograms (vllm/v1/metrics/loggers.py): WAITING, PREFILL, DECODE,
+        # RUNNING (= prefill + decode) time; metrics.engine_counters turns Δ sum / Δ count into means
+        "queue_time_sum": ("vllm:request_queue_time_seconds_sum", None),
+        "queue_time_count": ("vllm:request_queue_time_seconds_count", None),
+        "prefill_time_sum": ("vllm:request_prefill_time_seconds_sum", None),
+        "prefill_time_count": ("vllm:request_prefill_time_seconds_count", None),
+        "decode_time_sum": ("vllm:request_decode_time_seconds_sum", None),
+        "decode_time_count": ("vllm:request_decode_time_seconds_count", None),
+        "inference_time_sum": ("vllm:request_inference_time_seconds_sum", None),
+        "inference_time_count": ("vllm:request_inference_time_seconds_count", None),
+        # disaggregated serving: the NIXL connector's KV transfers (kv_connector/v1/nixl/stats.py), per transfer
+        "kv_transfer_time_sum": ("vllm:nixl_xfer_time_seconds_sum", None),
+        "kv_transfer_time_count": ("vllm:nixl_xfer_time_seconds_count", None),
     }
 
     # --- launch --------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from loadgen.records import RecordWriter, read_requests
 from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
-from metrics.engine_counters import engine_summary
+from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
+from metrics.replicas import ENGINE_KEYS, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
 from protocols.sweep.load_points import RunSpec, offered_load
@@ -239,6 +240,8 @@ def summarise(s, p: PointRun) -> None:
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
+    # per replica of a deployment (nothing for a single engine): metrics.replicas
+    summary.update(replica_summary(p.requests, replica_engine_summaries(telemetry) if s.engine_metrics else None))
     summary.update(_roofline(s, summary))
     exp = p.requests.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
     got = p.requests.column("prompt_tokens").to_numpy(zero_copy_only=False)
@@ -269,6 +272,9 @@ def fault_figures(s, p: PointRun) -> None:
     if any(x.restarted for x in p.faults):  # the engine's counters started again from zero
         for k in [k for k in m if k.startswith("engine_") and k[7:].startswith(_COUNTED)]:
             del m[k]
+        for per in (m.get("replicas") or {}).values():  # each replica's engine values likewise
+            for k in ENGINE_KEYS:
+                per.pop(k, None)
         m["engine_metrics_complete"] = False
     inj = s.faults.injector
     if inj is not None:
@@ -422,7 +428,8 @@ def prebuild(s, specs) -> int:
 
 
 # ---------------------------------------------------------------------------------- helpers
-_COUNTED = ("prefix_cache_", "spec_decode_", "preemptions", "prompt_tokens", "generation_tokens")
+_COUNTED = ("prefix_cache_", "spec_decode_", "preemptions", "prompt_tokens", "generation_tokens", "mean_",
+            *(f"{phase}_time_" for phase in PHASES))
 
 
 def _arm_faults(s, p: PointRun, n_workers: int) -> None:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 HOST = socket.gethostname()  # evaluated in each load-generator process: a Ray worker's is its node's
 # Statuses of DESIGN.md's failure taxonomy.
+UNKNOWN_REPLICA = "unknown"  # the ``replica`` of a row nobody said which replica served
 STATUSES = ("ok", "http_error", "timeout", "connection_error", "invalid_response", "truncated", "cancelled")
 
 
@@ -68,6 +69,10 @@ class RequestRecord:
     shadow: bool = _col(pa.bool_(), False)
     worker: int = _col(pa.int32(), 0)             # the load-generator worker that sent it (client.workers)
     worker_host: str | None = _col(pa.string(), HOST)  # the host that worker ran on (client.backend=ray: several)
+    # The deployment's replica that served it (r0, r1, p0, d0 ...): from the response header the
+    # client is told to read (loadgen.client.config.ClientConfig.replica_header), else the
+    # client's default_replica (a single engine: r0), else UNKNOWN_REPLICA.
+    replica: str = _col(pa.string(), UNKNOWN_REPLICA)
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).
     chunk_text: list = field(default_factory=list)     # text of each output chunk
     chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)
@@ -180,4 +185,9 @@ class RecordWriter:
 
 
 def read_requests(path: str | os.PathLike) -> pa.Table:
-    return pq.read_table(path)
+    """A ``requests.parquet``; a file written before the ``replica`` column existed reads as
+    every row's replica ``unknown``."""
+    t = pq.read_table(path)
+    if "replica" not in t.column_names:
+        t = t.append_column(pa.field("replica", pa.string()), pa.array([UNKNOWN_REPLICA] * t.num_rows, pa.string()))
+    return t

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.report import data as report_data
 from harness.report import (
+    deployment,
     figures_ablation,
     figures_load,
     figures_requests,
@@ -29,6 +30,7 @@ def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[styl
             figures_load.latency(d, "ttft", "TTFT percentiles vs offered load", colours),
             figures_load.latency(d, "tpot", "TPOT percentiles vs offered load", colours),
             figures_load.latency(d, "itl", "Inter-token latency percentiles vs offered load", colours),
+            deployment.ttft_phases(d),
             figures_requests.latency_cdfs(d, views, colours),
             figures_load.cost(d, colours), figures_load.energy(d, colours),
             figures_ablation.ablation_chart(d, colours),
@@ -126,6 +128,7 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
         ("goodput", "Goodput and SLO", fig("Goodput and SLO")),
         ("latency", "Latency", fig("Latency")),
         ("distributions", "Latency distributions", fig("Latency distributions")),
+        ("deployment", "Deployment: TTFT by phase and replicas", fig("Deployment") + deployment.replica_table(d)),
         ("cost", "Cost and energy", fig("Cost and energy")),
         ("ablation", "Ablation", fig("Ablation") + tables.ablation_table(d)),
         ("timeline", "Runs over time", fig("Runs over time")),

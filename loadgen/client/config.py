@@ -30,6 +30,13 @@ class ClientConfig:
     exact_output: bool = True         # a min_tokens in extra_body is set to each request's max_tokens
     kernel_timestamps: bool = True    # chunk times from the kernel's receive stamps where available
     idle_close_s: float | None = 30.0  # pooled connections idle this long, above the prewarmed count, are closed
+    # Which replica of a deployment served each response: the value of this response header
+    # (None: not read), renamed by replica_names (header value -> replica name, e.g. a worker's
+    # URL -> r1; a value it does not map is kept as it is); default_replica when the response
+    # names none (a single engine: r0).
+    replica_header: str | None = "x-tokenfactory-replica"
+    replica_names: dict[str, str] = field(default_factory=dict)
+    default_replica: str = "unknown"
 
     @property
     def path(self) -> str:

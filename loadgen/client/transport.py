@@ -211,6 +211,11 @@ class _Conn(asyncio.Protocol):
                 return
             self.head = head
             self.rec.http_status = head.status
+            client = self.client
+            if client.replica_header is not None:  # one dict lookup per response
+                said = head.headers.get(client.replica_header)
+                if said is not None:
+                    self.rec.replica = client.replica_names.get(said, said)
             data = buf[i + 4:]
             if head.mode == "chunked":
                 self.chunked = ChunkedDecoder()
@@ -341,6 +346,10 @@ class StreamingClient:
         self._clock = ReadClock() if (cfg.kernel_timestamps and kernel_stamps_supported()) else None
         self._ssl_context = ssl.create_default_context() if self.ssl and self._clock is not None else None
         self._addrs: list | None = None
+        # The replica each response names (ClientConfig.replica_header, lower case as parse_head keeps names).
+        self.replica_header = cfg.replica_header.lower() if cfg.replica_header else None
+        self.replica_names = dict(cfg.replica_names)
+        self.default_replica = cfg.default_replica
 
     def _stamped(self, conn: _Conn) -> None:
         self._dirty.append(conn)
@@ -514,6 +523,7 @@ class StreamingClient:
         before parsing)."""
         fut = self.loop.create_future()
         payload = self._request(payload)
+        rec.replica = self.default_replica  # until the response head names one
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed and not conn.transport.is_closing():

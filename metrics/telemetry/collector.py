@@ -104,14 +104,20 @@ class TelemetryCollector:
 
     def add_sampler(self, s: Sampler) -> bool:
         """Add a source once it can be read (an engine's metrics page after the engine is up)."""
+        ok = self.probe(s)
+        if ok:
+            with self._lock:
+                self.samplers.append(s)
+        return ok
+
+    def probe(self, s: Sampler) -> bool:
+        """Whether ``s`` can be read now; when not, it is recorded as unavailable (with why)."""
         try:
             ok, why = s.available()
         except Exception as e:  # noqa: BLE001 - a probe that crashes is an unavailable source
             ok, why = False, f"{type(e).__name__}: {e}"
-        with self._lock:
-            if ok:
-                self.samplers.append(s)
-            else:
+        if not ok:
+            with self._lock:
                 self.unavailable[s.source] = why
                 self.rows.append((time.perf_counter_ns(), s.source, UNAVAILABLE, math.nan, why))
         return ok

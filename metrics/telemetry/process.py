@@ -23,7 +23,7 @@ import threading
 import traceback
 
 from metrics.telemetry.collector import TelemetryCollector
-from metrics.telemetry.engine import EngineMetricsSampler
+from metrics.telemetry.engine import EngineMetricsSampler, EnginePool
 from metrics.telemetry.sources import build_samplers
 
 CHILD_NICE = 5
@@ -87,15 +87,22 @@ class TelemetryProcess:
     def watch_process(self, label: str, pid: int) -> None:
         self._call("watch", label, pid)
 
-    def add_engine(self, url: str, metric_map: dict, headers: dict | None = None) -> bool:
-        """Sample the engine's ``/metrics`` at ``url`` from now on (False: unreadable, recorded)."""
-        return self._call("add_engine", url, metric_map, headers or {})
+    def add_engine(self, url: str, metric_map: dict, headers: dict | None = None,
+                   replica: str | None = None) -> bool:
+        """Sample the engine's ``/metrics`` at ``url`` from now on (False: unreadable, recorded).
 
-    def remove_engine(self) -> None:
-        self._call("remove_engine")
+        Several engines (a deployment's replicas) are sampled in the same rounds, each added
+        with its ``replica`` name: its rows have ``source = 'engine:<replica>'``; the one
+        engine of a run is added with ``replica=None`` (``source = 'engine'``).  Adding a
+        replica already added replaces it (a restarted replica's new page)."""
+        return self._call("add_engine", url, metric_map, headers or {}, replica)
+
+    def remove_engine(self, replica: str | None = None) -> None:
+        """Stop sampling ``replica``'s page, or every engine's when ``replica`` is None."""
+        self._call("remove_engine", replica)
 
     def engine_snapshot(self, tag: str) -> None:
-        """Exact ``start``/``end`` values of the engine's counters, as rows (``metrics.engine_counters``)."""
+        """Exact ``start``/``end`` values of every engine's counters, as rows (``metrics.engine_counters``)."""
         self._call("engine_snapshot", tag)
 
     def write_window(self, path, start_ns: int, end_ns: int, also: list[tuple[int, int]] = ()) -> str:
@@ -132,7 +139,8 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
 
         cfg = typed(tcfg, Telemetry)
         col = TelemetryCollector(None, build_samplers(cfg, pids), cfg.interval_s)
-        engine: EngineMetricsSampler | None = None
+        engines = EnginePool()  # every engine added, sampled together (one source of the collector)
+        col.add_sampler(engines)
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         try:
@@ -162,18 +170,17 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                 col.watch_process(*args)
                 out = None
             elif op == "add_engine":
-                engine = EngineMetricsSampler.scraping(args[0], args[1], args[2])
-                out = col.add_sampler(engine)
-                if not out:
-                    engine = None
+                url, metric_map, headers, replica = args
+                engines.drop(replica)  # a replica added again: its new page replaces the old
+                engine = EngineMetricsSampler.scraping(url, metric_map, headers, replica=replica)
+                out = col.probe(engine)
+                if out:
+                    engines.put(engine)
             elif op == "remove_engine":
-                if engine is not None:
-                    col.remove_sampler(engine)
-                engine = None
+                engines.drop(args[0], every=args[0] is None)
                 out = None
             elif op == "engine_snapshot":
-                if engine is not None:
-                    col.record(engine.snapshot_rows(args[0]))
+                col.record(engines.snapshot_rows(args[0]))
                 out = None
             elif op == "write_window":
                 out = col.write_window(*args)
