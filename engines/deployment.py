@@ -19,6 +19,7 @@ are sampled one by one.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -247,7 +248,8 @@ class Deployment:
             eng.replica_args = args
             eng.replica_env = {"TOKENFACTORY_REPLICA": slot.name,
                                "TOKENFACTORY_REPLICA_HEADER": self.dep.replica_header,
-                               "PYTHONPATH": _prepend_path(str(PLUGINS), eng.launch_env().get("PYTHONPATH")),
+                               "PYTHONPATH": _prepend_path(str(PLUGINS), eng.launch_env().get("PYTHONPATH")
+                                                           or os.environ.get("PYTHONPATH")),
                                **eng.placement_env(slot.cpus, slot.devices)}
             eng.spawn = (lambda argv, log, env, slot=slot: self.placer.launch(slot, argv, env, log))
             eng.prepare()

@@ -166,7 +166,18 @@ class EngineSession:
             base_url=self.engine.base_url, model=self.engine.served_model, api=dialect["api"],
             api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.timeouts),
             extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"],
-            idle_close_s=cfg.client.idle_close_s)
+            idle_close_s=cfg.client.idle_close_s, **self.replica_fields())
+
+    def replica_fields(self) -> dict:
+        """How the client names each row's replica: the response header a deployment's replicas
+        set (mapped to their names); ``r0`` for the one engine the harness launched; an endpoint
+        it did not launch (possibly a gateway) by its header where it sends one, else ``unknown``."""
+        eng, header = self.engine, self.cfg.deployment.replica_header
+        if hasattr(eng, "replica_names"):
+            return {"replica_header": header, "replica_names": eng.replica_names(), "default_replica": "unknown"}
+        if not eng.launched:  # an endpoint we did not start may be a gateway: its header, if any
+            return {"replica_header": header, "replica_names": {}, "default_replica": "unknown"}
+        return {"replica_header": None, "replica_names": {}, "default_replica": "r0"}
 
     def tokenizer_digest(self) -> str:
         """A hash of the tokenizer's whole definition (vocabulary, merges, normaliser, template)."""

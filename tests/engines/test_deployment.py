@@ -98,7 +98,7 @@ def test_the_record_names_the_topology():
 # ------------------------------------------------------------------------------ through the harness
 def _cli(tmp_path, *overrides, fake_args=(), timeout=240):
     tok = str(ensure_tiny_model())
-    cmd = ",".join([PY, "-m", "tests.fake_engine_process", "--port", "{port}", *fake_args])
+    cmd = ",".join([PY, "-m", "tests.fake_engine_process", "--port", "'{port}'", *fake_args])
     argv = [PY, "-m", "harness.cli", "run", "engine=vllm", f"engine.command=[{cmd}]", "engine.model=fake",
             f"engine.tokenizer={tok}", "engine.continuous_usage=false", "engine.health_interval_s=0.5",
             "deployment=replicas", "deployment.replicas=2", "router=vllm", "router.policy=round_robin",
@@ -120,7 +120,7 @@ def _no_process_left(out: Path) -> None:
 @pytest.mark.slow
 def test_two_replicas_behind_vllm_router_measured_per_replica(tmp_path):
     out = tmp_path / "out"
-    p = _cli(tmp_path, "load=constant", "load.rate=20", "load.num_requests=40", "protocol.load_points=[20]",
+    p = _cli(tmp_path, "load=constant", "load.num_requests=40", "protocol.load_points=[20]",
              f"output_dir={out}", "cost.hourly_per_host=1.0", "+cost.extra_hourly.router=0.5")
     assert p.returncode == 0, p.stdout + p.stderr
     run = next(out.glob("00-*"))
@@ -136,7 +136,7 @@ def test_two_replicas_behind_vllm_router_measured_per_replica(tmp_path):
     assert m["cost_lines"]["extra.router"] == pytest.approx(0.5 * m["window_s"] / 3600)
     prov = json.loads((run / "provenance.json").read_text())["engine"]
     assert prov["deployment"]["router"] == "vllm" and prov["deployment"]["router_policy"] == "round_robin"
-    assert prov["router"]["version"] and set(prov["replicas"]) == {"r0", "r1"}
+    assert prov["router"]["router_version"] == "0.1.17" and set(prov["replicas"]) == {"r0", "r1"}
     assert all("tokenfactory_replica_header.ReplicaHeader" in r["command"] for r in prov["replicas"].values())
     for log in ("engine-r0.log", "engine-r1.log", "router.log"):
         assert (out / log).exists(), log
@@ -152,7 +152,7 @@ def test_two_replicas_behind_vllm_router_measured_per_replica(tmp_path):
 @pytest.mark.faults
 def test_a_replica_killed_mid_run_is_named_and_counted_and_the_other_serves_on(tmp_path):
     out = tmp_path / "out"
-    p = _cli(tmp_path, "load=constant", "load.rate=10", "load.num_requests=60", "protocol.load_points=[10]",
+    p = _cli(tmp_path, "load=constant", "load.num_requests=60", "protocol.load_points=[10]",
              "scenario.kill_at_s=2", "scenario.kill_replica=r1", f"output_dir={out}",
              fake_args=("--gap-ms", "40"))
     text = p.stdout + p.stderr
