@@ -241,8 +241,11 @@ def summarise(s, p: PointRun) -> None:
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
     # per replica of a deployment (nothing for a single engine): metrics.replicas
-    summary.update(replica_summary(p.requests, replica_engine_summaries(telemetry) if s.engine_metrics else None))
+    per_replica = replica_engine_summaries(telemetry) if s.engine_metrics else None
+    summary.update(replica_summary(p.requests, per_replica))
     summary.update(_roofline(s, summary))
+    if per_replica and hasattr(s.engine, "roles"):
+        summary["pools"] = _pool_bottlenecks(s, summary, per_replica)
     exp = p.requests.column("expected_prompt_tokens").to_numpy(zero_copy_only=False)
     got = p.requests.column("prompt_tokens").to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
@@ -483,6 +486,28 @@ def _roofline(s, summary: dict) -> dict:
         return run_roofline(summary, shape, s.container["hardware"], dtype, kv)
     except (OSError, ValueError, KeyError) as e:
         return {"roofline_unavailable_reason": str(e)[:300]}
+
+
+def _pool_bottlenecks(s, summary: dict, per_replica: dict) -> dict:
+    """Each pool of a deployment (its replicas, or its prefill and decode pools) against its own
+    roofline and queue: the bounds at the batch one replica of the pool held (the mean of its
+    replicas' ``engine_running_mean``), the requests waiting in the pool (summed over its
+    replicas' ``engine_waiting_mean``), and what limits it."""
+    pools: dict[str, list[str]] = {}
+    for name, role in s.engine.roles().items():
+        pools.setdefault(role, []).append(name)
+    out = {}
+    for role, names in pools.items():
+        vals = [per_replica.get(n) or {} for n in names]
+        running = [v["engine_running_mean"] for v in vals if v.get("engine_running_mean") is not None]
+        waiting = [v["engine_waiting_mean"] for v in vals if v.get("engine_waiting_mean") is not None]
+        one = dict(summary, engine_running_mean=float(np.mean(running)) if running else None)
+        line = {k: v for k, v in _roofline(s, one).items()
+                if k in ("roofline_batch", "roofline_decode_ms", "roofline_prefill_ms", "tpot_over_roofline",
+                         "ttft_over_roofline", "bottleneck", "roofline_unavailable_reason")}
+        out[role] = {"replicas": names, "running_mean_per_replica": one["engine_running_mean"],
+                     "waiting_mean": float(np.sum(waiting)) if waiting else None, **line}
+    return out
 
 
 class _Progress:

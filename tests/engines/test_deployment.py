@@ -130,6 +130,8 @@ def test_two_replicas_behind_vllm_router_measured_per_replica(tmp_path):
     m = json.loads((run / "summary.json").read_text())
     assert m["replicas"]["r0"]["requests"] == m["replicas"]["r1"]["requests"] == 20
     assert m["replica_load_imbalance"] == pytest.approx(1.0)
+    pool = m["pools"]["replica"]  # the pool's bottleneck line: its replicas, batch and queue
+    assert pool["replicas"] == ["r0", "r1"] and pool["waiting_mean"] == pytest.approx(0.0)
     # the bill: two replicas' hosts and the router's line over the whole window
     assert m["cost_replicas"] == 2
     assert m["cost_lines"]["rental_hosts"] == pytest.approx(2 * m["window_s"] / 3600)
