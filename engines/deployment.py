@@ -132,7 +132,7 @@ class Deployment:
     def __init__(self, cfg, run_dir):
         from conf.schema import Deployment as DeploymentSchema
         from conf.schema import typed
-        from engines.placement import make_placer, plan_slots  # a deployment's parts, not one engine's
+        from engines.placement import make_placer  # a deployment's parts, not one engine's
         from engines.routers import make_router
 
         self.cfg = cfg.engine
@@ -142,11 +142,12 @@ class Deployment:
         if self.external and cfg.engine.launch and cfg.engine.name != "openai":
             raise EngineError("engine.replica_urls names replicas already up: set engine.launch=false "
                               "(the harness launches only the router in front of them)")
+        self.placer = None if self.external else make_placer(self.dep, client_ray=cfg.client.get("ray"))
         if self.external:
             urls = [str(u).rstrip("/") for u in cfg.engine.replica_urls]
             self.slots = [_ExternalSlot(f"r{i}", url) for i, url in enumerate(urls)]
-        else:
-            self.slots = plan_slots(self.dep)
+        else:  # the placer's own slots: what it reserves and launches is what its record shows
+            self.slots = self.placer.slots
         self.replicas: list[EngineAdapter] = []
         for slot in self.slots:
             ecfg = cfg.engine
@@ -159,7 +160,6 @@ class Deployment:
         self.first = self.replicas[0]
         self.name = self.first.name
         self.router = make_router(cfg.router, self.run_dir)
-        self.placer = None if self.external else make_placer(self.dep, client_ray=cfg.client.get("ray"))
         self.process = None                   # no single process: see ``members``
         self.started_ns: int | None = None
         self.healthy_ns: int | None = None

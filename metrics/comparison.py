@@ -29,6 +29,10 @@ METRICS = {
     "goodput_rps": (True, "req/s"), "good_output_throughput": (True, "tok/s"), "slo_attainment": (True, ""),
     "cost_per_mtok_good": (False, "per M good tok"), "cost_per_mtok_all": (False, "per M tok"),
     "energy_per_good_token_j": (False, "J/tok"), "error_rate": (False, ""), "max_load_under_slo": (True, "load"),
+    "engine_prefix_cache_hit_rate": (True, ""),
+    # a deployment's replicas (metrics.replicas): evener is better
+    "replica_load_imbalance": (False, ""), "replica_kv_usage_imbalance": (False, ""),
+    "replica_queue_imbalance": (False, ""), "replica_hit_rate_spread": (False, ""),
 }
 # Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),

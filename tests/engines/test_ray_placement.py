@@ -227,3 +227,42 @@ def test_bundles_the_cluster_cannot_hold_fail_by_name(cluster):
     assert time.monotonic() - t0 < 30
     left = [g for g in placement_group_table().values() if g["state"] not in ("REMOVED",)]
     assert left == [], left
+
+
+@pytest.mark.skipif(not (Path(sys.executable).parent / "vllm-router").exists(), reason="vllm-router is not installed")
+def test_a_deployment_on_ray_serves_through_its_router_from_two_nodes(cluster, tmp_path):
+    """deployment.backend=ray through the deployment itself: two replicas (fake engines naming
+    themselves, as vLLM with the replica middleware) on the two nodes, the real vllm-router in
+    its own bundle in front of them; requests through the router come back from both replicas;
+    stop leaves no actor, group or process."""
+    import json as js
+
+    from conf.compose import compose_config
+    from engines.deployment import Deployment as Served
+    from engines.http import http_post
+
+    cmd = ",".join([PY, "-m", "tests.fake_engine_process", "--host", "'{host}'", "--port", "'{port}'"])
+    cfg = compose_config(["engine=vllm", f"engine.command=[{cmd}]", "engine.model=fake",
+                          f"+engine.env.PYTHONPATH={REPO}", "deployment=replicas", "deployment.backend=ray",
+                          f"deployment.placement.ray_address={cluster.address}",
+                          "deployment.placement.ray_strategy=STRICT_SPREAD", "router=vllm",
+                          "router.policy=round_robin"])
+    d = Served(cfg, tmp_path)
+    d.start(warm_up=False)
+    try:
+        seen = []
+        for _ in range(4):
+            status, body = http_post(d.base_url + "/v1/completions", {"model": "fake", "prompt": "hi", "max_tokens": 2},
+                                     timeout=30)
+            assert status == 200, body
+            seen.append(js.loads(body)["id"])
+        prov = d.provenance()
+        slots = prov["deployment"]["placement"]["slots"]
+        assert {s["name"] for s in slots} == {"r0", "r1"} and len({s["node"] for s in slots}) == 2
+        assert prov["deployment"]["backend"] == "ray"
+        assert all(r.process.poll() is None for r in d.replicas)
+        pids = [r.process.pid for r in d.replicas]
+    finally:
+        d.stop()
+    assert wait_gone(pids) == []
+    assert all(pg["state"] == "REMOVED" for pg in placement_group_table().values())
