@@ -71,7 +71,10 @@ class ExternalDeployment:
 
     @property
     def server_metric_map(self) -> dict:
-        return self.engine.server_metric_map or metric_map_for(self.metrics_urls[0], self.engine.auth())
+        if "metric_map" not in self.__dict__:  # read once: the replicas' engine, from their first page
+            self.__dict__["metric_map"] = (self.engine.server_metric_map
+                                           or metric_map_for(self.metrics_urls[0], self.engine.auth()))
+        return self.__dict__["metric_map"]
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [(f"r{i}", url) for i, url in enumerate(self.metrics_urls)]

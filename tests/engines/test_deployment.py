@@ -173,3 +173,76 @@ def test_a_replica_killed_mid_run_is_named_and_counted_and_the_other_serves_on(t
     late_ok = [r for r in rows if r["status"] == "ok" and r["sent_ns"] > max(x["end_ns"] or 0 for x in named)]
     assert late_ok and all(r["replica"] == "r0" for r in late_ok)  # the router sent the rest to r0
     _no_process_left(out)
+
+
+def test_an_endpoint_that_is_already_a_deployment_is_scraped_per_replica(tmp_path):
+    """engine=openai with engine.replica_metrics_urls: driven as one endpoint, each replica's
+    page labelled r0, r1 in the order given, the engine's series found from the first page."""
+    import http.server
+    import threading
+
+    from engines.deployment import make_served
+    from engines.vllm import VLLM
+
+    page = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n"
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}/metrics"
+        served = make_served(compose(["engine=openai", "engine.base_url=http://127.0.0.1:9", "engine.model=m",
+                                      f"engine.replica_metrics_urls=[{url},{url}]"]), tmp_path)
+        assert served.metrics_endpoints() == [("r0", url), ("r1", url)]
+        assert served.server_metric_map is VLLM.server_metric_map
+        assert served.topology()["replicas"] == 2 and served.base_url == "http://127.0.0.1:9"
+    finally:
+        srv.shutdown()
+
+
+@needs_router
+def test_replicas_already_up_get_the_harness_router_and_are_left_running(tmp_path):
+    """engine.replica_urls with engine.launch=false: only the router is launched, in front of
+    the replicas given; stopping the deployment stops the router, not the replicas."""
+    from engines.deployment import Deployment
+    from engines.http import http_post
+    from engines.process import EngineProcess, free_port
+    from tests.http_wait import wait_http
+
+    procs, urls = [], []
+    for i in range(2):
+        port = free_port()
+        p = EngineProcess([PY, "-m", "tests.fake_engine_process", "--port", str(port)], tmp_path / f"up{i}.log",
+                          env={"PYTHONPATH": str(REPO)})
+        p.start()
+        procs.append(p)
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        for p, u in zip(procs, urls):
+            wait_http(u + "/health", p)
+        cfg = compose(["engine=vllm", "engine.launch=false", "engine.model=fake",
+                       f"engine.replica_urls=[{urls[0]},{urls[1]}]", "deployment=replicas", "router=vllm",
+                       "router.policy=round_robin"])
+        d = Deployment(cfg, tmp_path)
+        d.start(warm_up=False)
+        try:
+            for _ in range(2):
+                status, _ = http_post(d.base_url + "/v1/completions", {"model": "fake", "prompt": "x", "max_tokens": 1},
+                                      timeout=30)
+                assert status == 200
+            assert d.topology()["backend"] == "external" and d.replica_names()[urls[1]] == "r1"
+            assert [m.replica for m in d.members()] == [None]  # only the router is ours to watch
+        finally:
+            d.stop()
+        assert all(p.poll() is None for p in procs)  # not ours to stop
+    finally:
+        for p in procs:
+            p.stop()
