@@ -244,7 +244,7 @@ class Deployment:
             eng.check_features()
             host, port = self.placer.reserve(slot, eng.host)
             eng.host, eng.port = host, port
-            args = list(eng.replica_tag_flags())
+            args = list(eng.replica_tag_flags()) + self.router.worker_flags(eng.name)
             if slot.role in ("prefill", "decode"):
                 args += eng.disaggregation_flags(slot.role, self.dep, self.bootstrap_port(slot))
                 args += list(self.dep.prefill_args if slot.role == "prefill" else self.dep.decode_args)

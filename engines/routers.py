@@ -164,6 +164,10 @@ class Router:
                  "--worker-startup-check-interval", "1"]
         return argv + [str(a) for a in self.cfg.extra_args]
 
+    def worker_flags(self, engine: str) -> list[str]:
+        """Flags a worker of ``engine`` (the engine adapter's name) needs for this router."""
+        return []
+
     # --- lifecycle -----------------------------------------------------------------------
     def reserve(self) -> None:
         """Fix the router's port before anything starts (the client's base URL is the router's)."""
@@ -283,6 +287,12 @@ class VllmRouter(Router):
                 "sticky_least_loaded")
     default_policy = "cache_aware"
     pd_flag = "--vllm-pd-disaggregation"
+
+    def worker_flags(self, engine: str) -> list[str]:
+        """vLLM workers serve ``/v1/completions/render`` (what ``cache_aware`` tokenizes prompts
+        with) only with ``--enable-scale-out`` (vLLM 0.32: HTTP 403 otherwise, and the policy
+        then routes as if no prompt shared a prefix: measured, docs/measured/deployments.md)."""
+        return ["--enable-scale-out"] if engine == "vllm" else []
 
     def version(self) -> str | None:
         # vllm-router has no --version: ask the interpreter its console script runs under.

@@ -153,6 +153,7 @@ def main(argv=None) -> None:
     ap.add_argument("--fail-mode", choices=("oom", "exit", "hang", "stop", "kill"), default="exit")
     # as vLLM with tokenfactory's replica middleware: every response names $TOKENFACTORY_REPLICA
     ap.add_argument("--middleware", action="append", default=[])
+    ap.add_argument("--enable-scale-out", action="store_true")  # what vllm-router's workers get (no-op here)
     args = ap.parse_args(argv)
     print(f"fake engine {os.getpid()} loading (startup {args.startup_s:g} s)", flush=True)
     time.sleep(args.startup_s)

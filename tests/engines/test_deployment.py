@@ -59,6 +59,7 @@ def test_replicas_get_their_names_ports_flags_and_logs(tmp_path):
             argv = r.full_command()
             assert argv[argv.index("--port") + 1] == str(r.port)
             assert "--middleware" in argv and "tokenfactory_replica_header.ReplicaHeader" in argv
+            assert "--enable-scale-out" in argv  # vllm-router's cache_aware tokenizes through the workers
             env = {**r.launch_env(), **r.replica_env}
             assert env["TOKENFACTORY_REPLICA"] == r.replica and "server_plugins" in env["PYTHONPATH"]
             assert r.log_name == f"engine-{r.replica}.log"
