@@ -205,7 +205,7 @@ class Deployment:
     def members(self) -> list[Member]:
         """Every process the watchdog looks at: the replicas it launched, then the router."""
         out = [Member(f"{r.name} replica {r.replica}", r, r.replica) for r in self.replicas if r.process is not None]
-        return out + [Member(f"router={self.router.name}", self.router, None)]
+        return out + [Member(f"{self.name} deployment's router ({self.router.name}-router)", self.router, None)]
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [(r.replica, r.base_url + r.metrics_path) for r in self.replicas if r.server_metric_map]

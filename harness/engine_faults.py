@@ -96,6 +96,10 @@ class EngineFaults:
         the load goes on against the rest (the router's business; the requests it ended are
         named); the router, or a pool's last replica, fails the deployment as one engine's
         death would.  Never restarted in place: the watchdog of that process ends."""
+        with self._lock:
+            down = self.failed is not None
+        if down:  # the deployment is already down (killed on purpose after another's fault)
+            return False
         fault.extra["replica"] = member.replica or "router"
         survivors = self.s.engine.survivors(member.replica) if member.replica else []
         if not survivors:

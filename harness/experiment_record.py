@@ -101,7 +101,7 @@ def topology_text(cfg) -> str:
                 else f"one {engine} engine{par}")
     where = dep.backend + (f", cores {list(dep.placement.cpus)}" if dep.placement.cpus else "") + (
         f", devices {list(dep.placement.devices)}" if dep.placement.devices else "")
-    policy = f"policy {router.policy or 'its default'}"
+    policy = f"policy {router.policy}" if router.policy else "policy: each config's, else the router's default"
     if dep.kind == "replicas":
         return f"{int(dep.replicas)} x {engine}{par} behind router={router.name} ({policy}); placement {where}"
     return (f"disaggregated {int(dep.prefill)} prefill : {int(dep.decode)} decode x {engine}{par}, KV connector "

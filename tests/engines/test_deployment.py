@@ -247,3 +247,20 @@ def test_replicas_already_up_get_the_harness_router_and_are_left_running(tmp_pat
     finally:
         for p in procs:
             p.stop()
+
+
+@needs_router
+@pytest.mark.faults
+def test_a_pools_last_replica_killed_fails_the_point_naming_it(tmp_path):
+    """With no replica left in its pool the deployment is down: the point fails naming the
+    replica that died (not the router or replicas the harness then stopped), resumably."""
+    out = tmp_path / "out"
+    p = _cli(tmp_path, "deployment.replicas=1", "load=constant", "load.num_requests=40", "protocol.load_points=[10]",
+             "scenario.kill_at_s=1", "scenario.kill_replica=r0", f"output_dir={out}", fake_args=("--gap-ms", "40"))
+    text = p.stdout + p.stderr
+    assert p.returncode == 2, text
+    assert "constant rate=10 failed: engine=vllm replica r0 was killed by SIGKILL" in text
+    assert "router" not in text.split("failed:", 1)[1].splitlines()[0]
+    m = json.loads((next(out.glob("00-*")) / "summary.json").read_text())
+    assert m["point_failed"] is True and m["replicas_lost"] == ["r0"] and m["engine_faults"] == 1
+    _no_process_left(out)
