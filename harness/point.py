@@ -263,7 +263,7 @@ def fault_figures(s, p: PointRun) -> None:
     lost = [x for x in p.faults if x.extra.get("replica")]
     if lost:  # a deployment's processes that failed (the rest served on, or the point failed)
         m["replica_faults"] = [{"replica": x.extra["replica"], "kind": x.kind, "message": x.message,
-                                "detected_s": (x.detected_ns - p.window_open_ns) / 1e9,
+                                "detected_after_load_start_s": (x.detected_ns - p.stats["start_ns"]) / 1e9,
                                 "injected": bool(x.extra.get("injected"))} for x in lost]
         m["replicas_lost"] = sorted({x.extra["replica"] for x in lost})
     m["requests_failed_by_fault"] = _fault_failed(p.requests) if p.faults else 0
