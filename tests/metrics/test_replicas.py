@@ -73,3 +73,11 @@ def test_single_engine_adds_nothing():
 
 def test_replica_names_sort_by_number():
     assert sorted(["r10", "r2", "d0", "p1", "p0"], key=replica_order) == ["d0", "p0", "p1", "r2", "r10"]
+
+
+def test_the_unknown_replica_is_the_records_own():
+    """metrics imports no loadgen: its name for a row with no replica must stay the records'."""
+    from loadgen.records import UNKNOWN_REPLICA as written
+    from metrics.replicas import UNKNOWN_REPLICA as read
+
+    assert read == written == "unknown"
