@@ -145,6 +145,31 @@ class Placement:
 
 
 @dataclass
+class Autoscale:
+    """How a deployment=replicas grows and shrinks with its load (engines/autoscaling.py): the
+    same policy drives the harness's live scaling of real replicas (``enabled``) and the fleet
+    simulation of ``tokenfactory plan``, so a plan can be checked against a real replay."""
+    enabled: bool = False                     # live: the harness starts and stops replicas during the load
+    # utilisation: arrivals over the trailing window / (replicas x capacity_rps);
+    # queue: requests in flight (sent, not finished) per replica
+    signal: str = _f("utilisation", choices=("utilisation", "queue"))
+    target: float = _f(0.7, gt=0)             # utilisation kept (share of capacity), or in flight per replica
+    # one replica's capacity (requests/s); null: plan takes the measured max load under the SLO
+    capacity_rps: Optional[float] = _f(None, gt=0)
+    window_s: float = _f(30.0, gt=0)          # the signal's trailing window
+    interval_s: float = _f(5.0, gt=0)         # how often the policy decides
+    # plan: seconds from the decision to a new replica serving; null: the measured cold start
+    # (engine_startup_s).  Live: the real start of a real replica (this is not added).
+    cold_start_s: Optional[float] = _f(None, ge=0)
+    provision_s: float = _f(0.0, ge=0)        # before the replica's process starts (a node to acquire): live and plan
+    # scale down to the most replicas the policy asked for over this trailing window (HPA's
+    # stabilisation window), so a dip shorter than it stops no replica
+    scale_down_delay_s: float = _f(120.0, ge=0)
+    min_replicas: int = _f(1, ge=1)
+    max_replicas: int = _f(4, ge=1)
+
+
+@dataclass
 class Deployment:
     """What serves the load: one engine (single), N replicas behind a router (replicas), or
     prefill and decode pools with the KV cache moved between them (disaggregated)."""
@@ -164,6 +189,7 @@ class Deployment:
     # replicas set it; a gateway may set its own); absent: the row's replica is `unknown`
     replica_header: str = "x-tokenfactory-replica"
     first_port: Optional[int] = _f(None, ge=1, le=65535)  # replica i listens on first_port + i; null: free ports
+    autoscale: Autoscale = field(default_factory=Autoscale)
 
 
 @dataclass
@@ -368,6 +394,55 @@ class TuneProtocol(SweepProtocol):
 
 
 # ------------------------------------------------------------------------------------ promotion (step 7)
+# A stated diurnal curve (relative request rate per hour, 00:00 .. 23:00): low at night, a
+# morning rise, a midday plateau and an evening fall, peak / trough = 4.  An assumption to be
+# replaced by the user's own curve (protocol.traffic.rate_curve) or a day-long trace.
+DIURNAL_CURVE = [0.30, 0.25, 0.25, 0.25, 0.30, 0.40, 0.55, 0.75, 0.90, 1.00, 1.00, 0.95,
+                 0.95, 1.00, 1.00, 0.95, 0.90, 0.85, 0.80, 0.75, 0.65, 0.55, 0.45, 0.35]
+
+
+@dataclass
+class PlanTraffic:
+    """The traffic a fleet is planned for (protocols/plan/traffic.py): the composed workload's
+    requests (any trace the readers take: times, prompt and output lengths, after
+    workload.window/time_scale/target_rate), replayed as they are, or tiled over
+    ``duration_s`` with the request rate following ``rate_curve``."""
+    diurnal: bool = False                     # a day: rate_curve = DIURNAL_CURVE over 86400 s unless set
+    # relative rate of equal slices of duration_s (24 values over a day: hourly); empty: the
+    # trace's own times, once
+    rate_curve: List[float] = field(default_factory=list, metadata={"each": {"ge": 0}})
+    duration_s: Optional[float] = _f(None, gt=0)   # with rate_curve: the planned window (86400: a day)
+    mean_rps: Optional[float] = _f(None, gt=0)     # the curve's mean rate; null: the trace's own mean rate
+    peak_rps: Optional[float] = _f(None, gt=0)     # or its highest slice's rate (not both)
+
+
+@dataclass
+class PlanProtocol:
+    """``tokenfactory plan``: size and price a fleet for a traffic source from finished
+    experiments' measured capacity, by a discrete-event simulation of the deployment's
+    autoscaling policy (deployment.autoscale) over the whole window (protocols/plan/)."""
+    name: str = "plan"
+    load_points: List[Any] = field(default_factory=list)  # (unused: a plan runs no engine)
+    repeats: int = _f(1, ge=1)
+    dry_run: bool = False
+    experiments: List[str] = field(default_factory=list)  # finished experiments' folders: their configs the candidates
+    configs: List[str] = field(default_factory=list)      # keep these (NAME or EXPERIMENT_FOLDER_NAME:NAME); empty: all
+    traffic: PlanTraffic = field(default_factory=PlanTraffic)
+    # further SLOs planned side by side with slo.* (each a mapping of slo fields: {ttft_ms: 500})
+    slos: List[Any] = field(default_factory=list)
+    # name -> deployment.autoscale overrides planned beside the base policy
+    # ({fast_start: ["cold_start_s=10"], no_headroom: ["target=1.0"]})
+    variants: Any = None
+    routing: str = _f("round_robin", choices=("round_robin", "least_loaded"))  # the simulated router
+    # config name -> cost profile (conf/cost/NAME); unlisted: the profile its runs were measured with
+    costs: Dict[str, str] = field(default_factory=dict)
+    resamples: int = _f(200, ge=0)            # block bootstrap of the capacity measurements (0: point estimate only)
+    confidence: float = _f(0.95, gt=0, lt=1)
+    min_effect: float = _f(0.02, ge=0, lt=1)  # smallest relative cost difference that picks a cheapest config
+    workers: int = _f(0, ge=0)                # simulation processes (0: one per core)
+    seed: int = 0
+
+
 @dataclass
 class PromoteStage:
     """One stage of a promotion (protocols/promote/plan.py): the proxy's mode and the candidate's share
@@ -691,7 +766,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
-                 "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol},
+                 "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol,
+                 "plan_schema": PlanProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},
