@@ -27,6 +27,9 @@ COMMANDS: dict[str, Command] = {
                       "experiment (downloaded first)"),
     "compare": Command("compare", ANALYSING, "EXP_A EXP_B ... [--allow KEY]",
                        "equal-SLO comparison of finished experiments"),
+    "plan": Command("plan", ANALYSING, "EXPERIMENT... workload=... [overrides]",
+                    "size and price a fleet for a trace from finished experiments' measured capacity "
+                    "(protocol=plan)"),
     "import": Command("import_", ANALYSING, "FILE OUT_DIR",
                       "another tool's result file (vllm bench serve, GuideLLM, AIPerf) as our run folder, for "
                       "report --import"),

@@ -92,6 +92,23 @@ def window_cost(cost_cfg, window_s: float, energy_j: float | None = None, replic
             "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes, "cost_replicas": n}
 
 
+def fleet_cost(cost_cfg, replica_seconds: float, window_s: float, energy_j: float | None = None) -> dict:
+    """Cost of a fleet whose replica count changed over a window of ``window_s`` seconds: every
+    per-replica line over the ``replica_seconds`` paid for (the integral of replicas over the
+    window: replica-hours x rate), every ``extra_hourly`` line over the window once.  Equals
+    ``window_cost(cost_cfg, window_s, energy_j, replicas=N)`` for N replicas all window long."""
+    p = cost_profile(cost_cfg)
+    out = window_cost(cost_cfg, replica_seconds, energy_j, replicas=1)
+    lines = dict(out["cost_lines"])
+    for name, hourly in p.extra_hourly.items():
+        lines[f"extra.{name}"] = window_s / 3600.0 * hourly
+    out["cost_lines"] = lines
+    out["cost_total"] = sum(v for v in lines.values() if not math.isnan(v))
+    out["cost_replicas"] = replica_seconds / window_s if window_s > 0 else math.nan
+    out["replica_seconds"] = replica_seconds
+    return out
+
+
 def per_million(cost_total: float, tokens: float) -> float:
     """1e6 x cost / tokens; +inf when no token was produced (the cost was still paid)."""
     if tokens <= 0:

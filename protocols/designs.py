@@ -47,6 +47,7 @@ DESIGNS: dict[str, Design] = {d.name: d for d in (
            ablation=True),
     Design("tune", quality_gate=True),
     Design("promote", promotion=True),
+    Design("plan"),
 )}
 
 

@@ -23,6 +23,7 @@ from harness.experiment_record import ProtocolRecord
 from protocols.ablation.record import ABLATION_RECORD
 from protocols.compare.record import COMPARISON_RECORD
 from protocols.designs import DESIGNS, Design
+from protocols.plan.run import run_plan
 from protocols.promote.run import run_promotion
 from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune.run import Tuner
@@ -64,6 +65,13 @@ def _promotion(cfg: DictConfig, inv: Invocation) -> Path:
     return run_promotion(cfg, inv.overrides)
 
 
+def _plan(cfg: DictConfig, inv: Invocation) -> Path:
+    if inv.swept_keys:
+        raise UserError("protocol=plan simulates its candidates side by side (protocol.slos, protocol.variants); "
+                        f"drop -m (it sweeps {', '.join(sorted(inv.swept_keys))})")
+    return run_plan(cfg, inv.overrides)
+
+
 def _tune(cfg: DictConfig, inv: Invocation) -> Path:
     if inv.swept_keys:
         raise UserError("protocol=tune suggests its own configs (an Optuna study over protocol.space), one trial at "
@@ -79,6 +87,7 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              (COMPARISON_RECORD, ABLATION_RECORD)),
     Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),
     Protocol("promote", "a candidate behind the proxy: shadow, canary stages, gates, rollback", _promotion),
+    Protocol("plan", "a fleet sized and priced for a traffic source from finished experiments' capacity", _plan),
 )}
 assert set(PROTOCOLS) == set(DESIGNS), "every protocol has a design, and every design a protocol"
 

@@ -1,0 +1,185 @@
+"""plan.html: a fleet plan (plan.json, ``protocols.plan``) as one self-contained page.
+
+Replicas over time beside the traffic's rate, attainment over time, cost per million good
+output tokens with its interval per config at each SLO and policy variant, the measured
+operating points the plan was driven by, the planner's answers, the validation against a
+real replay where there is one, and every warning.  A value marked "outside the
+measurements" came from a simulation that served some requests beyond every measured run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.report import style
+from harness.report.page import Note, document, figure_html
+from harness.report.tables import esc, fmt, table
+
+PAGE = "plan.html"
+ROWS = (("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput req/s"),
+        ("good_output_throughput", "good out tok/s"), ("p50_ttft_ms", "p50 TTFT ms"), ("p90_ttft_ms", "p90 TTFT ms"),
+        ("p99_ttft_ms", "p99 TTFT ms"), ("p99_tpot_ms", "p99 TPOT ms"), ("replicas_max", "replicas at peak"),
+        ("replicas_mean", "replicas on average"), ("replica_seconds", "replica-seconds paid"),
+        ("idle_replica_seconds", "idle replica-seconds"),
+        ("overprovisioned_replica_seconds", "over-provisioned replica-seconds"), ("cost_total", "cost"),
+        ("cost_per_mtok_good", "cost / M good tok"), ("headroom_cost", "cost of the headroom"))
+
+
+def _est(m: dict) -> str:
+    v, iv = m.get("value"), m.get("interval")
+    return fmt(v) + (f" [{fmt(iv[0])}, {fmt(iv[1])}]" if iv else "")
+
+
+def _slo(s: dict) -> str:
+    return ", ".join(f"{k} ≤ {fmt(v)}" for k, v in s.items() if k.endswith("_ms") and v is not None) + \
+        f" (p{fmt(s.get('percentile', 99))})"
+
+
+def plan_tables(doc: dict) -> str:
+    out = []
+    for plan in doc["plans"]:
+        names = list(plan["configs"])
+        head = ["metric"] + [n + (" (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
+                             for n in names]
+        rows = [[esc(label)] + [esc(_est(plan["configs"][n]["metrics"][k])) for n in names] for k, label in ROWS]
+        rows.append([esc("meets the SLO")] + [esc(fmt(plan["configs"][n]["meets_slo"])) for n in names])
+        rows.append([esc("scale-ups / downs")] + [esc(f"{plan['configs'][n]['scale_ups']} / "
+                                                      f"{plan['configs'][n]['scale_downs']}") for n in names])
+        title = f"{plan['variant']} policy {' '.join(plan['variant_overrides'])} at {_slo(plan['slo'])}"
+        skipped = "".join(f"<p class='warning'>{esc(n)}: not planned: {esc(w)}</p>"
+                          for n, w in plan["skipped"].items())
+        out.append(f"<h3>{esc(title)}</h3>" + (table(head, rows, "plan") if names else "") + skipped +
+                   f"<p><b>{esc(plan['cheapest']['verdict'])}</b></p>")
+    return "".join(out)
+
+
+def answers_html(doc: dict) -> str:
+    a = doc.get("answers") or {}
+    rows = [[esc(n), esc(fmt(r["peak"])), esc(fmt(r["mean"])),
+             esc(fmt((a["headroom"].get(n) or {}).get("overprovisioned_replica_hours"))),
+             esc(fmt((a["headroom"].get(n) or {}).get("idle_replica_hours"))),
+             esc(fmt((a["headroom"].get(n) or {}).get("headroom_cost"))),
+             esc(fmt((a["headroom"].get(n) or {}).get("share_of_cost")))]
+            for n, r in (a.get("replicas") or {}).items()]
+    html = table(["config", "replicas at peak", "on average", "over-provisioned replica-hours", "idle replica-hours",
+                  "headroom cost", "share of cost"], rows, "answers") if rows else ""
+    if len(a.get("slos") or []) > 1:
+        names = sorted({n for s in a["slos"] for n in s["cost_per_mtok_good"]})
+        rows = [[esc(_slo(s["slo"]))] + [esc(fmt(s["cost_per_mtok_good"].get(n)) + ("" if s["meets_slo"].get(n, False)
+                                                                                     else " (misses)")) for n in names]
+                + [esc(fmt(s["cheapest"]))] for s in a["slos"]]
+        html += "<h3>What a tighter SLO costs (cost / M good tok)</h3>" + table(["SLO"] + names + ["cheapest"], rows)
+    if a.get("variants"):
+        names = sorted({n for v in a["variants"] for n in v["cost_per_mtok_good"]})
+        rows = [[esc(v["variant"] + " " + " ".join(v["overrides"]))] +
+                [esc(f"{fmt(v['cost_per_mtok_good'].get(n))} (attainment {fmt(v['slo_attainment'].get(n))})")
+                 for n in names] for v in a["variants"]]
+        html += "<h3>Policy variants at the first SLO</h3>" + table(["variant"] + names, rows)
+    return html
+
+
+def validation_html(doc: dict) -> str:
+    v = doc.get("validation")
+    if not v:
+        return ""
+    rows = [[esc(r["metric"]), esc(fmt(r["measured"])), esc(fmt(r["predicted"])), esc(fmt(r["error"])),
+             esc(r.get("error_kind", ""))] for r in v["rows"]]
+    notes = "".join(f"<li>{esc(n)}</li>" for n in v.get("notes", []))
+    head = ["metric", "measured (real replay)", "predicted (plan)", "error", "error is"]
+    return (f"<p>{esc(v['what'])}</p>" + table(head, rows, "validation") + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+def figures(doc: dict) -> list[style.Fig]:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    figs = []
+    base = next((p for p in doc["plans"] if p["variant"] == "base"), None)
+    if base and base["configs"]:
+        col = style.colours(list(base["configs"]))
+        fig = make_subplots(specs=[[{"secondary_y": True}]])
+        first = next(iter(base["configs"].values()))["timeline"]
+        hours = [t / 3600 for t in first["start_s"]]
+        fig.add_trace(go.Scatter(x=hours, y=first["rate_rps"], name="arrival rate (req/s)", line={"color": "#999"}),
+                      secondary_y=False)
+        for n, e in base["configs"].items():
+            tl = e["timeline"]
+            fig.add_trace(go.Scatter(x=[t / 3600 for t in tl["start_s"]], y=tl["replicas_paid"], name=style.text(n) +
+                                     " replicas", line={"color": col[n], "shape": "hv"}), secondary_y=True)
+        style.base_layout(fig, "Traffic and replicas over the window", "hours from the window's start", "req/s")
+        fig.update_yaxes(title_text="replicas paid", secondary_y=True)
+        figs.append(style.Fig("plan_replicas", "timeline", "replicas", fig, wide=True,
+                              notes=[f"Base policy at {_slo(base['slo'])}; buckets of {fmt(first['bucket_s'])} s; "
+                                     "replicas paid for at each bucket's end (starting, serving or draining)."]))
+        fig = go.Figure()
+        for n, e in base["configs"].items():
+            tl = e["timeline"]
+            fig.add_trace(go.Scatter(x=[t / 3600 for t in tl["start_s"]], y=tl["attainment"], name=style.text(n),
+                                     line={"color": col[n]}))
+        style.base_layout(fig, "Predicted SLO attainment over the window", "hours from the window's start",
+                          "share of requests meeting the SLO")
+        figs.append(style.Fig("plan_attainment", "timeline", "attainment", fig, wide=True,
+                              notes=["Requests grouped by the bucket they arrived in."]))
+    fig = go.Figure()
+    names = sorted({n for p in doc["plans"] for n in p["configs"]})
+    col = style.colours(names)
+    for n in names:
+        xs, ys, lo, hi = [], [], [], []
+        for p in doc["plans"]:
+            e = p["configs"].get(n)
+            if not e:
+                continue
+            m = e["metrics"]["cost_per_mtok_good"]
+            xs.append(style.text(f"{p['variant']} · {_slo(p['slo'])}"))
+            ys.append(m["value"])
+            iv = m["interval"] or [m["value"], m["value"]]
+            lo.append((m["value"] or 0) - (iv[0] or 0))
+            hi.append((iv[1] or 0) - (m["value"] or 0))
+        fig.add_trace(go.Bar(x=xs, y=ys, name=style.text(n), marker_color=col[n],
+                             error_y={"type": "data", "array": hi, "arrayminus": lo}))
+    style.base_layout(fig, "Cost per million good output tokens over the whole window", "plan",
+                      "cost / M good tokens")
+    figs.append(style.Fig("plan_cost", "cost", "cost", fig, wide=True,
+                          notes=[f"Error bars: {doc['confidence']:.0%} interval over block resamples of the capacity "
+                                 "measurements."]))
+    fig = go.Figure()
+    cands = doc.get("candidates") or {}
+    col = style.colours(list(cands))
+    for n, c in cands.items():
+        for size, pts in c["points"].items():
+            fig.add_trace(go.Scatter(x=[p["rate_rps"] for p in pts], y=[p["p99_ttft_ms"] for p in pts], mode="markers",
+                                     name=style.text(f"{n} at {size} replica(s)"),
+                                     marker={"color": col[n], "symbol": "circle" if size == "1" else "diamond"}))
+    style.base_layout(fig, "The operating points the plan samples from", "offered load per replica (req/s)",
+                      "p99 TTFT (ms)")
+    fig.update_yaxes(type="log")
+    figs.append(style.Fig("plan_points", "capacity", "points", fig,
+                          notes=["One marker per measured (or estimated) run and block."]))
+    return figs
+
+
+def write_plan_page(folder: str | Path) -> Path:
+    folder = Path(folder)
+    doc = json.loads((folder / "plan.json").read_text())
+    figs = figures(doc)
+    by = {}
+    for f in figs:
+        by.setdefault(f.section, []).append(figure_html(f, {}))
+    t = doc["traffic"]
+    sub = [f"Traffic: {t['source']}, {t['requests']} requests over {fmt(t['duration_s'])} s "
+           f"(mean {fmt(t['mean_rps'])} req/s, peak {fmt(t['peak_rps'])} req/s).",
+           Note(f"{len(doc['candidates'])} candidate(s); {doc['resamples']} block resamples at most; router "
+                f"{doc['routing']}.", [f"{n}: {c['source']} from {c['origin']}, sizes {c['sizes']}, cold start "
+                                        f"{[round(x, 1) for x in c['cold_start_s']]} s" for n, c in
+                                        doc["candidates"].items()])]
+    warn = "".join(f"<li>{esc(w)}</li>" for w in doc.get("warnings", []))
+    sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),
+                ("timeline", "Over the window", "".join(by.get("timeline", []))),
+                ("cost", "Cost", "".join(by.get("cost", []))),
+                ("validation", "Validation against a real replay", validation_html(doc)),
+                ("capacity", "Capacity measurements", "".join(by.get("capacity", []))),
+                ("warnings", "Warnings", f"<ul class='warnings'>{warn}</ul>" if warn else "")]
+    page = folder / PAGE
+    page.write_text(document("Fleet plan", sub, sections))
+    return page

@@ -1,0 +1,137 @@
+"""plan.json: what a plan predicts per config, with intervals from the capacity's block
+resamples, the cheapest config at each SLO, and the planner's questions answered.
+
+Per (SLO, policy variant) and config, the point estimate is the simulation on every block's
+runs; its interval is the weighted percentile interval over the simulations on block
+resamples (``protocols.plan.capacity.resamples``: the capacity measurements' uncertainty;
+the traffic and the simulation's random draws are the same in every resample, so the spread
+is the capacity's alone).  The cheapest config at an SLO is the one with the lowest cost per
+million good output tokens among those whose plan meets the SLO, when the relative
+difference to the runner-up over all resample pairs has an interval that excludes zero and
+a point estimate beyond ``protocol.min_effect``; else "no significant difference".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# The metrics a plan reports per config, each with its interval.
+PLAN_METRICS = ("slo_attainment", "goodput_rps", "good_output_throughput", "p50_ttft_ms", "p90_ttft_ms",
+                "p99_ttft_ms", "p99_tpot_ms", "replicas_max", "replicas_mean", "replica_seconds",
+                "idle_replica_seconds", "overprovisioned_replica_seconds", "cost_total", "cost_per_mtok_good",
+                "headroom_cost")
+LOWER_IS_BETTER = {"cost_per_mtok_good", "cost_total", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p99_tpot_ms",
+                   "replica_seconds", "idle_replica_seconds", "overprovisioned_replica_seconds", "headroom_cost"}
+
+
+def weighted_quantile(values, weights, q: float) -> float:
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    keep = np.isfinite(v)
+    v, w = v[keep], w[keep]
+    if v.size == 0:
+        return math.nan
+    order = np.argsort(v)
+    v, w = v[order], w[order]
+    cdf = np.cumsum(w) / w.sum()
+    return float(v[min(int(np.searchsorted(cdf, q)), v.size - 1)])
+
+
+def interval(samples: list[tuple[float, float]], confidence: float) -> list[float] | None:
+    """Weighted percentile interval of (value, weight) samples; None without samples."""
+    if not samples:
+        return None
+    vals, ws = zip(*samples)
+    a = (1 - confidence) / 2
+    return [weighted_quantile(vals, ws, a), weighted_quantile(vals, ws, 1 - a)]
+
+
+def config_entry(point: dict, resampled: list[tuple[dict, float]], confidence: float) -> dict:
+    """One config's plan: every metric's estimate and interval (over its block resamples)."""
+    metrics = {}
+    for m in PLAN_METRICS:
+        v = point.get(m)
+        samples = [(r[m], w) for r, w in resampled if r.get(m) is not None]
+        metrics[m] = {"value": v, "interval": interval(samples, confidence)}
+    return metrics
+
+
+def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, float]]], confidence: float,
+             min_effect: float) -> dict:
+    """The cheapest config meeting the SLO (module doc), with the relative cost difference to
+    the runner-up over every pair of resamples."""
+    meeting = {n: e for n, e in entries.items() if e["meets_slo"]}
+    pool = meeting or entries
+    ranked = sorted(pool, key=lambda n: _cost(entries[n]))
+    out = {"among": "configs whose plan meets the SLO" if meeting else "no config meets the SLO: ranked by cost alone",
+           "ranking": ranked, "config": None, "verdict": "", "difference": None}
+    if not meeting:
+        out["verdict"] = "no config's plan meets the SLO"
+        return out
+    if len(ranked) == 1:
+        out.update(config=ranked[0], verdict=f"{ranked[0]} is the only config whose plan meets the SLO")
+        return out
+    a, b = ranked[0], ranked[1]
+    ca, cb = _cost(entries[a]), _cost(entries[b])
+    rel = ca / cb - 1 if cb and math.isfinite(cb) else math.nan
+    pairs = [(ra["cost_per_mtok_good"] / rb["cost_per_mtok_good"] - 1, wa * wb)
+             for ra, wa in resampled.get(a, []) for rb, wb in resampled.get(b, [])
+             if rb.get("cost_per_mtok_good") and math.isfinite(rb["cost_per_mtok_good"])]
+    iv = interval(pairs, confidence)
+    out["difference"] = {"a": a, "b": b, "relative": rel, "interval": iv, "confidence": confidence,
+                         "what": f"cost_per_mtok_good of {a} / {b} - 1"}
+    significant = iv is not None and iv[1] < 0 and abs(rel) >= min_effect
+    if significant:
+        out.update(config=a, verdict=f"{a} is cheapest at the SLO: {rel:+.1%} cost per million good tokens vs {b} "
+                                     f"[{iv[0]:+.1%}, {iv[1]:+.1%}] at {confidence:.0%}")
+    elif iv is None:
+        out.update(config=a, verdict=f"{a} is cheapest at the SLO by its point estimate ({rel:+.1%} vs {b}); no "
+                                     "interval (protocol.resamples=0 or one block)")
+    else:
+        out["verdict"] = (f"no significant difference: {a} vs {b} {rel:+.1%} [{iv[0]:+.1%}, {iv[1]:+.1%}] at "
+                          f"{confidence:.0%} (margin {min_effect:.0%})")
+    return out
+
+
+def _cost(entry: dict) -> float:
+    v = entry["metrics"]["cost_per_mtok_good"]["value"]
+    return v if v is not None and math.isfinite(v) else math.inf
+
+
+def answers(plans: list[dict]) -> dict:
+    """The planner's questions (issue: replicas at peak and on average, a tighter SLO's cost, a
+    faster scale-up, the headroom's cost), read from the plans side by side."""
+    base = [p for p in plans if p["variant"] == "base"]
+    out: dict = {"replicas": {}, "slos": [], "variants": [], "headroom": {}}
+    if base:
+        first = base[0]
+        for name, e in first["configs"].items():
+            m = e["metrics"]
+            out["replicas"][name] = {"peak": m["replicas_max"]["value"], "mean": m["replicas_mean"]["value"]}
+            out["headroom"][name] = {"overprovisioned_replica_hours": _h(m["overprovisioned_replica_seconds"]["value"]),
+                                     "idle_replica_hours": _h(m["idle_replica_seconds"]["value"]),
+                                     "headroom_cost": m["headroom_cost"]["value"],
+                                     "share_of_cost": _share(m["headroom_cost"]["value"], m["cost_total"]["value"])}
+    for p in base:
+        out["slos"].append({"slo": p["slo"], "cheapest": p["cheapest"]["config"],
+                            "cost_per_mtok_good": {n: e["metrics"]["cost_per_mtok_good"]["value"]
+                                                   for n, e in p["configs"].items()},
+                            "meets_slo": {n: e["meets_slo"] for n, e in p["configs"].items()}})
+    for p in plans:
+        if p["variant"] != "base":
+            out["variants"].append({"variant": p["variant"], "overrides": p["variant_overrides"],
+                                    "cost_per_mtok_good": {n: e["metrics"]["cost_per_mtok_good"]["value"]
+                                                           for n, e in p["configs"].items()},
+                                    "slo_attainment": {n: e["metrics"]["slo_attainment"]["value"]
+                                                       for n, e in p["configs"].items()}})
+    return out
+
+
+def _h(seconds):
+    return seconds / 3600.0 if seconds is not None else None
+
+
+def _share(part, whole):
+    return part / whole if part is not None and whole else None

@@ -1,0 +1,374 @@
+"""``tokenfactory plan EXPERIMENT... [overrides]`` (``protocol=plan``): the fleet for a traffic
+source, sized and priced from finished experiments' measured capacity; no engine starts.
+
+1. Candidates (``candidates``): every config of the experiments (``protocol.experiments``);
+   configs of one experiment that differ only in their deployment size
+   (``deployment.replicas``/``deployment.placement``) are one candidate measured at several
+   sizes, named after the experiment's folder (the scaling the deployments issue measured).
+2. The traffic (``protocols.plan.traffic``), the SLOs (``slo.*`` then ``protocol.slos``), the
+   policy (``deployment.autoscale``, then each ``protocol.variants`` entry on top of it), and
+   per candidate its capacity under each SLO (the policy's ``capacity_rps`` unless set) and
+   its cold start.
+3. One simulation per (SLO or variant, candidate) on every block's runs, and one per block
+   resample (``protocols.plan.capacity.resamples``), in parallel processes.
+4. plan.json (``protocols.plan.record``) and plan.html (``harness.report.plan``); with
+   ``protocol.validate=RUN_DIR`` also the prediction's error against a real replay
+   (``protocols.plan.validation``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from conf.schema import Autoscale, Slo, typed
+from engines.autoscaling import ScalingPolicy
+from harness import results_io
+from harness.errors import UserError
+from metrics.cost import fleet_cost, per_million
+from metrics.slo import SLO
+from protocols.plan import record
+from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
+from protocols.plan.fleet import FleetSimulation
+from protocols.plan.traffic import Traffic, build_traffic
+
+PLAN_FILE = "plan.json"
+SIZE_KEYS = ("deployment.replicas", "deployment.placement")
+
+
+def run_plan(cfg, overrides: list[str] | None = None) -> Path:
+    p = cfg.protocol
+    out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / ("plan-" + results_io.new_run_id()))
+    started = time.time()
+    cands = candidates(p)
+    traffic = build_traffic(cfg)
+    slos = plan_slos(cfg)
+    variants = plan_variants(cfg)
+    warnings = list(traffic.notes)
+    initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
+    jobs, plans = [], []
+    for si, (slo_cfg, slo) in enumerate(slos):
+        for vname, vover, auto in variants:
+            if si > 0 and vname != "base":
+                continue           # variants are planned at the first SLO only
+            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "configs": {}, "skipped": {}}
+            for cap in cands:
+                why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
+                if why:
+                    plan["skipped"][cap.name] = why
+                    warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
+                    continue
+                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity}
+                warnings += check_inputs(cap, traffic, policy, capacity)
+                jobs.append((len(plans), cap.name, None, 1.0, cap, policy, slo))
+                for blocks, w in resamples(cap.blocks, int(p.resamples), int(p.seed)):
+                    if len(cap.blocks) > 1:
+                        jobs.append((len(plans), cap.name, blocks, w, cap, policy, slo))
+            plans.append(plan)
+    if not any(pl["configs"] for pl in plans):
+        raise UserError("no candidate can be planned:\n  " + "\n  ".join(warnings))
+    print(f"plan: {len(cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
+          f"{len(traffic)} requests over {traffic.duration_s:g} s", flush=True)
+    results = simulate_all(jobs, traffic, str(p.routing), initial, int(p.seed), int(p.workers))
+    for (pi, name, blocks, w, cap, policy, _), res in zip(jobs, results):
+        res.update(costs(cap, res, policy))
+        entry = plans[pi]["configs"][name]
+        if blocks is None:
+            entry["point"] = res
+        else:
+            entry.setdefault("resampled", []).append((res, w))
+    for plan in plans:
+        resampled = {}
+        for name, entry in plan["configs"].items():
+            point, rs = entry.pop("point"), entry.pop("resampled", [])
+            resampled[name] = [({m: r.get(m) for m in record.PLAN_METRICS}, w) for r, w in rs]
+            entry.update(metrics=record.config_entry(point, resampled[name], float(p.confidence)),
+                         meets_slo=meets(point, plan["slo"]), slo_met_percentiles=point["slo_met"],
+                         outside_measurements_share=point["outside_measurements_share"],
+                         outside_measurements=point["outside_measurements_share"] > 0,
+                         scale_ups=point["scale_ups"], scale_downs=point["scale_downs"],
+                         start_delay_s=point["start_delay_s"], cost=point["cost"],
+                         timeline=point["timeline"], decisions=point["decisions"],
+                         resamples=len(rs), warnings=keep_up(point, entry["policy"]))
+            warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
+        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect))
+    doc = {"kind": "plan", "output_dir": str(out), "created_unix": started, "elapsed_s": None,
+           "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
+           "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
+           "candidates": {c.name: describe_candidate(c) for c in cands},
+           "plans": plans, "answers": record.answers(plans), "warnings": sorted(set(warnings)),
+           "overrides": list(overrides or [])}
+    if p.validate:
+        from protocols.plan.validation import validate
+        doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]), traffic)
+    doc["elapsed_s"] = time.time() - started
+    out.mkdir(parents=True, exist_ok=True)
+    results_io.write_json(out / PLAN_FILE, doc)
+    print_plan(doc)
+    from harness.report.plan import write_plan_page
+    page = write_plan_page(out)
+    print(f"plan: {out / PLAN_FILE}\nreport: {page}", flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------ inputs
+def candidates(p) -> list[ConfigCapacity]:
+    """The candidates of ``protocol.experiments`` (module doc), filtered by ``protocol.configs``."""
+    if not p.experiments:
+        raise UserError("tokenfactory plan needs finished experiments: tokenfactory plan RESULTS_DIR ... "
+                        "(or protocol.experiments=[DIR, ...])")
+    out = []
+    for folder in p.experiments:
+        caps = read_experiment(folder)
+        exp = results_io.read_json(Path(folder) / "experiment.json") if (Path(folder) / "experiment.json").is_file() \
+            else {}
+        out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
+    names = [c.name for c in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        for c in out:
+            if c.name in dup:
+                c.name = f"{Path(c.origin).name}:{c.name}"
+    if p.configs:
+        want = [str(x) for x in p.configs]
+        known = {c.name for c in out}
+        missing = [w for w in want if w not in known]
+        if missing:
+            raise UserError(f"protocol.configs: {', '.join(missing)} not among the experiments' candidates "
+                            f"({', '.join(sorted(known))})")
+        out = [c for c in out if c.name in want]
+    return out
+
+
+def merge_sizes(folder: str, caps: list[ConfigCapacity], overrides: dict) -> list[ConfigCapacity]:
+    """Configs that differ only in deployment size become one candidate (module doc)."""
+    groups: dict[tuple, list[ConfigCapacity]] = {}
+    for c in caps:
+        rest = tuple(sorted(o for o in overrides.get(c.name, []) if not str(o).startswith(SIZE_KEYS)))
+        groups.setdefault(rest, []).append(c)
+    out = []
+    for members in groups.values():
+        sizes = [s for c in members for s in c.sizes]
+        if len(members) == 1 or len(set(sizes)) != len(sizes):
+            out += members
+            continue
+        first = members[0]
+        merged = ConfigCapacity(
+            name=folder if len(groups) == 1 else f"{folder}:{first.name}", source=first.source, origin=first.origin,
+            points={s: pts for c in members for s, pts in c.points.items()},
+            cold_start_s=min((c.cold_start_s for c in members), key=lambda x: (not x, 0)) or [],
+            cost=first.cost, slo=first.slo, workload=first.workload,
+            notes=[f"configs {', '.join(c.name for c in members)} of {first.origin} are one candidate measured at "
+                   f"{', '.join(map(str, sorted(sizes)))} replicas"] + [n for c in members for n in c.notes])
+        # a replica's cold start: the smallest deployment's (one replica starting, not a whole deployment)
+        smallest = min(members, key=lambda c: c.sizes[0])
+        merged.cold_start_s = list(smallest.cold_start_s)
+        out.append(merged)
+    return out
+
+
+def plan_slos(cfg) -> list[tuple[dict, SLO]]:
+    base = OmegaConf.to_container(cfg.slo, resolve=True)
+    out = [(base, SLO.from_config(base))]
+    for i, extra in enumerate(cfg.protocol.slos or []):
+        if not isinstance(extra, (dict, type(cfg.slo))) and not OmegaConf.is_dict(extra):
+            raise UserError(f"protocol.slos[{i}]={extra!r}: expected a mapping of slo fields ({{ttft_ms: 500}})")
+        try:
+            merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(Slo), base, extra), resolve=True)
+        except Exception as e:  # noqa: BLE001 - OmegaConf raises several kinds; the key is in the message
+            raise UserError(f"protocol.slos[{i}]: {e}") from None
+        out.append((merged, SLO.from_config(merged)))
+    return out
+
+
+def plan_variants(cfg) -> list[tuple[str, list[str], Autoscale]]:
+    base = cfg.deployment.autoscale
+    out = [("base", [], typed(base, Autoscale))]
+    given = cfg.protocol.variants
+    if given is not None and not OmegaConf.is_dict(given):
+        raise UserError(f"protocol.variants: expected a mapping name -> list of deployment.autoscale overrides, "
+                        f"got {given!r}")
+    for name, over in (OmegaConf.to_container(given, resolve=True) if given is not None else {}).items():
+        if not isinstance(over, list):
+            raise UserError(f"protocol.variants.{name}: expected a list of deployment.autoscale overrides "
+                            f"(['cold_start_s=10']), got {over!r}")
+        try:
+            node = OmegaConf.merge(base, OmegaConf.from_dotlist([str(o).removeprefix("deployment.autoscale.")
+                                                                 for o in over]))
+            out.append((str(name), [str(o) for o in over], typed(node, Autoscale)))
+        except Exception as e:  # noqa: BLE001
+            raise UserError(f"protocol.variants.{name}: {e}") from None
+    return out
+
+
+def policy_for(cap: ConfigCapacity, auto: Autoscale, slo: SLO, slo_cfg: dict):
+    """(why it cannot be planned or "", the policy, the capacity it was sized by)."""
+    size = cap.sizes[0]
+    capacity = cap.max_load(slo, size, slo_cfg.get("min_attainment"))
+    capacity["size"] = size
+    if capacity["mean"] <= 0:
+        lo = capacity["measured_range"][0]
+        return (f"no measured point meets the SLO ({_slo_text(slo_cfg)}): its lowest load, {lo:.3g} req/s per "
+                f"replica at {size} replica(s), already fails; measure lower loads (protocol.search_low) or relax "
+                "the SLO", None, capacity)
+    if capacity["mean"] >= capacity["measured_range"][1]:
+        capacity["note"] = ("the SLO holds at every measured load: the capacity is at least this (outside the "
+                            "measurements above it)")
+    try:
+        policy = ScalingPolicy.from_config(auto, capacity_rps=capacity["mean"], cold_start_s=cap.cold_start())
+    except ValueError as e:
+        return str(e), None, capacity
+    if policy.cold_start_s is None:
+        return ("no measured cold start (engine_startup_s) in its runs: set deployment.autoscale.cold_start_s",
+                None, capacity)
+    return "", policy, capacity
+
+
+def check_inputs(cap: ConfigCapacity, traffic: Traffic, policy: ScalingPolicy, capacity: dict) -> list[str]:
+    """What makes the plan leave the measurements or the policy fall behind, said up front."""
+    w = []
+    longest = max(int(p.prompt_tokens.max()) for pts in cap.points.values() for p in pts if p.prompt_tokens.size)
+    over = float((traffic.prompt_tokens > longest).mean()) if len(traffic) else 0.0
+    if over > 0:
+        w.append(f"{cap.name}: {over:.1%} of the traffic's prompts are longer than any measured one "
+                 f"({longest} tokens): served outside the measurements")
+    mp = [np.median(p.prompt_tokens) for pts in cap.points.values() for p in pts if p.prompt_tokens.size]
+    tp = float(np.median(traffic.prompt_tokens)) if len(traffic) else 0.0
+    if mp and not (0.5 * min(mp) <= tp <= 2 * max(mp)):
+        w.append(f"{cap.name}: the traffic's median prompt ({tp:.0f} tokens) is far from the measured runs' "
+                 f"({min(mp):.0f}..{max(mp):.0f}): its capacity was measured on another length mix")
+    _, peak = traffic.rate_profile(max(policy.window_s, 1.0))
+    top = float(peak.max()) if peak.size else 0.0
+    max_cap = policy.max_replicas * (policy.capacity_rps or 0)
+    if top > max_cap > 0:
+        w.append(f"{cap.name}: the traffic's peak ({top:.3g} req/s over {policy.window_s:g} s) is above "
+                 f"max_replicas={policy.max_replicas} x capacity {policy.capacity_rps:.3g} req/s = {max_cap:.3g}: the "
+                 "policy cannot keep up at the peak (raise deployment.autoscale.max_replicas)")
+    measured_max = max(cap.sizes) * capacity["measured_range"][1]
+    if top > measured_max:
+        w.append(f"{cap.name}: the traffic's peak ({top:.3g} req/s) is above every measured load "
+                 f"({capacity['measured_range'][1]:.3g} req/s per replica at up to {max(cap.sizes)} replicas): "
+                 "the peak's intervals are outside the measurements")
+    return w
+
+
+def keep_up(point: dict, policy: dict) -> list[str]:
+    w = []
+    tl = point["timeline"]
+    rates, paid = np.asarray(tl["rate_rps"]), np.asarray(tl["replicas_paid"])
+    cap = policy.get("capacity_rps") or 0
+    at_max = (paid >= policy["max_replicas"]) & (rates > policy["max_replicas"] * cap) if cap else np.zeros(0, bool)
+    if at_max.any():
+        w.append(f"the policy could not keep up for {at_max.sum() * tl['bucket_s']:g} s: at max_replicas="
+                 f"{policy['max_replicas']} with arrivals above their capacity")
+    if point["outside_measurements_share"] > 0:
+        w.append(f"{point['outside_measurements_share']:.1%} of requests were served outside the measurements "
+                 "(more replicas, more in flight, a higher rate or a longer prompt than any measured run): its "
+                 "intervals are marked as outside the measurements")
+    return w
+
+
+def meets(point: dict, slo_cfg: dict) -> bool:
+    """A plan meets the SLO as a run does (``protocols.sweep.load_search.slo_holds``): the
+    percentile checks, and the attainment floor where one is set."""
+    floor = slo_cfg.get("min_attainment")
+    return bool(point["slo_met"]) and (floor is None or point["slo_attainment"] >= floor)
+
+
+def costs(cap: ConfigCapacity, res: dict, policy: ScalingPolicy) -> dict:
+    if not cap.cost:
+        return {"cost": None, "cost_total": math.nan, "cost_per_mtok_good": math.nan, "headroom_cost": math.nan}
+    c = fleet_cost(cap.cost, res["replica_seconds"], res["window_s"])
+    one = fleet_cost(cap.cost, 3600.0, 3600.0)["cost_total"] - sum(
+        v for k, v in fleet_cost(cap.cost, 0.0, 3600.0)["cost_lines"].items() if k.startswith("extra."))
+    over = res.get("overprovisioned_replica_seconds") or 0.0
+    return {"cost": c, "cost_total": c["cost_total"],
+            "cost_per_mtok_good": per_million(c["cost_total"], res["output_tokens_good"]),
+            "headroom_cost": over / 3600.0 * one}
+
+
+def describe_candidate(c: ConfigCapacity) -> dict:
+    return {"source": c.source, "origin": c.origin, "sizes": c.sizes, "blocks": c.blocks,
+            "cold_start_s": c.cold_start_s, "cost": c.cost, "slo_measured": c.slo,
+            "workload": {k: (c.workload or {}).get(k) for k in ("name", "path", "max_output_tokens", "on_too_long")},
+            "points": {str(s): [{"block": p.block, "rate_rps": p.rate_rps, "in_flight": p.in_flight,
+                                 "requests": int(p.ttft_s.size), "failed": p.failed,
+                                 "p50_ttft_ms": _pct(p.ttft_s, 50), "p99_ttft_ms": _pct(p.ttft_s, 99),
+                                 "p50_tpot_ms": _pct(p.tpot_s, 50), "p99_tpot_ms": _pct(p.tpot_s, 99),
+                                 "estimated": p.estimated, "run_dir": p.run_dir}
+                                for p in sorted(pts, key=lambda p: (p.block, p.rate_rps))]
+                       for s, pts in c.points.items()},
+            "notes": c.notes}
+
+
+def _pct(v, q):
+    v = np.asarray(v, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(np.percentile(v, q) * 1e3) if v.size else None
+
+
+def _slo_text(slo_cfg: dict) -> str:
+    parts = [f"{k}={v:g}" for k, v in slo_cfg.items() if k.endswith("_ms") and v is not None]
+    return ", ".join(parts) + f" at p{slo_cfg.get('percentile', 99):g}"
+
+
+# ------------------------------------------------------------------------------ simulations
+_STATE: dict = {}
+
+
+def _init(traffic: Traffic, routing: str, initial: int, seed: int) -> None:
+    _STATE.update(traffic=traffic, routing=routing, initial=initial, seed=seed)
+
+
+def _simulate(job) -> dict:
+    _, _, blocks, _, cap, policy, slo = job
+    if blocks is not None:
+        cap = cap.with_blocks(list(blocks))
+    sim = FleetSimulation(_STATE["traffic"], cap, policy, slo, _STATE["routing"], _STATE["initial"], _STATE["seed"])
+    return sim.run()
+
+
+def simulate_all(jobs, traffic: Traffic, routing: str, initial: int, seed: int, workers: int) -> list[dict]:
+    n = workers or os.cpu_count() or 1
+    if n <= 1 or len(jobs) <= 1:
+        _init(traffic, routing, initial, seed)
+        return [_report(i, len(jobs), _simulate(j)) for i, j in enumerate(jobs)]
+    with ProcessPoolExecutor(max_workers=min(n, len(jobs)), initializer=_init,
+                             initargs=(traffic, routing, initial, seed)) as ex:
+        return [_report(i, len(jobs), r) for i, r in enumerate(ex.map(_simulate, jobs))]
+
+
+def _report(i: int, n: int, res: dict) -> dict:
+    if sys.stderr.isatty() or (i + 1) % max(1, n // 10) == 0 or i + 1 == n:
+        print(f"  simulated {i + 1}/{n}", flush=True)
+    return res
+
+
+def _est(m: dict, key: str, fmt: str) -> str:
+    v, iv = m[key]["value"], m[key]["interval"]
+    return (fmt.format(v) if v is not None else "-") + (f" [{fmt.format(iv[0])}, {fmt.format(iv[1])}]" if iv else "")
+
+
+def print_plan(doc: dict) -> None:
+    for plan in doc["plans"]:
+        print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
+        for name, e in plan["configs"].items():
+            m = e["metrics"]
+            mark = "  [outside the measurements]" if e["outside_measurements"] else ""
+
+            print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "
+                  f"{_est(m, 'cost_per_mtok_good', '{:.4g}')} per M good tok, replicas peak "
+                  f"{m['replicas_max']['value']} mean {_est(m, 'replicas_mean', '{:.2f}')}"
+                  f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}")
+        for name, why in plan["skipped"].items():
+            print(f"  {name}: not planned: {why}")
+        print(f"  -> {plan['cheapest']['verdict']}")
+    for w in doc["warnings"]:
+        print(f"warning: {w}")
