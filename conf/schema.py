@@ -435,7 +435,8 @@ class PlanProtocol:
     variants: Any = None
     routing: str = _f("round_robin", choices=("round_robin", "least_loaded"))  # the simulated router
     # config name -> cost profile (conf/cost/NAME); unlisted: the profile its runs were measured with
-    costs: Dict[str, str] = field(default_factory=dict)
+    # (untyped so a command line can give the whole mapping, as protocol.configs)
+    costs: Any = None
     resamples: int = _f(200, ge=0)            # block bootstrap of the capacity measurements (0: point estimate only)
     confidence: float = _f(0.95, gt=0, lt=1)
     min_effect: float = _f(0.02, ge=0, lt=1)  # smallest relative cost difference that picks a cheapest config

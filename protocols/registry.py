@@ -69,7 +69,7 @@ def _plan(cfg: DictConfig, inv: Invocation) -> Path:
     if inv.swept_keys:
         raise UserError("protocol=plan simulates its candidates side by side (protocol.slos, protocol.variants); "
                         f"drop -m (it sweeps {', '.join(sorted(inv.swept_keys))})")
-    return run_plan(cfg, inv.overrides)
+    return run_plan(cfg, inv.overrides, inv.explicit)
 
 
 def _tune(cfg: DictConfig, inv: Invocation) -> Path:

@@ -222,10 +222,10 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         points.setdefault(size, []).append(OperatingPoint(
             rate_rps=rate / size,
             in_flight=float(summary.get("mean_in_flight") or 0.0) / size,
-            prompt_tokens=np.asarray(t["prompt_tokens"], dtype=np.int64)[ok],
-            ttft_s=np.asarray(t["ttft_s"], dtype=np.float64)[ok],
-            tpot_s=np.asarray(t["tpot_s"], dtype=np.float64)[ok],
-            output_tokens=np.asarray(t["output_tokens"], dtype=np.int64)[ok],
+            prompt_tokens=_column(t["prompt_tokens"], ok, np.int64),
+            ttft_s=_column(t["ttft_s"], ok, np.float64),
+            tpot_s=_column(t["tpot_s"], ok, np.float64),
+            output_tokens=_column(t["output_tokens"], ok, np.int64),
             failed=int(((np.asarray(t["status"]) != "ok") & ~warm).sum()),
             block=block, run_dir=str(run)))
         if summary.get("engine_startup_s") and block not in cold:
@@ -237,6 +237,13 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
     return ConfigCapacity(name=name, source="measured", origin=str(root), points=points,
                           cold_start_s=[cold[b] for b in sorted(cold)], cost=cost,
                           slo=exp.get("slo"), workload=workload, notes=notes)
+
+
+def _column(values: list, keep: np.ndarray, dtype) -> np.ndarray:
+    """The kept rows of a column (a failed row's nulls are never kept; a kept null is NaN or 0)."""
+    picked = [v for v, k in zip(values, keep) if k]
+    fill = np.nan if dtype is np.float64 else 0
+    return np.asarray([fill if v is None else v for v in picked], dtype=dtype)
 
 
 def _json(path: Path) -> dict:

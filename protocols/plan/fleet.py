@@ -23,8 +23,8 @@ A new replica is paid for from the policy's decision, serves after ``provision_s
 cold start (the measured ``engine_startup_s`` unless ``deployment.autoscale.cold_start_s``),
 and is stopped after draining when the policy scales down (the newest first).
 
-Every request also says whether it was served outside the measurements: its replica's
-in-flight count above every measured point, its replica's arrival rate (over the policy's
+Every request also says whether it was served outside the measurements: it queued for a
+slot (more in flight than any measured run held on average), its replica's arrival rate (over the policy's
 window) above every measured rate, more replicas serving than any measured deployment, or a
 prompt longer than any measured one.  The plan never extrapolates silently.
 """
@@ -185,11 +185,10 @@ class FleetSimulation:
 
     def route(self) -> Replica:
         up = self.serving()
-        if self.routing == "least_loaded":
-            return min(up, key=lambda r: (r.busy + len(r.slots.queue), r.index))
-        r = up[self.rr % len(up)]
         self.rr += 1
-        return r
+        if self.routing == "least_loaded":   # ties go round the replicas, as a router's would
+            return min(up, key=lambda r: (r.busy + len(r.slots.queue), (r.index - self.rr) % len(self.replicas)))
+        return up[(self.rr - 1) % len(up)]
 
     def serve(self, i: int, r: Replica):
         env = self.env
@@ -208,10 +207,11 @@ class FleetSimulation:
             model = self.models[size]
             prompt = int(self.traffic.prompt_tokens[i])
             ttft, tpot = model.sample(others, prompt, self.rng)
-            self.outside[i] = (beyond_size or others + 1 > model.slots or prompt > model.max_prompt
-                               or win.rate(arrived) > model.max_rate * 1.05)
             out = int(self.traffic.output_tokens[i])
             self.wait[i] = env.now - arrived
+            # queued for a slot: more in flight than any measured run held on average
+            self.outside[i] = (beyond_size or self.wait[i] > 0 or prompt > model.max_prompt
+                               or win.rate(arrived) > model.max_rate * 1.05)
             self.ttft[i] = self.wait[i] + ttft
             self.tpot[i] = tpot if out > 1 else np.nan
             self.served_by[i] = r.index

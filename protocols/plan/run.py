@@ -18,6 +18,7 @@ source, sized and priced from finished experiments' measured capacity; no engine
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -43,13 +44,14 @@ PLAN_FILE = "plan.json"
 SIZE_KEYS = ("deployment.replicas", "deployment.placement")
 
 
-def run_plan(cfg, overrides: list[str] | None = None) -> Path:
+def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] = frozenset()) -> Path:
     p = cfg.protocol
     out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / ("plan-" + results_io.new_run_id()))
     started = time.time()
     cands = candidates(p)
+    assign_costs(cands, cfg)
     traffic = build_traffic(cfg)
-    slos = plan_slos(cfg)
+    slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
     warnings = list(traffic.notes)
     initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
@@ -58,7 +60,8 @@ def run_plan(cfg, overrides: list[str] | None = None) -> Path:
         for vname, vover, auto in variants:
             if si > 0 and vname != "base":
                 continue           # variants are planned at the first SLO only
-            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "configs": {}, "skipped": {}}
+            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "initial_replicas": initial,
+                    "configs": {}, "skipped": {}}
             for cap in cands:
                 why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
                 if why:
@@ -174,8 +177,39 @@ def merge_sizes(folder: str, caps: list[ConfigCapacity], overrides: dict) -> lis
     return out
 
 
-def plan_slos(cfg) -> list[tuple[dict, SLO]]:
+def assign_costs(cands: list[ConfigCapacity], cfg) -> None:
+    """Each candidate's cost profile: ``protocol.costs[name]`` (a conf/cost/ profile's name), else
+    the profile its runs were priced with, else the plan's own ``cost``."""
+    from conf.compose import compose_config
+
+    node = cfg.protocol.costs
+    if node is not None and not OmegaConf.is_dict(node):
+        raise UserError(f"protocol.costs: expected a mapping config name -> cost profile, got {node!r}")
+    given = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    unknown = set(given) - {c.name for c in cands}
+    if unknown:
+        raise UserError(f"protocol.costs: {', '.join(sorted(unknown))} not among the candidates "
+                        f"({', '.join(c.name for c in cands)})")
+    own = OmegaConf.to_container(cfg.cost, resolve=True)
+    for c in cands:
+        if c.name in given:
+            try:
+                c.cost = OmegaConf.to_container(compose_config([f"cost={given[c.name]}"]).cost, resolve=True)
+            except Exception as e:  # noqa: BLE001 - Hydra names the missing option in its message
+                raise UserError(f"protocol.costs.{c.name}={given[c.name]}: {e}") from None
+            c.notes.append(f"priced with cost={given[c.name]} (protocol.costs)")
+        elif not c.cost:
+            c.cost = own
+            c.notes.append("its runs recorded no cost profile: priced with the plan's own cost=...")
+
+
+def plan_slos(cfg, cands: list[ConfigCapacity], explicit: frozenset[str] = frozenset()) -> list[tuple[dict, SLO]]:
+    """``slo.*`` (where the command line sets it, or the candidates' experiments ran with
+    different SLOs), else the SLO the experiments all ran with; then ``protocol.slos``."""
     base = OmegaConf.to_container(cfg.slo, resolve=True)
+    recorded = {json.dumps(c.slo, sort_keys=True) for c in cands if c.slo}
+    if not any(k == "slo" or k.startswith("slo.") for k in explicit) and len(recorded) == 1:
+        base = {**base, **json.loads(recorded.pop())}
     out = [(base, SLO.from_config(base))]
     for i, extra in enumerate(cfg.protocol.slos or []):
         if not isinstance(extra, (dict, type(cfg.slo))) and not OmegaConf.is_dict(extra):

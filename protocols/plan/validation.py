@@ -1,0 +1,106 @@
+"""A plan's prediction against a real replay of the same window (``protocol.validate=RUN_DIR``):
+the run folder of a ``load=trace`` run on a real deployment the harness scaled by the same
+policy (``deployment.autoscale.enabled=true``), and the plan's simulation of the same
+traffic from the same starting replicas.
+
+Both sides go through the same definitions (``metrics.fleet``) over the same window, the
+trace's span [first arrival, last arrival]: attainment, goodput and good output tokens per
+second, TTFT p50/p90, and the replica-seconds paid for and serving.  The error of each is
+(predicted - measured) / measured; for attainment also the difference in percentage points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from harness.errors import UserError
+from metrics.fleet import request_metrics, step_integral
+from metrics.slo import SLO
+from protocols.plan.traffic import Traffic
+
+ROWS = (("slo_attainment", "relative"), ("goodput_rps", "relative"), ("good_output_throughput", "relative"),
+        ("p50_ttft_ms", "relative"), ("p90_ttft_ms", "relative"), ("replica_seconds", "relative"),
+        ("replica_seconds_serving", "relative"), ("replicas_max", "relative"), ("scale_ups", "difference"))
+
+
+def measured(run: Path, slo: SLO) -> dict:
+    """The fleet metrics of a real replay's run folder over its trace's span."""
+    req = run / "requests.parquet"
+    if not req.is_file():
+        raise UserError(f"protocol.validate={run}: no requests.parquet there (give a finished run's folder)")
+    t = pq.read_table(req, columns=["scheduled_ns", "ttft_s", "tpot_s", "output_tokens", "status", "warmup"]
+                      ).to_pydict()
+    sched = np.asarray(t["scheduled_ns"], dtype=np.int64)
+    t0 = int(sched.min())
+    arrival = (sched - t0) / 1e9
+    span = float(arrival.max())
+    done = np.asarray(t["status"]) == "ok"
+    res = request_metrics(slo, done, np.asarray(t["ttft_s"], dtype=np.float64),
+                          np.asarray(t["tpot_s"], dtype=np.float64), np.asarray(t["output_tokens"]), span)
+    res["warmup_rows"] = int(np.asarray(t["warmup"], dtype=bool).sum())
+    res.update(replicas_measured(run, t0, span))
+    return res
+
+
+def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
+    """Replica-seconds over [0, span] from the run's autoscale.json (its replica timeline)."""
+    path = run / "autoscale.json"
+    if not path.is_file():
+        return {"replicas_note": "no autoscale.json in the run: its replicas are not compared"}
+    a = json.loads(path.read_text())
+    out: dict = {"scale_ups": a.get("scale_ups", sum(1 for d in a.get("decisions", []) if d["to"] > d["from"]))}
+    tl = a.get("timeline") or {}
+    if tl.get("t_s") and tl.get("paid"):
+        # the run's timeline is on the load's clock; our window starts at the first scheduled request
+        shift = (a.get("load_start_ns", t0_ns) - t0_ns) / 1e9
+        ts = np.asarray(tl["t_s"], dtype=np.float64) + shift
+        out["replica_seconds"] = step_integral(ts, np.asarray(tl["paid"]), span_s)
+        out["replica_seconds_serving"] = step_integral(ts, np.asarray(tl["serving"]), span_s)
+        out["replicas_max"] = int(max(tl["paid"]))
+    elif "replica_seconds" in a:
+        out["replica_seconds"] = a["replica_seconds"]
+        window = a.get("replica_seconds_window", "its window")
+        out["replicas_note"] = f"replica_seconds as the run counted it ({window})"
+    return out
+
+
+def validate(run: Path, plan: dict, slo: SLO, traffic: Traffic) -> dict:
+    """The validation table of the plan's first candidate against the real run (module doc)."""
+    if not run.is_dir():
+        raise UserError(f"protocol.validate={run}: no such run folder")
+    if not plan["configs"]:
+        raise UserError("protocol.validate: the plan has no candidate to validate")
+    name, entry = next(iter(plan["configs"].items()))
+    real = measured(run, slo)
+    pred = {k: entry["metrics"][k]["value"] for k in entry["metrics"]}
+    pred["scale_ups"] = entry["scale_ups"]
+    rows = []
+    for key, kind in ROWS:
+        m, p = real.get(key), pred.get(key)
+        if m is None or p is None:
+            continue
+        err = (p - m) / m if kind == "relative" and m else (p - m)
+        row = {"metric": key, "measured": m, "predicted": p, "error": err,
+               "error_kind": "relative (predicted - measured) / measured" if kind == "relative" else "difference"}
+        if key == "slo_attainment":
+            row["difference_pp"] = 100 * (p - m)
+        rows.append(row)
+    n_real = real["requests"]
+    notes = [f"the real run has {n_real} requests, the plan's traffic {len(traffic)}"]
+    if n_real != len(traffic):
+        notes.append("the request counts differ: the plan's traffic is not the replayed window (check workload.* "
+                     "and load.* against the run's config.yaml)")
+    if real.get("warmup_rows"):
+        notes.append(f"{real['warmup_rows']} warm-up rows are counted as traffic on both sides")
+    if real.get("replicas_note"):
+        notes.append(real["replicas_note"])
+    if entry["outside_measurements"]:
+        notes.append(f"{entry['outside_measurements_share']:.1%} of the plan's requests were served outside the "
+                     "measurements")
+    return {"what": f"{name}: the plan's simulation of the replayed window (from {plan.get('initial_replicas', 1)} "
+                    f"replica(s)) against the real run {run}",
+            "config": name, "run": str(run), "rows": rows, "measured": real, "notes": notes}

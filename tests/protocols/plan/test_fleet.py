@@ -1,0 +1,107 @@
+"""The fleet simulation: service from the operating points, queueing past the slots, the
+policy's scale-up after its cold start and drain-then-stop on the way down, replica-seconds
+that add up, and extrapolation flagged."""
+
+import numpy as np
+import pytest
+
+from engines.autoscaling import ScalingPolicy
+from metrics.slo import SLO
+from protocols.plan.capacity import ConfigCapacity
+from protocols.plan.fleet import FleetSimulation, ReplicaModel
+from protocols.plan.traffic import Traffic
+from tests.protocols.plan.capacity_fixtures import capacity, point
+
+SLO_1S = SLO(ttft_ms=1000, tpot_ms=100)
+
+
+def traffic(times, duration=None, prompt=100, out=11) -> Traffic:
+    t = np.asarray(times, dtype=float)
+    return Traffic(t, np.full(t.size, prompt), np.full(t.size, out), float(duration or t.max() + 1), "test")
+
+
+def test_a_lone_request_is_served_as_the_lightest_point_says():
+    cap = capacity(blocks=(0,))
+    res = FleetSimulation(traffic([1.0], 10), cap, ScalingPolicy(capacity_rps=4.0, max_replicas=1), SLO_1S).run()
+    assert res["p50_ttft_ms"] == pytest.approx(100.0)
+    assert res["slo_attainment"] == 1.0 and res["outside_measurements_share"] == 0.0
+    # one replica paid for the whole window, idle but for the request's 0.1 + 10 x 0.01 s
+    assert res["replica_seconds"] == pytest.approx(10.0)
+    assert res["idle_replica_seconds"] == pytest.approx(10.0 - 0.2)
+
+
+def test_requests_beyond_the_slots_queue_and_are_flagged():
+    cap = ConfigCapacity("c", "measured", "test", {1: [point(1.0, 0.5, 1.0, 0.0)]}, cold_start_s=[5.0])
+    assert ReplicaModel(cap.points[1]).slots == 1
+    # three requests at once on one slot: waits of 0, 1 and 2 s (each holds it 1 s + 10 x 0 s)
+    res = FleetSimulation(traffic([0.0, 0.0, 0.0], 10), cap, ScalingPolicy(capacity_rps=1.0, max_replicas=1),
+                          SLO(ttft_ms=1500)).run()
+    assert res["p50_ttft_ms"] == pytest.approx(2000.0)
+    assert res["slo_attainment"] == pytest.approx(1 / 3)
+    assert res["queued_share"] == pytest.approx(2 / 3)
+    assert res["outside_measurements_share"] == pytest.approx(2 / 3)   # 2 and 3 in flight: never measured
+
+
+def test_scale_up_serves_after_the_cold_start_and_scale_down_drains():
+    cap = capacity(blocks=(0,), cold=20.0)
+    # 1 req/s for 60 s, then 6 req/s for 60 s, then 1 req/s for 180 s
+    times = np.concatenate([np.arange(0, 60, 1.0), np.arange(60, 120, 1 / 6), np.arange(120, 300, 1.0)])
+    pol = ScalingPolicy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, scale_down_delay_s=30,
+                        max_replicas=3)
+    sim = FleetSimulation(traffic(times, 300), cap, pol, SLO_1S)
+    res = sim.run()
+    ups = [d for d in res["decisions"] if d["to"] > d["from"]]
+    downs = [d for d in res["decisions"] if d["to"] < d["from"]]
+    assert ups and ups[0]["t_s"] >= 60 and ups[0]["to"] == 2
+    assert downs and downs[0]["t_s"] >= 120 + 30
+    second = sim.replicas[1]
+    assert second.ready_at == pytest.approx(second.paid_from + 20.0)
+    assert not (sim.served_by[times < second.ready_at] == 1).any()      # nothing before it serves
+    assert (sim.served_by == 1).any()
+    # paid: 1 replica all along plus the second from its decision to its stop
+    assert res["replica_seconds"] == pytest.approx(300 + second.stopped_at - second.paid_from)
+    assert res["starting_replica_seconds"] == pytest.approx(20.0)
+    assert res["replicas_max"] == 2
+
+
+def test_more_replicas_than_measured_are_outside_the_measurements():
+    cap = capacity(blocks=(0,), cold=0.0)
+    times = np.arange(0, 120, 1 / 12)                    # 12 req/s: three replicas at capacity 4
+    pol = ScalingPolicy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, max_replicas=3)
+    res = FleetSimulation(traffic(times, 120), cap, pol, SLO_1S).run()
+    assert res["replicas_max"] == 3
+    assert res["outside_measurements_share"] > 0.5
+
+
+def test_a_longer_prompt_than_measured_is_flagged():
+    cap = capacity(blocks=(0,))
+    res = FleetSimulation(traffic([1.0, 5.0], 10, prompt=5000), cap, ScalingPolicy(capacity_rps=4.0), SLO_1S).run()
+    assert res["outside_measurements_share"] == 1.0
+
+
+def test_littles_law_holds_in_the_simulation():
+    """Mean requests in service = arrival rate x mean time in service (a check of the event
+    bookkeeping, not of the model)."""
+    cap = capacity(blocks=(0,))
+    rng = np.random.default_rng(3)
+    times = np.cumsum(rng.exponential(1 / 3.0, 3000))
+    sim = FleetSimulation(traffic(times, float(times[-1]) + 30), cap, ScalingPolicy(capacity_rps=4.0, max_replicas=1),
+                          SLO_1S)
+    res = sim.run()
+    service = (sim.ttft - sim.wait) + sim.tpot * 10
+    busy = res["replica_seconds_serving"] - res["idle_replica_seconds"]
+    # time with at least one request in service is at most the sum of service times
+    assert busy <= service.sum() + 1e-6
+    assert res["completed"] == 3000
+
+
+def test_routing_least_loaded_spreads_by_queue():
+    cap = capacity(sizes=(2,), blocks=(0,))
+    times = np.arange(0, 20, 0.25)
+    pol = ScalingPolicy(capacity_rps=4.0, min_replicas=2, max_replicas=2)
+    sim = FleetSimulation(traffic(times, 20), cap, pol, SLO_1S, routing="least_loaded", initial=2)
+    sim.run()
+    counts = np.bincount(sim.served_by)
+    assert counts.size == 2 and abs(counts[0] - counts[1]) <= len(times) * 0.2
+    with pytest.raises(ValueError, match="protocol.routing"):
+        FleetSimulation(traffic(times, 20), cap, pol, SLO_1S, routing="random")

@@ -1,0 +1,108 @@
+"""tokenfactory plan end to end on a synthetic experiment (two configs, three blocks): plan.json
+with intervals, a cheapest config, SLOs and policy variants side by side, the page; and the
+bad inputs a user can give, each named."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conf.compose import compose_config
+from harness.errors import UserError
+from protocols.registry import Invocation, run_protocol
+from tests.synthetic_experiment import write_experiment
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    return write_experiment(tmp_path_factory.mktemp("plan") / "exp", requests=60, rates=(5.0, 10.0, 20.0))
+
+
+def _trace(path, duration=200.0, peak=12.0, seed=0):
+    """Mooncake-format requests whose rate rises to ``peak`` req/s mid-window and falls again."""
+    rng = np.random.default_rng(seed)
+    t, rows = 0.0, []
+    while t < duration:
+        rate = 2 + (peak - 2) * np.sin(np.pi * t / duration) ** 2
+        t += rng.exponential(1 / rate)
+        rows.append(json.dumps({"timestamp": int(t * 1000), "input_length": 256, "output_length": 32,
+                                "hash_ids": [1]}))
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def _plan(tmp_path, experiment, *extra):
+    trace = _trace(tmp_path / "trace.jsonl")
+    cfg = compose_config(["protocol=plan", f"protocol.experiments=[{experiment}]", "workload=mooncake",
+                          f"workload.path={trace}", "deployment=replicas", "router=vllm",
+                          "deployment.autoscale.cold_start_s=5", "deployment.autoscale.max_replicas=6",
+                          "deployment.autoscale.target=0.3",
+                          "deployment.autoscale.window_s=10", "deployment.autoscale.scale_down_delay_s=30",
+                          "protocol.workers=1", f"output_dir={tmp_path / 'plan'}", *extra])
+    out = run_protocol(cfg, Invocation(explicit=frozenset(e.split("=")[0] for e in extra)))
+    return out, json.loads((out / "plan.json").read_text())
+
+
+def test_plan_two_configs_two_slos_and_a_variant(tmp_path, experiment):
+    out, doc = _plan(tmp_path, experiment, "protocol.slos=[{ttft_ms: 150}]",
+                     "protocol.variants={fast_start: ['cold_start_s=1']}")
+    assert (out / "plan.html").is_file()
+    assert [(p["variant"], p["slo"]["ttft_ms"]) for p in doc["plans"]] == [("base", 400.0), ("fast_start", 400.0),
+                                                                          ("base", 150.0)]
+    base = doc["plans"][0]
+    assert set(base["configs"]) == {"fast", "slow"}
+    for e in base["configs"].values():
+        m = e["metrics"]
+        assert m["slo_attainment"]["interval"][0] <= m["slo_attainment"]["value"] <= m["slo_attainment"]["interval"][1]
+        assert e["resamples"] == 10                      # the exact bootstrap over 3 blocks
+        assert m["replicas_max"]["value"] >= 2 and e["scale_ups"] >= 1
+    for name, e in base["configs"].items():
+        # the runs recorded no cost profile: the plan's own (a CPU host rental) prices the replica-seconds
+        cost = doc["candidates"][name]["cost"]
+        hourly = cost["hourly_per_host"] * cost["num_hosts"] + cost["hourly_per_gpu"] * cost["num_gpus"]
+        assert e["metrics"]["cost_total"]["value"] == pytest.approx(
+            e["metrics"]["replica_seconds"]["value"] / 3600 * hourly)
+    # the slower config needs more replicas for the same traffic
+    assert (base["configs"]["slow"]["metrics"]["replica_seconds"]["value"]
+            > base["configs"]["fast"]["metrics"]["replica_seconds"]["value"])
+    assert base["cheapest"]["ranking"][0] == "fast"
+    assert doc["answers"]["replicas"]["fast"]["peak"] >= 2
+    assert len(doc["answers"]["slos"]) == 2 and doc["answers"]["variants"][0]["variant"] == "fast_start"
+    page = (out / "plan.html").read_text()
+    assert "What a tighter SLO costs" in page and "fast_start" in page
+
+
+def test_an_slo_no_point_meets_is_named_and_skipped(tmp_path, experiment):
+    _, doc = _plan(tmp_path, experiment, "protocol.slos=[{ttft_ms: 1}]", "protocol.resamples=0")
+    tight = doc["plans"][-1]
+    assert not tight["configs"] and "no measured point meets the SLO" in tight["skipped"]["fast"]
+    assert any("protocol.search_low" in w for w in doc["warnings"])
+
+
+def test_nothing_plannable_is_an_error(tmp_path, experiment):
+    with pytest.raises(UserError, match="no candidate can be planned"):
+        _plan(tmp_path, experiment, "slo.ttft_ms=1", "protocol.resamples=0")
+
+
+def test_a_policy_that_cannot_keep_up_is_said(tmp_path, experiment):
+    _, doc = _plan(tmp_path, experiment, "deployment.autoscale.max_replicas=1", "protocol.resamples=0")
+    assert any("cannot keep up" in w for w in doc["warnings"])
+    # the slower config (capacity 10 req/s at this SLO) falls behind a 13 req/s peak; the faster does not
+    assert any("could not keep up" in w for w in doc["plans"][0]["configs"]["slow"]["warnings"])
+    assert not any("could not keep up" in w for w in doc["plans"][0]["configs"]["fast"]["warnings"])
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["protocol.configs=[nope]"], "protocol.configs: nope"),
+    (["protocol.costs={nope: example_cpu_rental}"], "protocol.costs: nope"),
+    (["protocol.variants={v: 3}"], "protocol.variants.v"),
+])
+def test_bad_plan_settings_are_named(tmp_path, experiment, extra, needle):
+    with pytest.raises(UserError, match=needle):
+        _plan(tmp_path, experiment, "protocol.resamples=0", *extra)
+
+
+def test_no_experiment_is_an_error(tmp_path):
+    cfg = compose_config(["protocol=plan"])
+    with pytest.raises(UserError, match="needs finished experiments"):
+        run_protocol(cfg, Invocation())
