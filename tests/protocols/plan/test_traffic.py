@@ -39,7 +39,8 @@ def _trace(path, rows):
 
 def test_build_traffic_from_the_composed_workload(tmp_path):
     trace = _trace(tmp_path / "t.jsonl", [0, 1, 2, 3, 10])
-    cfg = compose_config(["protocol=plan", "workload=mooncake", f"workload.path={trace}", "workload.max_output_tokens=4"])
+    cfg = compose_config(["protocol=plan", "workload=mooncake", f"workload.path={trace}",
+                          "workload.max_output_tokens=4"])
     t = build_traffic(cfg)
     assert list(t.arrival_s) == [0, 1, 2, 3, 10] and t.duration_s == 10 and set(t.output_tokens) == {4}
     day = build_traffic(compose_config(["protocol=plan", "workload=mooncake", f"workload.path={trace}",
