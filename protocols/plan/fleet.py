@@ -3,36 +3,43 @@ the traffic says, a router spreads them over the serving replicas, each replica 
 as its measured operating points say, and the autoscaling policy (``engines.autoscaling``,
 the one the harness scales real replicas by) starts and stops replicas.
 
-A replica's model (``ReplicaModel``), driven by the measured per-replica behaviour:
+A replica's model (``ReplicaModel``): processor sharing driven by the measured per-replica
+behaviour, which is what continuous batching is (every request in flight advances each step,
+each more slowly the more there are):
 
-- It has ``slots``: as many requests in service at once as its runs ever held on average
-  (the highest mean in flight of its operating points, rounded up); a request beyond them
-  waits in the replica's queue, and that wait is part of its TTFT.
-- A request that gets a slot while ``m`` others are in service is served like a request of
-  the operating point whose mean in flight per replica is ``m`` (between two points, one of
-  the two, with probability by distance: a mixture, not an average): its TTFT and TPOT are
-  those of a measured request of that point with about its prompt length (among the
-  nearest by prompt tokens), and it holds its slot for TTFT + TPOT x (output tokens - 1).
-  A Poisson arrival sees the time-average in flight (PASTA), which is what the point's mean
-  in flight is, so the mapping is unbiased at the measured loads.
+- A request brings its work at low load: a TTFT and a TPOT of a measured request of the
+  replica's lightest operating points (mean in flight per replica <= 1, else the lightest),
+  with about its prompt length (drawn among those within 10 % of it, else the nearest few);
+  its decode work is TPOT x (output tokens - 1).
+- While n requests are in flight on the replica, each advances its prefill at 1 / g_ttft(n)
+  and its decode at 1 / g_tpot(n) of its low-load speed.  g(n) is the measured slowdown: at
+  each operating point (mean in flight per replica L_i) its mean TTFT (TPOT) over the light
+  points' mean, made non-decreasing, at n = L_i + 1 (a Poisson arrival sees L_i others on
+  average, PASTA, besides itself), interpolated linearly between points.  Beyond the highest
+  measured count the replica is saturated: g grows as n / n_max (it completes no more
+  requests per second than it did there, and every request waits longer the more there are).
 - The points are those of the measured deployment size closest below the replicas serving
   (``ConfigCapacity.model_size``): two serving replicas behave as each replica of the
   measured two-replica deployment did.
+
+At a measured point the model reproduces its mean latencies by construction (Little's law: the
+point's throughput is L_i over its mean E2E); between points and in overload it is the model
+above, checked against the runs it was built from by ``benchmarks/plan_calibration.py`` and
+against a real replay by ``protocol.validate``.
 
 A new replica is paid for from the policy's decision, serves after ``provision_s`` plus its
 cold start (the measured ``engine_startup_s`` unless ``deployment.autoscale.cold_start_s``),
 and is stopped after draining when the policy scales down (the newest first).
 
-Every request also says whether it was served outside the measurements: it queued for a
-slot (more in flight than any measured run held on average), its replica's arrival rate (over the policy's
+Every request also says whether it was served outside the measurements: more in flight on
+its replica, when it arrived, than any measured run held on average, its replica's arrival rate (over the policy's
 window) above every measured rate, more replicas serving than any measured deployment, or a
 prompt longer than any measured one.  The plan never extrapolates silently.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -55,33 +62,57 @@ class ReplicaModel:
             raise ValueError("no operating point with a completed request")
         pts.sort(key=lambda p: p.in_flight)
         self.points = pts
-        self.in_flight = np.array([p.in_flight for p in pts])
-        self.slots = max(1, math.ceil(self.in_flight.max()))
+        L = np.array([p.in_flight for p in pts])
+        light = [p for p in pts if p.in_flight <= 1.0] or [pts[0]]
+        self.prompt = np.concatenate([p.prompt_tokens for p in light])
+        order = np.argsort(self.prompt, kind="stable")
+        self.prompt = self.prompt[order]
+        self.ttft0 = np.concatenate([p.ttft_s for p in light])[order]
+        tpot = np.concatenate([p.tpot_s for p in light])[order]
+        fill = float(np.nanmean(tpot)) if np.isfinite(tpot).any() else 0.0
+        self.tpot0 = np.where(np.isfinite(tpot), tpot, fill)
+        base_ttft, base_tpot = float(np.mean(self.ttft0)), float(np.mean(self.tpot0))
+        g_ttft = np.array([np.mean(p.ttft_s) / base_ttft for p in pts])
+        g_tpot = np.array([(np.nanmean(p.tpot_s) if np.isfinite(p.tpot_s).any() else base_tpot) / base_tpot
+                           if base_tpot > 0 else 1.0 for p in pts])
+        # latency does not fall as load rises: noise between neighbouring points is flattened.
+        # A request of a point saw on average L others in flight (PASTA) besides itself, so
+        # the slowdown measured at L is the slowdown at a count of L + 1 in the batch.
+        self.L = L + 1.0
+        self.g_ttft = np.maximum.accumulate(np.maximum(g_ttft, 1.0))
+        self.g_tpot = np.maximum.accumulate(np.maximum(g_tpot, 1.0))
+        self.max_in_flight = float(self.L.max())
         self.max_rate = max(p.rate_rps for p in pts)
         self.max_prompt = max(int(p.prompt_tokens.max()) for p in pts)
-        self.tpot_fill = [float(np.nanmedian(p.tpot_s)) if np.isfinite(p.tpot_s).any() else 0.0 for p in pts]
+        self.cache: dict[int, tuple[float, float]] = {}
 
-    def sample(self, others: int, prompt: int, rng: np.random.Generator) -> tuple[float, float]:
-        """(TTFT, TPOT) of a request served beside ``others`` requests (module doc)."""
-        L = self.in_flight
-        if others <= L[0]:
-            i = 0
-        elif others >= L[-1]:
-            i = len(L) - 1
-        else:
-            j = int(np.searchsorted(L, others))          # L[j-1] < others <= L[j]
-            gap = L[j] - L[j - 1]
-            i = j if gap <= 0 or rng.random() < (others - L[j - 1]) / gap else j - 1
-        p = self.points[i]
-        n = p.prompt_tokens.size
-        k = int(np.searchsorted(p.prompt_tokens, prompt))
-        half = max(2, n // 20)
-        lo, hi = max(0, k - half), min(n, k + half)
-        if hi <= lo:
-            lo, hi = max(0, n - 2 * half), n
+    def work(self, prompt: int, rng: np.random.Generator) -> tuple[float, float]:
+        """(TTFT, TPOT) at low load of a request of ``prompt`` tokens (module doc)."""
+        n = self.prompt.size
+        lo = int(np.searchsorted(self.prompt, 0.9 * prompt, side="left"))
+        hi = int(np.searchsorted(self.prompt, 1.1 * prompt, side="right"))
+        few = min(n, max(3, n // 20))
+        if hi - lo < few:
+            k = min(int(np.searchsorted(self.prompt, prompt)), n - 1)
+            lo = max(0, min(k - few // 2, n - few))
+            hi = lo + few
         r = int(rng.integers(lo, hi))
-        tpot = float(p.tpot_s[r])
-        return float(p.ttft_s[r]), (tpot if math.isfinite(tpot) else self.tpot_fill[i])
+        return float(self.ttft0[r]), float(self.tpot0[r])
+
+    def slowdown(self, n: int) -> tuple[float, float]:
+        """(g_ttft, g_tpot) with ``n`` requests in flight (module doc)."""
+        got = self.cache.get(n)
+        if got is None:
+            got = self.cache[n] = self._slowdown(n)
+        return got
+
+    def _slowdown(self, n: int) -> tuple[float, float]:
+        if n <= self.L[0]:
+            return float(self.g_ttft[0]), float(self.g_tpot[0])
+        if n >= self.max_in_flight:
+            k = n / self.max_in_flight
+            return float(self.g_ttft[-1] * k), float(self.g_tpot[-1] * k)
+        return float(np.interp(n, self.L, self.g_ttft)), float(np.interp(n, self.L, self.g_tpot))
 
 
 @dataclass
@@ -89,12 +120,19 @@ class Replica:
     index: int
     paid_from: float
     ready_at: float
-    slots: simpy.Resource
-    busy: int = 0
+    model: ReplicaModel | None = None
+    # request index -> [phase (0 prefill, 1 decode), work left in that phase, decode work]
+    active: dict = field(default_factory=dict)
+    wake: object = None              # the event that tells its service loop something changed
     routed: bool = False             # taking new requests
     stopped_at: float | None = None
     idle_since: float | None = None
     idle_s: float = 0.0
+    last: float = 0.0                # when its batch last advanced
+
+    @property
+    def busy(self) -> int:
+        return len(self.active)
 
 
 class FleetSimulation:
@@ -110,6 +148,8 @@ class FleetSimulation:
         self.initial = max(policy.min_replicas, min(policy.max_replicas, int(initial)))
         self.rng = np.random.default_rng(seed)
         self.models = {s: ReplicaModel(capacity.points[s]) for s in capacity.sizes}
+        self.model_by_serving: dict[int, ReplicaModel] = {}
+        self.n_serving = 0
         cold = policy.cold_start_s if policy.cold_start_s is not None else capacity.cold_start()
         if cold is None:
             raise ValueError(f"config {capacity.name!r}: no measured cold start (engine_startup_s) to scale up by; "
@@ -123,7 +163,7 @@ class FleetSimulation:
         n = len(self.traffic)
         self.ttft = np.full(n, np.nan)
         self.tpot = np.full(n, np.nan)
-        self.wait = np.zeros(n)
+        self.arrived = np.full(n, np.nan)
         self.served_by = np.full(n, -1, dtype=np.int64)
         self.outside = np.zeros(n, dtype=bool)
         self.replicas: list[Replica] = []
@@ -143,9 +183,10 @@ class FleetSimulation:
     def add_replica(self, ready: bool = False) -> Replica:
         env = self.env
         r = Replica(index=len(self.replicas), paid_from=env.now,
-                    ready_at=env.now if ready else env.now + self.start_delay,
-                    slots=simpy.Resource(env, capacity=self.slot_count(len(self.serving()) + 1)))
+                    ready_at=env.now if ready else env.now + self.start_delay, last=env.now)
+        r.wake = env.event()
         self.replicas.append(r)
+        env.process(self.service(r))
         self.per_replica_arrivals[r.index] = ArrivalWindow(self.policy.window_s, origin_s=r.ready_at)
         if ready:
             r.routed, r.idle_since = True, env.now
@@ -153,10 +194,6 @@ class FleetSimulation:
             env.process(self.come_up(r))
         self.note_change()
         return r
-
-    def slot_count(self, serving: int) -> int:
-        size, _ = self.capacity.model_size(max(1, serving))
-        return self.models[size].slots
 
     def come_up(self, r: Replica):
         yield self.env.timeout(r.ready_at - self.env.now)
@@ -172,7 +209,8 @@ class FleetSimulation:
 
     def note_change(self) -> None:
         paid = sum(1 for r in self.replicas if r.stopped_at is None)
-        self.changes.append((self.env.now, paid, len(self.serving())))
+        self.n_serving = len(self.serving())
+        self.changes.append((self.env.now, paid, self.n_serving))
 
     def arrive(self):
         env, t = self.env, self.traffic
@@ -181,46 +219,90 @@ class FleetSimulation:
             if dt > 0:
                 yield env.timeout(dt)
             self.arrivals.add(env.now)
-            env.process(self.serve(i, self.route()))
+            self.admit(i, self.route())
 
     def route(self) -> Replica:
         up = self.serving()
         self.rr += 1
         if self.routing == "least_loaded":   # ties go round the replicas, as a router's would
-            return min(up, key=lambda r: (r.busy + len(r.slots.queue), (r.index - self.rr) % len(self.replicas)))
+            return min(up, key=lambda r: (r.busy, (r.index - self.rr) % len(self.replicas)))
         return up[(self.rr - 1) % len(up)]
 
-    def serve(self, i: int, r: Replica):
-        env = self.env
-        arrived = env.now
+    def admit(self, i: int, r: Replica) -> None:
+        """Request ``i`` joins replica ``r``'s batch with its low-load work (module doc)."""
+        now = self.env.now
         win = self.per_replica_arrivals[r.index]
-        win.add(arrived)
-        with r.slots.request() as slot:
-            yield slot
-            others = r.busy
-            r.busy += 1
-            if r.idle_since is not None:
-                r.idle_s += env.now - r.idle_since
-                r.idle_since = None
-            serving = max(1, len(self.serving()))
-            size, beyond_size = self.capacity.model_size(serving)
-            model = self.models[size]
-            prompt = int(self.traffic.prompt_tokens[i])
-            ttft, tpot = model.sample(others, prompt, self.rng)
-            out = int(self.traffic.output_tokens[i])
-            self.wait[i] = env.now - arrived
-            # queued for a slot: more in flight than any measured run held on average
-            self.outside[i] = (beyond_size or self.wait[i] > 0 or prompt > model.max_prompt
-                               or win.rate(arrived) > model.max_rate * 1.05)
-            self.ttft[i] = self.wait[i] + ttft
-            self.tpot[i] = tpot if out > 1 else np.nan
-            self.served_by[i] = r.index
-            yield env.timeout(ttft + tpot * max(out - 1, 0))
-            r.busy -= 1
-            if r.busy == 0:
+        win.add(now)
+        if r.idle_since is not None:
+            r.idle_s += now - r.idle_since
+            r.idle_since = None
+        size, beyond_size = self.capacity.model_size(max(1, len(self.serving())))
+        model = self.models[size]
+        prompt = int(self.traffic.prompt_tokens[i])
+        ttft0, tpot0 = model.work(prompt, self.rng)
+        out = int(self.traffic.output_tokens[i])
+        self.outside[i] = (beyond_size or r.busy + 1 > model.max_in_flight * 1.05 or prompt > model.max_prompt
+                           or win.rate(now) > model.max_rate * 1.05)
+        self.tpot[i] = np.nan if out <= 1 else 0.0
+        self.served_by[i] = r.index
+        self.arrived[i] = now
+        self.advance(r)
+        r.active[i] = [0, ttft0, tpot0 * max(out - 1, 0)]
+        if not r.wake.triggered:
+            r.wake.succeed()
+
+    def speeds(self, r: Replica) -> tuple[float, float]:
+        return self.model_for(self.n_serving).slowdown(len(r.active))
+
+    def model_for(self, serving: int) -> ReplicaModel:
+        m = self.model_by_serving.get(serving)
+        if m is None:
+            size, _ = self.capacity.model_size(max(1, serving))
+            m = self.model_by_serving[serving] = self.models[size]
+        return m
+
+    def advance(self, r: Replica) -> None:
+        """Every request in flight on ``r`` advances by the time since the last change, at the
+        speed of the count that held over it."""
+        now = self.env.now
+        dt, r.last = now - r.last, now
+        if dt <= 0 or not r.active:
+            return
+        g_pre, g_dec = self.speeds(r)
+        for a in r.active.values():
+            a[1] -= dt / (g_pre if a[0] == 0 else g_dec)
+
+    def service(self, r: Replica):
+        """The replica's batch over time: the loop wakes at the next phase end, or when a
+        request joins (``admit`` advances the batch first, so each stretch runs at its count)."""
+        env = self.env
+        while r.stopped_at is None:
+            self.advance(r)
+            done = []
+            for i, a in r.active.items():
+                if a[0] == 0 and a[1] <= 1e-9:
+                    self.ttft[i] = env.now - self.arrived[i]
+                    a[0], a[1] = 1, a[2]
+                if a[0] == 1 and a[1] <= 1e-9:
+                    done.append(i)
+            for i in done:
+                del r.active[i]
+                out = int(self.traffic.output_tokens[i])
+                if out > 1:
+                    self.tpot[i] = (env.now - self.arrived[i] - self.ttft[i]) / (out - 1)
+            if done and not r.active:
                 r.idle_since = env.now
-        if not r.routed and r.busy == 0 and not r.slots.queue and r.stopped_at is None:
-            self.stop(r)
+                if not r.routed:
+                    self.stop(r)
+                    return
+            if r.wake.triggered:
+                r.wake = env.event()
+            if not r.active:
+                yield r.wake
+                continue
+            g_pre, g_dec = self.speeds(r)
+            nxt = min(a[1] * (g_pre if a[0] == 0 else g_dec) for a in r.active.values())
+            yield env.timeout(max(nxt, 0.0)) | r.wake
 
     def stop(self, r: Replica) -> None:
         if r.idle_since is not None and r.ready_at <= self.env.now:
@@ -238,8 +320,8 @@ class FleetSimulation:
             rate = self.arrivals.rate(env.now)
             if cap:
                 self.needed.append((env.now, int(needed_replicas(np.array([rate]), cap)[0])))
-            value = rate if p.signal == "utilisation" else float(sum(r.busy + len(r.slots.queue)
-                                                                     for r in self.replicas if r.stopped_at is None))
+            value = rate if p.signal == "utilisation" else float(sum(r.busy for r in self.replicas
+                                                                     if r.stopped_at is None))
             serving, starting = self.serving(), self.starting()
             current = len(serving) + len(starting)
             to = self.autoscaler.decide(env.now, value, current)
@@ -259,8 +341,10 @@ class FleetSimulation:
         r = serving.pop()       # the newest serving replica stops taking requests, drains, stops
         r.routed = False
         self.note_change()
-        if r.busy == 0 and not r.slots.queue:
+        if r.busy == 0:
             self.stop(r)
+            if not r.wake.triggered:
+                r.wake.succeed()
 
     # ------------------------------------------------------------------ what it gives
     def result(self) -> dict:
@@ -286,7 +370,6 @@ class FleetSimulation:
         rep["starting_replica_seconds"] = rep["replica_seconds"] - rep["replica_seconds_serving"]
         out = {**req, **rep,
                "outside_measurements_share": float(self.outside.mean()) if self.outside.size else 0.0,
-               "queued_share": float((self.wait > 1e-9).mean()) if self.wait.size else 0.0,
                "scale_ups": sum(1 for d in self.autoscaler.decisions if d["to"] > d["from"]),
                "scale_downs": sum(1 for d in self.autoscaler.decisions if d["to"] < d["from"]),
                "start_delay_s": self.start_delay, "initial_replicas": self.initial}

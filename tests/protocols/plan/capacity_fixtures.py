@@ -18,12 +18,13 @@ def point(rate, in_flight, ttft, tpot, block=0, n=40, prompt=100, failed=0) -> O
 
 
 def capacity(name="c", sizes=(1,), blocks=(0, 1, 2), scale=1.0, cold=10.0) -> ConfigCapacity:
-    """Per replica: fast below 2 in flight, slow (misses a 1 s TTFT SLO) at 6 in flight."""
+    """Per replica, three points consistent with Little's law (in flight = rate x (TTFT + 10 TPOT)):
+    fast at 1 and 4 req/s, slow at 8 (its TTFT of 1.5 s misses a 1 s SLO)."""
     pts = {}
     for s in sizes:
         pts[s] = [p for b in blocks for p in (
             point(1.0, 0.2, 0.1 * scale * (1 + 0.05 * b), 0.01, b),
-            point(4.0, 1.5, 0.2 * scale * (1 + 0.05 * b), 0.02, b),
-            point(8.0, 6.0, 2.0 * scale, 0.05, b))]
+            point(4.0, 1.6, 0.2 * scale * (1 + 0.05 * b), 0.02, b),
+            point(8.0, 16.0, 1.5 * scale, 0.05, b))]
     return ConfigCapacity(name=name, source="measured", origin="test", points=pts,
                           cold_start_s=[cold] * len(blocks), cost=dict(COST))
