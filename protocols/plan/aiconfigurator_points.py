@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib.util
 import json
 import math
 import os
@@ -132,6 +133,8 @@ def main(argv: list[str]) -> int:
     # aiconfigurator logs to stdout; the harness reads only OUT, and shows stderr on failure
     with contextlib.redirect_stdout(sys.stderr):
         try:
+            if importlib.util.find_spec(TOOL) is None:
+                raise BadInput("estimator_python", f"{sys.executable} has no {TOOL} to import")
             out = run(req)
         except BadInput as e:
             out, code = {"error": {"field": e.field, "message": str(e)}}, 2

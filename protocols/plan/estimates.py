@@ -112,6 +112,9 @@ def run_estimator(spec: PlanEstimate, python: str, key: str = "protocol.estimate
                 out = None
     if isinstance(out, dict) and "error" in out:
         err = out["error"]
+        if err.get("field") == "estimator_python":
+            raise UserError(f"protocol.estimator_python: {err.get('message')}: build aiconfigurator's venv with "
+                            f"`{BUILD}` (it prints the interpreter) or set protocol.estimator_python=PATH")
         raise UserError(f"{key}.{err.get('field', 'model')}: {err.get('message')}")
     if proc.returncode != 0 or not isinstance(out, dict):
         tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
