@@ -101,7 +101,8 @@ def run_estimator(spec: PlanEstimate, python: str, key: str = "protocol.estimate
         req_path.write_text(json.dumps(request))
         try:
             proc = subprocess.run([python, str(SCRIPT), str(req_path), str(out_path)], capture_output=True,
-                                  text=True, timeout=timeout_s, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                                  text=True, timeout=timeout_s, check=False,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})  # a plan fetches nothing
         except subprocess.TimeoutExpired:
             raise UserError(f"{key}: aiconfigurator ran past {timeout_s:.0f} s ({python})") from None
         out = None
@@ -293,13 +294,22 @@ def estimated_capacity(spec: PlanEstimate, *, python: str | None = None, key: st
 
 # ------------------------------------------------------------------------------------ error
 def _curve(points: list[OperatingPoint], by: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    xs = np.array([p.rate_rps if by == "rate" else p.in_flight for p in points])
-    order = np.argsort(xs)
-    ys = {"ttft_s": np.array([float(np.mean(p.ttft_s)) for p in points]),
-          "tpot_s": np.array([float(np.mean(p.tpot_s)) for p in points]),
-          "throughput_rps": np.array([p.rate_rps for p in points]),
-          "in_flight": np.array([p.in_flight for p in points])}
-    return xs[order], {k: v[order] for k, v in ys.items()}
+    """The estimated curve against its load, in order of requests in flight; by rate, only up to
+    the first point whose rate does not rise (past saturation a rate matches two loads)."""
+    pts = sorted(points, key=lambda p: p.in_flight)
+    if by == "rate":
+        keep = [pts[0]]
+        for p in pts[1:]:
+            if p.rate_rps <= keep[-1].rate_rps:
+                break
+            keep.append(p)
+        pts = keep
+    xs = np.array([p.rate_rps if by == "rate" else p.in_flight for p in pts])
+    ys = {"ttft_s": np.array([float(np.mean(p.ttft_s)) for p in pts]),
+          "tpot_s": np.array([float(np.mean(p.tpot_s)) for p in pts]),
+          "throughput_rps": np.array([p.rate_rps for p in pts]),
+          "in_flight": np.array([p.in_flight for p in pts])}
+    return xs, ys
 
 
 def _rel(est: float, meas: float) -> float | None:
@@ -311,7 +321,8 @@ def estimate_error(estimated: ConfigCapacity, measured: ConfigCapacity, by: str 
     measured run (every deployment size and block; loads are per replica on both sides).
 
     The estimated curve (its points at deployment size 1) is interpolated linearly at the run's
-    load, ``by`` its mean requests in flight (``in_flight``) or its offered rate (``rate``); a
+    load, ``by`` its mean requests in flight (``in_flight``) or its offered rate (``rate``: up to
+    the estimated rate's peak); a
     load outside the estimated range gets ``within_estimates: false`` and no errors (nothing is
     extrapolated).  Measured: TTFT and TPOT medians over the run's completed requests, and its
     throughput, offered rate x completed / (completed + failed) requests/s per replica.

@@ -178,6 +178,29 @@ def test_estimate_error_by_rate():
         estimates.estimate_error(est, measured, by="tokens")
 
 
+def test_estimate_error_by_rate_stops_at_the_estimated_rate_s_peak():
+    out = {"rows": [{"concurrency": 1, "ttft": 40.0, "tpot": 5.0}, {"concurrency": 9, "ttft": 80.0, "tpot": 9.0},
+                    {"concurrency": 30, "ttft": 3000.0, "tpot": 30.0}]}   # past saturation: a lower rate
+    est = estimates.capacity_from_output(spec(isl=1000, osl=201, concurrencies=[1, 9, 30]), out)
+    r9 = est.points[1][1].rate_rps
+    assert est.points[1][2].rate_rps < r9
+    measured = ConfigCapacity(name="x", source="measured", origin="o",
+                              points={1: [measured_point(r9 * 0.99, 8.0, [0.08], [0.009], prompt=1000, output=201)]})
+    (row,) = estimates.estimate_error(est, measured, by="rate")
+    assert row["within_estimates"] and row["in_flight_estimated"] < 9
+
+
+def test_the_plan_reads_an_estimated_capacity_like_a_measured_one(fake_python):
+    from metrics.slo import SLO
+
+    cap = estimates.estimated_capacity(spec(concurrencies=[1, 8, 32]), python=fake_python)
+    rates = [p.rate_rps for p in cap.points[1]]
+    # TPOT at 8 in flight: 4.4 ms, at 32: 5.6 ms; a 5 ms p90 TPOT limit keeps 8, not 32
+    got = cap.max_load(SLO(tpot_ms=5.0, percentile=90))
+    assert got["mean"] == pytest.approx(rates[1]) and got["first_fail"] == [pytest.approx(rates[2])]
+    assert cap.cold_start() == 60.0
+
+
 # ------------------------------------------------------------------------------------ bad input
 def test_an_unknown_model_names_the_key_and_the_closest_known(fake_python):
     with pytest.raises(UserError) as e:
