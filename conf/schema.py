@@ -444,6 +444,7 @@ class PlanEstimate:
     cost: Optional[str] = None                # the cost profile (conf/cost/NAME) a replica is priced with
     cold_start_s: float = _f(MISSING, ge=0)   # a replica's start time: an assumption to state, nothing measures it
     hardware: Optional[str] = None            # conf/hardware profile of the roofline; null: from system (h200_sxm)
+    compare_with: Optional[str] = None        # the measured config its error is computed against; null: same name
 
 
 @dataclass

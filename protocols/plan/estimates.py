@@ -293,6 +293,13 @@ def estimated_capacity(spec: PlanEstimate, *, python: str | None = None, key: st
 
 
 # ------------------------------------------------------------------------------------ error
+def measured_counterparts(spec: PlanEstimate, measured: list[ConfigCapacity]) -> list[ConfigCapacity]:
+    """The measured configs an estimate is checked against: named ``spec.compare_with``, else
+    ``spec.name`` (also as the ``NAME`` of ``EXPERIMENT:NAME``)."""
+    target = spec.compare_with or spec.name
+    return [m for m in measured if m.source != "estimated" and (m.name == target or m.name.endswith(f":{target}"))]
+
+
 def _curve(points: list[OperatingPoint], by: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The estimated curve against its load, in order of requests in flight; by rate, only up to
     the first point whose rate does not rise (past saturation a rate matches two loads)."""

@@ -165,6 +165,15 @@ def test_estimate_error_interpolates_the_estimate_at_each_measured_load():
     assert rows[2]["ttft_s_estimated"] == pytest.approx(0.040 + 0.040 * 2 / 8)
 
 
+def test_measured_counterparts_by_name_or_compare_with():
+    est = estimated_fixture()
+    a = ConfigCapacity(name="llama8b_h200", source="measured", origin="o", points={})
+    b = ConfigCapacity(name="exp_b:llama8b_h200", source="measured", origin="o", points={})
+    c = ConfigCapacity(name="vllm_cpu", source="measured", origin="o", points={})
+    assert estimates.measured_counterparts(spec(), [a, b, c, est]) == [a, b]
+    assert estimates.measured_counterparts(spec(compare_with="vllm_cpu"), [a, b, c]) == [c]
+
+
 def test_estimate_error_by_rate():
     est = estimated_fixture()
     rates = sorted(p.rate_rps for p in est.points[1])
