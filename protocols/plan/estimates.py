@@ -242,11 +242,11 @@ def capacity_from_output(spec: PlanEstimate, out: Mapping, *, key: str = "protoc
     points = []
     for row in out.get("rows") or []:
         c = float(row.get("concurrency") or 0)
-        ttft_s, tpot_s = row.get("ttft"), row.get("tpot")
-        if not c > 0 or ttft_s is None or tpot_s is None or not ttft_s > 0 or not tpot_s > 0:
+        ttft_ms, tpot_ms = row.get("ttft"), row.get("tpot")   # aiconfigurator's unit
+        if not c > 0 or ttft_ms is None or tpot_ms is None or not ttft_ms > 0 or not tpot_ms > 0:
             notes.append(f"concurrency {row.get('concurrency')}: aiconfigurator gave no positive TTFT/TPOT: left out")
             continue
-        ttft_s, tpot_s = ttft_s / 1e3, tpot_s / 1e3
+        ttft_s, tpot_s = ttft_ms / 1e3, tpot_ms / 1e3
         latency = ttft_s + tpot_s * (spec.osl - 1)
         bound = None
         if shape is not None:
