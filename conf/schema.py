@@ -417,6 +417,37 @@ class PlanTraffic:
 
 
 @dataclass
+class PlanEstimate:
+    """A config whose capacity comes from a performance model, NVIDIA's aiconfigurator, instead of
+    measured runs (protocols/plan/estimates.py): hardware not at hand.  Its points are marked
+    estimated wherever they appear; a replica is one deployment unit (one TP x PP group, or one
+    prefill/decode set); each concurrency gives one point."""
+    name: str = MISSING                       # its name in the plan (measured runs of that name: the estimate's error)
+    # aiconfigurator's model name (meta-llama/Meta-Llama-3.1-8B, Qwen/Qwen3-8B, ...) or a folder with config.json
+    model: str = MISSING
+    system: str = MISSING                     # aiconfigurator's GPU system: h100_sxm, h200_sxm, b200_sxm, ...
+    backend: str = _f("vllm", choices=("vllm", "sglang", "trtllm"))
+    version: Optional[str] = None             # the backend's version in aiconfigurator's data; null: its current one
+    isl: int = _f(1024, ge=1)                 # prompt tokens of every request
+    osl: int = _f(256, ge=2)                  # output tokens of every request
+    tp: int = _f(1, ge=1)                     # tensor parallel size of a worker (prefill and decode workers unless set)
+    pp: int = _f(1, ge=1)                     # pipeline parallel size of a worker
+    disaggregated: bool = False               # true: a replica is a prefill/decode set
+    prefill_workers: int = _f(1, ge=1)        # disaggregated: prefill workers in a set
+    decode_workers: int = _f(1, ge=1)         # disaggregated: decode workers in a set (concurrencies: multiples)
+    prefill_tp: Optional[int] = _f(None, ge=1)  # disaggregated: null = tp
+    decode_tp: Optional[int] = _f(None, ge=1)   # disaggregated: null = tp
+    prefill_batch_size: int = _f(1, ge=1)     # disaggregated: prompts a prefill worker batches
+    # requests in flight per replica, one point each
+    concurrencies: List[int] = _f(factory=lambda: [1, 4, 16, 64], each={"ge": 1})
+    requests: int = _f(50, ge=1)              # requests each point holds (all alike: a model gives means)
+    cost: Optional[str] = None                # the cost profile (conf/cost/NAME) a replica is priced with
+    cold_start_s: float = _f(MISSING, ge=0)   # a replica's start time: an assumption to state, nothing measures it
+    hardware: Optional[str] = None            # conf/hardware profile of the roofline; null: from system (h200_sxm)
+    compare_with: Optional[str] = None        # the measured config its error is computed against; null: same name
+
+
+@dataclass
 class PlanProtocol:
     """``tokenfactory plan``: size and price a fleet for a traffic source from finished
     experiments' measured capacity, by a discrete-event simulation of the deployment's
@@ -444,6 +475,9 @@ class PlanProtocol:
     # a real replay's run folder (load=trace, deployment.autoscale.enabled): the plan's error against it
     validate: Optional[str] = None
     seed: int = 0
+    # configs whose capacity aiconfigurator estimates (hardware not at hand), beside the measured ones
+    estimates: List[PlanEstimate] = field(default_factory=list)
+    estimator_python: Optional[str] = None    # aiconfigurator's Python; null: ~/.cache/tokenfactory/aiconfigurator-venv
 
 
 @dataclass

@@ -47,6 +47,8 @@ class OperatingPoint:
     block: int = 0
     run_dir: str = ""
     estimated: bool = False
+    # an estimated point's roofline bound beside it (protocols.plan.estimates.roofline_beside)
+    roofline: dict | None = None
 
     def __post_init__(self):
         order = np.argsort(self.prompt_tokens, kind="stable")

@@ -1,0 +1,1 @@
+"""A stand-in for aiconfigurator in tests (README.md beside this folder)."""
