@@ -22,12 +22,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.autoscaling import ScalingPolicy  # noqa: E402
-from metrics.fleet import request_metrics  # noqa: E402
-from metrics.slo import SLO  # noqa: E402
-from protocols.plan.capacity import read_experiment  # noqa: E402
-from protocols.plan.fleet import FleetSimulation  # noqa: E402
-from protocols.plan.traffic import Traffic  # noqa: E402
+from engines.autoscaling import ScalingPolicy
+from metrics.fleet import request_metrics
+from metrics.slo import SLO
+from protocols.plan.capacity import read_experiment
+from protocols.plan.fleet import FleetSimulation
+from protocols.plan.traffic import Traffic
 
 
 def main() -> int:
