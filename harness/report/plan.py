@@ -40,7 +40,8 @@ def plan_tables(doc: dict) -> str:
     out = []
     for plan in doc["plans"]:
         names = list(plan["configs"])
-        head = ["metric"] + [n + (" (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
+        head = ["metric"] + [n + (" (estimated)" if plan["configs"][n].get("source") == "estimated" else
+                                  " (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
                              for n in names]
         rows = [[esc(label)] + [esc(_est(plan["configs"][n]["metrics"][k])) for n in names] for k, label in ROWS]
         rows.append([esc("meets the SLO")] + [esc(fmt(plan["configs"][n]["meets_slo"])) for n in names])
@@ -77,6 +78,34 @@ def answers_html(doc: dict) -> str:
                  for n in names] for v in a["variants"]]
         html += "<h3>Policy variants at the first SLO</h3>" + table(["variant"] + names, rows)
     return html
+
+
+def estimates_html(doc: dict) -> str:
+    """Estimated candidates: each point beside its roofline bound, and the error against
+    measured runs of the same config where there are some."""
+    out = []
+    for name, e in (doc.get("estimates") or {}).items():
+        rows = []
+        for q in e["points"]:
+            rf = q.get("roofline") or {}
+            rows.append([esc(fmt(q["in_flight"])), esc(fmt(q["rate_rps"])), esc(fmt(q["ttft_ms"])),
+                         esc(fmt(q["tpot_ms"])), esc(fmt(_ms(rf.get("prefill_s")))),
+                         esc(fmt(_ms(rf.get("decode_step_s")))),
+                         esc("yes: impossible" if rf.get("faster_than_roofline") else "no")])
+        out.append(f"<h3>{esc(name)} (estimated: {esc(e['origin'])})</h3>" + table(
+            ["in flight", "req/s", "TTFT ms (estimated)", "TPOT ms (estimated)", "prefill bound ms (roofline)",
+             "decode step bound ms (roofline)", "faster than the bound"], rows))
+        for m, errs in (e.get("error_against_measured") or {}).items():
+            rows = [[esc(fmt(r.get("in_flight_measured"))), esc(fmt(r.get("ttft_s_rel_error"))),
+                     esc(fmt(r.get("tpot_s_rel_error"))), esc(fmt(r.get("throughput_rps_rel_error")))]
+                    for r in errs]
+            out.append(f"<p>Error against measured {esc(m)}:</p>" + table(
+                ["in flight (measured)", "TTFT rel. error", "TPOT rel. error", "throughput rel. error"], rows))
+    return "".join(out)
+
+
+def _ms(seconds):
+    return seconds * 1e3 if seconds is not None else None
 
 
 def validation_html(doc: dict) -> str:
@@ -178,6 +207,7 @@ def write_plan_page(folder: str | Path) -> Path:
                 ("timeline", "Over the window", "".join(by.get("timeline", []))),
                 ("cost", "Cost", "".join(by.get("cost", []))),
                 ("validation", "Validation against a real replay", validation_html(doc)),
+                ("estimates", "Estimated capacity beside the roofline", estimates_html(doc)),
                 ("capacity", "Capacity measurements", "".join(by.get("capacity", []))),
                 ("warnings", "Warnings", f"<ul class='warnings'>{warn}</ul>" if warn else "")]
     page = folder / PAGE

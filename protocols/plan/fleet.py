@@ -78,7 +78,8 @@ class ReplicaModel:
         # latency does not fall as load rises: noise between neighbouring points is flattened.
         # A request of a point saw on average L others in flight (PASTA) besides itself, so
         # the slowdown measured at L is the slowdown at a count of L + 1 in the batch.
-        self.L = L + 1.0
+        # (An estimated point's in flight is a fixed concurrency: it already counts the request.)
+        self.L = L + np.array([0.0 if p.estimated else 1.0 for p in pts])
         self.g_ttft = np.maximum.accumulate(np.maximum(g_ttft, 1.0))
         self.g_tpot = np.maximum.accumulate(np.maximum(g_tpot, 1.0))
         self.max_in_flight = float(self.L.max())

@@ -54,6 +54,10 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
     warnings = list(traffic.notes)
+    for name, chk in estimate_checks(p, cands).items():
+        if chk["faster_than_roofline"]:
+            warnings.append(f"{name} (estimated): faster than the roofline bound at {chk['faster_than_roofline']} "
+                            "in flight: an impossible estimate")
     initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
     jobs, plans = [], []
     for si, (slo_cfg, slo) in enumerate(slos):
@@ -68,7 +72,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                     plan["skipped"][cap.name] = why
                     warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
                     continue
-                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity}
+                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source}
                 warnings += check_inputs(cap, traffic, policy, capacity)
                 jobs.append((len(plans), cap.name, None, 1.0, cap, policy, slo))
                 for blocks, w in resamples(cap.blocks, int(p.resamples), int(p.seed)):
@@ -106,7 +110,8 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
            "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
            "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
            "candidates": {c.name: describe_candidate(c) for c in cands},
-           "plans": plans, "answers": record.answers(plans), "warnings": sorted(set(warnings)),
+           "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
+           "warnings": sorted(set(warnings)),
            "overrides": list(overrides or [])}
     if p.validate:
         from protocols.plan.validation import validate
@@ -124,15 +129,16 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
 # ------------------------------------------------------------------------------ inputs
 def candidates(p) -> list[ConfigCapacity]:
     """The candidates of ``protocol.experiments`` (module doc), filtered by ``protocol.configs``."""
-    if not p.experiments:
+    if not p.experiments and not p.estimates:
         raise UserError("tokenfactory plan needs finished experiments: tokenfactory plan RESULTS_DIR ... "
-                        "(or protocol.experiments=[DIR, ...])")
+                        "(or protocol.experiments=[DIR, ...]; or estimated configs, protocol.estimates=[...])")
     out = []
     for folder in p.experiments:
         caps = read_experiment(folder)
         exp = results_io.read_json(Path(folder) / "experiment.json") if (Path(folder) / "experiment.json").is_file() \
             else {}
         out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
+    out += estimated(p)
     names = [c.name for c in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -147,6 +153,47 @@ def candidates(p) -> list[ConfigCapacity]:
             raise UserError(f"protocol.configs: {', '.join(missing)} not among the experiments' candidates "
                             f"({', '.join(sorted(known))})")
         out = [c for c in out if c.name in want]
+    return out
+
+
+def estimated(p) -> list[ConfigCapacity]:
+    """``protocol.estimates``: configs whose capacity aiconfigurator estimates (hardware not at
+    hand), marked estimated wherever they appear (``protocols.plan.estimates``)."""
+    if not p.estimates:
+        return []
+    from conf.schema import PlanEstimate
+    from protocols.plan.estimates import estimated_capacity
+
+    out = []
+    for i, node in enumerate(p.estimates):
+        key = f"protocol.estimates[{i}]"
+        try:
+            spec = typed(node, PlanEstimate)
+        except Exception as e:  # noqa: BLE001 - OmegaConf names the key in its message
+            raise UserError(f"{key}: {e}") from None
+        out.append(estimated_capacity(spec, python=p.estimator_python, key=key))
+    return out
+
+
+def estimate_checks(p, cands: list[ConfigCapacity]) -> dict:
+    """Per estimated candidate: its points beside their roofline bounds (an estimate faster
+    than the bound is flagged) and, where measured runs of the same config exist, its error."""
+    from conf.schema import PlanEstimate
+    from protocols.plan.estimates import estimate_error, measured_counterparts
+
+    out = {}
+    measured = [c for c in cands if c.source != "estimated"]
+    for node in p.estimates or []:
+        spec = typed(node, PlanEstimate)
+        est = next((c for c in cands if c.source == "estimated" and c.name == spec.name), None)
+        if est is None:
+            continue
+        pts = [{"in_flight": q.in_flight, "rate_rps": q.rate_rps, "ttft_ms": float(q.ttft_s[0]) * 1e3,
+                "tpot_ms": float(q.tpot_s[0]) * 1e3, "roofline": q.roofline} for q in est.points.get(1, [])]
+        errors = {m.name: estimate_error(est, m) for m in measured_counterparts(spec, measured)}
+        out[spec.name] = {"origin": est.origin, "points": pts, "faster_than_roofline":
+                          [q["in_flight"] for q in pts if (q["roofline"] or {}).get("faster_than_roofline")],
+                          "error_against_measured": errors or None, "notes": est.notes}
     return out
 
 
@@ -395,7 +442,8 @@ def print_plan(doc: dict) -> None:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
             m = e["metrics"]
-            mark = "  [outside the measurements]" if e["outside_measurements"] else ""
+            mark = ("  [estimated]" if e.get("source") == "estimated" else
+                    "  [outside the measurements]" if e["outside_measurements"] else "")
 
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "
                   f"{_est(m, 'cost_per_mtok_good', '{:.4g}')} per M good tok, replicas peak "

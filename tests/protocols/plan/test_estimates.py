@@ -210,6 +210,35 @@ def test_the_plan_reads_an_estimated_capacity_like_a_measured_one(fake_python):
     assert cap.cold_start() == 60.0
 
 
+def test_tokenfactory_plan_with_an_estimated_candidate_beside_a_measured_one(fake_python, tmp_path):
+    """protocol.estimates end to end: the estimated candidate is planned, marked estimated,
+    its points sit beside their roofline bounds in plan.json and the page."""
+    from conf.compose import compose_config
+    from protocols.registry import Invocation, run_protocol
+    from tests.synthetic_experiment import write_experiment
+
+    exp = write_experiment(tmp_path / "exp", requests=40, rates=(5.0, 10.0), configs={
+        "fast": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0, "power_w": 450.0}})
+    rows = [json.dumps({"timestamp": int(t * 1000), "input_length": 1024, "output_length": 256, "hash_ids": [1, 2]})
+            for t in np.arange(0, 120, 0.2)]
+    (tmp_path / "trace.jsonl").write_text("\n".join(rows) + "\n")
+    cfg = compose_config([
+        "protocol=plan", f"protocol.experiments=[{exp}]", "workload=mooncake", f"workload.path={tmp_path}/trace.jsonl",
+        "engine.max_model_len=4096", "deployment.autoscale.cold_start_s=5", "protocol.resamples=0",
+        "protocol.workers=1", "slo.ttft_ms=2000", "slo.tpot_ms=200", f"protocol.estimator_python={fake_python}",
+        "protocol.estimates=[{name: h200, model: meta-llama/Meta-Llama-3.1-8B, system: h200_sxm, "
+        "cold_start_s: 60, concurrencies: [1, 8, 32]}]", f"output_dir={tmp_path / 'plan'}"])
+    out = run_protocol(cfg, Invocation(explicit=frozenset({"slo.ttft_ms", "slo.tpot_ms"})))
+    doc = json.loads((out / "plan.json").read_text())
+    base = doc["plans"][0]
+    assert base["configs"]["h200"]["source"] == "estimated"
+    assert doc["candidates"]["h200"]["source"] == "estimated"
+    est = doc["estimates"]["h200"]
+    assert len(est["points"]) == 3 and all(p["roofline"]["prefill_s"] > 0 for p in est["points"])
+    assert est["faster_than_roofline"] == []
+    assert "(estimated)" in (out / "plan.html").read_text()
+
+
 # ------------------------------------------------------------------------------------ bad input
 def test_an_unknown_model_names_the_key_and_the_closest_known(fake_python):
     with pytest.raises(UserError) as e:
