@@ -53,7 +53,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
-    warnings = list(traffic.notes)
+    warnings: list[str] = []          # the traffic's own notes are in plan.json's traffic
     for name, chk in estimate_checks(p, cands).items():
         if chk["faster_than_roofline"]:
             warnings.append(f"{name} (estimated): faster than the roofline bound at {chk['faster_than_roofline']} "
@@ -83,6 +83,13 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
         raise UserError("no candidate can be planned:\n  " + "\n  ".join(warnings))
     print(f"plan: {len(cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
           f"{len(traffic)} requests over {traffic.duration_s:g} s", flush=True)
+    if p.dry_run:
+        for c in cands:
+            print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
+        for w in sorted(set(warnings)):
+            print(f"warning: {w}")
+        print("dry run: nothing simulated, nothing written")
+        return out
     results = simulate_all(jobs, traffic, str(p.routing), initial, int(p.seed), int(p.workers))
     for (pi, name, blocks, w, cap, policy, _), res in zip(jobs, results):
         res.update(costs(cap, res, policy))
