@@ -47,24 +47,40 @@ def measured(run: Path, slo: SLO) -> dict:
 
 
 def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
-    """Replica-seconds over [0, span] from the run's autoscale.json (its replica timeline)."""
+    """Replica-seconds over [0, span] from the run's autoscale.json: serving replicas from its
+    ``serving`` log; paid for, those plus each replica starting (from the policy's request to
+    its joining the router) and draining (from leaving the router to its stop), as the plan
+    counts them."""
     path = run / "autoscale.json"
     if not path.is_file():
         return {"replicas_note": "no autoscale.json in the run: its replicas are not compared"}
     a = json.loads(path.read_text())
-    out: dict = {"scale_ups": a.get("scale_ups", sum(1 for d in a.get("decisions", []) if d["to"] > d["from"]))}
-    tl = a.get("timeline") or {}
-    if tl.get("t_s") and tl.get("paid"):
-        # the run's timeline is on the load's clock; our window starts at the first scheduled request
-        shift = (a.get("load_start_ns", t0_ns) - t0_ns) / 1e9
-        ts = np.asarray(tl["t_s"], dtype=np.float64) + shift
-        out["replica_seconds"] = step_integral(ts, np.asarray(tl["paid"]), span_s)
-        out["replica_seconds_serving"] = step_integral(ts, np.asarray(tl["serving"]), span_s)
-        out["replicas_max"] = int(max(tl["paid"]))
-    elif "replica_seconds" in a:
-        out["replica_seconds"] = a["replica_seconds"]
-        window = a.get("replica_seconds_window", "its window")
-        out["replicas_note"] = f"replica_seconds as the run counted it ({window})"
+    shift = (int(a.get("load_start_ns") or t0_ns) - t0_ns) / 1e9   # its clock: the load's start
+    out: dict = {"scale_ups": sum(1 for d in a.get("decisions", []) if d.get("to", 0) > d.get("from", 0))}
+    log = sorted((float(e["t_s"]) + shift, int(e["replicas"])) for e in a.get("serving", [])
+                 if e.get("t_s") is not None)
+    if not log:
+        return {**out, "replicas_note": "autoscale.json has no serving log"}
+    # before the load the deployment's initial replicas were already serving
+    times = np.array([max(0.0, t) for t, _ in log])
+    serving = np.array([n for _, n in log])
+    keep = np.append(times[1:] != times[:-1], True)
+    times, serving = times[keep], serving[keep]
+    extra = []                                   # (from, to) of a replica paid but not serving
+    for e in a.get("starts", []):
+        if e.get("requested_s") is not None:
+            extra.append((e["requested_s"] + shift, (e.get("added_s") if e.get("added_s") is not None
+                                                     else span_s - shift) + shift))
+    for e in a.get("stops", []):
+        if e.get("removed_s") is not None:
+            end = e.get("stopped_s") if e.get("stopped_s") is not None else e.get("drained_s")
+            extra.append((e["removed_s"] + shift, (end if end is not None else span_s - shift) + shift))
+    grid = np.union1d(times, np.clip(np.array([x for iv in extra for x in iv] or [0.0]), 0.0, span_s))
+    at = np.clip(np.searchsorted(times, grid, side="right") - 1, 0, None)
+    paid = serving[at] + np.array([sum(1 for lo, hi in extra if lo <= g < hi) for g in grid])
+    out["replica_seconds_serving"] = step_integral(times, serving, span_s)
+    out["replica_seconds"] = step_integral(grid, paid, span_s)
+    out["replicas_max"] = int(paid[grid <= span_s].max())
     return out
 
 
