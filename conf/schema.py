@@ -273,6 +273,9 @@ class TraceWorkload:
     on_too_long: str = _f("error", choices=("error", "clip", "skip"))
     max_output_tokens: Optional[int] = _f(None, ge=1)  # cap every output (a small engine replaying a big trace)
     window: Optional[List[float]] = None     # [start_s, end_s] on the trace's own clock (0 = its first request)
+    # keep each request (a session whole) with this probability, drawn from workload.seed: a trace
+    # thinned to what an engine can take, its shape over time kept
+    sample_fraction: Optional[float] = _f(None, gt=0, le=1)
     max_requests: Optional[int] = _f(None, ge=1)       # the first N requests (replay order) after the window
     time_scale: float = _f(1.0, gt=0)        # speed-up of the trace's clock (2: twice as fast; think times too)
     target_rate: Optional[float] = _f(None, gt=0)      # rescale time to this mean rate, keeping the burst shape

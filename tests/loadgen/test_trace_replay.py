@@ -16,7 +16,7 @@ from loadgen.records import RequestRecord
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.traces.replay import TraceWorkload, load_table
-from loadgen.workloads.traces.transforms import burst, first_n, long_tail, mean_rate, to_rate
+from loadgen.workloads.traces.transforms import burst, first_n, long_tail, mean_rate, sample, to_rate
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,22 @@ def test_target_rate_keeps_shape_and_max_requests(tmp_path):
     assert mean_rate(r.arrival_s) == pytest.approx(3.0)
     np.testing.assert_allclose(r.arrival_s, t.arrival_s / 9.0)  # (4-1)/9 s = 1/3 req/s -> 9x faster
     assert first_n(t, 2).arrival_s.tolist() == [0.0, 1.0]
+
+
+def test_sample_keeps_a_share_and_sessions_whole():
+    n = 4000
+    t = WorkloadTable(arrival_s=np.sort(np.random.default_rng(0).uniform(0, 400, n)), input_tokens=np.full(n, 10),
+                      output_tokens=np.full(n, 2), session=np.repeat(np.arange(n // 2), 2),
+                      turn=np.tile([0, 1], n // 2))
+    s = sample(t, 0.25, seed=3)
+    assert len(s) == pytest.approx(n / 4, rel=0.1)
+    sessions, counts = np.unique(s.session, return_counts=True)
+    assert (counts == 2).all()                                   # both turns of each kept session
+    # the shape over time is kept: each quarter of the window keeps about a quarter of its requests
+    assert np.histogram(s.arrival_s, bins=4, range=(0, 400))[0] == pytest.approx([n / 16] * 4, rel=0.25)
+    assert sample(t, 1.0) is t and len(sample(t, 0.25, seed=3)) == len(s)
+    with pytest.raises(ValueError, match="sample_fraction"):
+        sample(t, 0.0)
 
 
 def test_burst_and_long_tail():

@@ -57,8 +57,8 @@ def check_workload(wcfg, max_model_len: int | None) -> None:
 
 
 def load_table(wcfg, n: int | None = None) -> WorkloadTable:
-    """The workload table of a trace config after window, max_requests, time scaling,
-    target rate and stress (in that order); ``n`` caps the requests further."""
+    """The workload table of a trace config after window, sample_fraction, max_requests, time
+    scaling, target rate and stress (in that order); ``n`` caps the requests further."""
     w = trace_config(wcfg)
     table = _read(w)
     win = w.window
@@ -66,6 +66,8 @@ def load_table(wcfg, n: int | None = None) -> WorkloadTable:
         if len(win) != 2:
             raise ValueError(f"workload.window must be [start_s, end_s], got {list(win)}")
         table = transforms.window(table, win[0], win[1])
+    if w.sample_fraction is not None:
+        table = transforms.sample(table, w.sample_fraction, w.seed)
     cap = w.max_requests
     if n is not None:
         cap = min(cap, n) if cap is not None else n

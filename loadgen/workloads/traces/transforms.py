@@ -89,6 +89,23 @@ def first_n(table: WorkloadTable, n: int) -> WorkloadTable:
     return table.take(np.sort(replay_order(table)[:n]))
 
 
+def sample(table: WorkloadTable, fraction: float, seed: int = 0) -> WorkloadTable:
+    """Each request (a session with all its turns) kept with probability ``fraction``, drawn
+    from ``seed``: the trace thinned to a rate an engine can take, its shape over time kept
+    (with ``time_scale``: a long window compressed at the rate the trace had)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"workload.sample_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return table
+    unit = np.arange(len(table), dtype=np.int64)
+    if table.session is not None:
+        has = table.session >= 0
+        unit = np.where(has, table.session, -1 - unit)   # a session's turns go together
+    keys, inverse = np.unique(unit, return_inverse=True)
+    keep = np.random.default_rng(seed).random(keys.size) < fraction
+    return table.take(np.flatnonzero(keep[inverse]))
+
+
 def burst(table: WorkloadTable, factor: float, start_s: float, end_s: float, seed: int = 0) -> WorkloadTable:
     """``factor`` x the rate over [start_s, end_s): each single request starting there gets
     ``factor - 1`` copies (the fraction drawn at random), spread evenly in the gap to the
