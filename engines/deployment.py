@@ -45,6 +45,7 @@ def make_served(cfg, run_dir):
     dep, router = cfg.get("deployment"), cfg.get("router")
     kind = dep.kind if dep is not None else "single"
     router_name = router.name if router is not None else "none"
+    check_autoscale(cfg)
     if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
         if router_name != "none":
             raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "
@@ -58,7 +59,6 @@ def make_served(cfg, run_dir):
         return engine
     if router_name == "none":
         raise EngineError(f"deployment={kind} needs a router in front of its replicas: router=vllm or router=sglang")
-    check_autoscale(cfg)
     return Deployment(cfg, run_dir)
 
 

@@ -66,9 +66,9 @@ class CounterWindow:
         return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
 
 
-def arrivals_signal(deployment) -> Callable[[], float | None]:
+def routed_requests(deployment) -> float | None:
     """The router's count of requests routed so far (None: its metrics page did not answer)."""
-    return deployment.router.requests_total
+    return deployment.router.requests_total()
 
 
 def in_flight(deployment) -> float:
@@ -99,7 +99,7 @@ class LiveScaler:
         self.on_serving = on_serving or (lambda eng: None)
         self.on_leaving = on_leaving or (lambda eng: None)
         self.on_count = on_count or (lambda t_ns, serving, wanted: None)
-        self.arrivals = arrivals or arrivals_signal(deployment)
+        self.arrivals = arrivals or (lambda: routed_requests(deployment))
         self.queue = queue or (lambda: in_flight(deployment))
         self.window = CounterWindow(policy.window_s)
         self.origin_ns: int | None = None
