@@ -522,14 +522,25 @@ class Deployment:
         base = self.first.provenance()
         base["command"] = None
         base["deployment"] = self.topology()
-        base["replicas"] = {r.replica: {"base_url": r.base_url, "role": self.roles()[r.replica],
-                                        "command": redact_argv(r.process.argv) if r.process is not None else None,
-                                        "engine_version": r.version() if r is not self.first else
-                                        base.get("engine_version"),
-                                        **({"stopped": True} if r in self.retired else {})}
-                            for r in self.replicas + self.retired}
+        base["replicas"] = self.replica_records({self.first.replica: {"engine_version": base.get("engine_version")}})
         base["router"] = self.router.provenance()
         return base
+
+    def replica_records(self, known: dict | None = None) -> dict:
+        """Each replica's address, role, command and version (those autoscaling started and
+        stopped included, ``stopped: true``); ``known``: entries already recorded, kept."""
+        known = known or {}
+        out = {}
+        for r in self.replicas + self.retired:
+            rec = {"base_url": r.base_url, "role": self.roles()[r.replica],
+                   "command": redact_argv(r.process.argv) if r.process is not None else None,
+                   **known.get(r.replica, {})}
+            if "engine_version" not in rec:
+                rec["engine_version"] = r.version() if r not in self.retired else None
+            if r in self.retired:
+                rec["stopped"] = True
+            out[r.replica] = rec
+        return out
 
     def server_metrics(self, text=None) -> dict:
         """The replicas' counters summed under the common names (gauges summed too)."""

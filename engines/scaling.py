@@ -161,6 +161,10 @@ class LiveScaler:
             self.wanted = to
             self.decisions.append({"t_ns": now_ns, "from": current, "to": to, "value": value,
                                    "serving": serving, "starting": starting, "leaving": len(self._leaving)})
+            if to != current:
+                unit = " req/s" if self.policy.signal == "utilisation" else " in flight"
+                print(f"autoscale: {current} -> {to} replicas ({self.policy.signal} signal {value:.3g}{unit}, "
+                      f"{(now_ns - (self.origin_ns or now_ns)) / 1e9:.1f} s into the load)", flush=True)
             if to > current:
                 for _ in range(to - current):
                     self._spawn(self._scale_up, now_ns)

@@ -9,8 +9,9 @@
 - ``telemetry.parquet`` gets the series ``source = 'deployment'``, ``name =
   'replicas_serving'`` and ``'replicas_wanted'``, at every decision and every change;
 - ``record(s, p)`` writes ``autoscale.json`` (the policy, every decision, every replica start
-  and stop, ``replica_seconds`` over the window, times in seconds from the load's start) and
-  gives ``summary.json`` its keys (``metrics.autoscale``).
+  and stop, ``replica_seconds`` over the window, times in seconds from the load's start),
+  gives ``summary.json`` its keys (``metrics.autoscale``) and brings the provenance's
+  deployment, replicas and router up to date (the replicas started and stopped so far).
 """
 
 from __future__ import annotations
@@ -115,3 +116,8 @@ def record(s, p) -> None:
         "errors": rec["errors"],
     }
     results_io.write_json(p.run_dir / "autoscale.json", out)
+    prov = (s.engine_prov or {}).get("engine")
+    if isinstance(prov, dict):  # provenance.json names every replica that ran, as they are now
+        prov["deployment"] = s.engine.topology()
+        prov["replicas"] = s.engine.replica_records(prov.get("replicas"))
+        prov["router"] = s.engine.router.provenance()

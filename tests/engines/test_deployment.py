@@ -352,4 +352,6 @@ def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path):
     names = {r["name"] for r in tel if r["source"] == "deployment"}
     assert names == {"replicas_serving", "replicas_wanted"}
     assert (out / "engine-r1.log").exists()
+    prov = json.loads((slow / "provenance.json").read_text())["engine"]
+    assert prov["replicas"]["r1"]["stopped"] is True and "r1" in prov["deployment"]["autoscale"]["replicas_run"]
     _no_process_left(out)
