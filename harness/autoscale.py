@@ -78,6 +78,14 @@ def figures(s, p) -> dict:
     return replica_figures(s.engine.serving_log, p.window_open_ns, p.window_close_ns)
 
 
+def _over_load(s, p) -> dict | None:
+    a, b = p.stats.get("start_ns"), p.stats.get("end_ns")
+    if not a or not b or b <= a:
+        return None
+    fig = replica_figures(s.engine.serving_log, a, b)
+    return {"start_s": 0.0, "end_s": (b - a) / 1e9, "replica_seconds": fig.pop("replica_seconds_serving"), **fig}
+
+
 def record(s, p) -> None:
     """``autoscale.json`` in the run folder, and the summary's autoscale keys."""
     if not enabled(s):
@@ -109,6 +117,8 @@ def record(s, p) -> None:
         "replica_seconds_what": "the integral of the replicas serving (behind the router) over the window; the "
                                 "replicas the deployment started with count from its start",
         **{k: v for k, v in fig.items() if k != "replica_seconds_serving"},
+        # the same over the load alone (its first send to its end), as a plan over the trace counts it
+        "load": _over_load(s, p),
         "serving": [{"t_s": rel(t), "replicas": n} for t, n in s.engine.serving_log],
         "decisions": [times(d) for d in rec["decisions"]],
         "starts": [times(e) for e in rec["starts"]],

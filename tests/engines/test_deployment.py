@@ -327,7 +327,8 @@ def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path):
     a slow one lets it go again (drained, stopped); autoscale.json, the summary's keys, the
     telemetry series and the cost over replica-seconds say so."""
     out = tmp_path / "out"
-    p = _cli(tmp_path, "deployment.replicas=1", "load=constant", "load.num_requests=16", "protocol.load_points=[8,0.5]",
+    p = _cli(tmp_path, "deployment.replicas=1", "load=constant", "load.num_requests=null", "load.duration_s=8",
+             "protocol.load_points=[8,0.5]",
              f"output_dir={out}", "cost.hourly_per_host=1.0", *AUTO, "deployment.autoscale.target=0.5",
              "deployment.autoscale.window_s=2", "deployment.autoscale.interval_s=0.5",
              "deployment.autoscale.scale_down_delay_s=2", "deployment.autoscale.max_replicas=2", timeout=300)
@@ -342,6 +343,7 @@ def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path):
     assert m["autoscale_scale_ups"] >= 1 and m["replicas_max"] == 2
     assert m["replicas"]["r1"]["requests"] >= 1  # the router sent the new replica traffic
     assert m["replica_seconds_serving"] == pytest.approx(a["replica_seconds"])
+    assert 0 < a["load"]["replica_seconds"] <= a["replica_seconds"] and a["load"]["replicas_max"] == 2
     assert 1.0 <= m["replicas_mean"] <= 2.0
     assert m["cost_lines"]["rental_hosts"] == pytest.approx(m["replica_seconds_serving"] / 3600)
     b = json.loads((slow / "autoscale.json").read_text())
