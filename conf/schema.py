@@ -167,6 +167,9 @@ class Autoscale:
     scale_down_delay_s: float = _f(120.0, ge=0)
     min_replicas: int = _f(1, ge=1)
     max_replicas: int = _f(4, ge=1)
+    # live: a replica scaled down is stopped once its requests in flight are done, or this long
+    # after it left the router (its requests still running then fail with it)
+    drain_timeout_s: float = _f(60.0, ge=0)
 
 
 @dataclass

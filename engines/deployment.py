@@ -11,6 +11,13 @@ the middleware that names it in every response header (``x-tokenfactory-replica`
 request row says which replica served it.  The router (``engines.routers``) starts once
 every replica is healthy, in front of their URLs.
 
+With live autoscaling (``deployment.autoscale.enabled``, ``engines.scaling``) the replicas
+change while a load runs: ``new_replica`` makes one more (the next name, the first free
+placement entry), ``start_replica`` / ``join`` start it and put it behind the router,
+``leave`` / ``drain`` / ``retire`` take one out, let its requests finish and stop it.
+``replicas`` is then the replicas serving now; ``retired`` those stopped, kept for the
+records (their rows, provenance); ``serving_log`` every change of the serving count.
+
 Replicas already up (``engine.replica_urls``, ``engine.launch=false``) get the harness's
 router in front of them; an endpoint that is already a deployment (``engine=openai`` with
 ``engine.replica_metrics_urls``) is driven as one engine whose replicas' ``/metrics`` pages
@@ -38,6 +45,7 @@ def make_served(cfg, run_dir):
     dep, router = cfg.get("deployment"), cfg.get("router")
     kind = dep.kind if dep is not None else "single"
     router_name = router.name if router is not None else "none"
+    check_autoscale(cfg)
     if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
         if router_name != "none":
             raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "
@@ -52,6 +60,40 @@ def make_served(cfg, run_dir):
     if router_name == "none":
         raise EngineError(f"deployment={kind} needs a router in front of its replicas: router=vllm or router=sglang")
     return Deployment(cfg, run_dir)
+
+
+def check_autoscale(cfg) -> None:
+    """``deployment.autoscale.enabled=true`` asks for what the harness can scale: replicas it
+    launches on this machine behind a router, starting within ``[min_replicas, max_replicas]``
+    (raised before anything starts, naming the key)."""
+    dep = cfg.get("deployment")
+    auto = dep.get("autoscale") if dep is not None else None
+    if auto is None or not auto.get("enabled"):
+        return
+    from engines.autoscaling import ScalingPolicy
+
+    kind = dep.kind
+    router = cfg.get("router")
+    if kind != "replicas":
+        raise EngineError(f"deployment.autoscale.enabled=true scales the replicas of deployment=replicas, not "
+                          f"deployment={kind} (use deployment=replicas router=vllm)")
+    if router is None or router.name == "none":
+        raise EngineError("deployment.autoscale.enabled=true adds and removes replicas behind a router: "
+                          "set router=vllm or router=sglang")
+    if list(cfg.engine.get("replica_urls") or []) or not cfg.engine.get("launch", True):
+        raise EngineError("deployment.autoscale.enabled=true starts and stops replicas itself: not with "
+                          "engine.replica_urls or engine.launch=false")
+    if dep.backend != "local":
+        raise EngineError(f"deployment.autoscale.enabled=true scales local replicas; deployment.backend="
+                          f"{dep.backend} is not supported")
+    try:
+        policy = ScalingPolicy.from_config(auto)
+    except ValueError as e:
+        raise EngineError(str(e)) from None
+    if not policy.min_replicas <= int(dep.replicas) <= policy.max_replicas:
+        raise EngineError(f"deployment.replicas={dep.replicas} (the replicas it starts with) is outside "
+                          f"deployment.autoscale.min_replicas={policy.min_replicas} .. "
+                          f"max_replicas={policy.max_replicas}")
 
 
 class ExternalDeployment:
@@ -169,6 +211,12 @@ class Deployment:
         self.ready_ns: int | None = None
         self.replica_ready_ns: dict[str, int] = {}
         self.prepared = False
+        # live autoscaling (engines.scaling): the replicas stopped, and the serving count over time
+        self.retired: list[EngineAdapter] = []
+        self.starting: list[EngineAdapter] = []
+        self.serving_log: list[tuple[int, int]] = []   # (perf_counter_ns, replicas serving from then)
+        self.next_name = len(self.replicas)
+        self.lock = threading.Lock()
 
     # --- what the session reads as it reads an adapter --------------------------------------
     launched = True  # the router is always the harness's own process, even before replicas already up
@@ -211,9 +259,11 @@ class Deployment:
         return [(r.replica, r.base_url + r.metrics_path) for r in self.replicas if r.server_metric_map]
 
     def replica_names(self) -> dict[str, str]:
-        """Header or URL -> replica name, for the client's ``replica`` column."""
-        out = {r.replica: r.replica for r in self.replicas}
-        out.update({r.base_url: r.replica for r in self.replicas})
+        """Header or URL -> replica name, for the client's ``replica`` column (a replica that
+        autoscaling adds later names itself in the header: the client keeps a name it does not map)."""
+        known = self.replicas + self.starting + self.retired
+        out = {r.replica: r.replica for r in known}
+        out.update({r.base_url: r.replica for r in known})
         return out
 
     def roles(self) -> dict[str, str]:
@@ -241,21 +291,26 @@ class Deployment:
             if self.external:
                 eng.prepare()
                 continue
-            eng.check_features()
-            host, port = self.placer.reserve(slot, eng.host)
-            eng.host, eng.port = host, port
-            args = list(eng.replica_tag_flags()) + self.router.worker_flags(eng.name)
-            if slot.role in ("prefill", "decode"):
-                args += eng.disaggregation_flags(slot.role, self.dep, self.bootstrap_port(slot))
-                args += list(self.dep.prefill_args if slot.role == "prefill" else self.dep.decode_args)
-            eng.replica_args = args
-            eng.replica_env = {"TOKENFACTORY_REPLICA": slot.name,
-                               "TOKENFACTORY_REPLICA_HEADER": self.dep.replica_header,
-                               "PYTHONPATH": _prepend_path(str(PLUGINS), eng.launch_env().get("PYTHONPATH")
-                                                           or os.environ.get("PYTHONPATH")),
-                               **eng.placement_env(slot.cpus, slot.devices)}
-            eng.spawn = (lambda argv, log, env, slot=slot: self.placer.launch(slot, argv, env, log))
-            eng.prepare()
+            self.prepare_replica(eng, slot)
+
+    def prepare_replica(self, eng: EngineAdapter, slot) -> None:
+        """One replica's address (reserved in its slot), flags (its name header, the router's
+        worker flags, its pool's), environment and launcher."""
+        eng.check_features()
+        host, port = self.placer.reserve(slot, eng.host)
+        eng.host, eng.port = host, port
+        args = list(eng.replica_tag_flags()) + self.router.worker_flags(eng.name)
+        if slot.role in ("prefill", "decode"):
+            args += eng.disaggregation_flags(slot.role, self.dep, self.bootstrap_port(slot))
+            args += list(self.dep.prefill_args if slot.role == "prefill" else self.dep.decode_args)
+        eng.replica_args = args
+        eng.replica_env = {"TOKENFACTORY_REPLICA": slot.name,
+                           "TOKENFACTORY_REPLICA_HEADER": self.dep.replica_header,
+                           "PYTHONPATH": _prepend_path(str(PLUGINS), eng.launch_env().get("PYTHONPATH")
+                                                       or os.environ.get("PYTHONPATH")),
+                           **eng.placement_env(slot.cpus, slot.devices)}
+        eng.spawn = (lambda argv, log, env, slot=slot: self.placer.launch(slot, argv, env, log))
+        eng.prepare()
 
     def bootstrap_port(self, slot) -> int | None:
         """A prefill replica's KV bootstrap port (SGLang's ``--disaggregation-bootstrap-port``)."""
@@ -295,6 +350,8 @@ class Deployment:
         try:
             self.start_router()
             self.healthy_ns = time.perf_counter_ns()
+            # from the deployment's start, as a fixed deployment's cost window counts its replicas
+            self.serving_now(self.started_ns)
             if warm_up:
                 self.first.warm_up(self.base_url)
         except BaseException:
@@ -327,19 +384,103 @@ class Deployment:
         return self.router.alive() and all(r.alive() for r in self.replicas)
 
     def stop(self) -> None:
-        """The router first (no new requests reach a replica that is going), then every replica."""
+        """The router first (no new requests reach a replica that is going), then every replica
+        (those autoscaling started, and any still starting, included)."""
         try:
             self.router.stop()
         finally:
-            for r in self.replicas:
+            for r in self.replicas + self.starting:
                 r.stop()
             if self.placer is not None:
                 self.placer.close()
 
     def kill(self) -> None:
         self.router.kill()
-        for r in self.replicas:
+        for r in self.replicas + self.starting:
             r.kill()
+
+    # --- live autoscaling (engines.scaling) ---------------------------------------------------
+    def serving_now(self, t_ns: int | None = None) -> None:
+        """Note the serving count from ``t_ns`` (now) on."""
+        self.serving_log.append((t_ns or time.perf_counter_ns(), len(self.replicas)))
+
+    def new_replica(self) -> EngineAdapter:
+        """One replica more, prepared, not started: named ``r<next>`` (names are never reused,
+        so a row's replica is one process), in the first placement entry no replica holds."""
+        with self.lock:
+            used = {self.slot(r.replica).index for r in self.replicas + self.starting}
+            limit = self.dep.autoscale.max_replicas
+            free = [i for i in range(limit) if i not in used]
+            if not free:
+                raise EngineError(f"deployment.autoscale.max_replicas={limit}: every replica slot is in use")
+            name = f"r{self.next_name}"
+            self.next_name += 1
+            slot = self.placer.add_slot(free[0], name)
+            eng = make_engine(self.cfg, self.run_dir)
+            eng.replica = name
+            eng.log_name = f"engine-{name}.log"
+            self.starting.append(eng)
+        try:
+            self.prepare_replica(eng, slot)
+        except BaseException:
+            with self.lock:
+                self.starting.remove(eng)
+            raise
+        return eng
+
+    def slot(self, name: str):
+        return next(s for s in self.slots if s.name == name)
+
+    def start_replica(self, eng: EngineAdapter) -> None:
+        """Launch a new replica and wait for its health and warm-up, as the first ones are."""
+        eng.start(warm_up=True)  # stops its process itself if it fails (the caller cancels it)
+        self.replica_ready_ns[eng.replica] = eng.ready_ns
+
+    def cancel(self, eng: EngineAdapter) -> None:
+        """A new replica that will not serve (its start failed, or the load ended first): stopped
+        if it runs, its slot freed."""
+        with self.lock:
+            if eng in self.starting:
+                self.starting.remove(eng)
+        self.retire(eng)
+
+    def join(self, eng: EngineAdapter) -> None:
+        """Put a started replica behind the router; it serves once the router lists it healthy."""
+        self.router.add_worker(eng.base_url)
+        with self.lock:
+            self.starting.remove(eng)
+            self.replicas.append(eng)
+            self.serving_now()
+
+    def leave(self, eng: EngineAdapter) -> None:
+        """Take a replica from behind the router: no new request reaches it from here on."""
+        with self.lock:
+            if len(self.replicas) <= 1:
+                raise EngineError(f"replica {eng.replica} is the deployment's last: it is not taken out")
+        self.router.remove_worker(eng.base_url)
+        with self.lock:
+            self.replicas.remove(eng)
+            self.serving_now()
+
+    def drain(self, eng: EngineAdapter, timeout_s: float, poll_s: float = 0.5) -> bool:
+        """Wait until the replica has no request running or waiting (its own ``/metrics``), at
+        most ``timeout_s``; False: it still had some (or its page never said) at the end."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            values = eng.server_metrics() if eng.server_metric_map else {}
+            if "running" in values and values.get("running", 0) + values.get("waiting", 0) <= 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+
+    def retire(self, eng: EngineAdapter) -> None:
+        """Stop a replica taken out (its process group, as at the deployment's stop)."""
+        eng.stop()
+        self.placer.release(self.slot(eng.replica))
+        with self.lock:
+            if eng not in self.retired:
+                self.retired.append(eng)
 
     def reset_cache(self) -> bool:
         """Every replica's prefix cache emptied (False where the engine has no way to)."""
@@ -368,6 +509,11 @@ class Deployment:
             out["kv_connector"] = self.dep.kv_connector
         if self.placer is not None:
             out["placement"] = self.placer.provenance()
+        if not self.external and self.dep.autoscale.enabled:  # the count above is the one serving now
+            out["autoscale"] = {"min_replicas": self.dep.autoscale.min_replicas,
+                                "max_replicas": self.dep.autoscale.max_replicas,
+                                "started_with": self.dep.replicas,
+                                "replicas_run": sorted(r.replica for r in self.replicas + self.retired)}
         return out
 
     def provenance(self) -> dict:
@@ -376,13 +522,25 @@ class Deployment:
         base = self.first.provenance()
         base["command"] = None
         base["deployment"] = self.topology()
-        base["replicas"] = {r.replica: {"base_url": r.base_url, "role": self.roles()[r.replica],
-                                        "command": redact_argv(r.process.argv) if r.process is not None else None,
-                                        "engine_version": r.version() if r is not self.first else
-                                        base.get("engine_version")}
-                            for r in self.replicas}
+        base["replicas"] = self.replica_records({self.first.replica: {"engine_version": base.get("engine_version")}})
         base["router"] = self.router.provenance()
         return base
+
+    def replica_records(self, known: dict | None = None) -> dict:
+        """Each replica's address, role, command and version (those autoscaling started and
+        stopped included, ``stopped: true``); ``known``: entries already recorded, kept."""
+        known = known or {}
+        out = {}
+        for r in self.replicas + self.retired:
+            rec = {"base_url": r.base_url, "role": self.roles()[r.replica],
+                   "command": redact_argv(r.process.argv) if r.process is not None else None,
+                   **known.get(r.replica, {})}
+            if "engine_version" not in rec:
+                rec["engine_version"] = r.version() if r not in self.retired else None
+            if r in self.retired:
+                rec["stopped"] = True
+            out[r.replica] = rec
+        return out
 
     def server_metrics(self, text=None) -> dict:
         """The replicas' counters summed under the common names (gauges summed too)."""

@@ -47,6 +47,16 @@ def http_post(url: str, body: dict | None = None, timeout: float = 30.0,
         return e.code, e.read()
 
 
+def http_request(method: str, url: str, timeout: float = 30.0, headers: dict | None = None) -> tuple[int, bytes]:
+    """A request without a body (DELETE, say)."""
+    req = urllib.request.Request(_check_scheme(url), method=method, headers=headers or {})  # noqa: S310 - checked
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - scheme checked
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
 def retry_until(attempt: Callable[[], bool], timeout_s: float, interval_s: float = 0.5,
                 on_timeout: Callable[[], Exception] | None = None) -> bool:
     """Call ``attempt`` until it returns True or ``timeout_s`` has passed (then raise

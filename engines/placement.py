@@ -98,16 +98,26 @@ def parse_cores(spec: str) -> set[int]:
 
 
 def plan_slots(deployment) -> list[ReplicaSlot]:
-    """The slots of a deployment, prefill before decode; no machine is looked at."""
+    """The slots of a deployment, prefill before decode; no machine is looked at.  With live
+    autoscaling (``deployment.autoscale.enabled``) the placement lists hold one entry per
+    replica up to ``autoscale.max_replicas``: the first ``deployment.replicas`` are the slots
+    started with the deployment, the next ones those scaling adds (``plan_slot``)."""
     d = as_deployment(deployment)
     if d.kind == "disaggregated":
         roles = [("prefill", "p", i) for i in range(d.prefill)] + [("decode", "d", i) for i in range(d.decode)]
     else:
         roles = [("replica", "r", i) for i in range(d.replicas if d.kind == "replicas" else 1)]
     n = len(roles)
+    scaling = d.kind == "replicas" and d.autoscale.enabled
+    listed = d.autoscale.max_replicas if scaling else n
     p = d.placement
     for key, values in (("cpus", p.cpus), ("devices", p.devices)):
-        if values and len(values) != n:
+        if values and scaling and len(values) < listed:
+            raise PlacementError(
+                f"deployment.placement.{key} has {len(values)} entries but deployment.autoscale.max_replicas="
+                f"{listed}: with deployment.autoscale.enabled=true give one per replica it may run "
+                f"({listed}: a replica scaling adds takes the next entry), or none")
+        if values and not scaling and len(values) != n:
             raise PlacementError(
                 f"deployment.placement.{key} has {len(values)} entries for {n} replica(s) ({describe(d)}): "
                 f"give one per replica, in the order prefill then decode, or none")
@@ -124,6 +134,20 @@ def plan_slots(deployment) -> list[ReplicaSlot]:
                         cpus=str(p.cpus[i]).strip() if p.cpus else None,
                         devices=str(p.devices[i]).strip() if p.devices else None)
             for i, (role, prefix, k) in enumerate(roles)]
+
+
+def plan_slot(deployment, index: int, name: str | None = None) -> ReplicaSlot:
+    """A replica of ``deployment=replicas`` in placement entry ``index`` (its cores, devices and
+    ``first_port + index``), named ``name`` (default ``r<index>``), as ``plan_slots`` makes
+    them: a replica live autoscaling adds."""
+    p = as_deployment(deployment).placement
+    for key, values in (("cpus", p.cpus), ("devices", p.devices)):
+        if values and index >= len(values):
+            raise PlacementError(f"deployment.placement.{key} has {len(values)} entries: none for replica "
+                                 f"r{index} (give one per replica up to deployment.autoscale.max_replicas)")
+    return ReplicaSlot(name=name or f"r{index}", role="replica", index=index,
+                       cpus=str(p.cpus[index]).strip() if p.cpus else None,
+                       devices=str(p.devices[index]).strip() if p.devices else None)
 
 
 def check_cores(slot: ReplicaSlot, where: str) -> None:
@@ -219,6 +243,20 @@ class LocalPlacer:
         self.router_slot = ReplicaSlot(name="router", role="router", index=len(self.slots)) if router else None
         self.processes: dict[str, EngineProcess] = {}
         self._taken: dict[str, set[int]] = {}
+
+    def add_slot(self, index: int, name: str) -> ReplicaSlot:
+        """One more replica slot (``plan_slot``), for live autoscaling; listed in ``slots``."""
+        slot = plan_slot(self.deployment, index, name)
+        check_cores(slot, "this machine")
+        self.slots.append(slot)
+        return slot
+
+    def release(self, slot: ReplicaSlot) -> None:
+        """A replica stopped for good (scaled down): its process is no longer this placer's to
+        stop, and its port may be handed out again."""
+        self.processes.pop(slot.name, None)
+        if slot.host is not None:
+            self._taken.get(slot.host, set()).discard(slot.port)
 
     def reserve(self, slot: ReplicaSlot, host: str = "127.0.0.1", port: int | None = None) -> tuple[str, int]:
         """``deployment.first_port + slot.index`` (a taken one is an error), else a free port on

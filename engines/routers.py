@@ -18,6 +18,17 @@ the flags still exist there):
   ``--worker-startup-check-interval 1`` (the default, 30 s, makes a router started next to a
   replica that is still loading wait half a minute after it is up).
 
+Workers added and removed while it runs (live autoscaling, ``engines.scaling``): vllm-router
+``POST /add_worker?url=URL`` and ``POST /remove_worker?url=URL`` (200, "Successfully added
+worker: URL"); sglang-router 0.3 (sgl-model-gateway) answers those with 404 and takes ``POST
+/workers`` with ``{"url": URL}`` (202: queued) and ``DELETE /workers/<id>``, the id being the
+UUID ``GET /workers`` lists beside the URL (tested against both binaries with fake workers).
+Either way the router has the worker once ``GET /workers`` lists it healthy, and has let it
+go once it no longer lists it.  Arrivals: each router counts the requests it routes,
+``vllm_router_requests_total`` (label ``route``: only the ``/v1/...`` routes, never
+``/health``) and ``smg_router_requests_total`` (labels per endpoint and streaming); summed over
+their label sets (``requests_total``) they are the arrivals the ``utilisation`` signal reads.
+
 Health: ``GET /health`` answers 200 once the router serves; ``GET /workers`` lists the workers it
 has registered with ``is_healthy`` (both routers), which ``start`` waits on for every worker.
 The routers retry a failed request on another worker by default (``--retry-max-retries``, 5) and
@@ -65,11 +76,13 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 from importlib import metadata
 from pathlib import Path
 
+from engines import prometheus
 from engines.base import EngineError, interpreter_package_version, redact_argv
-from engines.http import http_get, retry_until
+from engines.http import http_get, http_post, http_request, retry_until
 from engines.process import EngineProcess, free_port, port_in_use
 
 
@@ -85,6 +98,7 @@ class Router:
     pd_flag = ""                          # the flag that turns on prefill/decode mode
     health_path = "/health"
     workers_path = "/workers"
+    requests_metric = ""                  # its own counter of the requests it routes (module doc)
 
     def __init__(self, cfg, run_dir: str | os.PathLike):
         self.cfg = cfg
@@ -229,6 +243,11 @@ class Router:
 
     def healthy_workers(self) -> set[str] | None:
         """The worker URLs the router has registered and counts healthy (None: no answer)."""
+        listed = self.listed_workers()
+        return None if listed is None else {u for u, w in listed.items() if w.get("is_healthy")}
+
+    def listed_workers(self) -> dict[str, dict] | None:
+        """URL -> the router's own entry of every worker it has registered (None: no answer)."""
         try:
             status, body = http_get(self.base_url + self.workers_path, timeout=5)
             listed = json.loads(body)["workers"] if status == 200 else None
@@ -236,7 +255,69 @@ class Router:
             return None
         if not isinstance(listed, list):
             return None
-        return {_url(w["url"]) for w in listed if isinstance(w, dict) and w.get("is_healthy") and w.get("url")}
+        return {_url(w["url"]): w for w in listed if isinstance(w, dict) and w.get("url")}
+
+    # --- workers added and removed while it runs (module doc) -----------------------------
+    def add_worker(self, url: str, timeout_s: float | None = None) -> None:
+        """Put ``url`` behind the running router; returns once the router lists it healthy."""
+        url = _url(url)
+        timeout_s = float(self.cfg.startup_timeout_s) if timeout_s is None else float(timeout_s)
+        status, body = self.request_add(url)
+        if status not in (200, 201, 202):
+            raise EngineError(f"router={self.name}: adding worker {url} got HTTP {status}: "
+                              f"{body[:300].decode('utf-8', 'replace')}{self._log_tail()}")
+
+        def never() -> EngineError:
+            return EngineError(f"router={self.name} at {self.base_url}: worker {url} was added but not listed "
+                               f"healthy in {self.workers_path} within {timeout_s:g} s{self._log_tail()}")
+
+        retry_until(lambda: url in (self.healthy_workers() or set()), timeout_s, 0.25, on_timeout=never)
+        if url not in self.workers:
+            self.workers.append(url)
+
+    def remove_worker(self, url: str, timeout_s: float = 30.0) -> None:
+        """Take ``url`` from behind the router: no new request goes to it once this returns
+        (the router no longer lists it); requests it is serving go on to their end."""
+        url = _url(url)
+        status, body = self.request_remove(url)
+        if status not in (200, 202, 204):
+            raise EngineError(f"router={self.name}: removing worker {url} got HTTP {status}: "
+                              f"{body[:300].decode('utf-8', 'replace')}{self._log_tail()}")
+
+        def never() -> EngineError:
+            return EngineError(f"router={self.name} at {self.base_url}: worker {url} is still listed in "
+                               f"{self.workers_path} {timeout_s:g} s after its removal{self._log_tail()}")
+
+        retry_until(lambda: (listed := self.listed_workers()) is not None and url not in listed, timeout_s, 0.25,
+                    on_timeout=never)
+        if url in self.workers:
+            self.workers.remove(url)
+
+    def request_add(self, url: str) -> tuple[int, bytes]:
+        return http_post(f"{self.base_url}/add_worker?url={urllib.parse.quote(url, safe=':/')}", None, timeout=30)
+
+    def request_remove(self, url: str) -> tuple[int, bytes]:
+        return http_post(f"{self.base_url}/remove_worker?url={urllib.parse.quote(url, safe=':/')}", None,
+                         timeout=30)
+
+    def requests_total(self) -> float | None:
+        """The requests the router has routed since it started (its own counter, summed over
+        its label sets); None where its metrics page does not answer."""
+        if not self.metrics_url:
+            return None
+        try:
+            status, body = http_get(self.metrics_url, timeout=5)
+            if status != 200:
+                return None
+            samples, _ = prometheus.parse(body.decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            return None
+        # a router that has routed nothing yet has no such series: zero
+        return sum(s.value for s in samples if s.name == self.requests_metric)
+
+    def _log_tail(self) -> str:
+        p = self.process
+        return f"\nlast lines of {p.log_path}:\n{p.tail()}" if p is not None else ""
 
     def health_ok(self, timeout: float = 5.0) -> bool:
         try:
@@ -287,6 +368,7 @@ class VllmRouter(Router):
                 "sticky_least_loaded")
     default_policy = "cache_aware"
     pd_flag = "--vllm-pd-disaggregation"
+    requests_metric = "vllm_router_requests_total"
 
     def worker_flags(self, engine: str) -> list[str]:
         """vLLM workers serve ``/v1/completions/render`` (what ``cache_aware`` tokenizes prompts
@@ -312,6 +394,16 @@ class SglangRouter(Router):
     policies = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
     default_policy = "cache_aware"
     pd_flag = "--pd-disaggregation"
+    requests_metric = "smg_router_requests_total"
+
+    def request_add(self, url: str) -> tuple[int, bytes]:
+        return http_post(f"{self.base_url}/workers", {"url": url}, timeout=30)
+
+    def request_remove(self, url: str) -> tuple[int, bytes]:
+        entry = (self.listed_workers() or {}).get(url)
+        if entry is None or not entry.get("id"):
+            return 404, f"worker {url} is not listed in {self.workers_path}".encode()
+        return http_request("DELETE", f"{self.base_url}/workers/{entry['id']}", timeout=30)
 
     def version(self) -> str | None:
         """Its ``--version`` ("sgl-model-gateway 0.3.2"): the version number."""

@@ -80,6 +80,21 @@ class EngineFaults:
         self.watchdog = EngineWatchdog(eng, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
                                        self.on_fault).start()
 
+    def watch_member(self, member) -> None:
+        """A replica that live autoscaling added: watched like the deployment's first ones."""
+        cfg = self.s.cfg.engine
+        if float(cfg.health_interval_s) <= 0:
+            return
+        wd = EngineWatchdog(member, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
+                            lambda fault, m=member: self.on_member_fault(m, fault)).start()
+        self.member_watchdogs.append(wd)
+
+    def unwatch(self, replica: str) -> None:
+        """A replica about to be stopped on purpose (scaled down): no more looks at it."""
+        for wd in [w for w in self.member_watchdogs if getattr(w.engine, "replica", None) == replica]:
+            wd.stop()
+            self.member_watchdogs.remove(wd)
+
     def stop_watch(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()

@@ -103,7 +103,11 @@ def topology_text(cfg) -> str:
         f", devices {list(dep.placement.devices)}" if dep.placement.devices else "")
     policy = f"policy {router.policy}" if router.policy else "policy: each config's, else the router's default"
     if dep.kind == "replicas":
-        return f"{int(dep.replicas)} x {engine}{par} behind router={router.name} ({policy}); placement {where}"
+        auto = dep.get("autoscale")
+        scaled = (f", autoscaled {auto.min_replicas}..{auto.max_replicas} by {auto.signal} "
+                  "(autoscale.json in each run)" if auto is not None and auto.enabled else "")
+        return (f"{int(dep.replicas)} x {engine}{par} behind router={router.name} ({policy}){scaled}; "
+                f"placement {where}")
     return (f"disaggregated {int(dep.prefill)} prefill : {int(dep.decode)} decode x {engine}{par}, KV connector "
             f"{dep.kv_connector or 'the engine default'}, behind router={router.name} ({policy}); placement {where}")
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from engines.base import EngineError
 from engines.tiny_model import cache_root
-from harness import results_io, workload_describe
+from harness import autoscale, results_io, workload_describe
 from harness.errors import UserError
 from harness.mlflow_log import child_run_name
 from loadgen.client import StreamingClient
@@ -62,6 +62,7 @@ class PointRun:
     progress: object = None              # the point's progress bars (dispatch)
     faults: list = field(default_factory=list)   # engine faults during the point (engines.watchdog.EngineFault)
     failure: object = None               # the fault that failed the point (None: it did not fail)
+    scaler: object = None                # live autoscaling during the load (harness.autoscale)
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -132,10 +133,12 @@ def dispatch(s, p: PointRun) -> None:
         complete_record(rec, s.slo, s.count_tokens)
 
     prep = _prepare_options(s, p, followup)
+    dispatchers: list = []  # the load's t0 (the scaler's origin) is its dispatcher's
 
     async def go():
         async with StreamingClient(s.client_cfg) as client:
             d = Dispatcher(client, p.writer, finalize=finalize, on_done=on_done, followup=followup, prepare=prep)
+            dispatchers.append(d)
             s.faults.attach(d)  # the watchdog may abort it; the scenario's kill is timed from its t0
             try:
                 return await d.run(p.items, p.load)
@@ -145,6 +148,8 @@ def dispatch(s, p: PointRun) -> None:
     _event_loop_policy()
     n_workers = int(s.cfg.client.workers)
     _arm_faults(s, p, n_workers)
+    single = n_workers <= 1 and s.cfg.client.backend != "ray"
+    autoscale.start(s, p, (lambda: dispatchers[0].t0 if dispatchers else None) if single else None)
     try:
         try:
             if s.cfg.client.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
@@ -156,6 +161,8 @@ def dispatch(s, p: PointRun) -> None:
                 p.stats = asyncio.run(go())
         except ValueError as e:
             raise UserError(f"{p.spec.title}: {e}") from None
+        finally:
+            autoscale.stop(s, p)  # the load is over: no more decisions, replicas on their way waited for
     except BaseException:
         p.writer.abort()
         # kept beside requests.parquet.partial, under a name that never reads as complete
@@ -221,7 +228,9 @@ def summarise(s, p: PointRun) -> None:
                         max_schedule_lag_ms=float(s.cfg.client.max_schedule_lag_ms),
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
-                        cost_replicas=int(s.topology().get("replicas") or 1))
+                        cost_replicas=int(s.topology().get("replicas") or 1),
+                        # autoscaled: the replica-seconds served in the window, not replicas x window
+                        cost_replica_seconds=autoscale.figures(s, p).get("replica_seconds_serving"))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),
@@ -291,6 +300,12 @@ def fault_figures(s, p: PointRun) -> None:
     if s.restarted_before_s is not None:  # engine.on_failure=restart: this window holds the restart
         m["engine_restart_before_s"] = s.restarted_before_s
         s.restarted_before_s = None
+
+
+def autoscale_record(s, p: PointRun) -> None:
+    """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json`` and the summary's
+    replica keys (``harness.autoscale``, ``metrics.autoscale``)."""
+    autoscale.record(s, p)
 
 
 def write_results(s, p: PointRun) -> None:
@@ -392,7 +407,8 @@ def engine_survived(s, p: PointRun) -> None:
 
 
 POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workload, describe_workload, dispatch,
-               settle_faults, engine_counters_end, close_window, summarise, fault_figures, write_results, log_mlflow,
+               settle_faults, engine_counters_end, close_window, summarise, fault_figures, autoscale_record,
+               write_results, log_mlflow,
                print_point, engine_survived)
 
 

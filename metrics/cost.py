@@ -16,6 +16,11 @@ replica, so every per-device line (GPUs, hosts, depreciation, operations, unmeas
 counts N times over the whole window, idle replicas included; ``extra_hourly`` lines count
 once (put the router's host there: ``cost.extra_hourly.router=0.05``).  Measured energy
 already covers every device the telemetry sees.
+
+A deployment whose replica count changes during the window (live autoscaling): the
+per-replica lines count replica-hours, ``replica_seconds / 3600`` (the integral of the
+replicas serving over the window, ``metrics.autoscale``), not replicas x window; the
+``extra_hourly`` lines still count the whole window once (``fleet_cost``).
 """
 
 from __future__ import annotations
@@ -61,52 +66,48 @@ def check_profile(cost_cfg) -> None:
 
 def window_cost(cost_cfg, window_s: float, energy_j: float | None = None, replicas: int = 1) -> dict:
     """Cost of a window of ``window_s`` seconds under a cost profile (a mapping), for
-    ``replicas`` replicas the profile prices one of (see module doc).
+    ``replicas`` replicas the profile prices one of (see module doc): ``fleet_cost`` with
+    ``replicas x window_s`` replica-seconds.
 
     Returns the total and its lines, so a reader can see what was counted.  An owned
     profile without an energy reading gives the ``energy`` line as NaN, leaves it out of
     ``cost_total``, sets ``cost_complete`` False and says so in ``cost_notes``.
     """
+    out = fleet_cost(cost_cfg, int(replicas) * window_s, window_s, energy_j)
+    out["cost_replicas"] = int(replicas)
+    return out
+
+
+def fleet_cost(cost_cfg, replica_seconds: float, window_s: float, energy_j: float | None = None) -> dict:
+    """Cost of a window of ``window_s`` seconds over which the replicas served
+    ``replica_seconds`` in all (module doc): every per-replica line x replica-hours, every
+    ``extra_hourly`` line x the window's hours.  ``cost_replicas``: the mean replicas,
+    replica_seconds / window_s."""
     p = cost_profile(cost_cfg)
     hours = window_s / 3600.0
-    n = int(replicas)
+    rep_hours = replica_seconds / 3600.0
     lines: dict[str, float] = {}
     notes = []
     if p.model == "rental":
-        lines["rental_gpus"] = hours * p.hourly_per_gpu * p.num_gpus * n
-        lines["rental_hosts"] = hours * p.hourly_per_host * p.num_hosts * n
+        lines["rental_gpus"] = rep_hours * p.hourly_per_gpu * p.num_gpus
+        lines["rental_hosts"] = rep_hours * p.hourly_per_host * p.num_hosts
     else:
-        lines["depreciation"] = hours * p.hardware_price / (p.depreciation_years * HOURS_PER_YEAR) * n
-        lines["operations"] = hours * p.ops_hourly * n
+        lines["depreciation"] = rep_hours * p.hardware_price / (p.depreciation_years * HOURS_PER_YEAR)
+        lines["operations"] = rep_hours * p.ops_hourly
         if energy_j is None or math.isnan(energy_j):
             lines["energy"] = math.nan
             notes.append("energy unavailable: the owned-hardware cost leaves its energy line out, "
                          "so cost_total is a lower bound")
         else:
-            joules = energy_j + p.unmeasured_power_w * window_s * n
+            joules = energy_j + p.unmeasured_power_w * replica_seconds
             lines["energy"] = joules / 3.6e6 * p.electricity_per_kwh * p.pue
     for name, hourly in p.extra_hourly.items():
         lines[f"extra.{name}"] = hours * hourly
     total = sum(v for v in lines.values() if not math.isnan(v))
     return {"cost_total": total, "cost_lines": lines, "cost_currency": p.currency,
-            "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes, "cost_replicas": n}
-
-
-def fleet_cost(cost_cfg, replica_seconds: float, window_s: float, energy_j: float | None = None) -> dict:
-    """Cost of a fleet whose replica count changed over a window of ``window_s`` seconds: every
-    per-replica line over the ``replica_seconds`` paid for (the integral of replicas over the
-    window: replica-hours x rate), every ``extra_hourly`` line over the window once.  Equals
-    ``window_cost(cost_cfg, window_s, energy_j, replicas=N)`` for N replicas all window long."""
-    p = cost_profile(cost_cfg)
-    out = window_cost(cost_cfg, replica_seconds, energy_j, replicas=1)
-    lines = dict(out["cost_lines"])
-    for name, hourly in p.extra_hourly.items():
-        lines[f"extra.{name}"] = window_s / 3600.0 * hourly
-    out["cost_lines"] = lines
-    out["cost_total"] = sum(v for v in lines.values() if not math.isnan(v))
-    out["cost_replicas"] = replica_seconds / window_s if window_s > 0 else math.nan
-    out["replica_seconds"] = replica_seconds
-    return out
+            "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes,
+            "cost_replicas": replica_seconds / window_s if window_s > 0 else math.nan,
+            "cost_replica_seconds": replica_seconds}
 
 
 def per_million(cost_total: float, tokens: float) -> float:

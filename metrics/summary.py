@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metrics.cost import per_million, per_unit, window_cost
+from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
 from metrics.percentiles import describe
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s
@@ -81,12 +81,15 @@ def _add_stats(out: dict, prefix: str, values_s: np.ndarray, quantiles=QUANTILES
 def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: int,
               cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0,
               telemetry=None, steady_capacity: int | None = None, steady_reason: str = "",
-              expected_turns: dict | None = None, cost_replicas: int = 1) -> dict:
+              expected_turns: dict | None = None, cost_replicas: int = 1,
+              cost_replica_seconds: float | None = None) -> dict:
     """The run's metrics from its per-request table (see module doc for definitions).
 
     ``telemetry`` (the run's ``telemetry.parquet`` table) gives the energy block; without
     it the block says energy is unavailable (or uses ``energy_j`` when a caller measured it).
     ``steady_capacity`` is the batch capacity of the steady-state rule (``metrics.energy``).
+    ``cost_replica_seconds`` (a deployment whose replicas changed in the window): the cost
+    counts those replica-seconds (``metrics.cost.fleet_cost``), not ``cost_replicas`` x window.
     """
     measured = table.filter(pc.invert(table.column("warmup")))
     status = measured.column("status").to_numpy(zero_copy_only=False).astype(str)
@@ -196,8 +199,9 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
     if cost_cfg is not None:
-        c = window_cost(cost_cfg, window_s, out["energy_j"] if out.get("energy_available") else None,
-                        replicas=cost_replicas)
+        energy = out["energy_j"] if out.get("energy_available") else None
+        c = (window_cost(cost_cfg, window_s, energy, replicas=cost_replicas) if cost_replica_seconds is None
+             else fleet_cost(cost_cfg, cost_replica_seconds, window_s, energy))
         out.update(c)
         out["cost_per_mtok_good"] = per_million(c["cost_total"], good_out)
         out["cost_per_mtok_all"] = per_million(c["cost_total"], all_tokens)

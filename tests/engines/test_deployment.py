@@ -264,3 +264,96 @@ def test_a_pools_last_replica_killed_fails_the_point_naming_it(tmp_path):
     m = json.loads((next(out.glob("00-*")) / "summary.json").read_text())
     assert m["point_failed"] is True and m["replicas_lost"] == ["r0"] and m["engine_faults"] == 1
     _no_process_left(out)
+
+
+# ------------------------------------------------------------------------------ live autoscaling
+AUTO = ["deployment.autoscale.enabled=true", "deployment.autoscale.capacity_rps=2"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["deployment=replicas", "router=vllm", "engine.replica_urls=[http://127.0.0.1:1]", "engine.launch=false"],
+     r"starts and stops replicas itself: not with engine\.replica_urls"),
+    (["deployment=single"], r"scales the replicas of deployment=replicas, not deployment=single"),
+    (["deployment=disaggregated", "router=vllm"], r"not deployment=disaggregated"),
+    (["deployment=replicas", "router=none"], r"behind a router: set router=vllm or router=sglang"),
+    (["deployment=replicas", "router=vllm", "deployment.autoscale.capacity_rps=null"],
+     r"signal=utilisation needs deployment\.autoscale\.capacity_rps"),
+    (["deployment=replicas", "router=vllm", "deployment.replicas=3", "deployment.autoscale.max_replicas=2"],
+     r"deployment\.replicas=3 \(the replicas it starts with\) is outside deployment\.autoscale\.min_replicas=1 \.\. "
+     r"max_replicas=2"),
+    (["deployment=replicas", "router=vllm", "deployment.replicas=1", "deployment.autoscale.max_replicas=2",
+      "deployment.placement.cpus=[0]"],
+     r"deployment\.placement\.cpus has 1 entries but deployment\.autoscale\.max_replicas=2"),
+    (["deployment=replicas", "router=vllm", "deployment.backend=ray"], r"deployment\.backend=ray is not supported"),
+])
+def test_autoscaling_what_it_cannot_scale_is_refused_naming_the_key(tmp_path, overrides, message):
+    from engines.deployment import make_served
+
+    with pytest.raises(EngineError, match=message):
+        make_served(compose(["engine=vllm", f"engine.model={ensure_tiny_model()}", *AUTO, *overrides]), tmp_path)
+
+
+def test_an_autoscaled_replica_is_prepared_as_the_first_ones(tmp_path):
+    from engines.deployment import Deployment
+
+    cfg = compose(["engine=vllm", "deployment=replicas", "deployment.replicas=1", "router=vllm", *AUTO,
+                   "deployment.autoscale.max_replicas=2", "deployment.placement.cpus=[0,0]",
+                   f"engine.model={ensure_tiny_model()}"])
+    d = Deployment(cfg, tmp_path)
+    try:
+        d.prepare()
+        eng = d.new_replica()
+        assert eng.replica == "r1" and eng.log_name == "engine-r1.log" and d.starting == [eng]
+        assert eng.port not in {d.replicas[0].port, d.router.port}
+        argv = eng.full_command()
+        assert argv[:3] == ["taskset", "-c", "0"] or "taskset" not in d.replicas[0].full_command()
+        assert "tokenfactory_replica_header.ReplicaHeader" in argv and "--enable-scale-out" in argv
+        assert {**eng.launch_env(), **eng.replica_env}["TOKENFACTORY_REPLICA"] == "r1"
+        with pytest.raises(EngineError, match=r"max_replicas=2: every replica slot is in use"):
+            d.new_replica()
+        d.cancel(eng)  # never started: its slot is free again, its name is not reused
+        assert d.starting == [] and d.retired == [eng] and d.new_replica().replica == "r2"
+        assert set(d.replica_names()) >= {"r0", "r1", "r2"}
+        assert d.topology()["autoscale"] == {"min_replicas": 1, "max_replicas": 2, "started_with": 1,
+                                             "replicas_run": ["r0", "r1"]}
+    finally:
+        d.stop()
+
+
+@needs_router
+@pytest.mark.slow
+def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path):
+    """One replica at first; a fast point makes the scaler add r1 (the router sends it traffic);
+    a slow one lets it go again (drained, stopped); autoscale.json, the summary's keys, the
+    telemetry series and the cost over replica-seconds say so."""
+    out = tmp_path / "out"
+    p = _cli(tmp_path, "deployment.replicas=1", "load=constant", "load.num_requests=null", "load.duration_s=8",
+             "protocol.load_points=[8,0.5]",
+             f"output_dir={out}", "cost.hourly_per_host=1.0", *AUTO, "deployment.autoscale.target=0.5",
+             "deployment.autoscale.window_s=2", "deployment.autoscale.interval_s=0.5",
+             "deployment.autoscale.scale_down_delay_s=2", "deployment.autoscale.max_replicas=2", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    fast, slow = sorted(out.glob("0*-*"))
+    a = json.loads((fast / "autoscale.json").read_text())
+    assert a["policy"]["capacity_rps"] == 2.0 and a["policy"]["max_replicas"] == 2
+    up = next(e for e in a["starts"] if e["replica"] == "r1")
+    assert up["requested_s"] <= up["process_started_s"] <= up["healthy_s"] <= up["added_s"]
+    assert any(d["from"] == 1 and d["to"] == 2 for d in a["decisions"])
+    m = json.loads((fast / "summary.json").read_text())
+    assert m["autoscale_scale_ups"] >= 1 and m["replicas_max"] == 2
+    assert m["replicas"]["r1"]["requests"] >= 1  # the router sent the new replica traffic
+    assert m["replica_seconds_serving"] == pytest.approx(a["replica_seconds"])
+    assert 0 < a["load"]["replica_seconds"] <= a["replica_seconds"] and a["load"]["replicas_max"] == 2
+    assert 1.0 <= m["replicas_mean"] <= 2.0
+    assert m["cost_lines"]["rental_hosts"] == pytest.approx(m["replica_seconds_serving"] / 3600)
+    b = json.loads((slow / "autoscale.json").read_text())
+    down = [e for e in b["stops"] if e.get("stopped_s") is not None]
+    assert down and all(e["removed_s"] <= e["drained_s"] <= e["stopped_s"] for e in down)
+    assert json.loads((slow / "summary.json").read_text())["autoscale_scale_downs"] >= 1
+    tel = pq.read_table(slow / "telemetry.parquet").to_pylist()
+    names = {r["name"] for r in tel if r["source"] == "deployment"}
+    assert names == {"replicas_serving", "replicas_wanted"}
+    assert (out / "engine-r1.log").exists()
+    prov = json.loads((slow / "provenance.json").read_text())["engine"]
+    assert prov["replicas"]["r1"]["stopped"] is True and "r1" in prov["deployment"]["autoscale"]["replicas_run"]
+    _no_process_left(out)

@@ -168,3 +168,51 @@ def test_a_ray_actor_takes_exactly_its_bundle():
     assert actor_options({"CPU": 2.0, "GPU": 1.0, "memory": 2e9, "accel": 1.0}) == {
         "num_cpus": 2.0, "num_gpus": 1.0, "memory": 2e9, "resources": {"accel": 1.0}}
     assert actor_options({"CPU": 1.0}) == {"num_cpus": 1.0, "num_gpus": 0}
+
+
+# --- live autoscaling: one placement entry per replica up to max_replicas ------------------------
+def scaled(replicas=1, max_replicas=2, first_port=None, **placement) -> Deployment:
+    from conf.schema import Autoscale
+
+    return Deployment(kind="replicas", replicas=replicas, placement=Placement(**placement), first_port=first_port,
+                      autoscale=Autoscale(enabled=True, capacity_rps=1.0, max_replicas=max_replicas))
+
+
+def test_autoscaling_lists_a_placement_entry_per_replica_up_to_max_replicas():
+    from engines.placement import plan_slot
+
+    slots = plan_slots(scaled(cpus=["0", "1"], devices=["0", "1"]))
+    assert [(s.name, s.cpus, s.devices) for s in slots] == [("r0", "0", "0")]  # started with 1
+    added = plan_slot(scaled(cpus=["0", "1"]), 1, "r5")
+    assert (added.name, added.index, added.cpus) == ("r5", 1, "1")  # the name is the scaler's, the entry its own
+    with pytest.raises(PlacementError, match=r"deployment\.placement\.cpus has 1 entries but "
+                                             r"deployment\.autoscale\.max_replicas=2"):
+        plan_slots(scaled(cpus=["0"]))
+    assert plan_slots(scaled(cpus=["0", "1", "2"]))[0].cpus == "0"  # more than max_replicas: the rest unused
+
+
+def test_a_released_slot_gives_its_port_back():
+    placer = LocalPlacer(scaled(first_port=_free_pair()), router=False)
+    slot = placer.add_slot(1, "r1")
+    host, port = placer.reserve(slot)
+    placer.release(slot)
+    again = placer.add_slot(1, "r2")
+    assert placer.reserve(again) == (host, port)  # first_port + 1 again, once r1 let it go
+    assert [s.name for s in placer.slots] == ["r0", "r1", "r2"]
+
+
+def _free_pair() -> int:
+    """A port p with p + 1 free too (first_port for two replicas)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p < 65000:
+            with socket.socket() as a, socket.socket() as b:
+                try:
+                    a.bind(("127.0.0.1", p))
+                    b.bind(("127.0.0.1", p + 1))
+                except OSError:
+                    continue
+            return p
+    raise RuntimeError("no two free ports in a row")

@@ -177,6 +177,52 @@ def test_cache_aware_keeps_a_repeated_long_prompt_on_one_worker(name, tmp_path):
         assert sorted((completions(a), completions(b))) == [0, 6]
 
 
+@pytest.mark.parametrize("name", BOTH)
+def test_a_worker_added_gets_traffic_and_one_removed_gets_none(name, tmp_path):
+    """Live autoscaling's router calls, against the real binary: a worker added while the
+    router runs is routed to once ``add_worker`` returns; once ``remove_worker`` returns, none
+    of the later requests reach it; the router's own counter counts every request routed."""
+    with FakeServer(response_headers={REPLICA: "a"}) as a, FakeServer(response_headers={REPLICA: "b"}) as b:
+        r = make_router(cfg(name, policy="round_robin"), tmp_path)
+        r.start(workers=[a.url])
+        try:
+            assert r.requests_total() == 0
+            before = [post(r.base_url, f"one {i}", stream=False)[1][REPLICA] for i in range(2)]
+            r.add_worker(b.url + "/")
+            assert r.workers == [a.url, b.url] and r.healthy_workers() == {a.url, b.url}
+            both = [post(r.base_url, f"two {i}", stream=i % 2 == 0)[1][REPLICA] for i in range(4)]
+            served_by_b = completions(b)
+            r.remove_worker(b.url)
+            assert r.workers == [a.url] and r.healthy_workers() == {a.url}
+            after = [post(r.base_url, f"three {i}", stream=i % 2 == 0)[1][REPLICA] for i in range(4)]
+            routed = r.requests_total()
+        finally:
+            r.stop()
+    assert before == ["a", "a"] and sorted(both) == ["a", "a", "b", "b"] and after == ["a"] * 4
+    assert served_by_b == 2 and completions(b) == 2  # nothing reached b once it was removed
+    assert routed == 10
+
+
+@needs("vllm")
+def test_a_worker_never_healthy_after_add_is_named_with_the_routers_log(tmp_path):
+    r = make_router(cfg("vllm", policy="round_robin"), tmp_path)
+    with FakeServer() as a:
+        r.start(workers=[a.url])
+        try:
+            dead = f"http://127.0.0.1:{_closed_port()}"
+            with pytest.raises(EngineError, match=rf"(?s)router=vllm.*worker {dead}.*last lines of .*router\.log"):
+                r.add_worker(dead, timeout_s=3)
+            assert dead not in r.workers
+        finally:
+            r.stop()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def prefill_script(body: dict, k: int) -> list:
     """A prefill worker: one non-streamed completion, with what a KV connector would return."""
     if "kv_transfer_params" not in body and "bootstrap_room" not in body:

@@ -168,3 +168,25 @@ def test_a_deployment_pays_every_replica_and_the_router_once():
     o = window_cost(owned, 3600.0, energy_j=0.0, replicas=2)
     assert o["cost_lines"]["depreciation"] == pytest.approx(2.0)
     assert o["cost_lines"]["energy"] == pytest.approx(2.0)  # 1 kW unmeasured per replica, 1 h, 1 per kWh
+
+
+def test_a_fleet_pays_replica_hours_per_replica_and_the_extras_once():
+    from metrics.cost import fleet_cost
+
+    prof = {"hourly_per_host": 2.0, "extra_hourly": {"router": 0.5}}
+    c = fleet_cost(prof, 1.5 * HOUR, HOUR)  # 1.5 replica-hours served over a one-hour window
+    assert c["cost_lines"]["rental_hosts"] == pytest.approx(3.0)
+    assert c["cost_lines"]["extra.router"] == pytest.approx(0.5)
+    assert c["cost_total"] == pytest.approx(3.5) and c["cost_replicas"] == pytest.approx(1.5)
+    fixed = window_cost(prof, HOUR, replicas=2)
+    assert fleet_cost(prof, 2 * HOUR, HOUR)["cost_total"] == pytest.approx(fixed["cost_total"])
+
+
+def test_an_owned_fleet_counts_unmeasured_power_per_replica_second():
+    from metrics.cost import fleet_cost
+
+    prof = {"model": "owned", "hardware_price": 0.0, "ops_hourly": 1.0, "unmeasured_power_w": 1000.0,
+            "electricity_per_kwh": 1.0, "pue": 1.0}
+    c = fleet_cost(prof, 2 * HOUR, HOUR, energy_j=0.0)
+    assert c["cost_lines"]["operations"] == pytest.approx(2.0)
+    assert c["cost_lines"]["energy"] == pytest.approx(2.0)  # 1 kW x 2 replica-hours
