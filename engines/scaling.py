@@ -13,8 +13,9 @@ Signals, read as an HPA or KEDA on Prometheus reads them:
   ``running + waiting`` (``vllm:num_requests_running`` + ``vllm:num_requests_waiting``, or
   SGLang's, from their ``/metrics``).
 
-Replicas counted as ``current`` are those serving plus those starting (a replica on its way
-is not asked for twice); a replica being drained is neither.  Scale-up, each replica in its
+Replicas counted as ``current`` are those serving plus those starting, from the decision
+that asked for them on (a replica on its way is not asked for twice); a replica being taken
+out or drained is neither.  Scale-up, each replica in its
 own thread so the loop keeps deciding: ``provision_s``, then its process starts (``engine-
 r<k>.log``, its own port and placement entry), is healthy and warmed up, and is added to the
 router.  Scale-down, the newest serving replica first, never the last one serving: removed
@@ -112,6 +113,7 @@ class LiveScaler:
         self._loop: threading.Thread | None = None
         self._workers: list[threading.Thread] = []
         self._leaving: set[str] = set()   # replicas being taken out (not counted as current)
+        self._asked = 0                   # scale-ups decided whose replica is not made yet (counted)
         self._lock = threading.Lock()
 
     # --- the loop ------------------------------------------------------------------------
@@ -155,7 +157,7 @@ class LiveScaler:
         value = self._read(now_ns)
         with self._lock:
             staying = [r for r in self.deployment.replicas if r.replica not in self._leaving]
-            serving, starting = len(staying), len(self.deployment.starting)
+            serving, starting = len(staying), len(self.deployment.starting) + self._asked
             current = serving + starting
             to = self.autoscaler.decide((now_ns - (self.origin_ns or now_ns)) / 1e9, value, current)
             self.wanted = to
@@ -167,6 +169,7 @@ class LiveScaler:
                       f"{(now_ns - (self.origin_ns or now_ns)) / 1e9:.1f} s into the load)", flush=True)
             if to > current:
                 for _ in range(to - current):
+                    self._asked += 1  # on its way from now: the next decision counts it, made or not
                     self._spawn(self._scale_up, now_ns)
             elif to < current:
                 # only replicas serving can go (one starting is taken at a later decision); never the last
@@ -186,12 +189,14 @@ class LiveScaler:
         dep = self.deployment
         event = {"replica": None, "requested_ns": requested_ns}
         self.starts.append(event)
-        try:
-            eng = dep.new_replica()  # counted as starting from here
-        except EngineError as e:
-            event["error"] = str(e)
-            self.errors.append(str(e))
-            return
+        with self._lock:  # from asked to starting in one step: no decision counts it twice, nor misses it
+            self._asked -= 1
+            try:
+                eng = dep.new_replica()
+            except EngineError as e:
+                event["error"] = str(e)
+                self.errors.append(str(e))
+                return
         event["replica"] = eng.replica
         event["slot"] = asdict(dep.slot(eng.replica))
         if self.policy.provision_s > 0 and self._stop.wait(self.policy.provision_s):

@@ -320,15 +320,21 @@ def test_an_autoscaled_replica_is_prepared_as_the_first_ones(tmp_path):
         d.stop()
 
 
-@needs_router
+SGLANG_ROUTER = Path(sys.executable).parent / "sglang-router"
+needs_sglang_router = pytest.mark.skipif(not SGLANG_ROUTER.exists() and shutil.which("sglang-router") is None,
+                                         reason="sglang-router is not installed (pip install sglang-router)")
+ROUTERS = [pytest.param("vllm", marks=needs_router), pytest.param("sglang", marks=needs_sglang_router)]
+
+
 @pytest.mark.slow
-def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path):
+@pytest.mark.parametrize("router", ROUTERS)
+def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path, router):
     """One replica at first; a fast point makes the scaler add r1 (the router sends it traffic);
     a slow one lets it go again (drained, stopped); autoscale.json, the summary's keys, the
     telemetry series and the cost over replica-seconds say so."""
     out = tmp_path / "out"
     p = _cli(tmp_path, "deployment.replicas=1", "load=constant", "load.num_requests=null", "load.duration_s=8",
-             "protocol.load_points=[8,0.5]",
+             "protocol.load_points=[8,0.5]", f"router={router}", "router.policy=round_robin",
              f"output_dir={out}", "cost.hourly_per_host=1.0", *AUTO, "deployment.autoscale.target=0.5",
              "deployment.autoscale.window_s=2", "deployment.autoscale.interval_s=0.5",
              "deployment.autoscale.scale_down_delay_s=2", "deployment.autoscale.max_replicas=2", timeout=300)
@@ -355,5 +361,6 @@ def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path):
     assert names == {"replicas_serving", "replicas_wanted"}
     assert (out / "engine-r1.log").exists()
     prov = json.loads((slow / "provenance.json").read_text())["engine"]
+    assert prov["router"]["router"] == router
     assert prov["replicas"]["r1"]["stopped"] is True and "r1" in prov["deployment"]["autoscale"]["replicas_run"]
     _no_process_left(out)
