@@ -18,12 +18,14 @@ source, sized and priced from finished experiments' measured capacity; no engine
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,10 +76,12 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                     continue
                 plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source}
                 warnings += check_inputs(cap, traffic, policy, capacity)
-                jobs.append((len(plans), cap.name, None, 1.0, cap, policy, slo))
+                # the policy's capacity is the measured one unless set: each resample measures its own
+                sized = auto.capacity_rps is None
+                jobs.append(Job(len(plans), cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized))
                 for blocks, w in resamples(cap.blocks, int(p.resamples), int(p.seed)):
                     if len(cap.blocks) > 1:
-                        jobs.append((len(plans), cap.name, blocks, w, cap, policy, slo))
+                        jobs.append(Job(len(plans), cap.name, blocks, w, cap, policy, slo, slo_cfg, sized))
             plans.append(plan)
     if not any(pl["configs"] for pl in plans):
         raise UserError("no candidate can be planned:\n  " + "\n  ".join(warnings))
@@ -91,13 +95,13 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
         print("dry run: nothing simulated, nothing written")
         return out
     results = simulate_all(jobs, traffic, str(p.routing), initial, int(p.seed), int(p.workers))
-    for (pi, name, blocks, w, cap, policy, _), res in zip(jobs, results):
-        res.update(costs(cap, res, policy))
-        entry = plans[pi]["configs"][name]
-        if blocks is None:
+    for job, res in zip(jobs, results):
+        res.update(costs(job.capacity, res, job.policy))
+        entry = plans[job.plan]["configs"][job.name]
+        if job.blocks is None:
             entry["point"] = res
         else:
-            entry.setdefault("resampled", []).append((res, w))
+            entry.setdefault("resampled", []).append((res, job.weight))
     for plan in plans:
         resampled = {}
         for name, entry in plan["configs"].items():
@@ -415,11 +419,32 @@ def _init(traffic: Traffic, routing: str, initial: int, seed: int) -> None:
     _STATE.update(traffic=traffic, routing=routing, initial=initial, seed=seed)
 
 
-def _simulate(job) -> dict:
-    _, _, blocks, _, cap, policy, slo = job
-    if blocks is not None:
-        cap = cap.with_blocks(list(blocks))
-    sim = FleetSimulation(_STATE["traffic"], cap, policy, slo, _STATE["routing"], _STATE["initial"], _STATE["seed"])
+@dataclass(frozen=True)
+class Job:
+    """One simulation: a candidate (on every block's runs, or on a resample of its blocks) in
+    one plan (an SLO and a policy)."""
+    plan: int
+    name: str
+    blocks: tuple[int, ...] | None      # None: every block once
+    weight: float
+    capacity: ConfigCapacity
+    policy: ScalingPolicy
+    slo: SLO
+    slo_cfg: dict
+    sized: bool                         # the policy's capacity_rps is the measured one
+
+
+def _simulate(job: Job) -> dict:
+    cap, policy = job.capacity, job.policy
+    if job.blocks is not None:
+        cap = cap.with_blocks(list(job.blocks))
+        if job.sized:
+            size = cap.sizes[0]
+            measured = cap.max_load(job.slo, size, job.slo_cfg.get("min_attainment"))["mean"]
+            if measured > 0:
+                policy = dataclasses.replace(policy, capacity_rps=measured)
+    sim = FleetSimulation(_STATE["traffic"], cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
+                          _STATE["seed"])
     return sim.run()
 
 
