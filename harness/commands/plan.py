@@ -22,6 +22,6 @@ def main(argv: list[str]) -> int:
             print(f"error: {f}: no such experiment folder (tokenfactory plan EXPERIMENT_DIR ... [overrides])",
                   file=sys.stderr)
             return 2
-    given = [json.dumps(str(Path(f).resolve())) for f in folders]
+    given = [json.dumps(str(Path(f).absolute())) for f in folders]   # a link keeps its name: the candidate's
     extra = [f"protocol.experiments=[{','.join(given)}]"] if folders else []
     return run.main(["protocol=plan", *extra, *rest])
