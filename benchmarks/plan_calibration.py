@@ -3,9 +3,9 @@ operating point of an experiment, re-simulated as a fixed fleet (its deployment 
 scaling) under Poisson arrivals at its offered rate, with its own request count, prompt
 lengths and output lengths; predicted against measured SLO attainment and TTFT p50/p90.
 
-In-sample by construction (the point's own requests are among those sampled), so it checks
-the state-dependent service model (in-flight -> operating point, slots, queueing), not
-generalisation: that is the validation against a real replay (``protocol.validate``).
+In-sample by construction (the point's own requests are among those sampled, and the slowdown
+curve is calibrated on these runs unless ``--raw``), so it checks the processor-sharing model,
+not generalisation: that is the validation against a real replay (``protocol.validate``).
 Prints one row per point and the mean absolute errors; also the simulation's speed.
 
     python benchmarks/plan_calibration.py /tmp/real/scaling [--ttft-ms 1000 --tpot-ms 100] [--seeds 5]
@@ -26,7 +26,7 @@ from engines.autoscaling import ScalingPolicy
 from metrics.fleet import request_metrics
 from metrics.slo import SLO
 from protocols.plan.capacity import read_experiment
-from protocols.plan.fleet import FleetSimulation
+from protocols.plan.fleet import FleetSimulation, calibrate
 from protocols.plan.traffic import Traffic
 
 
@@ -36,8 +36,12 @@ def main() -> int:
     ap.add_argument("--ttft-ms", type=float, default=None)
     ap.add_argument("--tpot-ms", type=float, default=None)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--raw", action="store_true", help="the slowdown curve as measured, without calibrate()")
     a = ap.parse_args()
     caps = read_experiment(a.experiment)
+    if not a.raw:
+        for cap in caps:
+            cap.corrections = calibrate(cap)
     slo = SLO(ttft_ms=a.ttft_ms, tpot_ms=a.tpot_ms) if (a.ttft_ms or a.tpot_ms) else SLO.from_config(caps[0].slo)
     print(f"SLO {slo.limits()} at p{slo.percentile:g}; {a.seeds} simulations a point\n")
     print(f"{'config':>8} {'size':>4} {'blk':>3} {'rate/rep':>8} {'in flight':>9} | {'attain meas':>11} "

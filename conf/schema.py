@@ -478,6 +478,9 @@ class PlanProtocol:
     confidence: float = _f(0.95, gt=0, lt=1)
     min_effect: float = _f(0.02, ge=0, lt=1)  # smallest relative cost difference that picks a cheapest config
     workers: int = _f(0, ge=0)                # simulation processes (0: one per core)
+    # calibrate each candidate's slowdown curve so that simulating its runs reproduces their mean
+    # TTFT and TPOT (protocols/plan/fleet.py calibrate); false: the curve as measured
+    calibrate: bool = True
     # a real replay's run folder (load=trace, deployment.autoscale.enabled): the plan's error against it
     validate: Optional[str] = None
     seed: int = 0

@@ -83,6 +83,8 @@ class ConfigCapacity:
     slo: dict | None = None                       # the SLO its experiment ran with
     workload: dict | None = None                  # the workload its runs replayed
     notes: list[str] = field(default_factory=list)
+    # per deployment size, the slowdown curve's calibration (protocols.plan.fleet.calibrate)
+    corrections: dict | None = None
 
     @property
     def sizes(self) -> list[int]:

@@ -56,7 +56,7 @@ ROUTINGS = ("round_robin", "least_loaded")
 class ReplicaModel:
     """One deployment size's operating points as a replica's service (module doc)."""
 
-    def __init__(self, points: list[OperatingPoint]):
+    def __init__(self, points: list[OperatingPoint], correction: tuple | None = None):
         pts = [p for p in points if p.ttft_s.size]
         if not pts:
             raise ValueError("no operating point with a completed request")
@@ -80,6 +80,10 @@ class ReplicaModel:
         # the slowdown measured at L is the slowdown at a count of L + 1 in the batch.
         # (An estimated point's in flight is a fixed concurrency: it already counts the request.)
         self.L = L + np.array([0.0 if p.estimated else 1.0 for p in pts])
+        if correction is not None:      # (counts, TTFT factors, TPOT factors): see ``calibrate``
+            n, f_ttft, f_tpot = correction
+            g_ttft = g_ttft * np.interp(self.L, n, f_ttft)
+            g_tpot = g_tpot * np.interp(self.L, n, f_tpot)
         self.g_ttft = np.maximum.accumulate(np.maximum(g_ttft, 1.0))
         self.g_tpot = np.maximum.accumulate(np.maximum(g_tpot, 1.0))
         self.max_in_flight = float(self.L.max())
@@ -141,14 +145,16 @@ class FleetSimulation:
     the fleet metrics, per-request arrays and the timeline."""
 
     def __init__(self, traffic: Traffic, capacity: ConfigCapacity, policy: ScalingPolicy, slo: SLO,
-                 routing: str = "round_robin", initial: int = 1, seed: int = 0, timeline_s: float | None = None):
+                 routing: str = "round_robin", initial: int = 1, seed: int = 0, timeline_s: float | None = None,
+                 models: dict[int, ReplicaModel] | None = None):
         if routing not in ROUTINGS:
             raise ValueError(f"protocol.routing={routing!r}: expected one of {', '.join(ROUTINGS)}")
         self.traffic, self.capacity, self.policy, self.slo = traffic, capacity, policy, slo
         self.routing = routing
         self.initial = max(policy.min_replicas, min(policy.max_replicas, int(initial)))
         self.rng = np.random.default_rng(seed)
-        self.models = {s: ReplicaModel(capacity.points[s]) for s in capacity.sizes}
+        corr = capacity.corrections or {}
+        self.models = models or {s: ReplicaModel(capacity.points[s], corr.get(s)) for s in capacity.sizes}
         self.model_by_serving: dict[int, ReplicaModel] = {}
         self.n_serving = 0
         cold = policy.cold_start_s if policy.cold_start_s is not None else capacity.cold_start()
@@ -396,3 +402,55 @@ class FleetSimulation:
                 "replicas_paid": paid[at].tolist(), "replicas_serving": serving[at].tolist(),
                 "attainment": np.where(counts > 0, good_n / np.maximum(counts, 1), np.nan).tolist(),
                 "p90_ttft_ms": p90}
+
+
+def calibrate(capacity: ConfigCapacity, iterations: int = 4, seeds: int = 2, seed: int = 0) -> dict:
+    """Correction factors of the slowdown curve, per deployment size, so that simulating each
+    measured run (Poisson arrivals at its offered rate per replica, its own request count and
+    prompts, one replica of its size's model) reproduces its mean TTFT and mean TPOT: the raw
+    curve maps a point's mean latency to its mean count in flight, but a request lives through
+    a spread of counts and a short probe through a ramp, so the raw curve is too flat where the
+    counts spread most (near and past saturation).  Each iteration multiplies a point's factor
+    by (measured mean / simulated mean)^0.7, within [1/2, 2] a step, for TTFT and TPOT apart.
+    Returns {size: (counts, TTFT factors, TPOT factors)} for ``ConfigCapacity.corrections``;
+    estimated points (a model's means at a fixed concurrency) are left as they are."""
+    from dataclasses import replace as _replace
+
+    out = {}
+    rng = np.random.default_rng(seed)
+    for size in capacity.sizes:
+        pts = sorted([p for p in capacity.points[size] if p.ttft_s.size], key=lambda p: p.in_flight)
+        base = ReplicaModel(pts)
+        n = base.L.copy()
+        f_ttft, f_tpot = np.ones(n.size), np.ones(n.size)
+        one = _replace(capacity, points={1: pts}, corrections=None)
+        draws = []
+        for p in pts:     # the same arrivals and requests in every iteration
+            k = p.ttft_s.size + p.failed
+            per = []
+            for _ in range(seeds):
+                gaps = rng.exponential(1 / max(p.rate_rps, 1e-9), max(k, 1))
+                idx = rng.integers(0, p.ttft_s.size, max(k, 1))
+                per.append((np.cumsum(gaps) - gaps[0], idx))
+            draws.append(per)
+        for _ in range(iterations):
+            model = ReplicaModel(pts, (n, f_ttft, f_tpot))
+            for i, p in enumerate(pts):
+                if p.estimated or p.ttft_s.size < 10:
+                    continue
+                sim_ttft, sim_tpot = [], []
+                for j, (arr, idx) in enumerate(draws[i]):
+                    tr = Traffic(arr, p.prompt_tokens[idx], p.output_tokens[idx], float(arr[-1]) + 1e-9, "calibration")
+                    pol = ScalingPolicy(capacity_rps=max(p.rate_rps, 1e-9), min_replicas=1, max_replicas=1,
+                                        cold_start_s=0.0)
+                    sim = FleetSimulation(tr, one, pol, SLO(), seed=j, models={1: model})
+                    sim.run()
+                    sim_ttft.append(np.nanmean(sim.ttft))
+                    sim_tpot.append(np.nanmean(sim.tpot))
+                meas_tpot = np.nanmean(p.tpot_s) if np.isfinite(p.tpot_s).any() else np.nan
+                for f, meas, got in ((f_ttft, float(np.mean(p.ttft_s)), float(np.mean(sim_ttft))),
+                                     (f_tpot, float(meas_tpot), float(np.nanmean(sim_tpot)))):
+                    if np.isfinite(meas) and np.isfinite(got) and got > 0:
+                        f[i] *= float(np.clip(meas / got, 0.5, 2.0)) ** 0.7
+        out[size] = (n, f_ttft, f_tpot)
+    return out

@@ -39,7 +39,7 @@ from metrics.cost import fleet_cost, per_million
 from metrics.slo import SLO
 from protocols.plan import record
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
-from protocols.plan.fleet import FleetSimulation
+from protocols.plan.fleet import FleetSimulation, calibrate
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = "plan.json"
@@ -52,6 +52,9 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     started = time.time()
     cands = candidates(p)
     assign_costs(cands, cfg)
+    if p.calibrate:
+        for c in cands:
+            c.corrections = calibrate(c, seed=int(p.seed))
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
@@ -387,7 +390,10 @@ def costs(cap: ConfigCapacity, res: dict, policy: ScalingPolicy) -> dict:
 
 
 def describe_candidate(c: ConfigCapacity) -> dict:
+    corr = {str(s): {"in_flight": n.tolist(), "ttft_factor": a.tolist(), "tpot_factor": b.tolist()}
+            for s, (n, a, b) in (c.corrections or {}).items()}
     return {"source": c.source, "origin": c.origin, "sizes": c.sizes, "blocks": c.blocks,
+            "calibration": corr or None,
             "cold_start_s": c.cold_start_s, "cost": c.cost, "slo_measured": c.slo,
             "workload": {k: (c.workload or {}).get(k) for k in ("name", "path", "max_output_tokens", "on_too_long")},
             "points": {str(s): [{"block": p.block, "rate_rps": p.rate_rps, "in_flight": p.in_flight,

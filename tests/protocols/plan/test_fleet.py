@@ -118,3 +118,24 @@ def test_routing_least_loaded_spreads_by_queue():
     assert counts.size == 2 and abs(counts[0] - counts[1]) <= len(times) * 0.2
     with pytest.raises(ValueError, match="protocol.routing"):
         FleetSimulation(traffic(times, 20), cap, pol, SLO_1S, routing="random")
+
+
+def test_calibration_brings_the_simulated_runs_to_their_measured_means():
+    from protocols.plan.fleet import calibrate
+
+    cap = capacity(blocks=(0,))
+    corr = calibrate(cap, iterations=4, seeds=2)
+    n, f_ttft, f_tpot = corr[1]
+    assert n.shape == f_ttft.shape == f_tpot.shape == (3,)
+    rng = np.random.default_rng(9)
+    times = np.cumsum(rng.exponential(1 / 4.0, 400))            # the 4 req/s point, TTFT 0.2 s on average
+    pol = ScalingPolicy(capacity_rps=8.0, max_replicas=1)
+
+    def mean_ttft(c):
+        sim = FleetSimulation(traffic(times, float(times[-1])), c, pol, SLO_1S, seed=1)
+        sim.run()
+        return float(np.mean(sim.ttft))
+
+    raw = mean_ttft(cap)
+    cap.corrections = corr
+    assert abs(mean_ttft(cap) - 0.2) <= abs(raw - 0.2) + 0.02
