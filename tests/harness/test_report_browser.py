@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.offline_browser import CHROMIUM, offline_page
 from tests.synthetic_experiment import write_experiment
 
-CHROMIUM = Path("/usr/bin/chromium")
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 EVIL = "</script><script>alert(1)</script>"
 
@@ -38,45 +38,29 @@ def report(tmp_path_factory):
 
 @pytest.mark.slow
 def test_report_renders_offline_in_chromium(report, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     path, exp = report
     cmp = json.loads((exp / "comparison.json").read_text())
-    problems, dialogs, requests = [], [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            ctx = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
-            ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                      else (requests.append(route.request.url), route.abort()))
-            page = ctx.new_page()
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_selector("body[data-plotted]", timeout=60_000)
-            figures = page.evaluate("""() => Array.from(document.querySelectorAll('div.plot')).map(d => ({
-                id: d.id,
-                svg: d.querySelectorAll('svg.main-svg').length,
-                traces: (d.data || []).length,
-                visible: (d.data || []).filter(t => t.visible !== false).length,
-                drawn: d.querySelectorAll('g.trace path, g.trace .point, g.trace .bars path').length}))""")
-            cell = page.inner_text("td[data-point='max load under the SLO'][data-metric='max_load_under_slo']"
-                                   "[data-config='baseline']")
-            verdict = page.inner_text("#comparison tbody").replace("\n", " ")
-            outcomes = page.evaluate("() => Array.from(document.querySelectorAll('#comparison td[data-verdict]'))"
-                                     ".map(td => td.dataset.verdict)")
-            title = page.inner_text("#comparison thead")
-            text = page.inner_text("body")
-            scripts = page.evaluate("() => document.querySelectorAll('script').length")
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
-        finally:
-            browser.close()
-    assert not problems, problems
-    assert not dialogs, f"injected script ran: {dialogs}"
-    assert not requests, f"the page fetched {requests}"
+    with offline_page() as (page, seen):
+        page.goto(path.resolve().as_uri())
+        page.wait_for_selector("body[data-plotted]", timeout=60_000)
+        figures = page.evaluate("""() => Array.from(document.querySelectorAll('div.plot')).map(d => ({
+            id: d.id,
+            svg: d.querySelectorAll('svg.main-svg').length,
+            traces: (d.data || []).length,
+            visible: (d.data || []).filter(t => t.visible !== false).length,
+            drawn: d.querySelectorAll('g.trace path, g.trace .point, g.trace .bars path').length}))""")
+        cell = page.inner_text("td[data-point='max load under the SLO'][data-metric='max_load_under_slo']"
+                               "[data-config='baseline']")
+        verdict = page.inner_text("#comparison tbody").replace("\n", " ")
+        outcomes = page.evaluate("() => Array.from(document.querySelectorAll('#comparison td[data-verdict]'))"
+                                 ".map(td => td.dataset.verdict)")
+        title = page.inner_text("#comparison thead")
+        text = page.inner_text("body")
+        scripts = page.evaluate("() => document.querySelectorAll('script').length")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert not seen.problems, seen.problems
+    assert not seen.dialogs, f"injected script ran: {seen.dialogs}"
+    assert not seen.requests, f"the page fetched {seen.requests}"
     ids = {f["id"] for f in figures}
     assert {"fig-throughput_vs_interactivity", "fig-ttft_vs_load", "fig-latency_cdfs", "fig-ablation",
             "fig-timeline", "fig-cost_vs_load", "fig-energy_vs_load", "fig-workload_0"} <= ids
