@@ -53,6 +53,18 @@ from protocols.plan.traffic import Traffic
 ROUTINGS = ("round_robin", "least_loaded")
 
 
+def isotonic(y) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in squared error (pool adjacent violators)."""
+    blocks: list[list[float]] = []            # [sum, count] of each pooled run
+    for v in np.asarray(y, dtype=np.float64):
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    return np.concatenate([np.full(int(c), s / c) for s, c in blocks]) if blocks else np.zeros(0)
+
+
 class ReplicaModel:
     """One deployment size's operating points as a replica's service (module doc)."""
 
@@ -75,7 +87,8 @@ class ReplicaModel:
         g_ttft = np.array([np.mean(p.ttft_s) / base_ttft for p in pts])
         g_tpot = np.array([(np.nanmean(p.tpot_s) if np.isfinite(p.tpot_s).any() else base_tpot) / base_tpot
                            if base_tpot > 0 else 1.0 for p in pts])
-        # latency does not fall as load rises: noise between neighbouring points is flattened.
+        # latency does not fall as load rises: the curve is the closest non-decreasing one to the
+        # points (isotonic regression), so one noisy point moves its neighbours, not all above it.
         # A request of a point saw on average L others in flight (PASTA) besides itself, so
         # the slowdown measured at L is the slowdown at a count of L + 1 in the batch.
         # (An estimated point's in flight is a fixed concurrency: it already counts the request.)
@@ -84,8 +97,8 @@ class ReplicaModel:
             n, f_ttft, f_tpot = correction
             g_ttft = g_ttft * np.interp(self.L, n, f_ttft)
             g_tpot = g_tpot * np.interp(self.L, n, f_tpot)
-        self.g_ttft = np.maximum.accumulate(np.maximum(g_ttft, 1.0))
-        self.g_tpot = np.maximum.accumulate(np.maximum(g_tpot, 1.0))
+        self.g_ttft = np.maximum(isotonic(g_ttft), 1.0)
+        self.g_tpot = np.maximum(isotonic(g_tpot), 1.0)
         self.max_in_flight = float(self.L.max())
         self.max_rate = max(p.rate_rps for p in pts)
         self.max_prompt = max(int(p.prompt_tokens.max()) for p in pts)
