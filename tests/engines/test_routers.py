@@ -203,6 +203,7 @@ def test_a_worker_added_gets_traffic_and_one_removed_gets_none(name, tmp_path):
     assert routed == 10
 
 
+@pytest.mark.slow  # vllm-router holds the add open ~20 s before it gives up on the worker
 @needs("vllm")
 def test_a_worker_never_healthy_after_add_is_named_with_the_routers_log(tmp_path):
     r = make_router(cfg("vllm", policy="round_robin"), tmp_path)
