@@ -14,27 +14,26 @@ each more slowly the more there are):
 - While n requests are in flight on the replica, each advances its prefill at 1 / g_ttft(n)
   and its decode at 1 / g_tpot(n) of its low-load speed.  g(n) is the measured slowdown: at
   each operating point (mean in flight per replica L_i) its mean TTFT (TPOT) over the light
-  points' mean, made non-decreasing, at n = L_i + 1 (a Poisson arrival sees L_i others on
-  average, PASTA, besides itself), interpolated linearly between points.  Beyond the highest
+  points' mean, at n = L_i + 1 (a Poisson arrival sees L_i others on average, PASTA, besides
+  itself), fitted non-decreasing (isotonic) and interpolated linearly between points, then
+  calibrated (``calibrate``) so that simulating each measured run gives back its means.  Beyond the highest
   measured count the replica is saturated: g grows as n / n_max (it completes no more
   requests per second than it did there, and every request waits longer the more there are).
 - The points are those of the measured deployment size closest below the replicas serving
   (``ConfigCapacity.model_size``): two serving replicas behave as each replica of the
   measured two-replica deployment did.
 
-At a measured point the model reproduces its mean latencies by construction (Little's law: the
-point's throughput is L_i over its mean E2E); between points and in overload it is the model
-above, checked against the runs it was built from by ``benchmarks/plan_calibration.py`` and
-against a real replay by ``protocol.validate``.
+How well it fits the runs it was built from: ``benchmarks/plan_calibration.py``; how well it
+predicts a real replay: ``protocol.validate`` (docs/measured/plan.md).
 
 A new replica is paid for from the policy's decision, serves after ``provision_s`` plus its
 cold start (the measured ``engine_startup_s`` unless ``deployment.autoscale.cold_start_s``),
 and is stopped after draining when the policy scales down (the newest first).
 
 Every request also says whether it was served outside the measurements: more in flight on
-its replica, when it arrived, than any measured run held on average, its replica's arrival rate (over the policy's
-window) above every measured rate, more replicas serving than any measured deployment, or a
-prompt longer than any measured one.  The plan never extrapolates silently.
+its replica when it arrived than any measured run held on average, its replica's arrival rate
+(over the policy's window) above every measured rate, more replicas serving than any measured
+deployment, or a prompt longer than any measured one.  The plan never extrapolates silently.
 """
 
 from __future__ import annotations
