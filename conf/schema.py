@@ -266,6 +266,27 @@ class SyntheticWorkload:
 
 
 @dataclass
+class TaskRule:
+    """Tasks (DAGs of calls, loadgen/workloads/tasks.py): how an attempt is judged and retried,
+    the tool time where the trace gives none, what a call's prompt carries."""
+    max_attempts: int = _f(1, ge=1)          # an attempt that fails its check is run again, up to this many
+    # success of an attempt (every call ok, and then): ok (nothing more) | rate (a verifier that
+    # passes each attempt with success_rate, drawn from workload.seed) | regex (every sink's reply
+    # matches success_regex)
+    success: str = _f("ok", choices=("ok", "rate", "regex"))
+    success_rate: float = _f(1.0, gt=0, le=1)
+    success_regex: Optional[str] = None
+    tool_s: float = _f(0.0, ge=0)            # tool time before a call whose line gives no tool_s
+    tool_dist: str = _f("fixed", choices=("fixed", "exponential"))  # exponential: mean tool_s
+    # a call's prompt: its prefix path, then the messages and replies of its ancestors (every call
+    # it depends on, in the task's order) or of its parents only, then its own message
+    context: str = _f("ancestors", choices=("ancestors", "parents"))
+    # the shared prefix tree, declared once: {name: {tokens: N, children: {...}}}; a call's
+    # `prefix` is a path in it (a tree in the trace file's first line wins over this one)
+    prefix_tree: Optional[Any] = None
+
+
+@dataclass
 class TraceWorkload:
     name: str = MISSING
     path: Optional[str] = None               # the trace file (required: the reader says so)
@@ -284,6 +305,7 @@ class TraceWorkload:
     target_rate: Optional[float] = _f(None, gt=0)      # rescale time to this mean rate, keeping the burst shape
     think_s: float = _f(0.0, ge=0)           # think time between session turns where the trace gives none
     think_dist: str = _f("fixed", choices=("fixed", "exponential"))  # exponential: mean think_s
+    task: TaskRule = field(default_factory=TaskRule)  # task workloads (task_id on the lines)
     stress: TraceStress = field(default_factory=TraceStress)  # burst: factor x rate over [start_s, end_s)
     seed: int = 0
 
@@ -574,6 +596,7 @@ class Slo:
     ttft_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     tpot_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     e2el_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    task_s: Optional[float] = _f(None, gt=0)   # per-task SLO: a completed task's time (inclusive); null: not checked
     # run-level check: the SLO holds when this percentile of each metric is within it
     percentile: float = _f(99.0, gt=0, lt=100)
     min_attainment: Optional[float] = _f(None, gt=0, le=1)  # a run meets the SLO only with this share good

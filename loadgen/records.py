@@ -73,6 +73,17 @@ class RequestRecord:
     # client is told to read (loadgen.client.config.ClientConfig.replica_header), else the
     # client's default_replica (a single engine: r0), else UNKNOWN_REPLICA.
     replica: str = _col(pa.string(), UNKNOWN_REPLICA)
+    # A call of a task (a DAG of calls, loadgen.workloads.tasks): which task and node, the
+    # nodes it waited for, its attempt (from 1; 0: not a task), the tool time it waited after
+    # its last parent ended, the calls in the task's DAG, and (a sink: a call no other waits
+    # for) whether its reply passed the task's success rule (null: not a sink, or not a task).
+    task_id: str | None = _col(pa.string())
+    node: str | None = _col(pa.string())
+    parents: list = _col(pa.list_(pa.string()), factory=list)
+    attempt: int = _col(pa.int32(), 0)
+    tool_s: float | None = _col(pa.float64())
+    task_calls: int | None = _col(pa.int32())
+    check_ok: bool | None = _col(pa.bool_())
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).
     chunk_text: list = field(default_factory=list)     # text of each output chunk
     chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)

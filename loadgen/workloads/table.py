@@ -16,6 +16,15 @@ copied per request.  Columns:
   and how many leading tokens the group shares (synthetic groups, our JSON-lines format).
 - ``text`` (list of str or None): the user's message where the trace has text.
 - ``line`` (int64): the line of the source file each row came from (for error messages).
+- tasks (DAGs of calls, ``loadgen.workloads.tasks``): ``task`` (int64 code, -1: none; names
+  in ``task_names``), ``node`` (str: the call's name, unique in its task), ``parents``
+  (tuple of node names of the same task the call waits for; () for a root), ``tool_s``
+  (float64: seconds the call waits after its last parent ended, NaN: workload.task's
+  default), ``prefix`` (str: a path ``a/b`` in ``prefix_tree``, "": none).  A task call's
+  ``input_tokens`` counts its own message only: the prompt also carries its prefix path and
+  the messages and replies of the calls before it.  ``prefix_tree`` maps each path of the
+  declared tree to its own segment's tokens (``{"sys": 1000, "sys/docA": 4000}``); the
+  prompt of a call under ``sys/docA`` starts with sys's 1000 tokens, then docA's 4000.
 """
 
 from __future__ import annotations
@@ -45,10 +54,17 @@ class WorkloadTable:
     line: np.ndarray | None = None
     session_names: list | None = None      # session code -> the trace's own session id
     bad_lines: int = 0                     # lines skipped under workload.on_bad_line=skip
+    task: np.ndarray | None = None
+    task_names: list | None = None         # task code -> the trace's own task id
+    node: np.ndarray | None = None         # object array of str
+    parents: np.ndarray | None = None      # object array of tuples of str
+    tool_s: np.ndarray | None = None
+    prefix: np.ndarray | None = None       # object array of str
+    prefix_tree: dict | None = None        # path -> its own segment's tokens
     notes: list = field(default_factory=list)
 
     _ROW_COLUMNS = ("arrival_s", "input_tokens", "output_tokens", "session", "turn", "think_s",
-                    "prefix_group", "prefix_tokens", "line")
+                    "prefix_group", "prefix_tokens", "line", "task", "node", "parents", "tool_s", "prefix")
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -56,6 +72,10 @@ class WorkloadTable:
     @property
     def has_sessions(self) -> bool:
         return self.session is not None and bool((self.session >= 0).any())
+
+    @property
+    def has_tasks(self) -> bool:
+        return self.task is not None and bool((self.task >= 0).any())
 
     @property
     def has_hashes(self) -> bool:
