@@ -25,6 +25,9 @@ copied per request.  Columns:
   the messages and replies of the calls before it.  ``prefix_tree`` maps each path of the
   declared tree to its own segment's tokens (``{"sys": 1000, "sys/docA": 4000}``); the
   prompt of a call under ``sys/docA`` starts with sys's 1000 tokens, then docA's 4000.
+  ``task_input="total"`` (a reader whose trace gives each call's whole prompt length): the
+  call's own message fills what its prefix and context leave of ``input_tokens``, as a
+  session turn's does.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class WorkloadTable:
     tool_s: np.ndarray | None = None
     prefix: np.ndarray | None = None       # object array of str
     prefix_tree: dict | None = None        # path -> its own segment's tokens
+    task_input: str = "message"            # what a task call's input_tokens counts: message | total
     notes: list = field(default_factory=list)
 
     _ROW_COLUMNS = ("arrival_s", "input_tokens", "output_tokens", "session", "turn", "think_s",
