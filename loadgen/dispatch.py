@@ -8,7 +8,11 @@ became free.
 
 Sessions (``followup``, see loadgen/sessions.py): when a request ends, ``followup(record)``
 may return the next turn of its session and a think time; it is scheduled that long after
-the end (open loop: as its own task; closed loop: by the same user).
+the end (open loop: as its own task; closed loop: by the same user).  Tasks (DAGs of calls,
+loadgen/workloads/tasks.py; open loop only): ``followup`` returns a list, the calls the
+ended one made ready, each with its wait; a task's other roots go with its first one
+(``WorkItem.companions``, sent at the same scheduled time), and a sink's success rule is
+judged on its record before it is stored (``check_ok``).
 
 Timing: requests are prepared (prompt built, body encoded) before they are due and off the
 loop (``loadgen.prepare``); session turns after the first are built on a worker thread
@@ -129,9 +133,13 @@ class Dispatcher:
 
     def _record(self, item: WorkItem, scheduled_ns: int, warmup: bool) -> RequestRecord:
         # slot_ns = scheduled_ns unless the request has to wait for a max_concurrency slot
-        return RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, slot_ns=scheduled_ns,
-                             session_id=item.session_id, turn=item.turn, warmup=warmup,
-                             expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens)
+        rec = RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, slot_ns=scheduled_ns,
+                            session_id=item.session_id, turn=item.turn, warmup=warmup,
+                            expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens)
+        if item.task_id is not None:
+            rec.task_id, rec.node, rec.parents, rec.attempt = item.task_id, item.node, list(item.parents), item.attempt
+            rec.tool_s, rec.task_calls, rec.check = item.tool_s, item.task_calls, item.check
+        return rec
 
     async def _acquire_slot(self, rec: RequestRecord) -> None:
         """Wait for a ``max_concurrency`` slot; a wait is queueing (``slot_ns``), not the client's lag."""
@@ -163,6 +171,8 @@ class Dispatcher:
         self.completed += 1
         if self.finalize is not None:
             self.finalize(rec)
+        if rec.check is not None:  # a task's sink: judged on its final record, before it is written
+            rec.check_ok = bool(rec.check(rec))
         self.writer.append(rec)
         if self.on_done is not None:
             self.on_done(rec)
@@ -174,24 +184,44 @@ class Dispatcher:
     def _build_turn(self, rec: RequestRecord):
         """On the turns thread: the session's next turn after ``rec`` (prompt and body), or None."""
         nxt = self.followup(rec)
-        if nxt is None:
+        if nxt is None or isinstance(nxt, list):
             return None
         item, think_s = nxt
         return item, think_s, self.client.body(item.prompt, item.max_tokens)
 
+    def _build_calls(self, rec: RequestRecord) -> list:
+        """On the turns thread: what ``rec``'s end made ready (a task's calls, or a session's next
+        turn), each as (item, wait_s, body)."""
+        nxt = self.followup(rec)
+        if nxt is None:
+            return []
+        pairs = nxt if isinstance(nxt, list) else [nxt]
+        return [(item, wait_s, self.client.body(item.prompt, item.max_tokens)) for item, wait_s in pairs]
+
     async def _next_turn(self, rec: RequestRecord) -> None:
-        """Open loop: the session's next turn, ``think_s`` after its previous one ended (built
-        meanwhile off the loop; a build longer than the think time shows as the turn's lag)."""
+        """Open loop: what ``rec``'s end made ready: the session's next turn ``think_s`` after, or a
+        task's calls, each its tool time after its last parent ended (built meanwhile off the
+        loop; a build longer than the wait shows as the call's lag)."""
         ended = rec.done_ns or perf_ns()
-        built = await asyncio.get_running_loop().run_in_executor(self._turns, self._build_turn, rec)
-        if built is None or self.saturated or self.aborted:
+        built = await asyncio.get_running_loop().run_in_executor(self._turns, self._build_calls, rec)
+        if not built or self.saturated or self.aborted:
             return
-        item, think_s, payload = built
-        target = ended + int(think_s * 1e9)
+        first, *more = built
+        for b in more:  # a fan-out: each call waits on its own
+            task = asyncio.get_running_loop().create_task(self._send_at(rec, ended, *b))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+        await self._send_at(rec, ended, *first)
+
+    async def _send_at(self, rec: RequestRecord, ended: int, item: WorkItem, wait_s: float, payload: bytes) -> None:
+        target = ended + int(wait_s * 1e9)
         if self._end_ns is not None and target > self._end_ns:
             return
-        nxt = self._record(item, target, False)
+        # a task's later calls are warm-up calls when the task's first were (sessions: as before)
+        nxt = self._record(item, target, rec.warmup and item.task_id is not None)
         await self.wait_until(target)
+        if self.saturated or self.aborted:
+            return
         if self._limit is not None:  # a session's next turn counts against the cap too
             await self._acquire_slot(nxt)
             self._launch(nxt, payload, self._limit.release)
@@ -230,6 +260,10 @@ class Dispatcher:
         offset_ns)`` entries, offsets from t0) and ``ready`` (an awaitable factory called after
         the connection pool is warm, returning t0) serve the worker processes."""
         spec.validate()
+        if spec.kind == "concurrency" and getattr(items, "tasks", None) is not None:
+            raise ValueError("load=concurrency does not run a task workload (a task's calls fan out): give tasks an "
+                             "arrival process (load=poisson, gamma, constant or trace) and cap the calls in flight "
+                             "with load.max_concurrency")
         if spec.num_requests is not None:
             items = itertools.islice(items, spec.num_requests)
         self.source = prepare(self._entries(items, spec, plan), self.prepare_opts,
@@ -291,11 +325,15 @@ class Dispatcher:
     def _entries(self, items: Iterator[WorkItem], spec: LoadSpec, plan) -> Iterator[Prepared]:
         """The point's requests in send order, each prepared as it is taken (lazily)."""
         body = self.client.body
+
+        def entry(i: int, it: WorkItem, off) -> Prepared:
+            return Prepared(i, it, off, body(it.prompt, it.max_tokens),
+                            tuple((c, body(c.prompt, c.max_tokens)) for c in it.companions))
         if plan is not None:
-            return (Prepared(i, it, off, body(it.prompt, it.max_tokens)) for i, it, off in plan)
+            return (entry(i, it, off) for i, it, off in plan)
         if spec.kind == "concurrency":
-            return (Prepared(i, it, None, body(it.prompt, it.max_tokens)) for i, it in enumerate(items))
-        return (Prepared(i, it, off, body(it.prompt, it.max_tokens)) for i, it, off in self.schedule(items, spec, 0))
+            return (entry(i, it, None) for i, it in enumerate(items))
+        return (entry(i, it, off) for i, it, off in self.schedule(items, spec, 0))
 
     @staticmethod
     def _prewarm_count(spec: LoadSpec) -> int:
@@ -432,11 +470,12 @@ class Dispatcher:
             await self.wait_until(target)
             if self.aborted is not None:
                 return
-            if limit is not None:
-                await self._acquire_slot(rec)
-                self._launch(rec, p.payload, limit.release)
-            else:
-                self._launch(rec, p.payload)
+            for r, payload in [(rec, p.payload), *((self._record(c, target, rec.warmup), b) for c, b in p.companions)]:
+                if limit is not None:
+                    await self._acquire_slot(r)
+                    self._launch(r, payload, limit.release)
+                else:
+                    self._launch(r, payload)
 
     async def _closed_loop(self, spec: LoadSpec, t0: int) -> None:
         end_ns = t0 + int(spec.duration_s * 1e9) if spec.duration_s is not None else None

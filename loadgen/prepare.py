@@ -55,6 +55,7 @@ class Prepared:
     item: WorkItem
     offset_ns: int | None     # open loop: when it is due, from t0; closed loop: None (when a user is free)
     payload: bytes            # the encoded JSON body
+    companions: tuple = ()    # a task's other roots, sent with it: (item, payload) pairs
 
 
 @dataclass

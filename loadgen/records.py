@@ -90,6 +90,7 @@ class RequestRecord:
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     text: str = ""  # generated text; kept for multi-turn prompts
+    check: object = None  # a task sink's success rule (loadgen.workloads.tasks.TaskCheck): sets check_ok
 
 
 SCHEMA = pa.schema([(f.name, f.metadata["arrow"]) for f in fields(RequestRecord) if "arrow" in f.metadata])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -14,3 +15,13 @@ class WorkItem:
     arrival_s: float | None = None  # offset from the start of the load, when the workload fixes it (traces)
     session_id: str | None = None
     turn: int = 0
+    # a call of a task (loadgen.workloads.tasks): the record's task columns, the sink's success
+    # rule, and the task's other roots (sent at the same time as this, its first root)
+    task_id: str | None = None
+    node: str | None = None
+    parents: tuple = ()
+    attempt: int = 0
+    tool_s: float | None = None
+    task_calls: int | None = None
+    check: Callable | None = None
+    companions: list = field(default_factory=list)

@@ -37,6 +37,12 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 
+def path_segments(path: str) -> list[str]:
+    """``"a/b/c"`` -> ``["a", "a/b", "a/b/c"]``: the prefix tree nodes a path goes through."""
+    parts = path.split("/")
+    return ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
 @dataclass
 class WorkloadTable:
     arrival_s: np.ndarray

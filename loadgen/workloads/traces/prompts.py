@@ -15,14 +15,16 @@ never exceeds ``max_model_len`` minus the row's output tokens (see ``fit_lengths
 from __future__ import annotations
 
 import functools
+import zlib
 
 import numpy as np
 
 from loadgen.workloads.prompts import PromptBuilder
-from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.table import WorkloadTable, path_segments
 
 TOO_LONG_POLICIES = ("error", "clip", "skip")
 _GROUP_SALT = 1 << 40  # keeps group prefixes apart from Mooncake block ids
+_TREE_SALT = 1 << 41   # ... and a prefix tree's segments from both
 
 
 def fit_lengths(table: WorkloadTable, max_model_len: int | None, policy: str = "error") -> WorkloadTable:
@@ -144,6 +146,48 @@ class TracePrompts:
             if n + out_n <= self.max_model_len or keep <= 1:
                 return prompt, n
             keep -= max((n + out_n - self.max_model_len), 1)
+
+    # --- task calls ------------------------------------------------------------------------
+    def tree_prefix_ids(self, path: str) -> np.ndarray:
+        """The ids of a prefix tree path: each segment's own tokens, drawn from (seed, its path)."""
+        tree = self.table.prefix_tree or {}
+        return np.concatenate([self._block(_TREE_SALT + zlib.crc32(seg.encode()), int(tree[seg]))
+                               for seg in path_segments(path)])
+
+    def task_call(self, i: int, prefix_path: str, context: list[tuple[str, str]]):
+        """(prompt, prompt_tokens, own message) of row ``i`` as a task call: its prefix path's
+        tokens, then the (message, reply) pairs of its context, then its own message (the
+        trace's text, or ``input_tokens`` random stable tokens; with ``task_input=total``, what
+        the prefix and context leave of ``input_tokens``).  The oldest context pairs are dropped
+        when the model's limit demands it; ValueError when the prefix and message alone do not fit."""
+        t = self.table
+        out_n = self.output_tokens(i)
+        lead = ""
+        if prefix_path:
+            ids = self.tree_prefix_ids(prefix_path)
+            lead = self.b.text_of(len(ids), prefix_ids=ids)
+        pairs = list(context)
+        has_text = t.text is not None and t.text[i] is not None
+        while True:
+            def compose(text):
+                if pairs:
+                    return [(lead + pairs[0][0], pairs[0][1]), *pairs[1:]], text
+                return [], lead + text
+            if has_text:
+                text = t.text[i]
+            elif t.task_input == "total":
+                hist, first = compose("")
+                used = self._count(hist, first) if (hist or first) else 0
+                text = self.user_text(i, max(int(t.input_tokens[i]) - used, 1))
+            else:
+                text = self.user_text(i)
+            prompt, n = self._wrap(*compose(text))
+            if not self.max_model_len or n + out_n <= self.max_model_len:
+                return prompt, n, text
+            if not pairs:
+                raise ValueError(f"{t.where_text(i)}: this call's prefix and message ({n} tokens) + {out_n} output "
+                                 f"tokens exceed engine.max_model_len={self.max_model_len}")
+            pairs.pop(0)  # like an agent with a context window: forget the oldest exchange
 
     # --- session turns --------------------------------------------------------------------
     def turn(self, i: int, history: list[tuple[str, str]]):

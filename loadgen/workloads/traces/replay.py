@@ -16,6 +16,7 @@ from loadgen.workloads.item import WorkItem
 from loadgen.workloads.prompts import PromptBuilder
 from loadgen.workloads.sessions import SessionReplay, request_id
 from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.tasks import TaskReplay
 from loadgen.workloads.traces import transforms
 from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
 from loadgen.workloads.traces.readers import FORMATS, read_trace
@@ -111,11 +112,14 @@ class TraceWorkload:
         w = trace_config(wcfg)
         table = table if table is not None else load_table(w, n)
         self.table = fit_lengths(table, max_model_len, w.on_too_long)
+        if self.table.has_sessions and self.table.has_tasks:
+            raise ValueError(f"{self.table.path}: a workload has sessions (session_id) or tasks (task_id), not both")
         self.prompts = TracePrompts(self.table, builder, seed=w.seed, max_model_len=max_model_len,
                                     on_too_long=w.on_too_long, max_output_tokens=w.max_output_tokens)
         self.sessions = SessionReplay(self.table, self.prompts, w.think_s, w.think_dist, w.seed) \
             if self.table.has_sessions else None
-        self.followup = self.sessions.followup if self.sessions else None
+        self.tasks = TaskReplay(self.table, self.prompts, w.task, w.seed) if self.table.has_tasks else None
+        self.followup = self.sessions.followup if self.sessions else self.tasks.followup if self.tasks else None
         self.skipped = 0
         self._it = self._generate()
 
@@ -132,6 +136,12 @@ class TraceWorkload:
     def _generate(self):
         t = self.table
         for i in transforms.replay_order(t).tolist():
+            if t.task is not None and t.task[i] >= 0:
+                if self.tasks.is_start(i):
+                    item = self.tasks.first_item(i)
+                    item.arrival_s = float(t.arrival_s[i]) if np.isfinite(t.arrival_s[i]) else None
+                    yield item
+                continue
             in_session = t.session is not None and t.session[i] >= 0
             if in_session and not self.sessions.is_first_turn(i):
                 continue

@@ -2,7 +2,9 @@
 
 Each returns a new table built with one gather (``WorkloadTable.take``), never per request.
 Times are those of the table: ``arrival_s`` of requests that start something (a single
-request or a session's first turn); later turns of a session carry ``think_s`` instead.
+request, a session's first turn, a task's roots); later turns of a session carry ``think_s``
+instead, later calls of a task ``tool_s``.  A session or a task is one unit: kept, dropped,
+sampled and counted whole.
 """
 
 from __future__ import annotations
@@ -12,9 +14,33 @@ import numpy as np
 from loadgen.workloads.table import WorkloadTable
 
 
+def units(table: WorkloadTable) -> np.ndarray:
+    """Each row's unit: its session, its task, or itself (codes: >= 0 sessions, then tasks
+    after the sessions' codes, < 0 single requests)."""
+    unit = -1 - np.arange(len(table), dtype=np.int64)
+    if table.session is not None:
+        unit = np.where(table.session >= 0, table.session, unit)
+    if table.task is not None:
+        base = int(table.session.max()) + 1 if table.session is not None and table.session.size else 0
+        unit = np.where(table.task >= 0, base + np.maximum(table.task, 0), unit)
+    return unit
+
+
+def single_rows(table: WorkloadTable) -> np.ndarray:
+    """Rows that are requests of their own (in no session and no task)."""
+    return units(table) < 0
+
+
 def _session_start(table: WorkloadTable) -> np.ndarray:
-    """For each row, the arrival of the request that starts it (its session's first turn, or itself)."""
+    """For each row, the arrival of the request that starts it (its session's first turn, its
+    task's first root, or itself)."""
     a = table.arrival_s.copy()
+    if table.has_tasks:
+        t = table.task
+        rows = np.flatnonzero(t >= 0)
+        first = np.full(int(t.max()) + 1, np.inf)
+        np.fmin.at(first, t[rows], np.where(np.isnan(a[rows]), np.inf, a[rows]))
+        a[rows] = np.where(np.isinf(first[t[rows]]), np.nan, first[t[rows]])
     if table.has_sessions:
         s = table.session
         firsts = (s >= 0) & (table.turn == 0)
@@ -57,6 +83,8 @@ def scale_time(table: WorkloadTable, time_scale: float) -> WorkloadTable:
     out.arrival_s = table.arrival_s / time_scale
     if table.think_s is not None:
         out.think_s = table.think_s / time_scale
+    if table.tool_s is not None:
+        out.tool_s = table.tool_s / time_scale
     return out
 
 
@@ -82,11 +110,18 @@ def to_rate(table: WorkloadTable, target_rate: float) -> WorkloadTable:
 
 
 def first_n(table: WorkloadTable, n: int) -> WorkloadTable:
-    """The first ``n`` requests in replay order (a session cut at the cap keeps its first turns)."""
+    """The first ``n`` requests in replay order (a session cut at the cap keeps its first turns);
+    of a task workload, the first ``n`` tasks (a task is never cut: its DAG would not hold)."""
     n = int(n)
     if n < 1:
         raise ValueError(f"workload.max_requests must be >= 1, got {n}")
-    return table.take(np.sort(replay_order(table)[:n]))
+    order = replay_order(table)
+    if table.has_tasks:
+        unit = units(table)[order]
+        _, first = np.unique(unit, return_index=True)
+        keep = set(unit[np.sort(first)[:n]].tolist())
+        return table.take(np.sort(order[np.isin(unit, list(keep))]))
+    return table.take(np.sort(order[:n]))
 
 
 def sample(table: WorkloadTable, fraction: float, seed: int = 0) -> WorkloadTable:
@@ -97,10 +132,7 @@ def sample(table: WorkloadTable, fraction: float, seed: int = 0) -> WorkloadTabl
         raise ValueError(f"workload.sample_fraction must be in (0, 1], got {fraction}")
     if fraction == 1:
         return table
-    unit = np.arange(len(table), dtype=np.int64)
-    if table.session is not None:
-        has = table.session >= 0
-        unit = np.where(has, table.session, -1 - unit)   # a session's turns go together
+    unit = units(table)   # a session's turns, a task's calls go together
     keys, inverse = np.unique(unit, return_inverse=True)
     keep = np.random.default_rng(seed).random(keys.size) < fraction
     return table.take(np.flatnonzero(keep[inverse]))
@@ -117,7 +149,7 @@ def burst(table: WorkloadTable, factor: float, start_s: float, end_s: float, see
         raise ValueError("workload.stress.burst needs start_s < end_s")
     rng = np.random.default_rng(seed)
     a = table.arrival_s
-    single = table.session < 0 if table.session is not None else np.ones(len(table), dtype=bool)
+    single = single_rows(table)
     order = np.argsort(np.where(np.isnan(a), np.inf, a), kind="stable")
     timed = order[~np.isnan(a[order])]
     nxt = np.empty(len(table))
@@ -152,7 +184,7 @@ def long_tail(table: WorkloadTable, fraction: float, kind: str, input_tokens: in
     if length is None or int(length) < 1:
         raise ValueError(f"workload.stress.long_tail.{kind}_tokens must be >= 1 for kind={kind}")
     rng = np.random.default_rng(seed)
-    single = np.flatnonzero(table.session < 0) if table.session is not None else np.arange(len(table))
+    single = np.flatnonzero(single_rows(table))
     k = int(round(fraction * single.size))
     chosen = rng.choice(single, size=k, replace=False) if k else np.empty(0, dtype=np.int64)
     out = table.take(np.arange(len(table)))
