@@ -18,6 +18,9 @@ Definitions:
 - sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
   one of its turns is ``ok`` (and, given the workload's planned turns, every planned turn was
   sent); ``cost_per_completed_session`` = cost_total / completed sessions.
+- tasks (rows with ``attempt >= 1``: DAGs of calls): completed tasks, task time, engine share,
+  critical path, attempts, task SLO and cost per completed task; ``metrics/tasks.py`` holds their
+  definitions.  No task key when no row is a task's.
 - achieved load beside the offered one: ``achieved_send_rate_rps`` = (measured sends - 1) /
   (last send - first send), the arrival rate the engine saw; ``mean_in_flight`` = sum over
   measured requests of (done - sent) / ``duration_s`` (Little's law: the concurrency the
@@ -44,6 +47,7 @@ from metrics.energy import energy_summary, token_figures
 from metrics.percentiles import add_latency_stats, describe
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
+from metrics.tasks import task_cost, task_summary
 
 
 def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
@@ -181,6 +185,8 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
                     **token_figures(energy_j, good_out, all_tokens)})
     sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
+    tasks = task_summary(table, slo)
+    out.update(tasks)
     if cost_cfg is not None:
         energy = out["energy_j"] if out.get("energy_available") else None
         c = (window_cost(cost_cfg, window_s, energy, replicas=cost_replicas) if cost_replica_seconds is None
@@ -191,6 +197,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         out["cost_per_good_request"] = per_unit(c["cost_total"], good_n)
         if sessions["num_sessions"]:
             out["cost_per_completed_session"] = per_unit(c["cost_total"], sessions["completed_sessions"])
+        out.update(task_cost(c["cost_total"], tasks))
         if good_out <= 0:
             out["cost_per_mtok_good_reason"] = "no good output tokens in the window: the cost was paid for nothing"
     return out
