@@ -12,36 +12,11 @@ from omegaconf import OmegaConf
 
 from conf.schema import COMPARED_METRICS
 from harness.experiment_record import runs_table
-from loadgen.records import COLUMNS, SCHEMA, RequestRecord
-from metrics.comparison import compare_runs, compare_tables, format_comparison
+from metrics.comparison import compare_runs, compare_tables, format_comparison, point_aggregates
 from metrics.slo import SLO
 from metrics.summary import summarize
 from metrics.tasks import TASK_COLUMNS, critical_path_ns, read_tasks, task_cost, task_summary, union_length_ns
-
-MS = 1_000_000
-S = 1_000_000_000
-
-
-def call(task, node, attempt, sent_ms, end_ms, parents=(), calls=1, status="ok", check=None, out=10,
-         warmup=False, done_ms=None):
-    """One task call's row; ``end_ms`` None: no token came (``done_ms`` says when it ended)."""
-    done = done_ms if done_ms is not None else end_ms
-    return RequestRecord(request_id=f"{task}/{attempt}/{node}", scheduled_ns=int(sent_ms * MS),
-                         sent_ns=int(sent_ms * MS), end_ns=None if end_ms is None else int(end_ms * MS),
-                         done_ns=None if done is None else int(done * MS), status=status, output_tokens=out,
-                         warmup=warmup, task_id=task, node=node, parents=list(parents), attempt=attempt,
-                         task_calls=calls, check_ok=check)
-
-
-def plain(i, sent_ms, end_ms, warmup=False):
-    """A request that is no task's (attempt 0)."""
-    return RequestRecord(request_id=f"p{i}", scheduled_ns=int(sent_ms * MS), sent_ns=int(sent_ms * MS),
-                         end_ns=int(end_ms * MS), done_ns=int(end_ms * MS), status="ok", output_tokens=5,
-                         warmup=warmup)
-
-
-def table(records) -> pa.Table:
-    return pa.Table.from_pylist([{c: getattr(r, c) for c in COLUMNS} for r in records], schema=SCHEMA)
+from tests.task_rows import MS, RENTAL, S, ab_run, call, plain, table
 
 
 def fan_out_join(task="t1", t0=0):
@@ -134,10 +109,6 @@ def test_union_length():
     assert union_length_ns([]) == 0
 
 
-RENTAL = {"model": "rental", "currency": "USD", "num_gpus": 1, "hourly_per_gpu": 3.6, "num_hosts": 0}
-# 3.6 per hour = 0.001 per second of window
-
-
 def slo_and_cost_rows():
     return [call("g1", "a", 1, 0, 200, calls=2, out=10), call("g1", "b", 1, 250, 500, ["a"], 2, check=True, out=30),
             call("g2", "a", 1, 0, 100, out=7, check=False), call("g2", "a", 2, 300, 600, out=20, check=True),
@@ -173,30 +144,8 @@ def test_task_cost_with_nothing_completed_is_infinite():
 
 
 # ------------------------------------------------------------------------------ the seed's A/B example
-# A costs 0.08 per attempt and needs one per task; B costs 0.05 per attempt (0.052 and 0.048 in two of
-# the blocks: a noisy host) and needs two, its first attempt failing its check.  4 tasks per run.
-TASKS = 4
-B_PER_ATTEMPT = {0: 0.05, 1: 0.052, 2: 0.048}
-
-
-def ab_run(config: str, block: int) -> dict:
-    rows = []
-    for i in range(TASKS):
-        t0 = 1000 * i
-        if config == "A":
-            rows.append(call(f"{config}{block}-{i}", "a", 1, t0, t0 + 100, check=True))
-        else:
-            rows += [call(f"{config}{block}-{i}", "a", 1, t0, t0 + 100, check=False),
-                     call(f"{config}{block}-{i}", "a", 2, t0 + 200, t0 + 300, check=True)]
-    per_attempt = 0.08 if config == "A" else B_PER_ATTEMPT[block]
-    attempts = TASKS * (1 if config == "A" else 2)
-    # the window whose rental cost (0.001 per second) is per_attempt x attempts: A 320 s, B 400/416/384 s
-    window_s = per_attempt * attempts / 0.001
-    s = summarize(table(rows), SLO(), 0, round(window_s * S), cost_cfg=RENTAL)
-    return {"config": config, "block": block, "role": "point", "label": "tasks", "offered_load": 1.0,
-            **{k: v for k, v in s.items() if v is None or isinstance(v, (bool, int, float, str))}}
-
-
+# (tests/task_rows.py's ab_run): A costs 0.08 per attempt and needs one per task; B 0.05 (0.052 and
+# 0.048 in two of the blocks) and needs two, its first attempt failing its check; 4 tasks per run.
 def ab_comparison() -> dict:
     runs = runs_table([ab_run(c, b) for b in range(3) for c in ("A", "B")])
     protocol = OmegaConf.create({"metrics": list(COMPARED_METRICS), "confidence": 0.95, "min_effect": 0.02,
@@ -233,6 +182,10 @@ def test_the_seeds_example_a_is_cheaper_per_completed_task_b_per_attempt():
     assert m["attempts_per_completed_task"]["vs_baseline"]["B"]["verdict"] == "a_better"
     text = format_comparison(ab_comparison())
     assert "cost_per_completed_task" in text and "A better than B" in text
+    # a sweep's per-point aggregates (its MLflow parent run) carry them too: B's 1.2 / 12 tasks
+    agg = point_aggregates(runs_table([ab_run("B", b) for b in range(3)]), list(COMPARED_METRICS))
+    assert agg["p0.cost_per_completed_task.value"] == pytest.approx(0.10)
+    assert agg["p0.attempts_per_completed_task.value"] == pytest.approx(2.0)  # 24 / 12
 
 
 def test_runs_without_tasks_compare_without_task_metrics_and_nan_does_not_crash():
