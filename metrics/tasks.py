@@ -89,24 +89,28 @@ class Task:
         won = [a for a, calls in self.attempts.items() if attempt_succeeded(calls)]
         return max(won) if won else None
 
-    def time_s(self) -> float | None:
-        """Task time T (module doc); None when the task did not complete."""
+    def span_ns(self) -> tuple[int, int] | None:
+        """(first send of any row, last end of the succeeded attempt); None when the task did not
+        complete (or, in a malformed file, its rows carry no such time)."""
         won = self.succeeded
         if won is None:
             return None
         sent = [c.sent_ns for calls in self.attempts.values() for c in calls if c.sent_ns is not None]
         ends = [c.end_ns for c in self.attempts[won] if c.end_ns is not None]
-        return (max(ends) - min(sent)) / 1e9
+        return (min(sent), max(ends)) if sent and ends else None
+
+    def time_s(self) -> float:
+        """Task time T (module doc); NaN when the task did not complete."""
+        span = self.span_ns()
+        return (span[1] - span[0]) / 1e9 if span else math.nan
 
     def engine_s(self) -> float:
-        """|U [sent, end]| over the task's calls, clipped to its span (first send to the
-        succeeded attempt's last end)."""
-        won = self.succeeded
-        calls = [c for cs in self.attempts.values() for c in cs if c.on_engine]
-        if won is None or not calls:
+        """|U [sent, end]| over the task's calls, clipped to its span (``span_ns``)."""
+        span = self.span_ns()
+        if span is None:
             return math.nan
-        lo = min(c.sent_ns for cs in self.attempts.values() for c in cs if c.sent_ns is not None)
-        hi = max(c.end_ns for c in self.attempts[won] if c.end_ns is not None)
+        lo, hi = span
+        calls = [c for cs in self.attempts.values() for c in cs if c.on_engine]
         return union_length_ns([(max(c.sent_ns, lo), min(c.end_ns, hi)) for c in calls]) / 1e9
 
     def critical_path_s(self) -> float:
