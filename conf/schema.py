@@ -354,7 +354,11 @@ class SweepProtocol:
 
 COMPARED_METRICS = ["output_throughput", "goodput_rps", "good_output_throughput", "slo_attainment",
                     "cost_per_mtok_good", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms",
-                    "p99_itl_ms", "error_rate"]
+                    "p99_itl_ms", "error_rate",
+                    # a run with tasks (metrics.tasks); a comparison of runs without leaves them out
+                    "task_completion_rate", "p50_task_time_ms", "p99_task_time_ms", "attempts_per_completed_task",
+                    "task_slo_attainment", "cost_per_completed_task", "cost_per_task_attempt",
+                    "cost_per_mtok_good_task"]
 
 
 @dataclass

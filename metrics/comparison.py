@@ -33,10 +33,24 @@ METRICS = {
     # a deployment's replicas (metrics.replicas): evener is better
     "replica_load_imbalance": (False, ""), "replica_kv_usage_imbalance": (False, ""),
     "replica_queue_imbalance": (False, ""), "replica_hit_rate_spread": (False, ""),
+    # tasks (metrics.tasks): a cheap attempt can be an expensive result
+    "task_completion_rate": (True, ""), "task_slo_attainment": (True, ""),
+    "attempts_per_completed_task": (False, "attempts"), "cost_per_completed_task": (False, "per task"),
+    "cost_per_task_attempt": (False, "per attempt"), "cost_per_mtok_good_task": (False, "per M good-task tok"),
 }
 # Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
-          "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6)}
+          "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6),
+          "cost_per_completed_task": ("cost_total", "completed_tasks", 1.0),
+          "cost_per_task_attempt": ("cost_total", "task_attempts", 1.0),
+          "attempts_per_completed_task": ("task_attempts", "completed_tasks", 1.0),
+          "cost_per_mtok_good_task": ("cost_total", "good_task_output_tokens", 1e6)}
+
+
+def comparable(metric: str, columns) -> bool:
+    """Whether runs with these summary ``columns`` have ``metric``: its own column, or for a ratio
+    of totals its denominator's (runs without tasks have no task metric to compare)."""
+    return metric in columns or (metric in RATIOS and RATIOS[metric][1] in columns)
 
 
 def direction(metric: str) -> tuple[bool, str]:
@@ -140,7 +154,7 @@ def compare_runs(table: pa.Table, protocol, record: dict, searches: list[dict] |
     if "role" in table.column_names:
         table = table.filter(pc.equal(table.column("role"), "point"))
     groups = {c: table.filter(pc.equal(table.column("config"), c)) for c in configs}
-    metrics = [m for m in protocol.metrics if m in table.column_names or m in RATIOS]
+    metrics = [m for m in protocol.metrics if comparable(m, table.column_names)]
     confidence, margin = float(protocol.confidence), float(protocol.min_effect)
     adjust = str(protocol.get("adjust") or "none")
     seed = int(record.get("seed") or 0)
@@ -210,7 +224,7 @@ def point_aggregates(table: pa.Table, metrics: list[str], confidence: float = 0.
     ``experiment.json``'s ``load_points``."""
     if "role" in table.column_names:
         table = table.filter(pc.equal(table.column("role"), "point"))
-    metrics = [m for m in metrics if m in table.column_names or m in RATIOS]
+    metrics = [m for m in metrics if comparable(m, table.column_names)]
     if not table.num_rows or not metrics:
         return {}
     return mlflow_metrics(compare_tables({"": table}, metrics, "", paired=False, confidence=confidence, seed=seed))

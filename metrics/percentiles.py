@@ -15,6 +15,7 @@ from scipy import stats
 from scipy.special import betainc
 
 EARLY_STOP_CONFIDENCE = 0.99
+QUANTILES = (50, 90, 95, 99)  # the percentiles a summary reports of each latency
 
 
 def percentile(values, q: float) -> float:
@@ -83,3 +84,21 @@ def describe(values, quantiles=(50, 90, 95, 99), confidence: float = 0.95) -> di
         out[key + "_ci"] = order_statistic_ci(v, q, confidence)
         out[key + "_sufficient"] = bool(v.size >= early_stopping_min_samples(q)) if q < 100 else True
     return out
+
+
+def add_latency_stats(out: dict, prefix: str, values_s, quantiles=QUANTILES) -> None:
+    """``describe`` of ``values_s`` (seconds) into ``out`` as a summary's latency keys, in ms:
+    ``mean_<prefix>_ms``, ``median_``, ``std_``, ``max_``, per quantile ``p<q>_<prefix>_ms`` with its
+    ``_ci95_low``/``_ci95_high`` and ``p<q>_<prefix>_sufficient``, and ``n_<prefix>``."""
+    d = describe(values_s, quantiles)
+    out[f"mean_{prefix}_ms"] = d["mean"] * 1e3
+    out[f"median_{prefix}_ms"] = d["median"] * 1e3
+    out[f"std_{prefix}_ms"] = d["std"] * 1e3
+    out[f"max_{prefix}_ms"] = d["max"] * 1e3
+    for q in quantiles:
+        out[f"p{q}_{prefix}_ms"] = d[f"p{q}"] * 1e3
+        lo, hi = d[f"p{q}_ci"]
+        out[f"p{q}_{prefix}_ms_ci95_low"] = lo * 1e3
+        out[f"p{q}_{prefix}_ms_ci95_high"] = hi * 1e3
+        out[f"p{q}_{prefix}_sufficient"] = d[f"p{q}_sufficient"]
+    out[f"n_{prefix}"] = d["n"]

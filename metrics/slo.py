@@ -1,7 +1,8 @@
 """SLOs and goodput: which requests are good, and how often each SLO holds.
 
 A request is good when it completed (status ``ok``) and every configured per-request SLO
-holds, inclusively (``ttft <= slo.ttft_ms``).  TPOT is undefined for one-token outputs; such a
+holds, inclusively (``ttft <= slo.ttft_ms``).  ``task_s`` bounds a task's completion time, not a
+request's (``metrics.tasks``).  TPOT is undefined for one-token outputs; such a
 request passes the TPOT SLO, as in ``vllm bench serve``'s goodput.
 """
 
@@ -23,6 +24,7 @@ class SLO:
     tpot_ms: float | None = None
     e2el_ms: float | None = None
     percentile: float = Slo.percentile
+    task_s: float | None = None  # last: callers build SLO(ttft, tpot, e2el, percentile) by position
 
     @classmethod
     def from_config(cls, cfg) -> SLO:
@@ -34,6 +36,7 @@ class SLO:
             tpot_ms=_opt_float(get("tpot_ms")),
             e2el_ms=_opt_float(get("e2el_ms")),
             percentile=float(get("percentile") if get("percentile") is not None else cls.percentile),
+            task_s=_opt_float(get("task_s")),
         )
 
     def limits(self) -> dict[str, float]:

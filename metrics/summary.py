@@ -18,6 +18,9 @@ Definitions:
 - sessions (rows with a ``session_id``, warm-up left out): a session is completed when every
   one of its turns is ``ok`` (and, given the workload's planned turns, every planned turn was
   sent); ``cost_per_completed_session`` = cost_total / completed sessions.
+- tasks (rows with ``attempt >= 1``: DAGs of calls): completed tasks, task time, engine share,
+  critical path, attempts, task SLO and cost per completed task; ``metrics/tasks.py`` holds their
+  definitions.  No task key when no row is a task's.
 - achieved load beside the offered one: ``achieved_send_rate_rps`` = (measured sends - 1) /
   (last send - first send), the arrival rate the engine saw; ``mean_in_flight`` = sum over
   measured requests of (done - sent) / ``duration_s`` (Little's law: the concurrency the
@@ -41,11 +44,10 @@ import pyarrow.compute as pc
 
 from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
-from metrics.percentiles import describe
+from metrics.percentiles import add_latency_stats, describe
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
-
-QUANTILES = (50, 90, 95, 99)
+from metrics.tasks import task_cost, task_summary
 
 
 def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
@@ -61,21 +63,6 @@ def itl_values(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
             raw.append(chunk_gaps_s(chunks))
     cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
     return cat(per_token), cat(raw)
-
-
-def _add_stats(out: dict, prefix: str, values_s: np.ndarray, quantiles=QUANTILES) -> None:
-    d = describe(values_s, quantiles)
-    out[f"mean_{prefix}_ms"] = d["mean"] * 1e3
-    out[f"median_{prefix}_ms"] = d["median"] * 1e3
-    out[f"std_{prefix}_ms"] = d["std"] * 1e3
-    out[f"max_{prefix}_ms"] = d["max"] * 1e3
-    for q in quantiles:
-        out[f"p{q}_{prefix}_ms"] = d[f"p{q}"] * 1e3
-        lo, hi = d[f"p{q}_ci"]
-        out[f"p{q}_{prefix}_ms_ci95_low"] = lo * 1e3
-        out[f"p{q}_{prefix}_ms_ci95_high"] = hi * 1e3
-        out[f"p{q}_{prefix}_sufficient"] = d[f"p{q}_sufficient"]
-    out[f"n_{prefix}"] = d["n"]
 
 
 def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: int,
@@ -132,12 +119,12 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["total_token_throughput"] = rate(total_in + total_out)
 
     ttft, tpot, e2el = _col(done, "ttft_s"), _col(done, "tpot_s"), _col(done, "e2el_s")
-    _add_stats(out, "ttft", ttft)
-    _add_stats(out, "tpot", tpot)
-    _add_stats(out, "e2el", e2el)
+    add_latency_stats(out, "ttft", ttft)
+    add_latency_stats(out, "tpot", tpot)
+    add_latency_stats(out, "e2el", e2el)
     itl, raw_gaps = itl_values(done)
-    _add_stats(out, "itl", itl)
-    _add_stats(out, "chunk_gap", raw_gaps)
+    add_latency_stats(out, "itl", itl)
+    add_latency_stats(out, "chunk_gap", raw_gaps)
 
     # Goodput: recomputed here from the columns, not trusted from slo_ok.
     good = good_mask(slo, status, _col(measured, "ttft_s"), _col(measured, "tpot_s"), _col(measured, "e2el_s"))
@@ -198,6 +185,8 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
                     **token_figures(energy_j, good_out, all_tokens)})
     sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
+    tasks = task_summary(table, slo)
+    out.update(tasks)
     if cost_cfg is not None:
         energy = out["energy_j"] if out.get("energy_available") else None
         c = (window_cost(cost_cfg, window_s, energy, replicas=cost_replicas) if cost_replica_seconds is None
@@ -208,6 +197,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         out["cost_per_good_request"] = per_unit(c["cost_total"], good_n)
         if sessions["num_sessions"]:
             out["cost_per_completed_session"] = per_unit(c["cost_total"], sessions["completed_sessions"])
+        out.update(task_cost(c["cost_total"], tasks))
         if good_out <= 0:
             out["cost_per_mtok_good_reason"] = "no good output tokens in the window: the cost was paid for nothing"
     return out

@@ -22,7 +22,7 @@ from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from harness.experiment_record import ProtocolRecord, search_results
 from metrics.comparison import (
-    RATIOS,
+    comparable,
     compare_runs,
     compare_tables,
     fixed_differences,
@@ -106,7 +106,7 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
                          f"\nif that difference is what is under test, say so: --allow {','.join(refused)}")
     names = list(groups)
     cols = set.intersection(*(set(t.column_names) for t in groups.values()))
-    metrics = [m for m in (metrics or [m for m in _default_metrics() if m in cols or m in RATIOS])]
+    metrics = [m for m in (metrics or [m for m in _default_metrics() if comparable(m, cols)])]
     points = compare_tables(groups, metrics, names[0], paired=False, confidence=confidence, margin=margin,
                             adjust=adjust)
     return {"kind": "unpaired",

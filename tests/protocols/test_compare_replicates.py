@@ -86,6 +86,41 @@ def test_compare_groups_repeats_of_a_point_and_writes_comparison_json_here(tmp_p
     assert point["metrics"]["p50_ttft_ms"]["vs_baseline"]["old"]["verdict"] == "a_better"
 
 
+def test_compare_of_task_runs_shows_the_task_metrics(tmp_path, monkeypatch, capsys):
+    """The seed's A/B example (tests/task_rows.py) as two sweeps of 3 repeats each: ``tokenfactory
+    compare`` lists the task metrics by default, A cheaper per completed task, B per attempt."""
+    from harness.experiment_record import runs_table
+    from tests.task_rows import ab_run
+
+    paths = []
+    for c in ("A", "B"):
+        out = tmp_path / c
+        out.mkdir()
+        pq.write_table(runs_table([{**ab_run(c, r), "config": "", "block": 0, "repeat": r} for r in range(3)]),
+                       out / "runs.parquet")
+        results_io.write_json(out / "experiment.json", {"fixed_conditions": {"": FIXED}})
+        paths.append(str(out))
+    monkeypatch.chdir(tmp_path)
+    rc, text, cmp = _compare(capsys, *paths)
+    assert rc == 0, text
+    [point] = cmp["points"]
+    m = point["metrics"]
+    assert {"task_completion_rate", "p50_task_time_ms", "attempts_per_completed_task", "cost_per_completed_task",
+            "cost_per_task_attempt", "cost_per_mtok_good_task"} <= set(m)
+    assert "task_slo_attainment" not in m  # no slo.task_s: not in the runs
+    # ratios of totals: A 0.96 / 12 tasks = 0.08; B 1.2 / 12 = 0.10 per task, 1.2 / 24 = 0.05 per attempt
+    per_task = m["cost_per_completed_task"]
+    assert per_task["per_config"]["A"]["value"] == pytest.approx(0.08)
+    assert per_task["per_config"]["B"]["value"] == pytest.approx(0.10)
+    vs = per_task["vs_baseline"]["B"]
+    assert vs["difference"]["relative"]["value"] == pytest.approx(0.25)   # mean 0.10 / 0.08 - 1
+    assert vs["verdict"] == "a_better"
+    vs = m["cost_per_task_attempt"]["vs_baseline"]["B"]
+    assert vs["difference"]["relative"]["value"] == pytest.approx(-0.375)  # mean 0.05 / 0.08 - 1
+    assert vs["verdict"] == "b_better"
+    assert "cost_per_completed_task" in text and "cost_per_task_attempt" in text
+
+
 def test_folders_with_a_label_per_repeat_read_as_one_point(tmp_path):
     from harness.experiment_record import run_rows
     from harness.report.data import load

@@ -1,0 +1,218 @@
+"""Per-task metrics (metrics/tasks.py) on hand-built request tables: a DAG with a fan-out and a
+join and tool gaps, a failed call and a retry, a failed check and a retry, a warm-up task, the task
+SLO and cost; and the seed's A/B example through the paired comparison protocols/compare uses.
+
+Times are in milliseconds from 0; every expected number is worked out by hand in a comment."""
+
+import math
+
+import pyarrow as pa
+import pytest
+from omegaconf import OmegaConf
+
+from conf.schema import COMPARED_METRICS
+from harness.experiment_record import runs_table
+from metrics.comparison import compare_runs, compare_tables, format_comparison, point_aggregates
+from metrics.slo import SLO
+from metrics.summary import summarize
+from metrics.tasks import TASK_COLUMNS, critical_path_ns, read_tasks, task_cost, task_summary, union_length_ns
+from tests.task_rows import MS, RENTAL, S, ab_run, call, plain, table
+
+
+def fan_out_join(task="t1", t0=0):
+    """a -> (b, c) -> d; tool gaps: b sent 50 ms after a ended, c 20 ms, d 10 ms after b."""
+    return [call(task, "a", 1, t0 + 0, t0 + 100, calls=4),
+            call(task, "b", 1, t0 + 150, t0 + 310, parents=["a"], calls=4),
+            call(task, "c", 1, t0 + 120, t0 + 300, parents=["a"], calls=4),
+            call(task, "d", 1, t0 + 320, t0 + 400, parents=["b", "c"], calls=4, check=True)]
+
+
+def test_a_dag_with_a_fan_out_a_join_and_tool_gaps():
+    s = task_summary(table(fan_out_join()))
+    assert (s["num_tasks"], s["completed_tasks"], s["task_attempts"]) == (1, 1, 1)
+    assert s["task_completion_rate"] == 1.0 and s["attempts_per_completed_task"] == 1.0
+    # first send 0 to d's last token 400
+    assert s["p50_task_time_ms"] == pytest.approx(400.0) and s["mean_task_time_ms"] == pytest.approx(400.0)
+    assert s["n_task_time"] == 1
+    # engine busy: [0,100] U [120,310] (b and c overlap) U [320,400] = 100 + 190 + 80 = 370 of 400
+    assert s["mean_task_engine_share"] == pytest.approx(370 / 400)  # 0.925
+    # critical path: d (80) -> its later-ending parent b (ends 310 > c's 300: 160) -> a (100) = 340
+    assert s["mean_critical_path_engine_ms"] == pytest.approx(340.0)
+    assert s["p99_critical_path_engine_ms"] == pytest.approx(340.0)
+    assert s["good_tasks"] == 1 and "task_slo_attainment" not in s  # no task_s: every completed task is good
+    assert s["good_task_output_tokens"] == 40  # 4 calls x 10
+
+
+def test_the_critical_path_follows_the_parent_that_ended_last():
+    rows = fan_out_join()
+    rows[2] = call("t1", "c", 1, 120, 315, parents=["a"], calls=4)  # c now ends at 315, after b's 310
+    (task,) = read_tasks(table(rows))
+    # d (80) -> c (315 - 120 = 195) -> a (100) = 375
+    assert critical_path_ns(task.attempts[1]) == 375 * MS
+
+
+def test_a_failed_call_and_its_retry():
+    rows = [call("t2", "a", 1, 1000, 1100, calls=2),
+            call("t2", "b", 1, 1150, None, parents=["a"], calls=2, status="http_error", out=0, done_ms=1160),
+            call("t2", "a", 2, 1300, 1400, calls=2),
+            call("t2", "b", 2, 1450, 1600, parents=["a"], calls=2, check=True)]
+    s = task_summary(table(rows))
+    # attempt 1 failed (b not ok), attempt 2 succeeded: completed in 2 attempts
+    assert (s["num_tasks"], s["completed_tasks"], s["task_attempts"]) == (1, 1, 2)
+    assert s["attempts_per_completed_task"] == 2.0
+    # 1000 (attempt 1's first send) to 1600 (attempt 2's last token): the failed attempt counts
+    assert s["mean_task_time_ms"] == pytest.approx(600.0)
+    # engine: 100 + 10 (the failed b, to its stream's close at 1160) + 100 + 150 = 360 of 600
+    assert s["mean_task_engine_share"] == pytest.approx(0.6)
+    # per attempt: (b 10 + a 100) + (b 150 + a 100) = 360
+    assert s["mean_critical_path_engine_ms"] == pytest.approx(360.0)
+    # good tokens: the succeeded attempt's only (10 + 10), not the failed one's
+    assert s["good_task_output_tokens"] == 20
+
+
+def test_failed_checks_retries_and_unfinished_attempts():
+    rows = [call("t3", "a", 1, 0, 100, check=False), call("t3", "a", 2, 200, 300, check=True),   # 2nd passes
+            call("t4", "a", 1, 0, 100, check=False), call("t4", "a", 2, 200, 300, check=False),  # never passes
+            call("t5", "a", 1, 0, 100, calls=2),                          # its second call never ran
+            call("t6", "a", 1, 0, 100, calls=2), call("t6", "b", 1, 100, 200, parents=["a"], calls=2)]  # no check
+    s = task_summary(table(rows))
+    # t6's sink b has check_ok null: not a pass; only t3 completed
+    assert (s["num_tasks"], s["completed_tasks"]) == (4, 1)
+    assert s["task_completion_rate"] == pytest.approx(0.25)
+    assert s["task_attempts"] == 6                       # 2 + 2 + 1 + 1
+    assert s["attempts_per_completed_task"] == 6.0       # 6 / 1
+    assert s["mean_task_time_ms"] == pytest.approx(300.0)  # t3: 0 to 300
+    assert s["mean_task_engine_share"] == pytest.approx(200 / 300)  # [0,100] U [200,300]
+
+
+def test_a_task_with_a_warm_up_row_and_plain_requests_are_left_out():
+    rows = fan_out_join() + [call("w", "a", 1, 0, 50, check=False, warmup=True),
+                             call("w", "a", 2, 60, 90, check=True),  # measured, but its task began in warm-up
+                             plain(0, 0, 10), plain(1, 20, 30, warmup=True)]
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"], s["task_attempts"]) == (1, 1, 1)  # t1 only
+    assert s["mean_task_time_ms"] == pytest.approx(400.0)
+
+
+def test_no_task_rows_no_task_metrics():
+    plain_rows = table([plain(0, 0, 10), plain(1, 20, 30)])
+    assert task_summary(plain_rows) == {}
+    old = plain_rows.drop_columns(list(TASK_COLUMNS) + ["tool_s"])  # a file written before the task columns
+    assert task_summary(old) == {}
+    s = summarize(old, SLO(), 0, S, cost_cfg=RENTAL)
+    assert "num_tasks" not in s and "cost_per_completed_task" not in s and s["completed"] == 2
+
+
+def test_union_length():
+    # [0,10] U [5,20] U [30,40] U [40,41] = 20 + 11; an empty interval (b < a) counts 0
+    assert union_length_ns([(30, 40), (0, 10), (5, 20), (40, 41), (50, 49)]) == 31
+    assert union_length_ns([]) == 0
+
+
+def slo_and_cost_rows():
+    return [call("g1", "a", 1, 0, 200, calls=2, out=10), call("g1", "b", 1, 250, 500, ["a"], 2, check=True, out=30),
+            call("g2", "a", 1, 0, 100, out=7, check=False), call("g2", "a", 2, 300, 600, out=20, check=True),
+            call("g3", "a", 1, 0, 100, out=9, check=False)]
+
+
+def test_task_slo_good_task_tokens_and_cost_in_the_summary():
+    window = (0, 100 * S)  # 100 s: cost_total = 100 x 0.001 = 0.1
+    s = summarize(table(slo_and_cost_rows()), SLO(task_s=0.5), *window, cost_cfg=RENTAL)
+    assert s["cost_total"] == pytest.approx(0.1)
+    # g1 took 500 ms (= task_s: inclusive, good), g2 600 ms (completed, too slow), g3 never completed
+    assert (s["num_tasks"], s["completed_tasks"], s["good_tasks"]) == (3, 2, 1)
+    assert s["task_slo_s"] == 0.5 and s["task_slo_attainment"] == pytest.approx(1 / 3)
+    assert s["good_task_output_tokens"] == 40             # g1: 10 + 30
+    assert s["task_attempts"] == 4                        # 1 + 2 + 1
+    assert s["cost_per_completed_task"] == pytest.approx(0.05)  # 0.1 / 2
+    assert s["cost_per_task_attempt"] == pytest.approx(0.025)   # 0.1 / 4
+    assert s["cost_per_mtok_good_task"] == pytest.approx(2500.0)  # 1e6 x 0.1 / 40
+    assert s["p50_task_time_ms"] == pytest.approx(550.0)  # median of 500 and 600
+    # without task_s every completed task is good: g1's 40 + g2's succeeded attempt's 20 (not its first 7)
+    s = summarize(table(slo_and_cost_rows()), SLO(), *window, cost_cfg=RENTAL)
+    assert s["good_tasks"] == 2 and s["good_task_output_tokens"] == 60 and "task_slo_attainment" not in s
+    assert s["cost_per_mtok_good_task"] == pytest.approx(1e6 * 0.1 / 60)
+
+
+def test_task_cost_with_nothing_completed_is_infinite():
+    s = task_summary(table([call("x", "a", 1, 0, 100, check=False)]))
+    c = task_cost(0.2, s)
+    assert s["attempts_per_completed_task"] == math.inf
+    assert c["cost_per_completed_task"] == math.inf and c["cost_per_mtok_good_task"] == math.inf
+    assert c["cost_per_task_attempt"] == pytest.approx(0.2)  # 0.2 / 1 attempt
+    assert task_cost(0.2, {}) == {}
+
+
+# ------------------------------------------------------------------------------ the seed's A/B example
+# (tests/task_rows.py's ab_run): A costs 0.08 per attempt and needs one per task; B 0.05 (0.052 and
+# 0.048 in two of the blocks) and needs two, its first attempt failing its check; 4 tasks per run.
+def ab_comparison() -> dict:
+    runs = runs_table([ab_run(c, b) for b in range(3) for c in ("A", "B")])
+    protocol = OmegaConf.create({"metrics": list(COMPARED_METRICS), "confidence": 0.95, "min_effect": 0.02,
+                                 "baseline": "A", "adjust": "none"})
+    record = {"configs": {"A": [], "B": []}, "blocks": [{"block": b} for b in range(3)], "seed": 0}
+    return compare_runs(runs, protocol, record)
+
+
+def test_the_seeds_example_a_is_cheaper_per_completed_task_b_per_attempt():
+    (point,) = ab_comparison()["points"]
+    m = point["metrics"]
+    per_task = m["cost_per_completed_task"]
+    # ratios of totals over the 3 blocks: A 3 x 0.32 / 12 tasks = 0.08; B (0.40 + 0.416 + 0.384) / 12 = 0.10
+    assert per_task["per_config"]["A"]["value"] == pytest.approx(0.08)
+    assert per_task["per_config"]["B"]["value"] == pytest.approx(0.10)
+    assert m["cost_per_task_attempt"]["per_config"]["B"]["value"] == pytest.approx(0.05)  # 1.2 / 24 attempts
+    assert m["attempts_per_completed_task"]["per_config"]["A"]["value"] == pytest.approx(1.0)   # 12 / 12
+    assert m["attempts_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(2.0)   # 24 / 12
+    # paired by block, B/A per completed task: 0.100/0.08, 0.104/0.08, 0.096/0.08 = 1.25, 1.30, 1.20;
+    # logs 0.22314, 0.26236, 0.18232: mean 0.22261, sd 0.04002, se 0.02311, t(0.975, 2) = 4.3027:
+    # exp(0.22261 -+ 0.09942) = [1.1311, 1.3800]; the geometric mean 1.95^(1/3) = 1.24933
+    vs = per_task["vs_baseline"]["B"]
+    rel = vs["difference"]["relative"]
+    assert rel["value"] == pytest.approx(0.24933, abs=1e-4)
+    assert rel["low"] == pytest.approx(0.1311, abs=1e-3) and rel["high"] == pytest.approx(0.3800, abs=1e-3)
+    assert vs["verdict"] == "a_better"  # lower cost is better and B is 25 % dearer per completed task
+    # per attempt the same ratios halved (0.625, 0.65, 0.60): B 37.5 % cheaper, [-43.4 %, -31.0 %]
+    vs = m["cost_per_task_attempt"]["vs_baseline"]["B"]
+    rel = vs["difference"]["relative"]
+    assert rel["value"] == pytest.approx(0.5 * 1.24933 - 1, abs=1e-4)
+    assert rel["low"] == pytest.approx(0.5 * 1.1311 - 1, abs=1e-3)
+    assert rel["high"] == pytest.approx(0.5 * 1.3800 - 1, abs=1e-3)
+    assert vs["verdict"] == "b_better"
+    assert m["attempts_per_completed_task"]["vs_baseline"]["B"]["verdict"] == "a_better"
+    text = format_comparison(ab_comparison())
+    assert "cost_per_completed_task" in text and "A better than B" in text
+    # a sweep's per-point aggregates (its MLflow parent run) carry them too: B's 1.2 / 12 tasks
+    agg = point_aggregates(runs_table([ab_run("B", b) for b in range(3)]), list(COMPARED_METRICS))
+    assert agg["p0.cost_per_completed_task.value"] == pytest.approx(0.10)
+    assert agg["p0.attempts_per_completed_task.value"] == pytest.approx(2.0)  # 24 / 12
+
+
+def test_runs_without_tasks_compare_without_task_metrics_and_nan_does_not_crash():
+    plain_rows = table([plain(i, 10 * i, 10 * i + 5) for i in range(4)])
+    rows = []
+    for b in range(2):
+        for c in ("A", "B"):
+            s = summarize(plain_rows, SLO(), 0, 10 * S, cost_cfg=RENTAL)
+            rows.append({"config": c, "block": b, "role": "point", "label": "plain", "offered_load": 1.0,
+                         **{k: v for k, v in s.items() if isinstance(v, (bool, int, float, str))}})
+    protocol = OmegaConf.create({"metrics": list(COMPARED_METRICS), "confidence": 0.95, "min_effect": 0.02,
+                                 "baseline": "A", "adjust": "none"})
+    record = {"configs": {"A": [], "B": []}, "blocks": [{"block": b} for b in range(2)], "seed": 0}
+    (point,) = compare_runs(runs_table(rows), protocol, record)["points"]
+    assert not any("task" in m for m in point["metrics"]) and "output_throughput" in point["metrics"]
+    # a task metric NaN or infinite in some runs (nothing completed there): estimates, no crash
+    runs = runs_table([ab_run(c, b) for b in range(3) for c in ("A", "B")])
+    cols = {n: runs.column(n).to_pylist() for n in runs.column_names}
+    cols["completed_tasks"][1] = 0.0                       # B's block 0 completed nothing
+    cols["cost_per_completed_task"][1] = math.inf
+    cols["p50_task_time_ms"][3] = math.nan
+    runs = pa.table(cols)
+    groups = {c: runs.filter(pa.compute.equal(runs.column("config"), c)) for c in ("A", "B")}
+    (point,) = compare_tables(groups, ["cost_per_completed_task", "p50_task_time_ms"], "A", paired=True)
+    assert point["metrics"]["p50_task_time_ms"]["vs_baseline"]["B"]["difference"]["absolute"]["n"] == 2
+    vs = point["metrics"]["cost_per_completed_task"]["vs_baseline"]["B"]
+    # the infinite block has no log ratio: the 2 others (1.30, 1.20) are too few to tell, at 95 %
+    assert vs["difference"]["relative"]["n"] == 2 and vs["verdict"] == "no_significant_difference"
+    # B's estimate is still the ratio of totals: (0.40 + 0.416 + 0.384) / (0 + 4 + 4) = 0.15
+    assert point["metrics"]["cost_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(0.15)
