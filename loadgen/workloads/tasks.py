@@ -23,6 +23,7 @@ records, the window and the cost.
 
 from __future__ import annotations
 
+import copy
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -35,6 +36,28 @@ from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.traces.common import TraceError
 from loadgen.workloads.traces.prompts import TracePrompts
 from loadgen.workloads.traces.task_graph import flatten_prefix_tree, task_graphs
+
+
+def with_prefix_tree(table: WorkloadTable, rule) -> WorkloadTable:
+    """``table``, or a shallow copy carrying ``workload.task.prefix_tree`` where the trace
+    declares no tree (the trace's own tree wins; the table read is cached: never changed)."""
+    if table.prefix_tree is None and rule.prefix_tree is not None:
+        table = copy.copy(table)
+        table.prefix_tree = flatten_prefix_tree(rule.prefix_tree, "workload.task.prefix_tree")
+    return table
+
+
+def check_tasks(table: WorkloadTable, rule) -> dict:
+    """The task graphs of ``table`` (with ``with_prefix_tree``'s tree); raises TraceError naming
+    the file, line and field of what does not hold (before any engine starts:
+    ``check_workload`` calls it)."""
+    table = with_prefix_tree(table, rule)
+    if table.prefix_tree is None and table.prefix is not None and (table.prefix != "").any():
+        i = int(np.flatnonzero(table.prefix != "")[0])
+        raise TraceError(f"{table.where_text(i)}: 'prefix' {table.prefix[i]!r} but no prefix tree is declared "
+                         "(a 'prefix_tree' line in the trace, or workload.task.prefix_tree)")
+    task_check(rule, 0)  # a bad success_regex, now
+    return task_graphs(table)
 
 
 @dataclass(frozen=True)
@@ -93,13 +116,7 @@ class TaskReplay:
     def __init__(self, table: WorkloadTable, prompts: TracePrompts, rule, seed: int = 0):
         self.table = table
         self.prompts = prompts
-        if table.prefix_tree is None and rule.prefix_tree is not None:
-            table.prefix_tree = flatten_prefix_tree(rule.prefix_tree, "workload.task.prefix_tree")
-        if table.prefix_tree is None and table.prefix is not None and (table.prefix != "").any():
-            i = int(np.flatnonzero(table.prefix != "")[0])
-            raise TraceError(f"{table.where_text(i)}: 'prefix' {table.prefix[i]!r} but no prefix tree is declared "
-                             "(a 'prefix_tree' line in the trace, or workload.task.prefix_tree)")
-        self.graphs = task_graphs(table)
+        self.graphs = check_tasks(table, rule)  # (its prefix tree: the caller's with_prefix_tree)
         self.check = task_check(rule, seed)
         self.max_attempts = int(rule.max_attempts)
         self.context = str(rule.context)

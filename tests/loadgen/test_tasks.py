@@ -167,3 +167,16 @@ def test_tasks_stay_whole_under_caps_and_samples(tmp_path, builder):  # noqa: F8
     t = load_table(OmegaConf.create({"name": "jsonl", "path": path, "max_requests": 1}))
     assert sorted(set(t.node.tolist())) == ["join", "plan", "q1", "q2"]
     json.dumps(t.notes)
+
+
+def test_task_errors_are_found_before_the_engine_starts(tmp_path):
+    from loadgen.workloads.traces.replay import check_workload
+
+    rows = [{"task_id": "t", "prefix": "sys/nope", "input_tokens": 5, "output_tokens": 1}]
+    cfg = OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows), "task": {"prefix_tree": TREE["prefix_tree"]}})
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: 'prefix' 'sys/nope' is not a path"):
+        check_workload(cfg, 2048)
+    cfg.task = {"success": "regex", "success_regex": "("}
+    cfg.path = jsonl(tmp_path, [{"task_id": "t", "input_tokens": 5, "output_tokens": 1}], "u.jsonl")
+    with pytest.raises(ValueError, match="success_regex"):
+        check_workload(cfg, 2048)

@@ -16,7 +16,7 @@ from loadgen.workloads.item import WorkItem
 from loadgen.workloads.prompts import PromptBuilder
 from loadgen.workloads.sessions import SessionReplay, request_id
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.tasks import TaskReplay
+from loadgen.workloads.tasks import TaskReplay, check_tasks, with_prefix_tree
 from loadgen.workloads.traces import transforms
 from loadgen.workloads.traces.prompts import TracePrompts, fit_lengths
 from loadgen.workloads.traces.readers import FORMATS, read_trace
@@ -55,6 +55,8 @@ def check_workload(wcfg, max_model_len: int | None) -> None:
     w = trace_config(wcfg)
     table = load_table(w)
     fit_lengths(table, int(max_model_len) if max_model_len else None, w.on_too_long)
+    if table.has_tasks:
+        check_tasks(table, w.task)
 
 
 def load_table(wcfg, n: int | None = None) -> WorkloadTable:
@@ -112,6 +114,8 @@ class TraceWorkload:
         w = trace_config(wcfg)
         table = table if table is not None else load_table(w, n)
         self.table = fit_lengths(table, max_model_len, w.on_too_long)
+        if self.table.has_tasks:
+            self.table = with_prefix_tree(self.table, w.task)
         if self.table.has_sessions and self.table.has_tasks:
             raise ValueError(f"{self.table.path}: a workload has sessions (session_id) or tasks (task_id), not both")
         self.prompts = TracePrompts(self.table, builder, seed=w.seed, max_model_len=max_model_len,
