@@ -173,7 +173,8 @@ def test_task_errors_are_found_before_the_engine_starts(tmp_path):
     from loadgen.workloads.traces.replay import check_workload
 
     rows = [{"task_id": "t", "prefix": "sys/nope", "input_tokens": 5, "output_tokens": 1}]
-    cfg = OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows), "task": {"prefix_tree": TREE["prefix_tree"]}})
+    cfg = OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows),
+                            "task": {"prefix_tree": TREE["prefix_tree"]}})
     with pytest.raises(TraceError, match=r"t\.jsonl:1: 'prefix' 'sys/nope' is not a path"):
         check_workload(cfg, 2048)
     cfg.task = {"success": "regex", "success_regex": "("}
