@@ -77,7 +77,12 @@ class LoadSpec:
                    warmup_requests=t.warmup_requests, burstiness=t.burstiness, max_concurrency=t.max_concurrency,
                    seed=t.seed, drain_timeout_s=t.drain_timeout_s, stop_when_saturated=t.stop_when_saturated)
 
-    def validate(self) -> None:
+    def validate(self, items=None) -> None:
+        """Raise ValueError for a load that cannot run (``items``: the workload, where known)."""
+        if self.kind == "concurrency" and getattr(items, "tasks", None) is not None:
+            raise ValueError("load=concurrency does not run a task workload (a task's calls fan out): give tasks an "
+                             "arrival process (load=poisson, gamma, constant or trace) and cap the calls in flight "
+                             "with load.max_concurrency")
         if self.kind not in LOAD_KINDS:
             raise ValueError(f"load: unknown load {self.kind!r} (expected one of {', '.join(LOAD_KINDS)})")
         if self.kind != "trace" and self.num_requests is None and self.duration_s is None:
@@ -259,11 +264,7 @@ class Dispatcher:
         """Run one load point.  ``t0`` (perf_counter_ns), ``plan`` (open loop: ``(index, item,
         offset_ns)`` entries, offsets from t0) and ``ready`` (an awaitable factory called after
         the connection pool is warm, returning t0) serve the worker processes."""
-        spec.validate()
-        if spec.kind == "concurrency" and getattr(items, "tasks", None) is not None:
-            raise ValueError("load=concurrency does not run a task workload (a task's calls fan out): give tasks an "
-                             "arrival process (load=poisson, gamma, constant or trace) and cap the calls in flight "
-                             "with load.max_concurrency")
+        spec.validate(items)
         if spec.num_requests is not None:
             items = itertools.islice(items, spec.num_requests)
         self.source = prepare(self._entries(items, spec, plan), self.prepare_opts,

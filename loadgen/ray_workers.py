@@ -269,7 +269,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     s = settings or RaySettings()
-    spec.validate()
+    spec.validate(items)
     if spec.num_requests is not None:
         items = list(itertools.islice(items, spec.num_requests))
     elif spec.kind == "concurrency":

@@ -166,7 +166,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
     previous turn."""
     import multiprocessing as mp
 
-    spec.validate()
+    spec.validate(items)
     if spec.num_requests is not None:
         items = list(itertools.islice(items, spec.num_requests))
     elif spec.kind == "concurrency":

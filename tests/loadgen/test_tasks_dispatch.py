@@ -89,3 +89,30 @@ def test_no_call_reaches_the_server_before_its_parents_plus_tool_time(tmp_path, 
     if max_concurrency:
         assert srv.max_in_flight <= max_concurrency  # the cap counts calls, a task's fan-out too
 
+
+
+def test_tasks_over_worker_processes(tmp_path, builder):  # noqa: F811
+    """client.workers: a task's calls run in the worker that sent its roots (its replay state
+    was forked with it); every call still waits for its parents plus its tool time."""
+    from loadgen.workers import run_workers
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in dag_rows(4)))
+    items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": str(path)}), builder, max_model_len=4096)
+    out = tmp_path / "requests.parquet"
+    with FakeServer() as srv:
+        w = RecordWriter(out)
+        cfg = ClientConfig(base_url=srv.base_url, model="fake", continuous_usage=True)
+        run_workers(2, cfg, items, LoadSpec(kind="poisson", rate=20, num_requests=4, seed=1), w,
+                    followup=items.followup)
+        w.close()
+        with pytest.raises(ValueError, match="load=concurrency does not run a task workload"):
+            run_workers(2, cfg, items, LoadSpec(kind="concurrency", concurrency=2, num_requests=4), RecordWriter(
+                tmp_path / "x.parquet"), followup=items.followup)
+    t = pq.read_table(out).to_pylist()
+    assert len(t) == 4 * 6 and {r["status"] for r in t} == {"ok"}
+    by = {(r["task_id"], r["node"]): r for r in t}
+    for r in t:
+        assert len({by[(r["task_id"], n)]["worker"] for n in TOOL}) == 1  # one worker per task
+        for p in r["parents"]:
+            assert r["scheduled_ns"] >= by[(r["task_id"], p)]["done_ns"] + TOOL[r["node"]] * 1e9
