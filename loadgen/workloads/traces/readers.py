@@ -2,8 +2,10 @@
 
 One module per format (``workload=NAME`` with ``workload.path=FILE``, mirroring
 ``conf/workload/``): ``azure``, ``burstgpt``, ``mooncake``, ``sharegpt`` and ``jsonl`` (our
-own).  What they share is in ``common`` (errors, bad lines, sessions), ``csv_fields`` and
-``json_fields``.
+own); peers' agentic formats, read as tasks: ``aiperf`` (its multi-turn Mooncake trace, as
+``aiperf synthesize agentic-code`` writes it), ``guidellm`` (its conversation graphs) and
+``sglang_agentic`` (SGLang's agentic trace).  What they share is in ``common`` (errors, bad
+lines, sessions), ``csv_fields``, ``json_fields``, ``task_columns`` and ``block_prefix_tree``.
 
 Bad input: a malformed line stops the read with the file, line number and the offending
 text; with ``workload.on_bad_line=skip`` it is skipped and counted (``table.bad_lines``).
@@ -12,14 +14,18 @@ text; with ``workload.on_bad_line=skip`` it is skipped and counted (``table.bad_
 from __future__ import annotations
 
 from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.traces.aiperf import read_aiperf
 from loadgen.workloads.traces.azure import read_azure
 from loadgen.workloads.traces.burstgpt import read_burstgpt
 from loadgen.workloads.traces.common import TraceError
+from loadgen.workloads.traces.guidellm import read_guidellm
 from loadgen.workloads.traces.jsonl import read_jsonl
 from loadgen.workloads.traces.mooncake import read_mooncake
+from loadgen.workloads.traces.sglang_agentic import read_sglang_agentic
 from loadgen.workloads.traces.sharegpt import read_sharegpt
 
-FORMATS = ("azure", "burstgpt", "mooncake", "sharegpt", "jsonl")
+FORMATS = ("azure", "burstgpt", "mooncake", "sharegpt", "jsonl", "aiperf", "guidellm", "sglang_agentic")
+TASK_READERS = {"aiperf": read_aiperf, "guidellm": read_guidellm, "sglang_agentic": read_sglang_agentic}
 
 
 def read_trace(fmt: str, path, on_bad_line: str = "error", model_filter: str | None = None) -> WorkloadTable:
@@ -33,4 +39,6 @@ def read_trace(fmt: str, path, on_bad_line: str = "error", model_filter: str | N
         return read_sharegpt(path, on_bad_line)
     if fmt == "jsonl":
         return read_jsonl(path, on_bad_line)
+    if fmt in TASK_READERS:
+        return TASK_READERS[fmt](path, on_bad_line)
     raise TraceError(f"workload={fmt}: unknown trace format (known: {', '.join(FORMATS)}, synthetic)")
