@@ -114,7 +114,32 @@ SHAREGPT = st.one_of(
     # an indented file broken somewhere: the error must name the line
     st.lists(CONVERSATION, max_size=3).map(lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2)).flatmap(
         lambda b: st.integers(0, len(b)).map(lambda i: b[:i] + b"}" + b[i:])))
-PLAUSIBLE = {"azure": AZURE, "burstgpt": BURSTGPT, "mooncake": MOONCAKE, "sharegpt": SHAREGPT, "jsonl": JSONL}
+AIPERF = _json_lines(st.one_of(
+    st.builds(lambda s, i, o, d: {"session_id": s, "input_length": i, "output_length": o, "hash_ids": [0, 1, 2],
+                                  "delay": d}, st.sampled_from(["a", "b", "c"]), st.integers(0, 1536),
+              st.integers(1, 10 ** 4), st.floats(0, 1e5)),
+    _mutated({"session_id": "s", "input_length": 600, "output_length": 5, "hash_ids": [0, 1], "timestamp": 0.0,
+              "group_id": 3})))
+GUIDELLM_TURN = st.one_of(
+    st.builds(lambda n, p, i, o: {"node_id": n, "parents": [{"parent_node_id": q} for q in p],
+                                  "columns": {"prompt_tokens_count_column": [i], "output_tokens_count_column": [o]}},
+              st.sampled_from(["a", "b", "c"]), st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
+              st.integers(0, 100), st.integers(0, 100)),
+    _mutated({"node_id": "a", "parents": [], "columns": {"prompt_tokens_count_column": [3]},
+              "settings": {"relative_timestamp": 1.0, "requeue_delay": 0.5}}), JSON_VALUE)
+GUIDELLM = _json_lines(st.one_of(
+    st.builds(lambda g, t: {"conversation_turns": {"graph_id": g, "turns": t}},
+              st.sampled_from([None, "g", 7]), st.lists(GUIDELLM_TURN, max_size=4)),
+    st.builds(lambda t: {"conversation_turns": orjson.dumps({"turns": t}).decode()}, st.lists(GUIDELLM_TURN,
+                                                                                              max_size=3))))
+SGLANG_TURN = st.one_of(st.builds(lambda m, n: {"messages": m, "prompt_tokens": n},
+                                  st.sampled_from([[{"role": "user"}], [], None, "x"]), JSON_VALUE), JSON_VALUE)
+SGLANG_AGENTIC = st.one_of(
+    st.builds(lambda c: {"conversations": c}, st.lists(st.one_of(st.lists(SGLANG_TURN, max_size=3), JSON_VALUE),
+                                                       max_size=3)).map(orjson.dumps),
+    JSON_VALUE.map(orjson.dumps))
+PLAUSIBLE = {"azure": AZURE, "burstgpt": BURSTGPT, "mooncake": MOONCAKE, "sharegpt": SHAREGPT, "jsonl": JSONL,
+             "aiperf": AIPERF, "guidellm": GUIDELLM, "sglang_agentic": SGLANG_AGENTIC}
 
 
 # ----------------------------------------------------------------------------------- the property
@@ -136,6 +161,8 @@ def _check(fmt: str, data: bytes, policy: str) -> None:
         msg = str(got)
         assert msg.startswith(path + ":") or msg.startswith(f"workload.path={path}"), msg
         if fmt == "sharegpt" and msg.startswith(f"{path}:conversation "):  # one JSON document: by its place
+            return
+        if fmt == "sglang_agentic" and msg.startswith(f"{path}:conversations["):
             return
         if policy == "error" and msg.startswith(path + ":") and msg[len(path) + 1:].split(":", 1)[0].isdigit():
             lineno = int(msg[len(path) + 1:].split(":", 1)[0])
