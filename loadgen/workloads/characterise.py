@@ -25,17 +25,8 @@ import math
 
 import numpy as np
 
+from loadgen.workloads.distribution import distribution
 from loadgen.workloads.table import WorkloadTable
-
-
-def _dist(x: np.ndarray) -> dict:
-    x = np.asarray(x, dtype=np.float64)
-    if x.size == 0:
-        return {"n": 0}
-    q = np.percentile(x, [50, 90, 99])
-    return {"n": int(x.size), "mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()),
-            "p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2]), "max": float(x.max()),
-            "total": float(x.sum())}
 
 
 def replay_lengths(table: WorkloadTable, count=None) -> tuple[np.ndarray, np.ndarray]:
@@ -118,13 +109,13 @@ def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None
     a = np.sort(table.arrival_s[np.isfinite(table.arrival_s)])
     out: dict = {"source": table.source, "path": table.path, "requests": len(table),
                  "bad_lines_skipped": int(table.bad_lines), "notes": list(table.notes),
-                 "input_tokens": _dist(ins), "output_tokens": _dist(outs)}
+                 "input_tokens": distribution(ins), "output_tokens": distribution(outs)}
     gaps = np.diff(a)
     out["timed_requests"] = int(a.size)
     out["duration_s"] = float(a[-1] - a[0]) if a.size else math.nan
     out["mean_rate_rps"] = (a.size - 1) / out["duration_s"] if a.size > 1 and out["duration_s"] > 0 else math.nan
     out["interarrival_cv"] = float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else math.nan
-    out["interarrival_s"] = _dist(gaps)
+    out["interarrival_s"] = distribution(gaps)
     if a.size:
         span = max(out["duration_s"], 1e-9)
         bin_s = max(1.0, float(np.ceil(span / bins)))
