@@ -21,6 +21,7 @@ from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.workloads.characterise import characterise, replay_lengths
 from loadgen.workloads.synthetic import prefix_group_spec, synthetic_blocks
 from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.task_shape import task_arrays
 from loadgen.workloads.traces.readers import FORMATS
 
 JSON_NAME, HTML_NAME = "workload.json", "workload.html"
@@ -111,6 +112,35 @@ def figures(stats: dict, ins: np.ndarray, outs: np.ndarray, table: WorkloadTable
         fig.update_layout(title=f"Turns per session ({sess['count']} sessions, mean {sess['turns_mean']:.2f})",
                           xaxis_title="turns", yaxis_title="sessions", template="plotly_white")
         figs.append(fig)
+    tasks = stats.get("tasks") or {}
+    if tasks.get("count"):
+        figs.extend(task_figures(go, tasks, task_arrays(table)))
+    return figs
+
+
+def task_figures(go, tasks: dict, arrays: dict) -> list:
+    """The DAG's shape (loadgen/workloads/task_shape.py): calls per task, depth, fan-out, tool time."""
+    figs = []
+    for key, hist, title, xtitle, ytitle in (
+            ("calls_per_task", "calls_per_task_hist", "Calls per task", "calls", "tasks"),
+            ("depth", "depth_hist", "Depth (calls on the longest root-to-sink chain)", "calls", "tasks"),
+            ("fan_out", "fan_out_hist", "Fan-out (children per call)", "children", "calls")):
+        counts = tasks[hist]
+        fig = go.Figure(go.Bar(x=list(range(len(counts))), y=counts))
+        d = tasks[key]
+        fig.update_layout(title=f"{title} (mean {_num(d.get('mean')):.2f}, max {_num(d.get('max')):.0f})",
+                          xaxis_title=xtitle, yaxis_title=ytitle, template="plotly_white")
+        figs.append(fig)
+    if arrays["tool_s"].size:
+        fig = _hist_bar(go, arrays["tool_s"], f"Tool time per call ({arrays['tool_s'].size} calls that give one, "
+                                              f"mean {_num(tasks['tool_s'].get('mean')):.3g} s)", "seconds")
+        fig.update_layout(yaxis_title="calls")
+        figs.append(fig)
+        fig = _hist_bar(go, arrays["tool_s_critical"], "Tool time on each task's longest tool chain (mean "
+                                                       f"{_num(tasks['tool_s_critical'].get('mean')):.3g} s)",
+                        "seconds")
+        fig.update_layout(yaxis_title="tasks")
+        figs.append(fig)
     return figs
 
 
@@ -138,6 +168,23 @@ def summary_rows(stats: dict) -> list[tuple[str, str]]:
     if s.get("count"):
         rows.append(("sessions", f"{s['count']} (turns mean {s['turns_mean']:.2f}, max {s['turns_max']}; "
                                  f"think mean {_fmt(s['think_s_mean'])} s)"))
+    t = stats.get("tasks") or {}
+    if t.get("count"):
+        counted = "each call's whole prompt" if t["task_input"] == "total" else "its own message"
+        rows.append(("tasks", f"{t['count']} ({t['calls']} calls; calls per task mean "
+                              f"{_fmt(t['calls_per_task']['mean'])}, max {_fmt(t['calls_per_task']['max'])}; "
+                              f"depth mean {_fmt(t['depth']['mean'])}, max {_fmt(t['depth']['max'])}; fan-out max "
+                              f"{_fmt(t['fan_out']['max'])}; {t['joins']} joins; input_tokens count "
+                              f"{counted})"))
+        rows.append(("tool time", f"{_fmt(_num(t['tool_s'].get('mean')))} s mean over {t['tool_s']['n']} calls "
+                                  f"({t['tool_s_default_calls']} take workload.task.tool_s); share of later calls "
+                                  f"behind a tool {_fmt(_num(t['tool_calls_share']))}; longest tool chain per task "
+                                  f"mean {_fmt(_num(t['tool_s_critical'].get('mean')))} s"))
+        pt = t.get("prefix_tree") or {}
+        if pt.get("nodes"):
+            rows.append(("prefix tree", f"{pt['nodes']} nodes ({pt['nodes_used']} used): {pt['independent_tokens']} "
+                                        f"prompt tokens alone, {pt['tree_tokens']} on the tree, "
+                                        f"{pt['reused_tokens']} reused (share {_fmt(_num(pt['reuse_share']))})"))
     for note in stats.get("notes") or []:
         rows.append(("note", note))
     return rows
@@ -199,7 +246,22 @@ def summary_keys(stats: dict, items=None) -> dict:
             "workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
             "workload_mean_rate_rps": stats.get("mean_rate_rps"),
             "workload_interarrival_cv": stats.get("interarrival_cv"),
-            "workload_prefix_reuse_share": stats.get("prefix_reuse_share")}
+            "workload_prefix_reuse_share": stats.get("prefix_reuse_share"), **task_summary_keys(stats)}
+
+
+def task_summary_keys(stats: dict) -> dict:
+    """The task shape's headline numbers (none for a workload without tasks)."""
+    t = stats.get("tasks") or {}
+    if not t.get("count"):
+        return {}
+    pt = t.get("prefix_tree") or {}
+    return {"workload_tasks": t["count"], "workload_task_calls_mean": t["calls_per_task"]["mean"],
+            "workload_task_depth_mean": t["depth"]["mean"], "workload_task_depth_max": t["depth"]["max"],
+            "workload_task_fan_out_max": t["fan_out"]["max"],
+            "workload_task_tool_calls_share": t["tool_calls_share"],
+            "workload_task_tool_s_critical_mean": t["tool_s_critical"].get("mean"),
+            "workload_prefix_tree_reused_tokens": pt.get("reused_tokens"),
+            "workload_prefix_tree_reuse_share": pt.get("reuse_share")}
 
 
 def with_nans(stats: dict) -> dict:

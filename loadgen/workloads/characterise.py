@@ -17,6 +17,11 @@ Definitions (requests in replay order; a session's later turns count as requests
   turn's prompt and reply (at most its own input).
 - sessions: count, turns per session (mean, max), share of requests in multi-turn
   sessions, mean think time.
+- ``tasks``: the shape of a task workload (depth, fan-out, calls per task, tool time, the
+  prefix tree's reuse), defined in ``loadgen/workloads/task_shape.py``.  A task call's
+  ``input_tokens`` here is as the table counts it (``tasks.task_input``: its own message,
+  or its whole prompt): the prefix path and context a replay adds are not in these lengths,
+  and the prefix tree's reuse is ``tasks.prefix_tree``, not ``prefix_reuse_share``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 
 from loadgen.workloads.distribution import distribution
 from loadgen.workloads.table import WorkloadTable
+from loadgen.workloads.task_shape import task_shape
 
 
 def replay_lengths(table: WorkloadTable, count=None) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +131,8 @@ def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None
                                 "mean_rps_in_bins": float(counts.mean() / bin_s)}
     rep = repeated_prefix_tokens(table, ins, outs, order)
     kinds = [k for k, on in (("hash_ids", table.has_hashes), ("prefix_groups", table.prefix_group is not None),
-                             ("sessions", table.has_sessions)) if on]
+                             ("sessions", table.has_sessions), ("prefix_tree", bool(table.prefix_tree)),
+                             ("tasks", table.has_tasks)) if on]
     out["prefix_info"] = "+".join(kinds) or "none"
     if not kinds:
         out["notes"].append("the workload carries no prefix information: replayed prompts share no prefix")
@@ -146,4 +153,5 @@ def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None
                            "think_s_mean": float(think.mean()) if think.size else math.nan}
     else:
         out["sessions"] = {"count": 0}
+    out["tasks"] = task_shape(table, ins)
     return out
