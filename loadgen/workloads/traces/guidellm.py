@@ -1,11 +1,12 @@
 """GuideLLM's conversation-graph dataset (its ``conversation_turns`` column: turns with node
 and parent ids), read as tasks.
 
-Schema: ``src/guidellm/data/schemas/conversation_graph_data.py`` (``ConversationGraphData``,
-``ConversationTurnData``, ``ConversationParentRef``), the per-turn settings
-``src/guidellm/schemas/info.py`` (``RequestSettings``) and how the scheduler applies them,
-``src/guidellm/scheduler/dag.py``, in github.com/vllm-project/guidellm (the multi-turn guide,
-docs/guides/multiturn.md, says synthetic and branched data take this shape).  This reader
+Schema (GuideLLM 0.8.1, github.com/vllm-project/guidellm): ``src/guidellm/data/schemas/
+conversation_graph_data.py`` (``ConversationGraphData``, ``ConversationTurnData``,
+``ConversationParentRef``), the per-turn settings ``src/guidellm/schemas/base/info.py``
+(``RequestSettings``) and how the scheduler applies them, ``src/guidellm/scheduler/dag.py``;
+its multi-turn guide (docs/guides/multiturn.md) says synthetic and branched data take this
+shape, and ``data/deserializers/synthetic.py`` writes it.  This reader
 takes JSON lines, one dataset row a line, its ``conversation_turns`` a JSON string (as
 GuideLLM's synthetic generator writes it) or an object:
 
@@ -27,7 +28,8 @@ workload, ``workload.task.context``: ``ancestors`` matches ``full``, ``parents``
 ``prefix_column`` (a system prompt given as text without a token count: counted in a note, not
 replayed); ``text_column``, ``tools_column``, ``tool_response_column``, ``turn_type_column``
 (text and tool payloads; GuideLLM expands a client tool-call turn into a tool call and an
-injection, which here stays one call); ``agent_id``.
+injection, which here stays one call); ``agent_id``; ``settings.trace_duration`` (a recorded
+request's duration, for GuideLLM's idle-gap scheduling of traces).
 """
 
 from __future__ import annotations

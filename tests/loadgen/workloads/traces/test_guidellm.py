@@ -1,5 +1,6 @@
-"""GuideLLM's conversation graphs (``conversation_turns``) read as tasks: a sample in the shape
-its synthetic generator writes (a branched sub-agent), bad graphs named by line and field."""
+"""GuideLLM's conversation graphs (``conversation_turns``) read as tasks: a row its synthetic
+generator wrote (GuideLLM 0.8.1: 4 turns, a sub-agent branch of 2 at turn 1, a 0.5 s delay)
+and a hand-written timed graph, bad graphs named by line and field."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from loadgen.workloads.traces.common import TraceError
 from loadgen.workloads.traces.readers import read_trace
 
-FIXTURE = Path(__file__).parents[3] / "fixtures" / "guidellm_0.8_conversation_turns.jsonl"
+FIXTURE = Path(__file__).parents[3] / "fixtures" / "guidellm_0.8.1_conversation_turns.jsonl"
 
 
 def test_a_branched_graph_reads_as_a_dag_with_its_delays_on_the_children():
@@ -23,8 +24,8 @@ def test_a_branched_graph_reads_as_a_dag_with_its_delays_on_the_children():
     assert t.node.tolist() == ["turn_0", "turn_1", "main_0", "main_1", "main_2", "main_3", "branch_0_0", "branch_0_1"]
     assert t.parents.tolist() == [(), ("turn_0",), (), ("main_0",), ("main_1", "branch_0_1"), ("main_2",),
                                   ("main_1",), ("branch_0_0",)]
-    assert t.input_tokens.tolist() == [100, 50, 256, 256, 256, 256, 200, 200]
-    assert t.output_tokens.tolist() == [10, 20, 128, 128, 128, 128, 64, 64]
+    assert t.input_tokens.tolist() == [100, 50] + [24] * 6
+    assert t.output_tokens.tolist() == [10, 20] + [8] * 6
     # a node's requeue_delay is its children's wait: main_2 waits the larger of its parents' (0.5, none)
     np.testing.assert_allclose(t.tool_s, [np.nan, np.nan, np.nan, 0.5, 0.5, 0.5, 0.5, np.nan])
     assert t.arrival_s[0] == 0.0 and np.isnan(t.arrival_s[1:]).all()
