@@ -138,8 +138,24 @@ SGLANG_AGENTIC = st.one_of(
     st.builds(lambda c: {"conversations": c}, st.lists(st.one_of(st.lists(SGLANG_TURN, max_size=3), JSON_VALUE),
                                                        max_size=3)).map(orjson.dumps),
     JSON_VALUE.map(orjson.dumps))
+DAG_TURN = st.one_of(
+    st.builds(lambda m, n, sp, fk: {"messages": m, "max_tokens": n, "spawns": sp, "forks": fk},
+              st.sampled_from([[{"role": "user", "content": "hi"}], [], [{"content": "x"}], "x"]),
+              st.integers(0, 100), st.lists(st.one_of(st.sampled_from(["a", "b", "r"]),
+                                                      st.builds(lambda c, j: {"children": c, "join_at": j},
+                                                                st.lists(st.sampled_from(["a", "b"]), max_size=2),
+                                                                JSON_VALUE)), max_size=2),
+              st.lists(st.one_of(st.sampled_from(["a", "b"]), st.builds(lambda c, b: {"child": c, "background": b},
+                                                                        st.sampled_from(["a", "b"]), JSON_VALUE)),
+                       max_size=1)),
+    _mutated({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "delay": 10.0}), JSON_VALUE)
+AIPERF_DAG = _json_lines(st.one_of(
+    st.builds(lambda s, t: {"session_id": s, "turns": t}, st.sampled_from(["r", "a", "b", ""]),
+              st.lists(DAG_TURN, max_size=3)),
+    _mutated({"session_id": "r", "turns": [{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}],
+              "orchestrator": False})))
 PLAUSIBLE = {"azure": AZURE, "burstgpt": BURSTGPT, "mooncake": MOONCAKE, "sharegpt": SHAREGPT, "jsonl": JSONL,
-             "aiperf": AIPERF, "guidellm": GUIDELLM, "sglang_agentic": SGLANG_AGENTIC}
+             "aiperf": AIPERF, "aiperf_dag": AIPERF_DAG, "guidellm": GUIDELLM, "sglang_agentic": SGLANG_AGENTIC}
 
 
 # ----------------------------------------------------------------------------------- the property

@@ -3,7 +3,8 @@
 One module per format (``workload=NAME`` with ``workload.path=FILE``, mirroring
 ``conf/workload/``): ``azure``, ``burstgpt``, ``mooncake``, ``sharegpt`` and ``jsonl`` (our
 own); peers' agentic formats, read as tasks: ``aiperf`` (its multi-turn Mooncake trace, as
-``aiperf synthesize agentic-code`` writes it), ``guidellm`` (its conversation graphs) and
+``aiperf synthesize agentic-code`` writes it), ``aiperf_dag`` (its branching DAG
+conversations), ``guidellm`` (its conversation graphs) and
 ``sglang_agentic`` (SGLang's agentic trace).  What they share is in ``common`` (errors, bad
 lines, sessions), ``csv_fields``, ``json_fields``, ``task_columns`` and ``block_prefix_tree``.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.traces.aiperf import read_aiperf
+from loadgen.workloads.traces.aiperf_dag import read_aiperf_dag
 from loadgen.workloads.traces.azure import read_azure
 from loadgen.workloads.traces.burstgpt import read_burstgpt
 from loadgen.workloads.traces.common import TraceError
@@ -24,8 +26,9 @@ from loadgen.workloads.traces.mooncake import read_mooncake
 from loadgen.workloads.traces.sglang_agentic import read_sglang_agentic
 from loadgen.workloads.traces.sharegpt import read_sharegpt
 
-FORMATS = ("azure", "burstgpt", "mooncake", "sharegpt", "jsonl", "aiperf", "guidellm", "sglang_agentic")
-TASK_READERS = {"aiperf": read_aiperf, "guidellm": read_guidellm, "sglang_agentic": read_sglang_agentic}
+FORMATS = ("azure", "burstgpt", "mooncake", "sharegpt", "jsonl", "aiperf", "aiperf_dag", "guidellm", "sglang_agentic")
+TASK_READERS = {"aiperf": read_aiperf, "aiperf_dag": read_aiperf_dag, "guidellm": read_guidellm,
+                "sglang_agentic": read_sglang_agentic}
 
 
 def read_trace(fmt: str, path, on_bad_line: str = "error", model_filter: str | None = None) -> WorkloadTable:

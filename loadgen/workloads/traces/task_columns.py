@@ -32,6 +32,7 @@ class Call:
     arrival_s: float = np.nan        # the task's start on the trace's clock (roots only)
     tool_s: float = np.nan           # NaN: workload.task.tool_s applies
     prefix: str = ""
+    text: str | None = None          # the call's own message as text (then input_tokens is -1)
 
 
 def dag_problem(calls: list[Call]) -> tuple[int, str] | None:
@@ -111,4 +112,5 @@ def task_table(calls: list[Call], bad: BadLines, path: str, source: str, task_in
         line=line, bad_lines=bad.count, task=np.array([code[c.task] for c in kept], dtype=np.int64),
         task_names=names, node=objects([c.node for c in kept]), parents=objects([tuple(c.parents) for c in kept]),
         tool_s=np.array([c.tool_s for c in kept], dtype=np.float64), prefix=objects([c.prefix for c in kept]),
-        prefix_tree=prefix_tree, task_input=task_input, notes=list(notes or []))
+        prefix_tree=prefix_tree, task_input=task_input, notes=list(notes or []),
+        text=[c.text for c in kept] if any(c.text is not None for c in kept) else None)
