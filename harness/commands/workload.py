@@ -6,7 +6,7 @@ workload.html.
     tokenfactory workload describe workload=burstgpt workload.path=BurstGPT_1.csv workload.model_filter=GPT-4
     tokenfactory workload describe workload=synthetic workload.input_tokens=512 output_dir=DIR
 
-Readers: synthetic, azure, burstgpt, mooncake, sharegpt, jsonl, aiperf, guidellm, sglang_agentic;
+Readers: synthetic, azure, burstgpt, mooncake, sharegpt, jsonl, aiperf, aiperf_dag, guidellm, sglang_agentic;
 every workload.* key is in the configuration reference (docs/reference/configuration.md)."""
 
 from __future__ import annotations
