@@ -21,7 +21,8 @@ Definitions (requests in replay order; a session's later turns count as requests
   prefix tree's reuse), defined in ``loadgen/workloads/task_shape.py``.  A task call's
   ``input_tokens`` here is as the table counts it (``tasks.task_input``: its own message,
   or its whole prompt): the prefix path and context a replay adds are not in these lengths,
-  and the prefix tree's reuse is ``tasks.prefix_tree``, not ``prefix_reuse_share``.
+  so ``prefix_reuse_share`` is NaN for a table with tasks; the prefix tree's reuse is
+  ``tasks.prefix_tree``.
 """
 
 from __future__ import annotations
@@ -139,6 +140,12 @@ def characterise(table: WorkloadTable, count=None, bins: int = 100, lengths=None
     total = float(ins.sum())
     out["prefix_reuse_tokens"] = int(rep.sum())
     out["prefix_reuse_share"] = float(rep.sum() / total) if total > 0 else math.nan
+    if table.has_tasks:
+        # a task call's prompt is built at replay (prefix path, context, message): its lengths here are
+        # not what is sent, so a share of them would mislead
+        out["prefix_reuse_share"] = math.nan
+        out["notes"].append("tasks: prefix_reuse_share is not defined (a call's prompt is built at replay); "
+                            "the prefix tree's reuse is under tasks.prefix_tree")
     if table.has_sessions:
         rows = _session_rows(table)
         turns = np.array([r.size for r in rows.values()], dtype=np.int64)

@@ -85,6 +85,7 @@ def test_characterise_carries_the_task_shape_and_a_table_without_tasks_says_none
               prefix=["sys/docA", "sys/docA", "sys/docB"], tree=SEED_TREE, arrival=[0.0, 1.0, 2.0])
     stats = characterise(t)
     assert stats["tasks"]["prefix_tree"]["reused_tokens"] == 6000 and "prefix_tree" in stats["prefix_info"]
+    assert math.isnan(stats["prefix_reuse_share"]) and any("tasks.prefix_tree" in n for n in stats["notes"])
     plain = WorkloadTable(arrival_s=np.array([0.0, 1.0]), input_tokens=np.array([5, 5]),
                           output_tokens=np.array([1, 1]))
     assert characterise(plain)["tasks"] == {"count": 0}
