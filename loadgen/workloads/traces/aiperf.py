@@ -96,14 +96,13 @@ def read_aiperf(path, on_bad_line: str = "error") -> WorkloadTable:
         notes.append(f"{timed_later} later turns carry a timestamp: not used (a turn is sent when the one "
                      "before it ended, plus its delay)")
     roots = [c for c in calls if not c.parents]
-    tree, paths = shared_prefixes([first_hashes[c.task] for c in roots], [c.input_tokens for c in roots],
-                                  BLOCK_TOKENS)
+    tree, paths, shared = shared_prefixes([first_hashes[c.task] for c in roots], [c.input_tokens for c in roots],
+                                          BLOCK_TOKENS)
     path_of = {c.task: p for c, p in zip(roots, paths)}
+    for c, n in zip(roots, shared):
+        c.input_tokens -= n  # the first turn's message: what its shared prefix leaves
     for c in calls:
         c.prefix = path_of.get(c.task, "")
-        if not c.parents and c.prefix:
-            c.input_tokens -= sum(tree["/".join(c.prefix.split("/")[:i + 1])]
-                                  for i in range(c.prefix.count("/") + 1))
     if calls and all(np.isnan(c.arrival_s) for c in calls if not c.parents):
         notes.append("no session carries a timestamp: tasks start as load= says")
     table = task_table(calls, bad, path, "aiperf", task_input="message", prefix_tree=tree or None, notes=notes)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 
 def shared_prefixes(hash_lists: list[list[int]], input_tokens: list[int],
-                    block_tokens: int) -> tuple[dict[str, int], list[str]]:
-    """(tree: path -> its own segment's tokens, each list's path; "" where it shares nothing)."""
+                    block_tokens: int) -> tuple[dict[str, int], list[str], list[int]]:
+    """(tree: path -> its own segment's tokens, each list's path ("" where it shares nothing),
+    each list's shared tokens: its path's segments together)."""
     child: dict[tuple[int, int], int] = {}     # (trie node, hash) -> trie node; 0 is the root
     count = [0]                                # lists through each trie node
     fanout: list[set] = [set()]
@@ -63,4 +64,4 @@ def shared_prefixes(hash_lists: list[list[int]], input_tokens: list[int],
                 tree["/".join(parts)] = (k + 1 - start) * block_tokens
                 start, first = k + 1, None
         paths.append("/".join(parts))
-    return tree, paths
+    return tree, paths, [r * block_tokens for r in runs]
