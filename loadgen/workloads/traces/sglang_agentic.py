@@ -13,10 +13,16 @@ Mapped: conversation i is task ``c{i}``, its turn k node ``t{k}`` with parent ``
 ``prompt_tokens`` (required here) is the turn's whole prompt, history included (it grows turn
 by turn), so ``task_input="total"``: the replayed call's own message fills what its context
 leaves.  Turns without ``messages`` are dropped, as SGLang's loader drops them.
+The output length is not a field.  A file SGLang's padded builder wrote
+(``python/sglang/benchmark/datasets/agentic.py``, ``--dataset-name agentic``: its
+``metadata.subsequent_turn_length`` set) grows each later prompt by that many new tokens plus
+the build's output length, so where every step of every conversation gives the same
+``prompt_tokens[k] - prompt_tokens[k-1] - subsequent_turn_length`` (>= 1), that is the output
+length of every call; otherwise it is 220, SGLang's default for this trace ("the ~220-token
+average assistant reply of OpenHands-style agentic traces"; ``workload.max_output_tokens``
+caps it lower).  A note says which.
 Not mapped: ``messages`` (the text of each turn's new messages: this reader replays lengths);
-the output length, which the trace does not give: SGLang uses ``--sharegpt-output-len`` or 220
-tokens ("the ~220-token average assistant reply of OpenHands-style agentic traces"), and so
-does this reader (``workload.max_output_tokens`` caps it lower); times: the trace has none, so
+times: the trace has none, so
 tasks start as ``load=`` says and no call waits a tool time of its own (``workload.task.tool_s``
 applies); ``metadata``.  A turn's location in messages is ``conversations[i][k]`` (one JSON
 document: no line of its own).
@@ -82,6 +88,27 @@ def read_sglang_agentic(path, on_bad_line: str = "error") -> WorkloadTable:
             k += 1
     if not calls:
         raise empty_trace(path, "turns with messages and prompt_tokens")
-    notes = [f"the trace gives no output lengths: every call asks for {OUTPUT_TOKENS} tokens, as SGLang's "
-             "bench_serving does"]
+    built = _built_output_tokens(doc.get("metadata"), calls)
+    if built is not None:
+        for c in calls:
+            c.output_tokens = built
+        notes = [f"output length {built} for every call, from the prompts' growth (SGLang's padded build: "
+                 "metadata.subsequent_turn_length)"]
+    else:
+        notes = [f"the trace gives no output lengths: every call asks for {OUTPUT_TOKENS} tokens, as SGLang's "
+                 "bench_serving does"]
     return task_table(calls, bad, path, "sglang_agentic", task_input="total", notes=notes)
+
+
+def _built_output_tokens(metadata, calls: list[Call]) -> int | None:
+    """The build's output length where SGLang's padded builder's prompt growth says it (module doc)."""
+    if not isinstance(metadata, dict):
+        return None
+    try:
+        sub = nonneg_int(metadata, "subsequent_turn_length")
+    except ValueError:
+        return None
+    steps = {b.input_tokens - a.input_tokens - sub for a, b in zip(calls, calls[1:]) if b.parents}
+    if len(steps) == 1 and (out := steps.pop()) >= 1:
+        return out
+    return None

@@ -57,3 +57,17 @@ def test_a_file_that_is_not_the_format_says_so(tmp_path, doc, why):
     p = _write(tmp_path, doc)
     with pytest.raises(TraceError, match=rf"^{p}.*{why}"):
         read_trace("sglang_agentic", p)
+
+
+def test_a_padded_build_gives_its_output_length_by_the_prompts_growth(tmp_path):
+    # SGLang's agentic builder: prompt_tokens[k] = prompt_tokens[k-1] + subsequent_turn_length + output_len
+    conv = [{"messages": [SYS], "prompt_tokens": 4000}, {"messages": [SYS], "prompt_tokens": 4000 + 500 + 300},
+            {"messages": [SYS], "prompt_tokens": 4000 + 2 * (500 + 300)}]
+    p = _write(tmp_path, {"metadata": {"padded": True, "subsequent_turn_length": 500}, "conversations": [conv, conv]})
+    t = read_trace("sglang_agentic", p)
+    assert (t.output_tokens == 300).all() and any("output length 300" in n for n in t.notes)
+    # growth that does not fit one output length: SGLang's default
+    conv[2]["prompt_tokens"] += 1
+    t = read_trace("sglang_agentic", _write(tmp_path, {"metadata": {"subsequent_turn_length": 500},
+                                                        "conversations": [conv]}))
+    assert (t.output_tokens == OUTPUT_TOKENS).all()
