@@ -204,6 +204,11 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
     import plotly.io as pio
 
     table = table if table is not None else workload_table(cfg, n, load)
+    if table.has_tasks:  # the prefix tree the replay uses: the trace's, else workload.task.prefix_tree
+        from loadgen.workloads.tasks import with_prefix_tree
+        from loadgen.workloads.traces.replay import trace_config
+
+        table = with_prefix_tree(table, trace_config(cfg.workload).task)
     if count is None and ((table.input_tokens < 0).any() or (table.output_tokens < 0).any()):
         count = _tokenizer_count(cfg)
     ins, outs = replay_lengths(table, count)

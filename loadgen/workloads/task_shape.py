@@ -3,8 +3,8 @@
 Definitions (a task is a DAG of calls, ``loadgen/workloads/table.py``):
 
 - ``calls_per_task``: calls of each task.
-- ``depth``: calls on a task's longest root-to-sink chain (a task of one call: 1; a chain of
-  n turns: n); the fewest engine round trips the task takes one after another.
+- ``depth``: calls on a task's longest root-to-sink chain (``TaskGraph.depth``: a task of one
+  call: 1; a chain of n turns: n); the fewest engine round trips it takes one after another.
 - ``fan_out``: children of each call (a sink: 0); ``fan_in``: parents of each call (a
   root: 0); ``joins``: calls that wait for two or more parents.
 - ``tool_s``: the tool time each call waits after its last parent ended, over calls that are
@@ -33,15 +33,8 @@ import math
 import numpy as np
 
 from loadgen.workloads.distribution import distribution
-from loadgen.workloads.table import WorkloadTable
-
-
-def path_nodes(path: str) -> list[str]:
-    """The tree nodes a prefix path runs through, root first (``a/b`` -> ``a``, ``a/b``)."""
-    if not path:
-        return []
-    parts = path.split("/")
-    return ["/".join(parts[:i + 1]) for i in range(len(parts))]
+from loadgen.workloads.table import WorkloadTable, path_segments
+from loadgen.workloads.traces.task_graph import task_graphs
 
 
 def prefix_tree_reuse(table: WorkloadTable, ins: np.ndarray | None = None) -> dict:
@@ -51,7 +44,8 @@ def prefix_tree_reuse(table: WorkloadTable, ins: np.ndarray | None = None) -> di
     used: set[str] = set()
     independent = own_total = 0
     for i in range(len(table)):
-        nodes = path_nodes(str(table.prefix[i])) if table.prefix is not None else []
+        path = str(table.prefix[i]) if table.prefix is not None else ""
+        nodes = path_segments(path) if path else []
         missing = [p for p in nodes if p not in tree]
         if missing:
             raise ValueError(f"{table.where_text(i)}: prefix {table.prefix[i]!r} is not a path of the prefix tree "
@@ -67,64 +61,33 @@ def prefix_tree_reuse(table: WorkloadTable, ins: np.ndarray | None = None) -> di
             "reuse_share": (independent - tree_tokens) / independent if independent > 0 else math.nan}
 
 
-def task_rows(table: WorkloadTable) -> dict[int, np.ndarray]:
-    """Rows of each task, in table order."""
-    rows = np.flatnonzero(table.task >= 0)
-    order = rows[np.argsort(table.task[rows], kind="stable")]
-    out: dict[int, np.ndarray] = {}
-    if order.size:
-        cuts = np.flatnonzero(np.diff(table.task[order])) + 1
-        for a, b in zip(np.r_[0, cuts], np.r_[cuts, order.size]):
-            out[int(table.task[order[a]])] = order[a:b]
-    return out
-
-
-def _longest(rows: np.ndarray, table: WorkloadTable, weight) -> float:
-    """The largest sum of ``weight(row)`` along a root-to-sink chain of one task's calls."""
-    at = {table.node[i]: i for i in rows.tolist()}
-    best: dict[str, float] = {}
-
-    def reach(node: str) -> float:  # iterative: a chain of thousands of turns must not recurse
-        stack = [node]
-        while stack:
-            n = stack[-1]
-            if n in best:
-                stack.pop()
-                continue
-            todo = [p for p in table.parents[at[n]] if p not in best]
-            if todo:
-                stack.extend(todo)
-                continue
-            stack.pop()
-            best[n] = weight(at[n]) + max((best[p] for p in table.parents[at[n]]), default=0.0)
-        return best[node]
-
-    return max(reach(n) for n in at)
-
-
 def task_arrays(table: WorkloadTable) -> dict[str, np.ndarray]:
     """The per-task and per-call values the shape summarises (module doc): ``calls``, ``depth``,
     ``tool_s_critical`` per task; ``fan_out``, ``fan_in`` per call; ``tool_s`` per later call
     whose trace gives one; ``later``: how many calls are not roots."""
-    groups = task_rows(table)
-    rows = np.flatnonzero(table.task >= 0)
-    children: dict[tuple[int, str], int] = {}
-    for i in rows.tolist():
-        for p in table.parents[i]:
-            children[(int(table.task[i]), p)] = children.get((int(table.task[i]), p), 0) + 1
+    graphs = task_graphs(table, check_prefixes=False).values()
     tool = table.tool_s if table.tool_s is not None else np.full(len(table), np.nan)
-    fan_in = np.array([len(table.parents[i]) for i in rows.tolist()], dtype=np.int64)
-    later = rows[fan_in > 0]
-
-    def tool_wait(i: int) -> float:
-        return float(tool[i]) if table.parents[i] and np.isfinite(tool[i]) else 0.0
-
-    return {"calls": np.array([r.size for r in groups.values()], dtype=np.int64),
-            "depth": np.array([_longest(r, table, lambda i: 1.0) for r in groups.values()], dtype=np.int64),
-            "tool_s_critical": np.array([_longest(r, table, tool_wait) for r in groups.values()], dtype=np.float64),
-            "fan_out": np.array([children.get((int(table.task[i]), table.node[i]), 0) for i in rows.tolist()],
-                                dtype=np.int64),
-            "fan_in": fan_in, "tool_s": tool[later][np.isfinite(tool[later])], "later": np.int64(later.size)}
+    calls, depth, critical, fan_out, fan_in, given = [], [], [], [], [], []
+    later = 0
+    for g in graphs:
+        calls.append(len(g.rows))
+        depth.append(g.depth())
+        longest: dict[str, float] = {}
+        for n in g.order:  # topological: every parent's longest tool chain is known first
+            i = g.node_row[n]
+            wait = float(tool[i]) if g.parents[n] and np.isfinite(tool[i]) else 0.0
+            longest[n] = wait + max((longest[p] for p in g.parents[n]), default=0.0)
+            fan_out.append(len(g.children.get(n, ())))
+            fan_in.append(len(g.parents[n]))
+            if g.parents[n]:
+                later += 1
+                if np.isfinite(tool[i]):
+                    given.append(float(tool[i]))
+        critical.append(max(longest.values()))
+    return {"calls": np.array(calls, dtype=np.int64), "depth": np.array(depth, dtype=np.int64),
+            "tool_s_critical": np.array(critical, dtype=np.float64), "fan_out": np.array(fan_out, dtype=np.int64),
+            "fan_in": np.array(fan_in, dtype=np.int64), "tool_s": np.array(given, dtype=np.float64),
+            "later": np.int64(later)}
 
 
 def task_shape(table: WorkloadTable, ins: np.ndarray | None = None) -> dict:

@@ -88,7 +88,7 @@ def read_aiperf(path, on_bad_line: str = "error") -> WorkloadTable:
         elif t is not None:
             timed_later += 1
         calls.append(Call(task=task, node=f"t{k}", parents=(f"t{k - 1}",) if k else (), input_tokens=n_in,
-                          output_tokens=n_out, line=lineno, raw=raw.decode("utf-8", "replace"),
+                          output_tokens=n_out, line=lineno,
                           arrival_s=np.nan if t is None or k else t / 1e3,
                           tool_s=np.nan if delay is None or not k else delay / 1e3))
     notes = []

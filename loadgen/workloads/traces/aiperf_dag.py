@@ -191,7 +191,7 @@ def _expand(convs: dict, sid: str, prefix: str, entry: tuple, task: str, out: li
         node = f"{prefix}{sid}:{k}"
         parents = (entry if k == 0 else (prev,)) + tuple(joins.pop(k, []))
         out.append(Call(task=task, node=node, parents=parents, input_tokens=-1, output_tokens=t["out"],
-                        line=c["line"], raw=c["raw"], text=t["text"],
+                        line=c["line"], text=t["text"],
                         tool_s=float("nan") if t["delay"] is None or not parents else t["delay"] / 1e3))
         if len(out) > MAX_CALLS:
             raise ValueError(f"the task from {task!r} expands past {MAX_CALLS} calls")

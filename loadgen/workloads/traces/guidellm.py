@@ -142,7 +142,7 @@ def read_guidellm(path, on_bad_line: str = "error") -> WorkloadTable:
             waits = [delay.get(q) for q, _ in p["parents"]]
             waits = [w for w in waits if w is not None]
             calls.append(Call(task=name, node=p["node"], parents=tuple(dict.fromkeys(q for q, _ in p["parents"])),
-                              input_tokens=p["in"], output_tokens=p["out"], line=lineno, raw=text,
+                              input_tokens=p["in"], output_tokens=p["out"], line=lineno,
                               arrival_s=np.nan if p["ts"] is None else p["ts"],
                               tool_s=max(waits) if waits else np.nan))
     notes = []

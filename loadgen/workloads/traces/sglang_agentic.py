@@ -84,7 +84,7 @@ def read_sglang_agentic(path, on_bad_line: str = "error") -> WorkloadTable:
                 continue
             ordinal += 1
             calls.append(Call(task=f"c{ci}", node=f"t{k}", parents=(f"t{k - 1}",) if k else (), input_tokens=n_in,
-                              output_tokens=OUTPUT_TOKENS, line=ordinal, raw=str(turn)[:200], where=where))
+                              output_tokens=OUTPUT_TOKENS, line=ordinal))
             k += 1
     if not calls:
         raise empty_trace(path, "turns with messages and prompt_tokens")

@@ -1,10 +1,9 @@
-"""Task columns of a ``WorkloadTable`` (``task``, ``task_names``, ``node``, ``parents``,
-``tool_s``, ``prefix``) from one record per call, for the readers of peers' agentic formats.
-
-Checked here, once for every reader: a node name is unique in its task, every parent is a
-node of the same task, and the calls form no cycle.  A task that fails a check is a bad
-line (the offending call's): under ``workload.on_bad_line=skip`` the whole task is dropped
-(a call without its parents cannot be sent) and counted as one bad line.
+"""Task columns of a ``WorkloadTable`` from one record per call, for the readers of peers'
+agentic formats: the calls as a reader found them (``Call``), set into the table's task fields
+by ``task_graph.tasks_from_columns``, whose checks (a node unique in its task, every parent a
+node of the same task, no cycle) stop the read with the file and line.  Under
+``workload.on_bad_line=skip`` a task that fails them is dropped whole (a call without its
+parents cannot be sent) and counted as one bad line.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.traces.common import BadLines, empty_trace
+from loadgen.workloads.traces.common import BadLines, TraceError, empty_trace
+from loadgen.workloads.traces.task_graph import task_graphs, tasks_from_columns
 
 
 @dataclass
@@ -27,90 +27,49 @@ class Call:
     input_tokens: int
     output_tokens: int
     line: int                        # the line of the file it came from (table.line)
-    raw: str = ""                    # the text shown in an error message
-    where: str = ""                  # its place in one JSON document, for messages ("": the line)
     arrival_s: float = np.nan        # the task's start on the trace's clock (roots only)
     tool_s: float = np.nan           # NaN: workload.task.tool_s applies
     prefix: str = ""
     text: str | None = None          # the call's own message as text (then input_tokens is -1)
 
 
-def dag_problem(calls: list[Call]) -> tuple[int, str] | None:
-    """The first call of one task that breaks the DAG rules, and why; None if it is a DAG."""
-    seen: dict[str, int] = {}
-    for i, c in enumerate(calls):
-        if c.node in seen:
-            return i, f"node {c.node!r} appears twice in task {c.task!r}"
-        seen[c.node] = i
-    for i, c in enumerate(calls):
-        for p in c.parents:
-            if p not in seen:
-                return i, f"parent {p!r} is not a node of task {c.task!r}"
-            if p == c.node:
-                return i, f"node {c.node!r} is its own parent"
-    # Kahn's algorithm: whatever is left once no root remains lies on a cycle.
-    indeg = {c.node: len(set(c.parents)) for c in calls}
-    children: dict[str, list[str]] = {c.node: [] for c in calls}
-    for c in calls:
-        for p in set(c.parents):
-            children[p].append(c.node)
-    ready = [n for n, d in indeg.items() if d == 0]
-    done = 0
-    while ready:
-        n = ready.pop()
-        done += 1
-        for ch in children[n]:
-            indeg[ch] -= 1
-            if indeg[ch] == 0:
-                ready.append(ch)
-    if done < len(calls):
-        i = next(i for i, c in enumerate(calls) if indeg[c.node] > 0)
-        return i, f"the parents of task {calls[i].task!r} form a cycle through node {calls[i].node!r}"
-    return None
+def _table(calls: list[Call], path: str, source: str, task_input: str, prefix_tree: dict | None,
+           bad_lines: int = 0, notes: list | None = None) -> WorkloadTable:
+    table = WorkloadTable(
+        arrival_s=np.array([np.nan if c.parents else c.arrival_s for c in calls], dtype=np.float64),
+        input_tokens=np.array([c.input_tokens for c in calls], dtype=np.int64),
+        output_tokens=np.array([c.output_tokens for c in calls], dtype=np.int64), source=source, path=path,
+        line=np.array([c.line for c in calls], dtype=np.int64), bad_lines=bad_lines, task_input=task_input,
+        notes=list(notes or []), text=[c.text for c in calls] if any(c.text is not None for c in calls) else None)
+    tasks_from_columns(table, [c.task for c in calls], [c.node for c in calls], [c.parents for c in calls],
+                       [c.tool_s for c in calls], [c.prefix for c in calls], prefix_tree)
+    return table
 
 
 def task_table(calls: list[Call], bad: BadLines, path: str, source: str, task_input: str = "message",
                prefix_tree: dict | None = None, notes: list | None = None) -> WorkloadTable:
     """The table of ``calls`` (each task's calls in the reader's order), every task checked as a
-    DAG, tasks in order of their start; ``arrival_s`` is the task's start (its roots' earliest
-    time) on its roots and NaN on the calls after them, shifted so the earliest task starts at 0."""
+    DAG, tasks in order of their start (untimed ones after, in file order); a task's start (its
+    roots' earliest time, shifted so the earliest task starts at 0) is on its first root, NaN on
+    its other calls."""
     by_task: dict[str, list[Call]] = {}
     for c in calls:
         by_task.setdefault(c.task, []).append(c)
     good: list[tuple[float, list[Call]]] = []
     for rows in by_task.values():
-        problem = dag_problem(rows)
-        if problem is not None:
-            i, why = problem
-            bad(rows[i].where or rows[i].line, rows[i].raw, why)
-            continue  # on_bad_line=skip: the whole task goes
+        if bad.policy == "skip":
+            try:
+                task_graphs(_table(rows, path, source, task_input, prefix_tree))
+            except TraceError:
+                bad.count += 1
+                continue  # the whole task goes
         starts = [c.arrival_s for c in rows if not c.parents and np.isfinite(c.arrival_s)]
         good.append((min(starts) if starts else np.inf, rows))
     if not good:
         raise empty_trace(path, "tasks")
-    # Tasks in order of their start (untimed ones after, in file order), each task's calls together.
     good.sort(key=lambda g: g[0])
     kept = [c for _, rows in good for c in rows]
-    start = {rows[0].task: t for t, rows in good}
-    names = list(start)
-    code = {n: i for i, n in enumerate(names)}
-    n = len(kept)
-    arrival = np.array([start[c.task] if not c.parents and np.isfinite(start[c.task]) else np.nan for c in kept],
-                       dtype=np.float64)
-    if np.isfinite(arrival).any():
-        arrival = arrival - np.nanmin(arrival)
-    line = np.array([c.line for c in kept], dtype=np.int64)
-
-    def objects(values) -> np.ndarray:
-        out = np.empty(n, dtype=object)
-        out[:] = values
-        return out
-
-    return WorkloadTable(
-        arrival_s=arrival, input_tokens=np.array([c.input_tokens for c in kept], dtype=np.int64),
-        output_tokens=np.array([c.output_tokens for c in kept], dtype=np.int64), source=source, path=path,
-        line=line, bad_lines=bad.count, task=np.array([code[c.task] for c in kept], dtype=np.int64),
-        task_names=names, node=objects([c.node for c in kept]), parents=objects([tuple(c.parents) for c in kept]),
-        tool_s=np.array([c.tool_s for c in kept], dtype=np.float64), prefix=objects([c.prefix for c in kept]),
-        prefix_tree=prefix_tree, task_input=task_input, notes=list(notes or []),
-        text=[c.text for c in kept] if any(c.text is not None for c in kept) else None)
+    first = min((t for t, _ in good if np.isfinite(t)), default=0.0)
+    for c in kept:
+        c.arrival_s -= first
+    return _table(kept, path, source, task_input, prefix_tree, bad.count, notes)

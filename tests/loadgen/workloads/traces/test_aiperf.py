@@ -24,8 +24,8 @@ L15 = 40 * 512      # its 20,000-token L1.5 (a group's repository context)
 def test_the_agentic_code_sample_reads_as_chains_under_the_shared_prefix_tree():
     t = read_trace("aiperf", FIXTURE)
     assert t.source == "aiperf" and t.task_input == "message" and len(t) == 9
-    assert t.task_names == ["sess-956a26afbccd", "sess-027168b37723", "sess-7db5faf446df"]
-    assert t.task.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert [t.task_names[c] for c in t.task] == ["sess-956a26afbccd"] * 3 + ["sess-027168b37723"] * 3 + \
+        ["sess-7db5faf446df"] * 3
     assert t.node.tolist() == ["t0", "t1", "t2"] * 3
     assert t.parents.tolist() == [(), ("t0",), ("t1",)] * 3
     # L1 is shared by all three sessions, group 0's L1.5 (first block 63 + 0 x 200) by two
@@ -51,7 +51,7 @@ def test_lines_without_a_session_are_tasks_of_one_call_timed_in_seconds(tmp_path
     p = _write(tmp_path, [{"timestamp": 3000, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]},
                           {"timestamp": 1000, "input_length": 700, "output_length": 5, "hash_ids": [7, 9]}])
     t = read_trace("aiperf", p)
-    assert t.task_names == ["line2", "line1"]          # tasks in order of their start
+    assert [t.task_names[c] for c in t.task] == ["line2", "line1"]   # tasks in order of their start
     assert t.arrival_s.tolist() == [0.0, 2.0]
     assert t.prefix_tree == {"h7": 512} and t.prefix.tolist() == ["h7", "h7"]
     assert t.input_tokens.tolist() == [700 - 512, 600 - 512]

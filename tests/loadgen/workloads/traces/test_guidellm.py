@@ -45,9 +45,9 @@ def _write(tmp_path, graphs) -> Path:
 
 
 @pytest.mark.parametrize(("graph", "why"), [
-    ({"turns": [_turn("a"), _turn("b", ["zz"])]}, "parent 'zz' is not a node of task"),
-    ({"turns": [_turn("a", ["b"]), _turn("b", ["a"])]}, "form a cycle"),
-    ({"turns": [_turn("a"), _turn("a")]}, "node 'a' appears twice"),
+    ({"turns": [_turn("a"), _turn("b", ["zz"])]}, "parent 'zz' of node 'b' is not a node of task"),
+    ({"turns": [_turn("a", ["b"]), _turn("b", ["a"])]}, "has a cycle through node"),
+    ({"turns": [_turn("a"), _turn("a")]}, "has node 'a' twice"),
     ({"turns": [_turn("a"), {"node_id": "b", "columns": {"output_tokens_count_column": [3]}}]},
      r"turns\[1\]: missing 'columns.prompt_tokens_count_column'"),
     ({"turns": [_turn("a", settings={"requeue_delay": -1})]}, r"turns\[0\]: 'settings.requeue_delay' must be >= 0"),
