@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--documents", type=int, default=2, help="documents under the system prompt")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     with open(a.out, "w") as f:
         for r in rows(a.tasks, a.rate, a.tool_s, a.output_tokens, a.seed, a.scale, a.documents):
             f.write(json.dumps(r) + "\n")

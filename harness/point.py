@@ -347,6 +347,13 @@ def print_point(s, p: PointRun) -> None:
     print(f"  {p.spec.title}: {m['completed']}/{m['num_requests']} ok, "
           f"{m['output_throughput']:.1f} out tok/s, p99 TTFT {m['p99_ttft_ms']:.1f} ms, "
           f"goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    if m.get("num_tasks"):
+        slo = (f", {m['task_slo_attainment']:.0%} within slo.task_s={m['task_slo_s']:g} s"
+               if m.get("task_slo_attainment") is not None else "")
+        print(f"  tasks: {m['completed_tasks']}/{m['num_tasks']} completed, {m['attempts_per_completed_task']:.2f} "
+              f"attempts per completed task, mean task time {m['mean_task_time_ms']:.0f} ms{slo}; "
+              f"{m.get('cost_per_completed_task', float('nan')):.4g} {m.get('cost_currency', '')} per completed task",
+              flush=True)
     if m["energy_available"]:
         energy = f"energy {m['energy_j']:.1f} J ({m['energy_source']}, {m['energy_method']})"
     elif s.energy_reason_said:  # the reason is long and the same for every point: say it in full once
