@@ -135,6 +135,36 @@ def test_provenance_holds_real_version_and_flags(vllm_on):
     assert eff["kv_cache_tokens"] > 0 and eff["max_model_len"] == 2048
 
 
+def test_task_workload_prefix_hits_within_what_the_tree_predicts(vllm_on, tmp_path):
+    """The report's prefix tree (at a fifth of its size) as a task workload: three questions
+    at once, then a call joining their real replies; the engine's prefix-cache hits lie
+    between the tree's two predictions (benchmarks/task_prefix_reuse.py: every earlier call's
+    prompt cached, or only those whose prefill was done)."""
+    import json
+
+    from benchmarks.seed_prefix_tasks import rows
+    from benchmarks.task_prefix_reuse import predict
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows(3, 1.0, 0.05, 8, seed=0, scale=0.2)))
+    out = tmp_path / "tasks"
+    run(external(vllm_on) + ["workload=jsonl", f"workload.path={path}", "load=trace", "protocol.load_points=[1]",
+                             "load.warmup_requests=0", "engine.cache_state=cold", "slo.task_s=30",
+                             "report.enabled=false", "progress=false", "mlflow.enabled=false", f"output_dir={out}"])
+    s = summaries(out)[0]
+    assert s["num_tasks"] == s["completed_tasks"] == 3 and s["completed"] == 12
+    assert s["task_slo_attainment"] == 1.0 and s["attempts_per_completed_task"] == 1.0
+    t = pq.read_table(out / "00-trace" / "requests.parquet").to_pylist()
+    by = {(r["task_id"], r["node"]): r for r in t}
+    for r in t:  # the joining call went after its three parents, with their replies in its prompt
+        for p in r["parents"]:
+            assert r["scheduled_ns"] >= by[(r["task_id"], p)]["done_ns"] + 0.05e9
+    p = predict(out / "00-trace", 128)
+    assert p["prompt_tokens"] == s["engine_prefix_cache_queries"]
+    assert p["predicted_hit_tokens_low"] <= s["engine_prefix_cache_hits"] <= p["predicted_hit_tokens_high"]
+    assert p["predicted_hit_tokens_low"] > 0
+
+
 def test_launched_without_prefix_caching_then_killed(tmp_path):
     """The harness launches vLLM with prefix caching off: no hits; then the engine is killed
     in the second load point: in-flight requests end as connection_error, finished ones stay,
