@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.workloads.traces.common import BadLines
+from loadgen.workloads.traces.common import BadLines, TraceError, empty_trace
 
 
 def json_lines(path: str, bad: BadLines):
@@ -23,6 +23,26 @@ def json_lines(path: str, bad: BadLines):
                 bad(lineno, raw.decode("utf-8", "replace"), "expected a JSON object")
                 continue
             yield lineno, raw, obj
+
+
+def json_document(path: str):
+    """The whole file as one JSON document (ShareGPT's list, SGLang's agentic trace); a file
+    that is not JSON fails naming the line of the error and its text."""
+    import orjson
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.strip():
+        raise empty_trace(path)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        # orjson reports a character position; turn it into a line for the message.
+        pos = getattr(e, "pos", 0) or 0
+        lineno = data[:pos].count(b"\n") + 1
+        lines = data.splitlines()
+        line = lines[lineno - 1] if lineno <= len(lines) else b""
+        raise TraceError(f"{path}:{lineno}: not JSON ({e}): {line[:200].decode('utf-8', 'replace')!r}") from None
 
 
 MAX_COUNT = 2**31 - 1  # token counts and turn numbers

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.traces.common import BadLines, TraceError, check_file, empty_trace
-from loadgen.workloads.traces.json_fields import nonneg_int
+from loadgen.workloads.traces.json_fields import json_document, nonneg_int
 from loadgen.workloads.traces.task_columns import Call, task_table
 
 OUTPUT_TOKENS = 220  # SGLang's DEFAULT_AGENTIC_OUTPUT_LEN
@@ -40,22 +40,9 @@ OUTPUT_TOKENS = 220  # SGLang's DEFAULT_AGENTIC_OUTPUT_LEN
 
 def read_sglang_agentic(path, on_bad_line: str = "error") -> WorkloadTable:
     """SGLang's agentic trace as tasks (see the module doc)."""
-    import orjson
-
     path = check_file(path)
     bad = BadLines(path, on_bad_line)
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data.strip():
-        raise empty_trace(path)
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        pos = getattr(e, "pos", 0) or 0
-        lineno = data[:pos].count(b"\n") + 1
-        lines = data.splitlines()
-        line = lines[lineno - 1] if lineno <= len(lines) else b""
-        raise TraceError(f"{path}:{lineno}: not JSON ({e}): {line[:200].decode('utf-8', 'replace')!r}") from None
+    doc = json_document(path)
     convs = doc.get("conversations") if isinstance(doc, dict) else None
     if not isinstance(convs, list):
         raise TraceError(f"{path}: not an SGLang agentic trace: expected a JSON object with a 'conversations' list")

@@ -6,28 +6,16 @@ import numpy as np
 
 from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.traces.common import BadLines, TraceError, check_file, empty_trace
+from loadgen.workloads.traces.json_fields import json_document
 
 
 def read_sharegpt(path, on_bad_line: str = "error") -> WorkloadTable:
     """ShareGPT JSON: each conversation a session, each human message a turn whose output
     length is the following gpt message (its text is kept; lengths are counted with the
     served model's tokenizer when prompts are built)."""
-    import orjson
-
     path = check_file(path)
     bad = BadLines(path, on_bad_line)
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data.strip():
-        raise empty_trace(path)
-    try:
-        convs = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        # orjson reports a character position; turn it into a line for the message.
-        pos = getattr(e, "pos", 0) or 0
-        lineno = data[:pos].count(b"\n") + 1
-        line = data.splitlines()[lineno - 1] if data.splitlines() else b""
-        raise TraceError(f"{path}:{lineno}: not JSON ({e}): {line[:200].decode('utf-8', 'replace')!r}") from None
+    convs = json_document(path)
     if not isinstance(convs, list):
         raise TraceError(f"{path}: not a ShareGPT file: expected a JSON list of conversations")
     texts, outs_text, sess, turns, names = [], [], [], [], []
