@@ -244,10 +244,13 @@ def _tokenizer_count(cfg):
 
 def summary_keys(stats: dict, items=None) -> dict:
     """The numbers of the description that go into a run's ``summary.json`` (and MLflow),
-    with what the replay left out (text prompts over the limit, session turns not buildable)."""
+    with what the replay left out (text prompts over the limit, session turns and task calls not
+    buildable: their session ended there, their task's attempt failed)."""
     sessions = getattr(items, "sessions", None)
+    tasks = getattr(items, "tasks", None)
     return {"workload_skipped_requests": int(getattr(items, "skipped", 0) or 0),
             "workload_unbuildable_turns": int(getattr(sessions, "unbuildable", 0) or 0),
+            "workload_unbuildable_calls": int(getattr(tasks, "unbuildable", 0) or 0),
             "workload_requests": stats.get("requests"), "workload_bad_lines_skipped": stats.get("bad_lines_skipped"),
             "workload_mean_rate_rps": stats.get("mean_rate_rps"),
             "workload_interarrival_cv": stats.get("interarrival_cv"),

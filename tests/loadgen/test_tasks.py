@@ -181,3 +181,18 @@ def test_task_errors_are_found_before_the_engine_starts(tmp_path):
     cfg.path = jsonl(tmp_path, [{"task_id": "t", "input_tokens": 5, "output_tokens": 1}], "u.jsonl")
     with pytest.raises(ValueError, match="success_regex"):
         check_workload(cfg, 2048)
+
+
+def test_a_call_too_long_for_the_model_fails_its_attempt(tmp_path, builder):  # noqa: F811
+    rows = [{"prefix_tree": {"big": {"tokens": 190}}},
+            {"task_id": "t", "node": "a", "input_tokens": 10, "output_tokens": 4},
+            {"task_id": "t", "node": "b", "parents": ["a"], "prefix": "big", "input_tokens": 20, "output_tokens": 4}]
+    items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows),
+                                            "task": {"max_attempts": 2}}), builder, max_model_len=200)
+    rows_, _, _ = run(items, LoadSpec(kind="poisson", rate=10, num_requests=1))
+    # b never fits (its prefix and message alone are over the limit): each attempt ends at a, twice
+    assert [(r.node, r.attempt) for r in rows_] == [("a", 1), ("a", 2)]
+    assert items.tasks.unbuildable == 2
+    from harness.workload_describe import summary_keys
+
+    assert summary_keys({}, items)["workload_unbuildable_calls"] == 2
