@@ -731,6 +731,15 @@ class Mlflow:
 
 
 @dataclass
+class Export:
+    """Where each run's summary goes besides MLflow (harness/otlp_export.py): OpenTelemetry metrics
+    to an OTLP endpoint, with the experiment, config and engine version as attributes."""
+    otlp_endpoint: Optional[str] = None       # e.g. http://collector:4318 (OTLP/HTTP); null: no export
+    otlp_headers: Dict[str, str] = field(default_factory=dict)  # e.g. an API key header
+    otlp_timeout_s: float = _f(10.0, gt=0)
+
+
+@dataclass
 class Report:
     enabled: bool = True
     # PNG/SVG/PDF of every figure (kaleido + the system's Chromium); null: when both are found
@@ -825,6 +834,10 @@ class Root:
     seed: int = 0
     telemetry: Telemetry = field(default_factory=Telemetry)
     mlflow: Mlflow = field(default_factory=Mlflow)
+    # a tracked benchmark's name: the experiment joins its history in the MLflow store
+    # (`tokenfactory track NAME` compares the newest with a baseline; protocols/track/)
+    track: Optional[str] = None
+    export: Export = field(default_factory=Export)
     report: Report = field(default_factory=Report)
     scenario: Scenario = field(default_factory=Scenario)
     quality: Quality = field(default_factory=Quality)
