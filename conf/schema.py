@@ -837,6 +837,9 @@ class Root:
     # a tracked benchmark's name: the experiment joins its history in the MLflow store
     # (`tokenfactory track NAME` compares the newest with a baseline; protocols/track/)
     track: Optional[str] = None
+    # what this experiment measures a version of (an engine commit, a build): the track's history
+    # shows it; null: the engine's own version
+    track_version: Optional[str] = None
     export: Export = field(default_factory=Export)
     report: Report = field(default_factory=Report)
     scenario: Scenario = field(default_factory=Scenario)

@@ -30,6 +30,9 @@ COMMANDS: dict[str, Command] = {
     "plan": Command("plan", ANALYSING, "EXPERIMENT... workload=... [overrides]",
                     "size and price a fleet for a trace from finished experiments' measured capacity "
                     "(protocol=plan)"),
+    "track": Command("track", ANALYSING, "NAME [--gate] [--baseline previous|window:N|NAME]",
+                     "a tracked benchmark's history across versions; the newest against a baseline, "
+                     "regressed / improved / no significant change (--gate: exit 1 on a regression)"),
     "import": Command("import_", ANALYSING, "FILE OUT_DIR",
                       "another tool's result file (vllm bench serve, GuideLLM, AIPerf) as our run folder, for "
                       "report --import"),

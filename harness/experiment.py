@@ -261,7 +261,7 @@ class Experiment:
         shares (``harness.finish``)."""
         aggregates = experiment_record.write_record(self)
         return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates,
-                          artifacts=("experiment.json", *(f for r in self.records for f in r.files)),
+                          artifacts=("experiment.json", "runs.parquet", *(f for r in self.records for f in r.files)),
                           report=self.render_report)
 
     def render_report(self) -> Path:

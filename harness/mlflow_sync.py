@@ -27,6 +27,7 @@ from conf.schema import COMPARED_METRICS
 from harness import results_io
 from harness.experiment_record import run_rows, runs_table
 from harness.mlflow_log import MlflowLogger, child_run_name, tracking_uri
+from harness.parent_run import track_tags
 from metrics.comparison import point_aggregates
 from protocols.sweep.load_points import split_repeat
 
@@ -70,7 +71,7 @@ def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
     prev = marker.read_text().strip() if marker.exists() else None
     parent = log.start_parent(out.name, config, run_id=prev, tags={
         "output_dir": str(out.resolve()), "tokenfactory.protocol": str(record.get("protocol") or "sweep"),
-        "tokenfactory.synced": "true"})
+        "tokenfactory.synced": "true", **track_tags(config)})
     results_io.write_atomic(marker, parent + "\n")
     there = set()
     for r in log.client.search_runs([log.experiment_id], f"tags.mlflow.parentRunId = '{parent}'",

@@ -30,7 +30,18 @@ def start_parent(cfg: DictConfig, out: Path, *, name: str | None = None, tags: d
     safe = results_io.redact(OmegaConf.to_container(cfg, resolve=True))
     pid = log.start_parent(name or out.name, safe, run_id=prev,
                            tags={"output_dir": str(out.resolve()), "tokenfactory.protocol": str(cfg.protocol.name),
-                                 **(tags or {})})
+                                 **track_tags(cfg), **(tags or {})})
     if pid:
         results_io.write_atomic(marker, pid + "\n")
     return log
+
+
+def track_tags(cfg) -> dict:  # (a composed config, or a run folder's config.yaml as a dict)
+    """The tags that put an experiment in a tracked benchmark's history (``track=NAME``,
+    ``track_version``; ``protocols.track.history`` searches them)."""
+    out = {}
+    if cfg.get("track"):
+        out["tokenfactory.track"] = str(cfg.get("track"))
+    if cfg.get("track_version"):
+        out["tokenfactory.track_version"] = str(cfg.get("track_version"))
+    return out

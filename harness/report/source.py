@@ -32,7 +32,7 @@ def resolve(target: str, dest=None, tracking_uri: str | None = None, log=print) 
     return download_mlflow(target, Path(dest) if dest else MLFLOW_DOWNLOADS / safe_part(target), tracking_uri, log)
 
 
-def _store(tracking_uri: str | None) -> str:
+def store_uri(tracking_uri: str | None) -> str:
     from harness.mlflow_log import DEFAULT_URI
     from harness.mlflow_log import tracking_uri as resolve_uri
 
@@ -54,7 +54,7 @@ def download_mlflow(name: str, dest: Path, tracking_uri: str | None = None, log=
     from mlflow.tracking import MlflowClient
 
     try:
-        uri = _store(tracking_uri)
+        uri = store_uri(tracking_uri)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
     client = MlflowClient(uri)
