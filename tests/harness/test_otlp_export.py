@@ -72,6 +72,14 @@ def test_missing_package_names_the_extra(monkeypatch):
         OtlpExporter("http://127.0.0.1:4318")
 
 
+def test_a_run_without_the_package_stops_before_it_starts(monkeypatch, tmp_path, tiny_model):
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.metric_exporter", None)
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match=r"tokenfactory\[otlp\]"):
+        _run(_comparison(out, "http://127.0.0.1:9", tiny_model, "export.otlp_endpoint=http://127.0.0.1:4318"))
+    assert not out.exists()
+
+
 def test_one_export_arrives_decoded_with_headers():
     with OtlpReceiver() as r:
         e = OtlpExporter(r.endpoint, {"x-api-key": "k1"}, timeout_s=5)
