@@ -23,6 +23,7 @@ from harness import provenance, results_io
 from harness.engine_faults import EngineFaults
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger
+from harness.otlp_export import OtlpExporter
 from loadgen.client import ClientConfig, Timeouts
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from metrics.slo import SLO
@@ -34,12 +35,13 @@ class EngineSession:
     point's steps (``harness.point``), ``stop()`` releases it all (also after errors)."""
 
     def __init__(self, cfg: DictConfig, out: Path, mlflow: MlflowLogger | None = None, total_points: int = 1,
-                 name: str | None = None, block: int = 0):
+                 name: str | None = None, block: int = 0, otlp: OtlpExporter | None = None):
         self.cfg = cfg
         self.out = out                      # the session's folder (engine.log, workload.html)
         self.name = name                    # the config's name in a comparison (None in a sweep)
         self.block = block                  # the comparison's block (0 in a sweep)
         self.mlflow = mlflow
+        self.otlp = otlp                    # each run's summary to an OTLP endpoint (export.otlp_endpoint)
         self.total_points = total_points    # for progress labels
         self.container = OmegaConf.to_container(cfg, resolve=True)
         self.safe_config = results_io.redact(self.container)

@@ -30,6 +30,7 @@ from harness.experiment_record import ProtocolRecord
 from harness.finish import finish_run
 from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
+from harness.otlp_export import OtlpExporter
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from harness.report.build import render
@@ -86,6 +87,7 @@ class Experiment:
                or os.path.join("results", str(cfg.experiment), results_io.new_run_id()))
         self.out = Path(out) / job_subdir(swept_keys)
         self.mlflow: MlflowLogger | None = None
+        self.otlp: OtlpExporter | None = None      # export.otlp_endpoint: each run's summary as OTLP metrics
         self.session: EngineSession | None = None  # the engine config that is up, while it is
         self.convergence: str | None = None         # why a converging comparison stopped adding blocks
 
@@ -158,6 +160,7 @@ class Experiment:
             print(f"plan ({total} runs, {len(self.sessions)} engine launches):\n{self.describe()}")
             print(f"would write to {self.out}" + (f"; {total - left} runs already complete" if left < total else ""))
             return self.out
+        self.otlp = OtlpExporter.from_config(self.cfg)  # before any folder: a missing package stops it here
         self.out.mkdir(parents=True, exist_ok=True)
         if left < total:
             print(f"resuming {self.out}: {total - left} of {total} runs already complete")
@@ -184,6 +187,8 @@ class Experiment:
         finally:
             if self.mlflow:
                 self.mlflow.end_parent(status)
+            if self.otlp:
+                self.otlp.close()
             try:
                 experiment_record.write_plan(self, status={"FINISHED": "complete", "KILLED": "interrupted"}.get(
                     status, "failed"))
@@ -238,7 +243,7 @@ class Experiment:
             print(f"block {s.block}, config {s.config} ({s.position + 1} of {len(self.configs)} in the block)",
                   flush=True)
         self.session = EngineSession(cfg, self.session_dir(s), self.mlflow, total_points=len(s.runs),
-                                     name=s.config or None, block=s.block)
+                                     name=s.config or None, block=s.block, otlp=self.otlp)
         search = self.needs_search(s)
         # after the points (no cold start or cache state disturbed), before the engine stops
         gate = gate_enabled(self.cfg) and not (self.session_dir(s) / QUALITY_FILE).exists()

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.quality_gate import format_quality, gate_enabled, judge
-from harness.results_io import SECRET_KEY
+from harness.results_io import HEADERS_KEY, SECRET_KEY
 from metrics.quality_gate import gate_row
 from protocols.designs import design_of
 from protocols.sweep.load_points import split_repeat
@@ -51,7 +51,9 @@ class ProtocolRecord:
 
 def _redact_override(o: str) -> str:
     key, _, _ = o.partition("=")
-    return f"{key}=***redacted***" if SECRET_KEY.search(key.rsplit(".", 1)[-1]) else o
+    parts = key.split(".")
+    secret = SECRET_KEY.search(parts[-1]) or any(HEADERS_KEY.search(p) for p in parts)  # a header's value too
+    return f"{key}=***redacted***" if secret else o
 
 
 def seven_steps(cfg, done: bool, *, points: int, configs: int, promotion_how: str | None = None) -> list[dict]:

@@ -58,7 +58,7 @@ def child_run_name(experiment: str, label: str, config: str = "", block: int = 0
     return name + (f"/repeat {repeat}" if repeats > 1 else "")
 
 
-def _shown_uri(uri: str) -> str:
+def shown_uri(uri: str) -> str:
     """The tracking URI without credentials (``https://user:token@host``) for messages."""
     u = urlsplit(uri)
     if u.password or u.username:
@@ -97,7 +97,7 @@ class MlflowLogger:
         if self.strict:
             raise e
         self.failed = f"{type(e).__name__}: {str(e)[:300]}"
-        print(f"warning: MLflow at {_shown_uri(self.uri)} failed ({self.failed}); nothing more goes to it in this "
+        print(f"warning: MLflow at {shown_uri(self.uri)} failed ({self.failed}); nothing more goes to it in this "
               "run. The results are written to their folders as always; log them once MLflow answers again (or "
               "the error above is fixed): "
               f"tokenfactory mlflow-sync {self.where or 'OUTPUT_DIR'}", file=sys.stderr, flush=True)

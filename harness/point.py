@@ -24,6 +24,7 @@ from engines.tiny_model import cache_root
 from harness import autoscale, results_io, workload_describe
 from harness.errors import UserError
 from harness.mlflow_log import child_run_name
+from harness.otlp_export import run_attributes
 from loadgen.client import StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.prepare import PrepareCache, PrepareOptions, source_hash
@@ -338,6 +339,17 @@ def log_mlflow(s, p: PointRun) -> None:
     s.mlflow.log_child(name, params, p.summary, p.run_dir, tags=tags)
 
 
+def export_otlp(s, p: PointRun) -> None:
+    """The summary as OpenTelemetry gauges (``export.otlp_endpoint``; ``harness.otlp_export``)."""
+    if not s.otlp:
+        return
+    eng = s.engine_prov.get("engine") or {}
+    s.otlp.export_run(p.summary, run_attributes(
+        experiment=str(s.cfg.experiment), folder=s.experiment_dir.name, protocol=s.cfg.protocol.get("name"),
+        track=s.cfg.get("track"), config=s.name, block=s.block, label=p.spec.label, repeat=p.spec.repeat,
+        role=p.spec.tags.get("role", "point"), engine=eng.get("engine"), engine_version=eng.get("engine_version")))
+
+
 def print_point(s, p: PointRun) -> None:
     m = p.summary
     if (m.get("prepare_seconds") or 0) >= 1 or m.get("prepare_cached"):
@@ -415,7 +427,7 @@ def engine_survived(s, p: PointRun) -> None:
 
 POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workload, describe_workload, dispatch,
                settle_faults, engine_counters_end, close_window, summarise, fault_figures, autoscale_record,
-               write_results, log_mlflow,
+               write_results, log_mlflow, export_otlp,
                print_point, engine_survived)
 
 

@@ -17,6 +17,9 @@ from pathlib import Path
 import yaml
 
 SECRET_KEY = re.compile(r"(api_key|token|secret|password|authorization)$", re.I)
+# Every value of a map of HTTP headers (export.otlp_headers): an exporter's key goes in one, under
+# whatever name its vendor chose (x-api-key, api-key, x-honeycomb-team, ...)
+HEADERS_KEY = re.compile(r"headers$", re.I)
 REDACTED = "***redacted***"
 SUMMARY = "summary.json"
 # What a load point writes into its run folder besides summary.json (harness.point).
@@ -28,9 +31,11 @@ def new_run_id() -> str:
 
 
 def redact(obj):
-    """A copy of a config tree with credential-like values replaced (``api_key_env`` names stay)."""
+    """A copy of a config tree with credential-like values replaced (``api_key_env`` names stay;
+    a headers map keeps its header names)."""
     if isinstance(obj, dict):
-        return {k: (REDACTED if SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v))
+        return {k: (REDACTED if SECRET_KEY.search(str(k)) and v not in (None, "") else
+                    {h: REDACTED for h in v} if HEADERS_KEY.search(str(k)) and isinstance(v, dict) else redact(v))
                 for k, v in obj.items()}
     if isinstance(obj, list):
         return [redact(v) for v in obj]

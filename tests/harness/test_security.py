@@ -138,10 +138,10 @@ def test_a_key_on_the_command_line_reaches_no_hydra_file_or_log(tmp_path):
 
 
 def test_mlflow_warning_does_not_show_uri_credentials():
-    from harness.mlflow_log import _shown_uri
+    from harness.mlflow_log import shown_uri
 
-    assert _shown_uri("https://me:tok3n@mlflow.example:5000/x") == "https://mlflow.example:5000/x"
-    assert _shown_uri("sqlite:///results/mlflow.db") == "sqlite:///results/mlflow.db"
+    assert shown_uri("https://me:tok3n@mlflow.example:5000/x") == "https://mlflow.example:5000/x"
+    assert shown_uri("sqlite:///results/mlflow.db") == "sqlite:///results/mlflow.db"
 
 
 # ----------------------------------------------------------------------------------- TLS
