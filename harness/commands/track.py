@@ -17,7 +17,8 @@ from harness.report.source import safe_part
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="tokenfactory track", description=__doc__.splitlines()[0].strip("`"))
+    ap = argparse.ArgumentParser(prog="tokenfactory track", description="a tracked benchmark's history and a "
+                                 "regression gate: the newest experiment against a baseline")
     ap.add_argument("name", help="the tracked benchmark (the experiments ran with track=NAME)")
     ap.add_argument("--gate", action="store_true", help="exit 1 on a regression beyond the margin")
     ap.add_argument("--baseline", default="previous",
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> int:
                          "earlier experiment's run id, folder name or version")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative change that counts (0.02)")
-    ap.add_argument("--confidence", type=float, default=0.95)
+    ap.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (0.95)")
     ap.add_argument("--allow", default="", help="track conditions allowed to differ (comma-separated)")
     ap.add_argument("--tracking-uri", help="the MLflow store (default: $MLFLOW_TRACKING_URI, else "
                                            "sqlite:///results/mlflow.db)")
