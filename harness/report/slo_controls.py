@@ -160,7 +160,7 @@ def section(d: ReportData, colours: dict) -> str:
     for g in d.groups():
         members = [index[id(r)] for r in g.runs if id(r) in index]
         if members:
-            points.append({"series": g.series, "x": g.x, "runs": members})
+            points.append({"x": g.x, "runs": members})
             point_rows.append(g)
     # the figure: one line per series in each panel, over the load points the vs-load figures place
     fig = make_subplots(rows=2, cols=2, subplot_titles=[t for _, t in METRICS], vertical_spacing=0.14)
