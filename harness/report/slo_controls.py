@@ -30,12 +30,22 @@ SCRIPT = r"""
   var P = JSON.parse(document.getElementById("slo-controls-data").textContent);
   var inputs = {ttft_ms: "slo-ttft", tpot_ms: "slo-tpot", e2el_ms: "slo-e2el", price: "slo-price"};
   var dims = ["ttft_ms", "tpot_ms", "e2el_ms"];
+  function decode(text) {  // base64 LEB128 varints (slo_histogram.encode)
+    var raw = atob(text), out = [], v = 0, scale = 1;
+    for (var p = 0; p < raw.length; p++) {
+      var b = raw.charCodeAt(p);
+      v += (b & 127) * scale;
+      if (b < 128) { out.push(v); v = 0; scale = 1; } else { scale *= 128; }
+    }
+    return out;
+  }
   P.runs.forEach(function (r) {  // decode each run's cells once: bin indices per dimension
     var h = r.hist, s1 = h.edges.tpot_ms.lo.length + 1, s2 = h.edges.e2el_ms.lo.length + 1;
-    var m = h.cells.delta.length, flat = 0;
+    var delta = decode(h.cells.delta), m = delta.length, flat = 0;
+    h.cells = {count: decode(h.cells.count), tokens: decode(h.cells.tokens)};
     r.ix = [new Int32Array(m), new Int32Array(m), new Int32Array(m)];
     for (var c = 0; c < m; c++) {
-      flat += h.cells.delta[c];
+      flat += delta[c];
       r.ix[2][c] = flat % s2; r.ix[1][c] = Math.floor(flat / s2) % s1; r.ix[0][c] = Math.floor(flat / (s1 * s2));
     }
   });

@@ -6,7 +6,8 @@ values cut into bins of at most ``max(1, n // BINS)`` requests (n: every measure
 ones included: the attainment's denominator), each bin kept as the lowest and highest value in it
 (rounded outwards to ``DIGITS`` significant digits where that keeps
 neighbouring bins apart); then a sparse 3-D histogram of (TTFT bin, TPOT
-bin, E2EL bin) cells with the requests and output tokens in each.  Bin 0 of a dimension holds the
+bin, E2EL bin) cells with the requests and output tokens in each (sorted by cell, as base64 varints
+of the steps between cells, the counts and the token sums: ``encode``).  Bin 0 of a dimension holds the
 requests without a value there (TPOT of a one-token output: passes the TPOT SLO, as
 ``metrics.slo.slo_pass`` says; a missing TTFT or E2EL fails its SLO).
 
@@ -22,6 +23,7 @@ under ``BINS`` requests is exact.
 
 from __future__ import annotations
 
+import base64
 import math
 from dataclasses import dataclass
 
@@ -89,8 +91,37 @@ def from_columns(status, output_tokens, ttft_s, tpot_s, e2el_s) -> dict:
     counts = np.bincount(inverse, minlength=cells.size)
     tokens = np.bincount(inverse, weights=toks, minlength=cells.size).astype(np.int64)
     return {"n": n, "per_bin": per_bin, "edges": edges,
-            "cells": {"delta": np.diff(cells, prepend=0).tolist(), "count": counts.tolist(),
-                      "tokens": tokens.tolist()}}
+            "cells": {"delta": encode(np.diff(cells, prepend=0)), "count": encode(counts), "tokens": encode(tokens)}}
+
+
+def encode(values) -> str:
+    """Non-negative integers as base64 of their LEB128 varints (7 bits a byte, low first; the high
+    bit says another byte follows): a cell's three numbers take about 5 bytes, not 11 as JSON text."""
+    a = np.asarray(values, dtype=np.uint64)
+    nbytes = np.ones(a.size, dtype=np.int64)
+    rest = a >> np.uint64(7)
+    while rest.any():
+        nbytes += rest > 0
+        rest >>= np.uint64(7)
+    out = np.zeros(int(nbytes.sum()), dtype=np.uint8)
+    start = np.cumsum(nbytes) - nbytes
+    for k in range(int(nbytes.max(initial=0))):
+        m = nbytes > k
+        byte = (a[m] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        out[start[m] + k] = byte | (np.uint64(0x80) * (nbytes[m] > k + 1))
+    return base64.b64encode(out.tobytes()).decode("ascii")
+
+
+def decode(text: str) -> np.ndarray:
+    """The integers ``encode`` wrote (the page's script decodes them the same way)."""
+    raw = np.frombuffer(base64.b64decode(text), dtype=np.uint8)
+    last = np.flatnonzero(raw < 0x80)  # each value ends at a byte without the high bit
+    first = np.concatenate([[0], last[:-1] + 1])
+    out = np.zeros(last.size, dtype=np.int64)
+    for k in range(int((last - first).max(initial=-1)) + 1):
+        m = first + k <= last
+        out[m] += (raw[first[m] + k].astype(np.int64) & 0x7F) << (7 * k)
+    return out
 
 
 def read(path) -> dict | None:
@@ -151,12 +182,12 @@ def bounds(h: dict, ttft_ms: float | None, tpot_ms: float | None, e2el_ms: float
     limits = {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "e2el_ms": e2el_ms}
     states = [_states(h["edges"][name], limits[name], name == "tpot_ms") for name, _ in DIMS]
     sizes = [s.size for s in states]
-    flat = np.cumsum(h["cells"]["delta"]).astype(np.int64)
+    flat = np.cumsum(decode(h["cells"]["delta"]))
     k = flat % sizes[2]
     j = (flat // sizes[2]) % sizes[1]
     i = flat // (sizes[2] * sizes[1])
     worst = np.maximum(np.maximum(states[0][i], states[1][j]), states[2][k])
-    count, tokens = np.asarray(h["cells"]["count"]), np.asarray(h["cells"]["tokens"])
+    count, tokens = decode(h["cells"]["count"]), decode(h["cells"]["tokens"])
     sure, maybe = worst == 0, worst <= 1
     return Bounds(h["n"], int(count[sure].sum()), int(count[maybe].sum()), int(tokens[sure].sum()),
                   int(tokens[maybe].sum()))

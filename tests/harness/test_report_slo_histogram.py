@@ -34,8 +34,8 @@ def test_midpoint_within_the_stated_bound_at_any_thresholds(n):
     cols = _requests(n)
     status, toks, ttft, tpot, e2el = cols
     h = sh.from_columns(status, toks, ttft, tpot, e2el)
-    assert h["n"] == n and sum(h["cells"]["count"]) == int((status == "ok").sum())
-    assert sum(h["cells"]["tokens"]) == int(toks[status == "ok"].sum())
+    assert h["n"] == n and sh.decode(h["cells"]["count"]).sum() == int((status == "ok").sum())
+    assert sh.decode(h["cells"]["tokens"]).sum() == int(toks[status == "ok"].sum())
     rng = np.random.default_rng(1)
     # thresholds drawn from the data itself (on values, between them) and from no SLO at all
     picks = [(None, None, None), (None, 12.5, None)]
@@ -73,3 +73,10 @@ def test_edges_are_rounded_outwards_and_never_overlap():
     lo, hi = np.array(h["edges"]["ttft_ms"]["lo"]), np.array(h["edges"]["ttft_ms"]["hi"])
     assert np.all(hi[:-1] <= lo[1:]) and np.all(lo <= hi)
     assert np.all(lo <= np.sort(v * 1e3)) and np.all(hi >= np.sort(v * 1e3))
+
+
+def test_varints_round_trip():
+    values = np.array([0, 1, 127, 128, 300, 16_383, 16_384, 27_270_901, 2**40 + 5], dtype=np.int64)
+    assert sh.decode(sh.encode(values)).tolist() == values.tolist()
+    assert sh.decode(sh.encode([])).tolist() == []
+    assert len(sh.encode(np.ones(300, dtype=np.int64))) == 400  # one byte a small value, base64's 4/3
