@@ -100,6 +100,26 @@ SCRIPT = r"""
       td.textContent = td.getAttribute("data-metric") === "error" ? "\u00b1" + show(v) : show(v);
     });
   }
+  // the runs and per-point tables further down: their goodput, attainment and cost cells follow the
+  // controls once moved (marked, intervals dropped); back at the experiment's SLO they show its numbers
+  var byKey = {}, byGroup = {};
+  P.runs.forEach(function (r, i) { byKey[r.key] = i; });
+  P.points.forEach(function (g, i) { byGroup[g.group] = i; });
+  function liveCells(moved, per, pts) {
+    document.querySelectorAll("td[data-live]").forEach(function (td) {
+      if (!td.hasAttribute("data-orig")) td.setAttribute("data-orig", td.textContent);
+      var m = td.getAttribute("data-live"), run = td.getAttribute("data-run"), g = td.getAttribute("data-group");
+      var v = run !== null ? (run in byKey ? per[byKey[run]] : null) : (g in byGroup ? pts[byGroup[g]] : null);
+      if (!moved || v === null) {
+        td.textContent = td.getAttribute("data-orig"); td.classList.remove("moved"); td.removeAttribute("title");
+        return;
+      }
+      var x = v[m];
+      td.textContent = show(m === "attainment" && x !== null ? x / 100 : x);
+      td.classList.add("moved");
+      td.setAttribute("title", "at the SLO and price set in 'Your SLO and price' (no interval)");
+    });
+  }
   var spec = JSON.parse(document.getElementById("figdata-slo_controls").textContent);
   function update() {
     var lim = {ttft_ms: value(inputs.ttft_ms), tpot_ms: value(inputs.tpot_ms), e2el_ms: value(inputs.e2el_ms)};
@@ -109,6 +129,8 @@ SCRIPT = r"""
     fill("slo-runs", per); fill("slo-points", pts);
     var worst = Math.max.apply(null, per.map(function (v) { return v.error; }).concat([0]));
     document.getElementById("slo-bound").textContent = show(worst);
+    var moved = price !== null || dims.some(function (d) { return lim[d] !== P.slo[d]; });
+    liveCells(moved, per, pts);
     var data = spec.data.map(function (t, k) {
       var m = P.traces[k], ys = m.points.map(function (i) { var y = pts[i][m.metric]; return isFinite(y) ? y : null; });
       return Object.assign({}, t, {y: ys});
@@ -139,14 +161,6 @@ def _runs(d: ReportData) -> list:
     return out
 
 
-def _where(run_dir, root) -> str:
-    """The run's folder relative to the report's root (an imported one: its own path)."""
-    try:
-        return str(run_dir.relative_to(root))
-    except ValueError:
-        return str(run_dir)
-
-
 def _input(ident: str, label: str, value, unit: str, placeholder: str) -> str:
     v = "" if number(value) is None else f"{number(value):g}"
     return (f"<label>{esc(label)} <input type='number' id='{ident}' min='0' step='any' value='{esc(v)}' "
@@ -163,14 +177,14 @@ def section(d: ReportData, colours: dict) -> str:
     if not runs:
         return ""
     index = {id(r): i for i, (r, _) in enumerate(runs)}
-    payload_runs = [{"hist": h, "duration_s": number(r.summary.get("duration_s")),
+    payload_runs = [{"hist": h, "key": d.run_key(r), "duration_s": number(r.summary.get("duration_s")),
                      "window_s": number(r.summary.get("window_s")), "cost_total": number(r.summary.get("cost_total"))}
                     for r, h in runs]
     points, point_rows = [], []
-    for g in d.groups():
+    for gi, g in enumerate(d.groups()):
         members = [index[id(r)] for r in g.runs if id(r) in index]
         if members:
-            points.append({"x": g.x, "runs": members})
+            points.append({"x": g.x, "runs": members, "group": gi})
             point_rows.append(g)
     # the figure: one line per series in each panel, over the load points the vs-load figures place
     fig = make_subplots(rows=2, cols=2, subplot_titles=[t for _, t in METRICS], vertical_spacing=0.14)
@@ -192,8 +206,9 @@ def section(d: ReportData, colours: dict) -> str:
         fig.update_xaxes(title_text=x_title(d), row=k // 2 + 1, col=k % 2 + 1)
     import plotly.io as pio
 
-    payload = {"runs": payload_runs, "points": points, "traces": traces}
     slo = d.slo
+    payload = {"runs": payload_runs, "points": points, "traces": traces,
+               "slo": {k: number(slo.get(k)) for k, _ in slo_histogram.DIMS}}
     set_ = ", ".join(f"{k[:-3].upper()} ≤ {number(v):g} ms" for k, v in slo.items()
                      if k.endswith("_ms") and number(v) is not None) or "none"
     currency = next((r.summary.get("cost_currency") for r in d.ours if r.summary.get("cost_currency")), "")
@@ -208,7 +223,9 @@ def section(d: ReportData, colours: dict) -> str:
             "(completed requests meeting every threshold set, inclusive, over all measured requests), goodput "
             "(those requests per second of the run's duration), good output tokens per second, and the cost per "
             "million good output tokens (price × the full observation window / good output tokens). Load points: "
-            "means over repeats, the cost as the ratio of totals.</p>"
+            "means over repeats, the cost as the ratio of totals. Once moved, the goodput, attainment and cost cells "
+            "of the Runs section's two tables follow too (in italics, their intervals dropped); back at the "
+            "experiment's SLO with no price set they show its numbers again.</p>"
             f"<p class='warning'>Intervals and verdicts elsewhere on this page (bands, the comparison, the highest "
             f"load meeting the SLO) hold for the SLO the experiment ran with ({esc(set_)}); the controls recompute "
             "point values only, without intervals.</p>"
@@ -220,7 +237,7 @@ def section(d: ReportData, colours: dict) -> str:
             f"set and never more than {slo_histogram.WORST_CASE_PP:g} pp (goodput and good tokens likewise). "
             "A run of fewer requests than bins is exact.</p>")
     run_rows = [[esc(r.series), esc(r.label), esc(r.block if r.config else (r.repeat if r.repeats > 1 else ""))]
-                + [f"<td data-index='{i}' data-metric='{m}' data-run='{esc(_where(r.dir, d.root))}'></td>"
+                + [f"<td data-index='{i}' data-metric='{m}' data-run='{esc(d.run_key(r))}'></td>"
                    for m in ("attainment", "error", "goodput", "good_tps", "cost")]
                 for i, (r, _) in enumerate(runs)]
     point_cells = [[esc(g.series), esc(g.label), esc(len(points[i]["runs"]))]

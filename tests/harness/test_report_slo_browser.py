@@ -79,7 +79,10 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
         page.goto(path.resolve().as_uri())
         page.wait_for_selector("body[data-slo-updates]", timeout=60_000)
         text = page.inner_text("#sec-slo-controls")
+        initial = {i: page.input_value(f"#{i}") for i in ("slo-ttft", "slo-tpot", "slo-e2el", "slo-price")}
+        assert initial == {"slo-ttft": "400", "slo-tpot": "40", "slo-e2el": "", "slo-price": ""}  # the experiment's
         first = _by_index(page.evaluate(READ.replace("TABLE", "slo-runs")))
+        assert page.evaluate("() => document.querySelectorAll('td.moved').length") == 0  # not moved yet
         settings = [({"slo-ttft": "150", "slo-tpot": "15", "slo-e2el": "1500", "slo-price": "7.5"},
                      SLO(150.0, 15.0, 1500.0), 7.5),
                     ({"slo-ttft": "", "slo-tpot": "9.5", "slo-e2el": "", "slo-price": ""}, SLO(None, 9.5, None), None)]
@@ -95,7 +98,23 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
             trace = page.evaluate("() => { const d = document.getElementById('fig-slo_controls').data;"
                                   " return {y: d[0].y, n: d.length}; }")
             bound = float(page.inner_text("#slo-bound"))
+            # the Runs section's tables follow: each run's goodput and cost as in the controls' table
+            live = page.evaluate("""() => Array.from(document.querySelectorAll('#runs td.moved, #aggregate td.moved'))
+                .map(td => [td.dataset.run || '', td.dataset.live, td.textContent])""")
+            ours = {(c["run"], c["metric"]): c["text"] for c in page.evaluate(READ.replace("TABLE", "slo-runs"))}
+            assert len([x for x in live if x[0]]) == 8 * 3 and len([x for x in live if not x[0]]) == 4 * 3
+            for run, metric, shown in live:
+                if run and metric != "attainment":
+                    assert shown == ours[(run, metric)]
             moved.append((runs, points, trace, bound, slo, price))
+        # back to the values it opened with: the tables show the experiment's own numbers again
+        before = int(page.get_attribute("body", "data-slo-updates"))
+        for ident, v in initial.items():
+            page.fill(f"#{ident}", v)
+        page.wait_for_function(f"+document.body.dataset.sloUpdates >= {before + len(initial)}")
+        assert page.evaluate("() => document.querySelectorAll('td.moved').length") == 0
+        assert page.evaluate("() => Array.from(document.querySelectorAll('td[data-live]'))"
+                             ".every(td => td.textContent === td.dataset.orig)")
         assert not seen.problems and not seen.requests
 
     assert "hold for the SLO the experiment ran with" in text and "0.5 pp" in text
