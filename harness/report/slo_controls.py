@@ -120,6 +120,26 @@ SCRIPT = r"""
       td.setAttribute("title", "at the SLO and price set in 'Your SLO and price' (no interval)");
     });
   }
+  // the vs-load figures elsewhere whose lines carry meta.live (figures_load.curve): redrawn at the SLO
+  // and price set, their bands, error bars and the lines not recomputed (meta.stale) hidden meanwhile
+  function liveFigures(moved, pts) {
+    document.querySelectorAll("div.plot").forEach(function (div) {
+      if (!div.data || !div.data.some(function (t) { return t.meta && (t.meta.live || t.meta.stale); })) return;
+      var orig = div._sloOrig || JSON.parse(document.getElementById(div.getAttribute("data-fig")).textContent);
+      div._sloOrig = orig;
+      var data = orig.data.map(function (t) {
+        if (!moved || !t.meta) return t;
+        if (t.meta.stale) return Object.assign({}, t, {visible: false});
+        if (!t.meta.live) return t;
+        var ys = t.meta.groups.map(function (g) {
+          var y = g in byGroup ? pts[byGroup[g]][t.meta.live] : null;
+          return y !== null && isFinite(y) ? y : null;
+        });
+        return Object.assign({}, t, {y: ys, error_y: {visible: false}, hoverinfo: "x+y+name"});
+      });
+      Plotly.react(div, data, orig.layout, {displaylogo: false, responsive: true});
+    });
+  }
   var spec = JSON.parse(document.getElementById("figdata-slo_controls").textContent);
   function update() {
     var lim = {ttft_ms: value(inputs.ttft_ms), tpot_ms: value(inputs.tpot_ms), e2el_ms: value(inputs.e2el_ms)};
@@ -131,6 +151,7 @@ SCRIPT = r"""
     document.getElementById("slo-bound").textContent = show(worst);
     var moved = price !== null || dims.some(function (d) { return lim[d] !== P.slo[d]; });
     liveCells(moved, per, pts);
+    liveFigures(moved, pts);
     var data = spec.data.map(function (t, k) {
       var m = P.traces[k], ys = m.points.map(function (i) { var y = pts[i][m.metric]; return isFinite(y) ? y : null; });
       return Object.assign({}, t, {y: ys});
@@ -224,8 +245,10 @@ def section(d: ReportData, colours: dict) -> str:
             "(those requests per second of the run's duration), good output tokens per second, and the cost per "
             "million good output tokens (price × the full observation window / good output tokens). Load points: "
             "means over repeats, the cost as the ratio of totals. Once moved, the goodput, attainment and cost cells "
-            "of the Runs section's two tables follow too (in italics, their intervals dropped); back at the "
-            "experiment's SLO with no price set they show its numbers again.</p>"
+            "of the Runs section's two tables follow too (in italics, their intervals dropped), and so do the lines "
+            "of the goodput, SLO attainment and cost figures against offered load (their bands and error bars, and "
+            "the lines not recomputed, hidden); back at the experiment's SLO with no price set they show its numbers "
+            "again.</p>"
             f"<p class='warning'>Intervals and verdicts elsewhere on this page (bands, the comparison, the highest "
             f"load meeting the SLO) hold for the SLO the experiment ran with ({esc(set_)}); the controls recompute "
             "point values only, without intervals.</p>"

@@ -98,6 +98,10 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
             trace = page.evaluate("() => { const d = document.getElementById('fig-slo_controls').data;"
                                   " return {y: d[0].y, n: d.length}; }")
             bound = float(page.inner_text("#slo-bound"))
+            figs = page.evaluate("""() => Object.fromEntries(['goodput_vs_load', 'slo_attainment_vs_load',
+                'cost_vs_load'].map(k => [k, document.getElementById('fig-' + k).data.map(t => ({
+                    live: t.meta && t.meta.live, y: t.y, visible: t.visible,
+                    stale: !!(t.meta && t.meta.stale)}))]))""")
             # the Runs section's tables follow: each run's goodput and cost as in the controls' table
             live = page.evaluate("""() => Array.from(document.querySelectorAll('#runs td.moved, #aggregate td.moved'))
                 .map(td => [td.dataset.run || '', td.dataset.live, td.textContent])""")
@@ -106,7 +110,7 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
             for run, metric, shown in live:
                 if run and metric != "attainment":
                     assert shown == ours[(run, metric)]
-            moved.append((runs, points, trace, bound, slo, price))
+            moved.append((runs, points, trace, bound, slo, price, figs))
         # back to the values it opened with: the tables show the experiment's own numbers again
         before = int(page.get_attribute("body", "data-slo-updates"))
         for ident, v in initial.items():
@@ -115,6 +119,12 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
         assert page.evaluate("() => document.querySelectorAll('td.moved').length") == 0
         assert page.evaluate("() => Array.from(document.querySelectorAll('td[data-live]'))"
                              ".every(td => td.textContent === td.dataset.orig)")
+        assert page.evaluate("""() => ['goodput_vs_load', 'slo_attainment_vs_load', 'cost_vs_load'].every(k => {
+            const d = document.getElementById('fig-' + k), spec = JSON.parse(
+                document.getElementById('figdata-' + k).textContent);
+            return d.data.every((t, i) => t.visible !== false
+                && JSON.stringify(t.y) === JSON.stringify(spec.data[i].y));
+        })""")
         assert not seen.problems and not seen.requests
 
     assert "hold for the SLO the experiment ran with" in text and "0.5 pp" in text
@@ -123,7 +133,7 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
     assert len(first) == 8
     for v in first.values():
         _check(v, _exact(exp / v["run"], exp_slo, None))
-    for runs, points, trace, bound, slo, price in moved:
+    for runs, points, trace, bound, slo, price, figs in moved:
         exact = {i: _exact(exp / v["run"], slo, price) for i, v in runs.items()}
         assert len(runs) == 8 and len(points) == 4
         for i, v in runs.items():
@@ -141,6 +151,14 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
             assert per_million(bills, tokens + tok_err) - 1e-9 <= pv["cost"] <= high + 1e-9
         # the figure's first panel (attainment of the first series) redrawn with the table's numbers
         assert trace["n"] == 8 and trace["y"] == pytest.approx([points[0]["attainment"], points[1]["attainment"]])
+        # the vs-load figures redrew their lines from the same numbers (points 0, 1: the first series)
+        for key, metric in (("goodput_vs_load", "goodput"), ("slo_attainment_vs_load", "attainment"),
+                            ("cost_vs_load", "cost")):
+            lines = [t for t in figs[key] if t["live"] == metric]
+            assert len(lines) == 2
+            want = [points[0][metric], points[1][metric]]
+            assert lines[0]["y"] == pytest.approx([None if w == math.inf else w for w in want])
+            assert all(t["visible"] is False for t in figs[key] if t["stale"]) and any(t["stale"] for t in figs[key])
     # the settings moved the numbers, and some threshold fell inside a bin (the bound is exercised)
     assert any(not math.isclose(moved[0][0][i]["attainment"], first[i]["attainment"]) for i in first)
     assert any(v["error"] > 0 for runs, *_ in moved for v in runs.values())
