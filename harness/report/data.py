@@ -170,6 +170,14 @@ class ReportData:
         kinds = [r.kind for r in (self.ours or self.runs) if r.kind]
         return max(set(kinds), key=kinds.count) if kinds else None
 
+    def run_key(self, run: Run) -> str:
+        """The run's folder relative to the report's root (an imported one: its own path), as the
+        page's cells name it."""
+        try:
+            return str(run.dir.relative_to(self.root))
+        except ValueError:
+            return str(run.dir)
+
     def groups(self, series: str | None = None, role: str = "point") -> list[Group]:
         """Runs grouped by (series, load point label), in order of offered load."""
         by: dict[tuple[str, str], list[Run]] = {}

@@ -22,10 +22,15 @@ def _fmt(v) -> str:
 
 def curve(go, groups: list[Group], key: str, name: str, colour: str, *, dash: str = "solid", symbol: str = "circle",
           pct: str | None = None, scale: float = 1.0, legend: bool = True, yaxis: str | None = None,
-          bands: bool = True) -> tuple[list, bool]:
+          bands: bool = True, live: tuple[str, list[int]] | None = None, stale: bool = False) -> tuple[list, bool]:
     """Traces of one series' ``key`` against load: an interval band where there are repeats at two
     points or more (error bars at a lone point), error bars for a single run's within-run
-    interval, hollow markers where ``pct``'s sample was too small.  Returns (traces, any hollow)."""
+    interval, hollow markers where ``pct``'s sample was too small.  Returns (traces, any hollow).
+
+    ``live``: (the SLO controls' name of this metric, each point's index in ``data.groups()``):
+    the page redraws the line when the reader moves the SLO or price (``slo_controls``), hiding its
+    band and error bars; ``stale``: a line those controls would change but do not recompute, hidden
+    while they are moved."""
     xs = [g.x for g in groups]
     ests = [g.estimate(key) for g in groups]
 
@@ -43,7 +48,7 @@ def curve(go, groups: list[Group], key: str, name: str, colour: str, *, dash: st
     if bands and sum(repeated) >= 2:
         b = style.band(go, [x if r else None for x, r in zip(xs, repeated)], lows, highs, colour, name, name)
         if b is not None:
-            traces.append(b.update(**extra))
+            traces.append(b.update(**extra, meta={"stale": True} if live or stale else None))
     # error bars: a single run's within-run interval, or repeats' interval where no band can be drawn (one point)
     bars = [(e.n == 1 and e.low is not None) or (bands and r and b is None) for e, r in zip(ests, repeated)]
     plus = [(h - y) if s and None not in (h, y) else None for s, h, y in zip(bars, highs, ys)]
@@ -58,8 +63,15 @@ def curve(go, groups: list[Group], key: str, name: str, colour: str, *, dash: st
         marker=dict(symbol=style.hollow(symbol, supported), size=7, color=colour, line=dict(color=colour, width=1.5)),
         error_y=dict(type="data", symmetric=False, array=plus, arrayminus=minus, color=colour, thickness=1, width=3,
                      visible=any(p is not None for p in plus)),
-        hovertext=hover, hoverinfo="text", **extra))
+        hovertext=hover, hoverinfo="text", **extra,
+        meta={"live": live[0], "groups": live[1]} if live else ({"stale": True} if stale else None)))
     return traces, not all(supported)
+
+
+def live_points(data: ReportData, groups: list[Group]) -> list[int]:
+    """Each group's index in ``data.groups()``: how the SLO controls' script finds its point."""
+    index = {(g.series, g.label): i for i, g in enumerate(data.groups())}
+    return [index[(g.series, g.label)] for g in groups]
 
 
 def _off_axis_note(data: ReportData) -> list[str]:
@@ -109,7 +121,7 @@ def goodput(data: ReportData, colours: dict) -> style.Fig | None:
     open_loop = data.x_kind != CONCURRENCY
     for s in data.series:
         gs = data.on_axis(s)
-        tr, _ = curve(go, gs, "goodput_rps", f"{s} goodput", colours[s])
+        tr, _ = curve(go, gs, "goodput_rps", f"{s} goodput", colours[s], live=("goodput", live_points(data, gs)))
         fig.add_traces(tr)
         tr, _ = curve(go, gs, "request_throughput", f"{s} completed", colours[s], dash="dot", symbol="x", bands=False)
         fig.add_traces(tr)
@@ -139,12 +151,13 @@ def attainment(data: ReportData, colours: dict) -> style.Fig | None:
     fig = go.Figure()
     for s in data.series:
         gs = data.on_axis(s)
-        tr, _ = curve(go, gs, "slo_attainment", f"{s} all SLOs", colours[s], scale=100)
+        tr, _ = curve(go, gs, "slo_attainment", f"{s} all SLOs", colours[s], scale=100,
+                      live=("attainment", live_points(data, gs)))
         fig.add_traces(tr)
         for key, dash, sym in (("ttft", "dash", "square"), ("tpot", "dot", "diamond"), ("e2el", "dashdot", "x")):
             if len(data.series) <= 2 and any(f"slo_attainment_{key}" in r.summary for g in gs for r in g.runs):
                 tr, _ = curve(go, gs, f"slo_attainment_{key}", f"{s} {key.upper()} SLO", colours[s], dash=dash,
-                              symbol=sym, scale=100, bands=False)
+                              symbol=sym, scale=100, bands=False, stale=True)
                 fig.add_traces(tr)
     if not fig.data:
         return None
@@ -167,10 +180,11 @@ def cost(data: ReportData, colours: dict) -> style.Fig | None:
     fig = go.Figure()
     for s in data.series:
         gs = data.on_axis(s)
-        tr, _ = curve(go, gs, "cost_per_mtok_good", f"{s} per M good tokens", colours[s])
+        tr, _ = curve(go, gs, "cost_per_mtok_good", f"{s} per M good tokens", colours[s],
+                      live=("cost", live_points(data, gs)))
         fig.add_traces(tr)
         tr, _ = curve(go, gs, "cost_per_mtok_all", f"{s} per M tokens (all)", colours[s], dash="dot", symbol="x",
-                      bands=False)
+                      bands=False, stale=True)
         fig.add_traces(tr)
     if not fig.data:
         return None

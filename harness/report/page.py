@@ -26,7 +26,8 @@ td.cmd,td.text{text-align:left;max-width:40em;word-break:break-all}
 tr.client-limited{background:#fee} tr.imported{background:#f3f7ff}
 td.verdict.a_better,td.verdict.b_better{font-weight:bold} td.ran{color:#0a0} td.skipped{color:#a00}
 .warning,ul.warnings li{color:#a00} figure.plot-figure{margin:1em 0 2em 0}
-figcaption{font-size:12px;color:#444;max-width:70em} div.plot{min-height:300px}
+figcaption{font-size:12px;color:#444;max-width:70em} div.plot,div.plot-live{min-height:300px}
+form.slo-controls label{margin-right:1.2em} td.moved{font-style:italic;background:#fff8e0}
 .table-scroll{overflow-x:auto}
 """
 

@@ -72,7 +72,8 @@ def runs_table(data: ReportData) -> str:
             s = r.summary
             cells = [esc(r.series), esc(r.block if r.config else (r.repeat if r.repeats > 1 else "")), esc(r.label),
                      esc(r.role if not r.imported else "imported"), esc(fmt(r.x))]
-            cells += [esc(fmt(s.get(k))) for k, _ in RUN_KEYS]
+            cells += [f"<td data-run='{esc(data.run_key(r))}' data-live='{LIVE[k]}'>{esc(fmt(s.get(k)))}</td>"
+                      if k in LIVE else esc(fmt(s.get(k))) for k, _ in RUN_KEYS]
             cells.append(esc("saturated" if s.get("saturated") else ""))
             rows.append(cells)
             cls = " ".join(c for c, on in (("client-limited", s.get("client_limited")), ("imported", r.imported)) if on)
@@ -80,6 +81,10 @@ def runs_table(data: ReportData) -> str:
     head = ["series", "block / repeat", "load point", "role", "offered"] + [label for _, label in RUN_KEYS] + ["note"]
     return table(head, rows, "runs", attrs, "runs")
 
+
+# Summary keys the SLO and price controls recompute (harness/report/slo_controls.py) -> its names.
+LIVE = {"slo_attainment": "attainment", "goodput_rps": "goodput", "good_output_throughput": "good_tps",
+        "cost_per_mtok_good": "cost"}
 
 AGG_KEYS = [("output_throughput", "out tok/s"), ("goodput_rps", "goodput req/s"), ("slo_attainment", "SLO attainment"),
             ("p99_ttft_ms", "p99 TTFT ms"), ("p90_tpot_ms", "p90 TPOT ms"), ("p99_tpot_ms", "p99 TPOT ms"),
@@ -97,8 +102,10 @@ def _est_text(g: Group, key: str) -> str:
 
 def aggregate_table(data: ReportData) -> str:
     rows = []
-    for g in data.groups():
-        rows.append([esc(g.series), esc(g.label), esc(len(g.runs))] + [esc(_est_text(g, k)) for k, _ in AGG_KEYS])
+    for i, g in enumerate(data.groups()):
+        rows.append([esc(g.series), esc(g.label), esc(len(g.runs))]
+                    + [f"<td data-group='{i}' data-live='{LIVE[k]}'>{esc(_est_text(g, k))}</td>" if k in LIVE
+                       else esc(_est_text(g, k)) for k, _ in AGG_KEYS])
     return table(["series", "load point", "repeats"] + [label for _, label in AGG_KEYS], rows, "aggregate", None,
                  "aggregate")
 

@@ -74,5 +74,6 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
     assert " better" in verdict and "a better" not in verdict.replace("baseline better", "")
     assert {"a_better", "b_better"} & set(outcomes)
     assert EVIL in title and EVIL in text                            # the arm's name, shown as text
-    assert scripts == 1 + len(figures) + 1                            # plotly.js, one JSON block a figure, the loop
+    # plotly.js, one JSON block a figure, the loop; the SLO controls' figure, data and script
+    assert scripts == 1 + len(figures) + 1 + 3
     assert (tmp_path / "report.png").stat().st_size > 50_000
