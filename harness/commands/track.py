@@ -27,6 +27,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative change that counts (0.02)")
     ap.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (0.95)")
+    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
+                    help="bonferroni: the confidence for all of a load point's verdicts together (default: each)")
     ap.add_argument("--allow", default="", help="track conditions allowed to differ (comma-separated)")
     ap.add_argument("--tracking-uri", help="the MLflow store (default: $MLFLOW_TRACKING_URI, else "
                                            "sqlite:///results/mlflow.db)")
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
     allow = {k.strip() for k in a.allow.split(",") if k.strip()}
     try:
         doc = run_track(a.name, out, baseline=a.baseline, metrics=a.metric, margin=a.margin,
-                        confidence=a.confidence, allow=allow, tracking_uri=a.tracking_uri)
+                        confidence=a.confidence, allow=allow, tracking_uri=a.tracking_uri, adjust=a.adjust)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -71,9 +71,13 @@ def verdict_table(result: dict) -> str:
     base = ", ".join(f"{b['version']} ({b['name']})" for b in result["baseline"])
     head = (f"<p>Newest: <b>{esc(result['newest']['version'])}</b> ({esc(result['newest']['name'])}); baseline "
             f"({esc(result['baseline_spec'])}): {esc(base)}. Unpaired (Welch) differences at "
-            f"{result['confidence']:.0%}, margin ±{result['margin']:.0%}.</p>")
+            f"{result['difference_confidence']:.2%}{_adjusted(result)}, margin ±{result['margin']:.0%}.</p>")
     return head + table(["point", "metric", "baseline", "newest", "newest vs baseline", "interval", "outcome"], rows,
                         "track")
+
+
+def _adjusted(result: dict) -> str:
+    return " (bonferroni over the point's metrics)" if result.get("adjust") == "bonferroni" else ""
 
 
 def history_table(hist: dict) -> str:

@@ -12,15 +12,15 @@ from protocols.track.verdicts import compare_newest, default_metrics, gate_messa
 
 def run_track(name: str, out: Path, baseline: str = "previous", metrics: list[str] | None = None,
               margin: float = 0.02, confidence: float = 0.95, allow: set[str] = frozenset(),
-              tracking_uri: str | None = None, log=print) -> dict:
+              tracking_uri: str | None = None, adjust: str = "none", log=print) -> dict:
     if not 0 < confidence < 1:
         raise ValueError(f"--confidence {confidence}: expected a level in (0, 1)")
     if not 0 <= margin < 1:
         raise ValueError(f"--margin {margin}: expected a share in [0, 1)")
     entries = load_history(name, tracking_uri, cache=out / "runs", log=log)
     metrics = metrics or default_metrics([e.runs for e in entries])
-    hist = history(entries, metrics, confidence, margin)
-    result = compare_newest(entries, baseline, metrics, confidence, margin, allow) if len(entries) > 1 else None
+    hist = history(entries, metrics, confidence, margin, adjust)
+    result = compare_newest(entries, baseline, metrics, confidence, margin, allow, adjust) if len(entries) > 1 else None
     log(format_history(hist, metrics))
     if result:
         log(format_result(result))
@@ -54,7 +54,8 @@ def format_history(hist: dict, metrics: list[str]) -> str:
 def format_result(result: dict) -> str:
     base = ", ".join(f"{b['version']} ({b['name']})" for b in result["baseline"])
     lines = [f"newest {result['newest']['version']} ({result['newest']['name']}) against {base} "
-             f"[{result['baseline_spec']}], unpaired at {result['confidence']:.0%}, margin ±{result['margin']:.0%}:"]
+             f"[{result['baseline_spec']}], unpaired, differences at {result['difference_confidence']:.2%}"
+             f"{' (bonferroni)' if result['adjust'] == 'bonferroni' else ''}, margin ±{result['margin']:.0%}:"]
     for f in result["findings"]:
         rel = "n/a" if f["relative"] is None else f"{f['relative'] * 100:+.1f} %"
         iv = "" if f["low"] is None else f" [{f['low'] * 100:+.1f} %, {f['high'] * 100:+.1f} %]"

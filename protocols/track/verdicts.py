@@ -14,6 +14,9 @@ baseline, metric by metric, with the comparison's intervals and margin (``metric
 - What must stay fixed: the comparison's fixed conditions (model, tokenizer, precision,
   sampling, workload, SLO), the load points and the hardware; an experiment that differs from
   the newest in one of them is refused as a baseline unless ``allow`` names the key.
+- Many metrics, many verdicts: at 95 % each, a gate over the default eleven metrics raises a
+  false alarm far more often than one in twenty; ``adjust="bonferroni"`` holds the level for a
+  load point's metrics together (each interval at 1 - 0.05/metrics), as ``protocol.adjust`` does.
 - The history: every experiment's estimate and interval per metric and point, and where a
   change was detected against the experiment before it (the same test, one step at a time).
 """
@@ -79,7 +82,8 @@ def default_metrics(tables: list[pa.Table]) -> list[str]:
 
 
 def compare_newest(entries: list[TrackEntry], baseline: str = "previous", metrics: list[str] | None = None,
-                   confidence: float = 0.95, margin: float = 0.02, allow: set[str] = frozenset()) -> dict:
+                   confidence: float = 0.95, margin: float = 0.02, allow: set[str] = frozenset(),
+                   adjust: str = "none") -> dict:
     """The newest experiment against the baseline: per load point and metric the two estimates,
     the relative difference with its interval, and the outcome (module doc)."""
     newest, base = entries[-1], pick_baseline(entries, baseline)
@@ -92,7 +96,8 @@ def compare_newest(entries: list[TrackEntry], baseline: str = "previous", metric
                          f"{','.join(refused)}")
     groups = {BASELINE: _pooled(base), NEWEST: newest.runs}
     metrics = metrics or default_metrics(list(groups.values()))
-    points = compare_tables(groups, metrics, BASELINE, paired=False, confidence=confidence, margin=margin)
+    points = compare_tables(groups, metrics, BASELINE, paired=False, confidence=confidence, margin=margin,
+                            adjust=adjust)
     findings = []
     for p in points:
         for m, entry in p["metrics"].items():
@@ -105,13 +110,16 @@ def compare_newest(entries: list[TrackEntry], baseline: str = "previous", metric
                              "baseline": _num(entry["per_config"][BASELINE].get("value")),
                              "higher_is_better": entry["higher_is_better"], "text": vs["text"]})
     return {"newest": describe(newest), "baseline": [describe(e) for e in base], "baseline_spec": baseline,
-            "confidence": confidence, "margin": margin, "metrics": metrics, "allowed": sorted(allow),
+            "confidence": confidence, "margin": margin, "adjust": adjust,
+            "difference_confidence": points[0]["difference_confidence"] if points else confidence,
+            "metrics": metrics, "allowed": sorted(allow),
             "condition_differences": diffs, "points": points, "findings": findings,
             "regressions": [f for f in findings if f["outcome"] == "regressed"],
             "improvements": [f for f in findings if f["outcome"] == "improved"]}
 
 
-def history(entries: list[TrackEntry], metrics: list[str], confidence: float = 0.95, margin: float = 0.02) -> dict:
+def history(entries: list[TrackEntry], metrics: list[str], confidence: float = 0.95, margin: float = 0.02,
+            adjust: str = "none") -> dict:
     """Every experiment's estimate per point and metric (``per_experiment[i][label][metric]``:
     value, low, high, n), and the changes detected from one experiment to the next
     (``changes``: index, label, metric, outcome, relative, low, high)."""
@@ -127,7 +135,8 @@ def history(entries: list[TrackEntry], metrics: list[str], confidence: float = 0
         if differing(entries[i], [entries[i - 1]]):
             continue  # conditions changed there: no verdict across the break
         groups = {BASELINE: entries[i - 1].runs, NEWEST: entries[i].runs}
-        for p in compare_tables(groups, metrics, BASELINE, paired=False, confidence=confidence, margin=margin):
+        for p in compare_tables(groups, metrics, BASELINE, paired=False, confidence=confidence, margin=margin,
+                                adjust=adjust):
             for m, entry in p["metrics"].items():
                 vs = entry["vs_baseline"][NEWEST]
                 outcome = OUTCOMES.get(vs["verdict"], vs["verdict"])

@@ -133,3 +133,16 @@ def test_one_run_per_experiment_is_not_enough_data(tmp_path):
     assert track(tmp_path, uri, "--gate") == 0  # no interval: no verdict, so the gate cannot stop on it
     doc = json.loads((tmp_path / "out" / "track.json").read_text())
     assert {f["outcome"] for f in doc["comparison"]["findings"]} == {OUTCOMES["insufficient_data"]}
+
+
+def test_bonferroni_widens_every_interval_of_the_gate(tmp_path, store):
+    assert track(tmp_path, store, "--adjust", "bonferroni") == 0
+    doc = json.loads((tmp_path / "out" / "track.json").read_text())
+    c = doc["comparison"]
+    assert c["adjust"] == "bonferroni" and c["difference_confidence"] == pytest.approx(1 - 0.05 / len(c["metrics"]))
+    plain = doc["comparison"]["findings"]
+    assert track(tmp_path, store) == 0
+    each = json.loads((tmp_path / "out" / "track.json").read_text())["comparison"]["findings"]
+    for a, b in zip(plain, each):  # the adjusted interval holds the unadjusted one
+        if a["low"] is not None:
+            assert a["low"] <= b["low"] and a["high"] >= b["high"]
