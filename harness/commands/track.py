@@ -24,6 +24,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--baseline", default="previous",
                     help="previous (default), window:N (the N experiments before the newest, pooled), or an "
                          "earlier experiment's run id, folder name or version")
+    ap.add_argument("--at", help="judge this experiment (run id, folder name or version) as the history stood "
+                                 "when it was the newest (default: the newest)")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative change that counts (0.02)")
     ap.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (0.95)")
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
     allow = {k.strip() for k in a.allow.split(",") if k.strip()}
     try:
         doc = run_track(a.name, out, baseline=a.baseline, metrics=a.metric, margin=a.margin,
-                        confidence=a.confidence, allow=allow, tracking_uri=a.tracking_uri, adjust=a.adjust)
+                        confidence=a.confidence, allow=allow, tracking_uri=a.tracking_uri, adjust=a.adjust, at=a.at)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ def figures(hist: dict, metrics: list[str]) -> list[style.Fig]:
     import plotly.graph_objects as go
 
     exps = hist["experiments"]
-    xs = [style.text(f"{i + 1}. {e['version']}<br>{e['name']}") for i, e in enumerate(exps)]
+    xs = [style.text(f"{i + 1}. {e['version']} ({e['name']})") for i, e in enumerate(exps)]
     labels = []
     for est in hist["per_experiment"]:
         labels += [lab for lab in est if lab not in labels]

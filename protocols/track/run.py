@@ -7,17 +7,19 @@ from pathlib import Path
 
 from protocols.track.history import load_history
 from protocols.track.page import write_track_page
-from protocols.track.verdicts import compare_newest, default_metrics, gate_message, history
+from protocols.track.verdicts import compare_newest, default_metrics, gate_message, history, position
 
 
 def run_track(name: str, out: Path, baseline: str = "previous", metrics: list[str] | None = None,
               margin: float = 0.02, confidence: float = 0.95, allow: set[str] = frozenset(),
-              tracking_uri: str | None = None, adjust: str = "none", log=print) -> dict:
+              tracking_uri: str | None = None, adjust: str = "none", at: str | None = None, log=print) -> dict:
     if not 0 < confidence < 1:
         raise ValueError(f"--confidence {confidence}: expected a level in (0, 1)")
     if not 0 <= margin < 1:
         raise ValueError(f"--margin {margin}: expected a share in [0, 1)")
     entries = load_history(name, tracking_uri, cache=out / "runs", log=log)
+    if at is not None:  # the history as it stood when that experiment was the newest
+        entries = entries[:position(entries, at) + 1]
     metrics = metrics or default_metrics([e.runs for e in entries])
     hist = history(entries, metrics, confidence, margin, adjust)
     result = compare_newest(entries, baseline, metrics, confidence, margin, allow, adjust) if len(entries) > 1 else None

@@ -59,6 +59,16 @@ def pick_baseline(entries: list[TrackEntry], spec: str = "previous") -> list[Tra
     return found[-1:]
 
 
+def position(entries: list[TrackEntry], name: str) -> int:
+    """The place of the last experiment whose run id, folder name or version is ``name``."""
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        if name in (e.run_id, e.name, e.version, e.track_version):
+            return i
+    raise ValueError(f"--at {name}: no experiment of the track has that run id, name or version "
+                     f"(there: {', '.join(e.name for e in entries)})")
+
+
 def differing(newest: TrackEntry, others: list[TrackEntry]) -> dict[str, dict]:
     """Track conditions where an experiment differs from the newest: key -> {experiment: value}."""
     out: dict[str, dict] = {}

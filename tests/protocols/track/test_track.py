@@ -146,3 +146,10 @@ def test_bonferroni_widens_every_interval_of_the_gate(tmp_path, store):
     for a, b in zip(plain, each):  # the adjusted interval holds the unadjusted one
         if a["low"] is not None:
             assert a["low"] <= b["low"] and a["high"] >= b["high"]
+
+
+def test_at_judges_an_earlier_experiment_as_the_history_stood(tmp_path, store, capsys):
+    assert track(tmp_path, store, "--gate", "--at", "bench-0.3") == 1  # the slow one, against 0.2
+    assert "vllm 0.3 (bench-0.3) against vllm 0.2 (bench-0.2)" in capsys.readouterr().err
+    assert track(tmp_path, store, "--gate", "--at", "vllm 0.2") == 0
+    assert track(tmp_path, store, "--at", "nope") == 2
