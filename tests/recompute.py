@@ -216,22 +216,12 @@ def plain_ratio_of_totals(num, den, scale: float = 1.0) -> float:
 
 
 def plain_paired(a: dict, b: dict, confidence: float) -> dict:
-    """B - A over the blocks both have: the mean difference with its t interval, and the relative
-    difference (geometric mean of b_i/a_i - 1 when every value is positive, else mean(b)/mean(a) - 1)."""
+    """B - A over the blocks both have (block -> value): the mean difference with its t interval,
+    and the relative difference (``plain_relative``)."""
     blocks = [k for k in a if k in b and not (math.isnan(a[k]) or math.isnan(b[k]))]
-    d = [b[k] - a[k] for k in blocks]
-    mu, lo, hi = plain_mean_interval(d, confidence)
     aa, bb = [a[k] for k in blocks], [b[k] for k in blocks]
-    if aa and all(x > 0 for x in aa + bb):
-        logs = [math.log(y / x) for x, y in zip(aa, bb)]
-        g, glo, ghi = plain_mean_interval(logs, confidence)
-        rel = (math.exp(g) - 1, math.exp(glo) - 1 if len(logs) > 1 else math.nan,
-               math.exp(ghi) - 1 if len(logs) > 1 else math.nan)
-    elif aa and math.fsum(aa) > 0:
-        rel = (math.fsum(bb) / math.fsum(aa) - 1, None, None)   # value only: the delta interval is not redone
-    else:
-        rel = (math.nan, math.nan, math.nan)
-    return {"n": len(blocks), "absolute": (mu, lo, hi), "relative": rel}
+    return {"n": len(blocks), "absolute": plain_mean_interval([y - x for x, y in zip(aa, bb)], confidence),
+            "relative": plain_relative(aa, bb, confidence)}
 
 
 def plain_verdict(rel: tuple, n: int, margin: float, higher_is_better: bool) -> str:
@@ -258,3 +248,23 @@ def plan_costs_by_hand(cost: dict | None, replica_seconds: float, window_s: floa
     one = plain_rental_cost({**cost, "extra_hourly": {}}, 3600.0)
     return {"cost_total": total, "cost_per_mtok_good": 1e6 * total / good_tokens if good_tokens > 0 else math.inf,
             "headroom_cost": overprovisioned_s / 3600 * one}
+
+
+def plain_relative(a: list[float], b: list[float], confidence: float) -> tuple[float, float, float]:
+    """compare's relative difference of paired blocks (all complete): the geometric mean of b_i/a_i
+    minus 1 with a t interval on the logs when every value is positive; else the delta method,
+    r = b̄/ā, (r - 1) ± t(n-1) · max(s_e, s_d)/(√n ā), e_i = b_i - r a_i, d_i = b_i - a_i; NaN
+    without a positive ā.  One block: the point, no interval."""
+    n = len(a)
+    if n and all(x > 0 for x in a + b):
+        g, lo, hi = plain_mean_interval([math.log(y / x) for x, y in zip(a, b)], confidence)
+        return math.exp(g) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+    ma = math.fsum(a) / n if n else math.nan
+    if not ma > 0:
+        return (math.nan,) * 3
+    r = math.fsum(b) / n / ma
+    if n < 2:
+        return r - 1, math.nan, math.nan
+    s = max(_sd([y - r * x for x, y in zip(a, b)]), _sd([y - x for x, y in zip(a, b)]))
+    h = _t(confidence, n - 1) * s / (math.sqrt(n) * ma)
+    return r - 1, r - 1 - h, r - 1 + h
