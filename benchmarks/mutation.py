@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 # module -> the unit tests that cover it (fast first: -x stops at the first failure); tests that
 # only move numbers elsewhere (MLflow plumbing, browsers) are left out: they cost seconds per mutant
 MODULES = {
-    "metrics/cost.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_cost.py",
+    "metrics/cost.py": ["tests/metrics/test_cost_exact.py", "tests/metrics/test_recompute_summary.py",
+                        "tests/metrics/test_cost.py",
                         "tests/metrics/test_summary_cost.py", "tests/protocols/plan/test_recompute_plan.py",
                         "-k", "not mlflow"],
     "metrics/slo.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_slo.py",
