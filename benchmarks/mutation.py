@@ -5,6 +5,8 @@ skipped, and the diff of every survivor.
     python benchmarks/mutation.py metrics/cost.py metrics/slo.py        # the ones named
     python benchmarks/mutation.py                                       # every module below (hours)
     python benchmarks/mutation.py --operators all metrics/slo.py        # every cosmic-ray operator
+    python benchmarks/mutation.py metrics/cost.py --keep before/        # keep the sessions, then after
+    python benchmarks/mutation.py metrics/cost.py --recheck before/     # new tests: re-run the survivors only
 
 A survivor is a change to the code that no test notices; one that changes a printed number is a
 missing test.  ``--operators sample`` (default) keeps one replacement per binary operator
@@ -85,7 +87,36 @@ def config(module: str, tests: list[str], timeout: float, operators: str) -> str
         "[cosmic-ray.filters.operators-filter]", f"exclude-operators = {json.dumps(exclude)}", ""])
 
 
-def run_module(module: str, timeout: float, operators: str, keep: Path | None) -> dict:
+def session_name(module: str) -> str:
+    return module.replace("/", "_") + ".sqlite"
+
+
+def survivors_of(session: Path) -> set[tuple[str, int, tuple]]:
+    """(operator, occurrence, start) of every mutant that survived in an earlier session."""
+    out = subprocess.run([tool("cosmic-ray"), "dump", str(session)], check=True, capture_output=True)
+    found = set()
+    for line in out.stdout.decode().splitlines():
+        job, result = json.loads(line)
+        if result and result["test_outcome"] == "survived":
+            m = job["mutations"][0]
+            found.add((m["operator_name"], m["occurrence"], tuple(m["start_pos"])))
+    return found
+
+
+def skip_all_but(session: Path, keep: set) -> None:
+    """Mark every pending mutant not in ``keep`` skipped (what cosmic-ray's own filters do)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            m = item.mutations[0]
+            if (m.operator_name, m.occurrence, tuple(m.start_pos)) not in keep:
+                db.set_result(item.job_id, WorkResult(output="killed in the earlier session",
+                                                      worker_outcome=WorkerOutcome.SKIPPED))
+
+
+def run_module(module: str, timeout: float, operators: str, keep: Path | None, recheck: Path | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
         copy_repo(work)
@@ -94,13 +125,15 @@ def run_module(module: str, timeout: float, operators: str, keep: Path | None) -
         run = lambda *a: subprocess.run([*a], cwd=work, env=env, check=True, capture_output=True)  # noqa: E731
         run(tool("cosmic-ray"), "init", "cr.toml", "session.sqlite")
         run(tool("cr-filter-operators"), "session.sqlite", "cr.toml")
+        if recheck is not None:
+            skip_all_but(work / "session.sqlite", survivors_of(recheck / session_name(module)))
         t0 = time.monotonic()
         run(tool("cosmic-ray"), "exec", "cr.toml", "session.sqlite")
         elapsed = time.monotonic() - t0
         dump = run(tool("cosmic-ray"), "dump", "session.sqlite").stdout.decode().splitlines()
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(work / "session.sqlite", keep / (module.replace("/", "_") + ".sqlite"))
+            shutil.copy2(work / "session.sqlite", keep / session_name(module))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     counts, survivors = Counter(), []
@@ -124,6 +157,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
     ap.add_argument("--operators", choices=("sample", "all"), default="sample")
     ap.add_argument("--keep", type=Path, help="folder to keep each session's sqlite in (cr-report, cr-html)")
+    ap.add_argument("--recheck", type=Path, help="a --keep folder of an earlier run: re-run only the mutants that "
+                    "survived there (the others count as skipped)")
     ap.add_argument("--quiet", action="store_true", help="no survivor diffs")
     args = ap.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
@@ -131,7 +166,7 @@ def main(argv=None) -> int:
         ap.error(f"not a module this script knows: {', '.join(unknown)} (known: {', '.join(MODULES)})")
     rows = []
     for module in args.modules:
-        r = run_module(module, args.timeout, args.operators, args.keep)
+        r = run_module(module, args.timeout, args.operators, args.keep, args.recheck)
         rows.append(r)
         if not args.quiet:
             for op, line, diff in r["survivors"]:
