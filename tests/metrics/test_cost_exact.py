@@ -1,6 +1,7 @@
 """metrics/cost.py's bill to rounding (rel 1e-12), not to pytest.approx's default 1e-6, which does
 not see 3.6e6 J per kWh become 3,600,001; and the mean replicas of a window shorter than a second,
-or of none (mutants cosmic-ray found alive, benchmarks/mutation.py)."""
+or of none; one good request or token is a price, not inf (mutants cosmic-ray found alive,
+benchmarks/mutation.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 
 import pytest
 
-from metrics.cost import HOURS_PER_YEAR, fleet_cost, window_cost
+from metrics.cost import HOURS_PER_YEAR, fleet_cost, per_million, per_unit, window_cost
 
 EXACT = 1e-12
 OWNED = {"model": "owned", "hardware_price": 87_660.0, "depreciation_years": 1, "electricity_per_kwh": 0.10,
@@ -36,3 +37,8 @@ def test_rental_lines_to_rounding():
 def test_mean_replicas_of_a_short_window_and_of_none():
     assert fleet_cost({}, 1.5, 0.5)["cost_replicas"] == pytest.approx(3.0, rel=EXACT)   # half a second, 3 replicas
     assert math.isnan(fleet_cost({}, 0.0, 0.0)["cost_replicas"])                      # no window: no mean
+
+
+def test_one_good_request_or_token_has_a_price():
+    assert per_unit(3.0, 1) == 3.0 and per_unit(3.0, 0) == math.inf
+    assert per_million(2.0, 1) == 2e6 and per_million(2.0, 0) == math.inf
