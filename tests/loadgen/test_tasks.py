@@ -14,7 +14,9 @@ from loadgen.workloads.tasks import TaskCheck
 from loadgen.workloads.traces.common import TraceError
 from loadgen.workloads.traces.replay import TraceWorkload
 from loadgen.workloads.traces.task_graph import flatten_prefix_tree
+from metrics.tasks import task_summary
 from tests.loadgen.test_trace_replay import RecordingClient, builder, jsonl, run  # noqa: F401
+from tests.task_rows import table
 
 TREE = {"prefix_tree": {"sys": {"tokens": 100, "children": {"docA": {"tokens": 400}, "docB": {"tokens": 300}}}}}
 ROWS = [
@@ -196,3 +198,23 @@ def test_a_call_too_long_for_the_model_fails_its_attempt(tmp_path, builder):  # 
     from harness.workload_describe import summary_keys
 
     assert summary_keys({}, items)["workload_unbuildable_calls"] == 2
+
+
+# "long" starts at 0 and its second call is due 0.3 s after its first ended, past the run's 0.1 s
+CUT_ROWS = [{"timestamp": 0.0, "task_id": "long", "node": "a", "input_tokens": 10, "output_tokens": 2},
+            {"task_id": "long", "node": "b", "parents": ["a"], "tool_s": 0.3, "input_tokens": 10, "output_tokens": 2},
+            {"timestamp": 0.0, "task_id": "short", "node": "a", "input_tokens": 10, "output_tokens": 2}]
+
+
+@pytest.mark.parametrize("drain_s, calls, completed, censored, rate", [
+    (5.0, 3, 2, 0, 1.0),    # the drain lets the started task finish
+    (0.05, 2, 1, 1, 1.0),   # its call is due after the drain's end (0.1 + 0.05 s): censored, not failed
+])
+def test_a_task_started_before_the_end_finishes_in_the_drain_or_is_censored(tmp_path, builder, drain_s, calls,  # noqa: F811
+                                                                            completed, censored, rate):
+    items = workload(tmp_path, builder, rows=CUT_ROWS)
+    rows, _, _ = run(items, LoadSpec(kind="trace", duration_s=0.1, drain_timeout_s=drain_s))
+    assert len(rows) == calls
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, completed, censored)
+    assert s["task_completion_rate"] == rate and s["task_censored_rate"] == censored / 2
