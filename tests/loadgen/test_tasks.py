@@ -218,3 +218,45 @@ def test_a_task_started_before_the_end_finishes_in_the_drain_or_is_censored(tmp_
     s = task_summary(table(rows))
     assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, completed, censored)
     assert s["task_completion_rate"] == rate and s["task_censored_rate"] == censored / 2
+
+
+class CountingTokenizer:
+    """The tiny model's tokenizer, counting every token it encodes (its Rust fast path hidden, so
+    every encode goes through ``__call__``)."""
+
+    backend_tokenizer = None
+
+    def __init__(self, tok):
+        self.tok, self.tokens = tok, 0
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def __call__(self, text, **kw):
+        out = self.tok(text, **kw)
+        ids = out["input_ids"]
+        self.tokens += sum(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
+        return out
+
+
+def test_dropping_old_exchanges_tokenizes_the_context_a_bounded_number_of_times(tmp_path, builder):  # noqa: F811
+    from loadgen.workloads.prompts import PromptBuilder
+
+    counting = CountingTokenizer(builder.tok)
+    b = PromptBuilder(counting, seed=0)
+    rows = [{"task_id": "t", "node": "a", "input_tokens": 20, "output_tokens": 4}]
+    items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows)}), b, max_model_len=600)
+    # 60 exchanges of 40 + 10 tokens: a 3,000-token context, of which ~50 exchanges must go
+    context = [(b.text_of(40), b.text_of(10)) for _ in range(60)]
+    ctx_tokens = sum(builder.count(u + a) for u, a in context)
+    counting.tokens = 0
+    prompt, n, text = items.prompts.task_call(0, "", context)
+    spent = counting.tokens
+    assert n + 4 <= 600 and builder.count(prompt) == n
+    # as few exchanges dropped as fit: the one before the first kept would not have fitted
+    kept = next(j for j in range(60) if prompt.startswith(context[j][0]))
+    assert builder.count("".join(u + a for u, a in context[kept - 1:]) + text) + 4 > 600
+    assert prompt == "".join(u + a for u, a in context[kept:]) + text
+    # linear: the context is tokenized a bounded number of times, not once per dropped exchange
+    # (main: ~50 whole-prompt counts, ~90,000 tokens)
+    assert spent <= 5 * ctx_tokens, (spent, ctx_tokens)
