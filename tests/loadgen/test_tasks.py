@@ -260,3 +260,48 @@ def test_dropping_old_exchanges_tokenizes_the_context_a_bounded_number_of_times(
     # linear: the context is tokenized a bounded number of times, not once per dropped exchange
     # (main: ~50 whole-prompt counts, ~90,000 tokens)
     assert spent <= 5 * ctx_tokens, (spent, ctx_tokens)
+
+
+class Backtracking(RecordingClient):
+    """Replies with 31 a's and a b: ``(a|aa)+$`` backtracks through ~1.6^31 paths on it."""
+
+    async def send(self, rec, payload):
+        await super().send(rec, payload)
+        rec.text = "a" * 31 + "b"
+        return rec
+
+
+def test_a_backtracking_success_regex_does_not_stall_the_event_loop(tmp_path, builder):  # noqa: F811
+    import asyncio
+    import time
+
+    from loadgen.dispatch import Dispatcher
+    from tests.loadgen.test_trace_replay import ListWriter
+
+    rows = [{"timestamp": 0.0, "task_id": "t", "node": "a", "input_tokens": 10, "output_tokens": 2}]
+    items = workload(tmp_path, builder, rows=rows, success="regex", success_regex="(a|aa)+$",
+                     success_regex_timeout_s=0.01)
+    w = ListWriter()
+
+    async def go() -> float:
+        gaps, done = [0.0], asyncio.Event()
+
+        async def tick():  # the loop's responsiveness: how late a 5 ms timer fires
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+        ticker = asyncio.ensure_future(tick())
+        await Dispatcher(Backtracking(), w, followup=items.followup).run(items, LoadSpec(kind="trace"))
+        done.set()
+        await ticker
+        return max(gaps)
+
+    worst = asyncio.run(go())
+    (rec,) = w.rows
+    # the match is cut after its bound (~0.01 s; re, unbounded, takes ~1 s here) and fails the check
+    assert rec.status == "ok" and rec.check_ok is False
+    assert "workload.task.success_regex_timeout_s=0.01" in rec.error
+    assert worst < 0.3, worst
