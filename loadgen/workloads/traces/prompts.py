@@ -203,8 +203,10 @@ class TracePrompts:
         # to 70k tokens): each pair is counted once, the cut estimated from those counts, and a few
         # whole-prompt counts around the estimate find it exactly (fewer tokens with more dropped).
         over = build(0)[1] + out_n - self.max_model_len
-        dropped = np.cumsum(self.b.count_texts([u + a for u, a in pairs]))
-        k = min(int(np.searchsorted(dropped, over)) + 1, m)  # the fewest whose counts cover ``over``
+        sizes: list[int] = []  # the oldest pairs' counts, in growing batches until they cover ``over``
+        while len(sizes) < m and sum(sizes) < over:
+            sizes += self.b.count_texts([u + a for u, a in pairs[len(sizes):2 * len(sizes) + 8]])
+        k = min(int(np.searchsorted(np.cumsum(sizes), over)) + 1, m)  # the fewest whose counts cover it
         lo, hi = 0, m  # lo: the most known not to fit; hi: the fewest known to fit
         step = 1
         if fits(k):  # gallop down to a pair count that does not fit, ...
