@@ -357,7 +357,9 @@ class Dispatcher:
 
     async def _drain(self, spec: LoadSpec) -> None:
         timeout = spec.drain_timeout_s if spec.duration_s is not None else None
-        deadline = perf_ns() + int(timeout * 1e9) if timeout is not None else None
+        # drain_timeout_s counts from the end of duration_s (the last send may come before it):
+        # a started task's calls may be sent until then too (``_task_end_ns``)
+        deadline = max(perf_ns(), self._end_ns or 0) + int(timeout * 1e9) if timeout is not None else None
         while True:  # session turns may add requests while others finish
             waiting = set(self.in_flight) | {f for _r, f in self.pending.values()}
             if not waiting:
