@@ -68,6 +68,25 @@ def test_replicas_get_their_names_ports_flags_and_logs(tmp_path):
         d.stop()
 
 
+def test_a_missing_router_binary_is_named_before_any_replica_starts(tmp_path, monkeypatch):
+    """The router starts once every replica has loaded: its binary is checked first, or a
+    missing one is found only after every model has loaded."""
+    from engines.deployment import Deployment
+
+    cfg = compose(["engine=vllm", "deployment=replicas", "deployment.replicas=2", "router=vllm",
+                   "router.binary=/nonexistent/vllm-router", f"engine.model={ensure_tiny_model()}"])
+    d = Deployment(cfg, tmp_path)
+    started = []
+    for r in d.replicas:
+        monkeypatch.setattr(r, "start", lambda warm_up=True, r=r: started.append(r.replica))
+    try:
+        with pytest.raises(EngineError, match="router.binary=/nonexistent/vllm-router is not found"):
+            d.start()
+    finally:
+        d.stop()
+    assert started == []
+
+
 def test_disaggregated_replicas_get_the_kv_connector_of_their_role(tmp_path):
     from engines.deployment import Deployment
 
