@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from engines.autoscaling import ScalingPolicy
+from engines.scaling import LiveScaler
 from harness import autoscale
 from metrics.cost import fleet_cost
 
@@ -17,29 +19,23 @@ S = 1_000_000_000
 T0 = 1000 * S  # the deployment's start, on perf_counter_ns's clock
 
 
-class Scaler:
+def scaler() -> LiveScaler:
     """A finished ``LiveScaler``: two replicas started (40 s cold starts), each serving 100 s,
-    each draining 5 s, and one start that failed after 12 s."""
-
-    starts = [{"replica": "r1", "requested_ns": T0 + 10 * S, "added_ns": T0 + 50 * S},
-              {"replica": "r2", "requested_ns": T0 + 20 * S, "added_ns": T0 + 60 * S},
-              {"replica": "r3", "requested_ns": T0 + 200 * S, "failed_ns": T0 + 212 * S, "error": "exited",
-               "retry_in_s": 10.0}]
-    stops = [{"replica": "r1", "requested_ns": T0 + 150 * S, "removed_ns": T0 + 150 * S,
-              "stopped_ns": T0 + 155 * S},
-             {"replica": "r2", "requested_ns": T0 + 160 * S, "removed_ns": T0 + 160 * S,
-              "stopped_ns": T0 + 165 * S}]
-
-    def paid_intervals(self, end_ns=None):
-        from engines.scaling import LiveScaler
-
-        return LiveScaler.paid_intervals(self, end_ns)
-
-    def record(self):
-        return {"policy": {"signal": "queue"}, "origin_ns": T0, "decisions": [], "starts": self.starts,
-                "stops": self.stops, "errors": ["r3 did not start"],
-                "failed_reads": [{"t_ns": T0 + 100 * S, "signal": "queue", "error": "replica r0: no running count",
-                                  "retry_in_s": 10.0}], "backoff": "interval_s x 2^k"}
+    each draining 5 s, and one start that failed after 12 s; one failed read."""
+    sc = LiveScaler(SimpleNamespace(replicas=["r0"], starting=[]),
+                    ScalingPolicy(signal="queue", target=2.0, interval_s=5.0, max_replicas=4))
+    sc.origin_ns = T0
+    sc.starts = [{"replica": "r1", "requested_ns": T0 + 10 * S, "added_ns": T0 + 50 * S},
+                 {"replica": "r2", "requested_ns": T0 + 20 * S, "added_ns": T0 + 60 * S},
+                 {"replica": "r3", "requested_ns": T0 + 200 * S, "failed_ns": T0 + 212 * S, "error": "exited",
+                  "retry_in_s": 10.0}]
+    sc.stops = [{"replica": "r1", "requested_ns": T0 + 150 * S, "removed_ns": T0 + 150 * S,
+                 "stopped_ns": T0 + 155 * S},
+                {"replica": "r2", "requested_ns": T0 + 160 * S, "removed_ns": T0 + 160 * S,
+                 "stopped_ns": T0 + 165 * S}]
+    sc.failed_reads = [{"t_ns": T0 + 100 * S, "signal": "queue", "error": "replica r0: no running count",
+                        "retry_in_s": 10.0}]
+    return sc
 
 
 def session_and_point(tmp_path):
@@ -48,7 +44,7 @@ def session_and_point(tmp_path):
                                           (T0 + 160 * S, 1)])
     s = SimpleNamespace(cfg=cfg, engine=engine, engine_prov=None)
     p = SimpleNamespace(run_dir=tmp_path, window_open_ns=T0, window_close_ns=T0 + 300 * S, summary={},
-                        stats={"start_ns": T0 + 5 * S, "end_ns": T0 + 295 * S}, scaler=Scaler())
+                        stats={"start_ns": T0 + 5 * S, "end_ns": T0 + 295 * S}, scaler=scaler())
     return s, p
 
 
@@ -77,4 +73,5 @@ def test_autoscale_json_names_the_bill_and_the_failed_reads(tmp_path):
     assert a["load"]["paid_replica_seconds"] == pytest.approx(92.0 + 490 + 10)
     assert a["failed_reads"] == [{"t_s": 95.0, "signal": "queue", "error": "replica r0: no running count",
                                   "retry_in_s": 10.0}]
+    assert "x 2^k" in a["backoff"] and "40 s" in a["backoff"]  # 8 intervals of 5 s at most
     assert p.summary["paid_replica_seconds"] == pytest.approx(602.0) and p.summary["replicas_max"] == 3
