@@ -170,10 +170,10 @@ class LiveScaler:
         self.origin_ns = t0
         try:
             self._read(t0)
-        except ReadFailed as e:  # the window's base is read again at the first decision
-            self._failed_read(t0, str(e))
+        except Exception as e:  # noqa: BLE001 - the window's base is read again at the next decision
+            self._failed_read(t0, _why(e))
         self.on_count(t0, len(self.deployment.replicas), self.wanted)
-        due = t0 / 1e9 + self.policy.interval_s
+        due = max(t0 / 1e9 + self.policy.interval_s, self.read_at_ns / 1e9)
         while not self._stop.wait(max(due - perf_ns() / 1e9, 0.0)):
             try:
                 self.tick(perf_ns())
@@ -216,8 +216,8 @@ class LiveScaler:
         try:
             value, held = self._read(now_ns), None
             self.read_failures = 0
-        except ReadFailed as e:
-            value, held = None, str(e)
+        except Exception as e:  # noqa: BLE001 - any failed read holds the decision, none ends the scaling
+            value, held = None, _why(e)
             self._failed_read(now_ns, held)
         with self._lock:
             staying = [r for r in self.deployment.replicas if r.replica not in self._leaving]
@@ -369,6 +369,10 @@ class LiveScaler:
                 "stops": list(self.stops), "errors": list(self.errors), "failed_reads": list(self.failed_reads),
                 "backoff": f"after the k-th failure in a row (a read, or a scale-up): interval_s x 2^k, at most "
                            f"{MAX_BACKOFF} x interval_s = {MAX_BACKOFF * self.policy.interval_s:g} s"}
+
+
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, ReadFailed) else f"{type(e).__name__}: {e}"
 
 
 def _newest_first(eng) -> int:
