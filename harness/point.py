@@ -230,8 +230,9 @@ def summarise(s, p: PointRun) -> None:
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
                         cost_replicas=int(s.topology().get("replicas") or 1),
-                        # autoscaled: the replica-seconds served in the window, not replicas x window
-                        cost_replica_seconds=autoscale.figures(s, p).get("replica_seconds_serving"))
+                        # autoscaled: the replica-seconds paid in the window (starting, serving and
+                        # draining), not replicas x window
+                        cost_replica_seconds=autoscale.figures(s, p).get("paid_replica_seconds"))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),

@@ -380,7 +380,7 @@ def meets(point: dict, slo_cfg: dict) -> bool:
 def costs(cap: ConfigCapacity, res: dict, policy: ScalingPolicy) -> dict:
     if not cap.cost:
         return {"cost": None, "cost_total": math.nan, "cost_per_mtok_good": math.nan, "headroom_cost": math.nan}
-    c = fleet_cost(cap.cost, res["replica_seconds"], res["window_s"])
+    c = fleet_cost(cap.cost, res["paid_replica_seconds"], res["window_s"])
     one = fleet_cost(cap.cost, 3600.0, 3600.0)["cost_total"] - sum(
         v for k, v in fleet_cost(cap.cost, 0.0, 3600.0)["cost_lines"].items() if k.startswith("extra."))
     over = res.get("overprovisioned_replica_seconds") or 0.0

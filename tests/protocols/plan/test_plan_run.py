@@ -61,10 +61,10 @@ def test_plan_two_configs_two_slos_and_a_variant(tmp_path, experiment):
         cost = doc["candidates"][name]["cost"]
         hourly = cost["hourly_per_host"] * cost["num_hosts"] + cost["hourly_per_gpu"] * cost["num_gpus"]
         assert e["metrics"]["cost_total"]["value"] == pytest.approx(
-            e["metrics"]["replica_seconds"]["value"] / 3600 * hourly)
+            e["metrics"]["paid_replica_seconds"]["value"] / 3600 * hourly)
     # the slower config needs more replicas for the same traffic
-    assert (base["configs"]["slow"]["metrics"]["replica_seconds"]["value"]
-            > base["configs"]["fast"]["metrics"]["replica_seconds"]["value"])
+    assert (base["configs"]["slow"]["metrics"]["paid_replica_seconds"]["value"]
+            > base["configs"]["fast"]["metrics"]["paid_replica_seconds"]["value"])
     assert base["cheapest"]["ranking"][0] == "fast"
     assert doc["answers"]["replicas"]["fast"]["peak"] >= 2
     assert len(doc["answers"]["slos"]) == 2 and doc["answers"]["variants"][0]["variant"] == "fast_start"
