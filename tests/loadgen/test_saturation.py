@@ -37,8 +37,9 @@ def slotted(sends: np.ndarray, slots: int, service_s: float) -> np.ndarray:
     return ends
 
 
-def feed(sends: np.ndarray, ends: np.ndarray, rule: SaturationRule = SaturationRule()) -> tuple[str | None, float]:
+def feed(sends: np.ndarray, ends: np.ndarray, rule: SaturationRule | None = None) -> tuple[str | None, float]:
     """What the dispatcher does: check every window while it is sending; (reason, when it tripped)."""
+    rule = rule or SaturationRule()
     mon = SaturationMonitor(rule)
     t, told = rule.window_s, 0
     while t <= sends[-1] + rule.window_s:
