@@ -6,23 +6,27 @@ run's length, and waiting for the backlog to drain wastes the time a sweep has.
 
 The rule is judged on the time scale of the requests' own latency, so that the ramp of long
 requests is not read as a backlog: a server that takes 10 s a request at 2 req/s has 20 in
-flight after 10 s and none completed, and is nowhere near its capacity.  Every ``window_s`` the
-monitor is given the time since the load started, the requests sent, completed (any status)
-and in flight, and ``latency_s``: the longest latency seen so far, the slowest completed
-request's end-to-end time or the age of the oldest request still in flight, whichever is
-longer.  Over the last span ``H = windows x window_s``:
+flight after 10 s and none completed, and is nowhere near its capacity.  The monitor is told
+when each request was sent, and every ``window_s`` the time since the load started, the
+requests completed (any status) and in flight, and ``latency_s`` = L: the longest latency
+seen so far, the slowest completed request's end-to-end time or the age of the oldest request
+still in flight, whichever is longer.  At time t:
 
-    due  = sends in [t - H - L, t - L]   (clipped at the start; L = latency_s)
-    done = completions in [t - H, t]
+    due  = requests sent before t - L    (at latency L every one of them has ended)
+    done = requests completed since L    (the same length of time, t - L, later)
 
-``due`` are the requests that, at the longest latency seen, were due to finish in the span.  A
-server that keeps pace completes them (``done`` ~ ``due``, whatever its latency); one past its
-capacity completes at its own rate while the sends go on, so ``done`` stays below ``due`` and
-the requests in flight rise.  The point trips when ``done < min_achieved x due`` while the
-requests in flight rose over the span (and are at least ``min_in_flight``), at ``windows``
-consecutive checks.  During the ramp the oldest request in flight is as old as the point, so
-``t - L`` is at the start and nothing is due: no completion yet is no evidence.  A server that
-completes nothing at all is left to the client's timeout.
+A server that keeps pace completes as many as were due, whatever its latency and however the
+latencies spread (the two counts differ only by the requests that end near either edge);
+one past its capacity completes at its own rate while the sends go on, so ``done`` falls
+ever further below ``due`` and the requests in flight rise.  The point trips when
+
+    done < m x due - z x sqrt(m^2 x due + done)      (m = min_achieved; Poisson counts)
+
+with ``due >= min_in_flight``, while the requests in flight rose over the last ``windows x
+window_s`` (and are at least ``min_in_flight``), at ``windows`` consecutive checks.  During
+the ramp the oldest request in flight is as old as the point, so t - L is the start and
+nothing is due: no completion yet is no evidence.  A server that completes nothing at all is
+left to the client's timeout.
 
 Then sending stops, what is in flight gets ``drain_s`` to finish (the rest is cancelled), and
 the point is recorded as saturated, so its latencies are not read as a steady state's.
