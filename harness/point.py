@@ -243,6 +243,10 @@ def summarise(s, p: PointRun) -> None:
         "cache_state": s.cfg.engine.cache_state,
         # stopped early as over-saturated (loadgen.saturation): its latencies are not a steady state's
         "saturated": bool(p.stats.get("saturated")), "saturation_reason": p.stats.get("saturated"),
+        "saturated_after_s": p.stats.get("saturated_after_s"),
+        # what the point asked for (load.num_requests, warm-up included) and what a stop left unsent;
+        # num_requests stays vLLM's: the requests in the run
+        **planned_keys(p.load, p.stats),
     })
     summary.update(_clock_keys(s, p.stats))
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
@@ -262,6 +266,32 @@ def summarise(s, p: PointRun) -> None:
     with np.errstate(invalid="ignore"):
         summary["prompt_tokens_mismatch"] = int(np.nansum(exp.astype(float) != got.astype(float)))
     p.summary = summary
+
+
+def planned_keys(load: LoadSpec, stats: dict) -> dict:
+    """The requests the point planned (``load.num_requests``, warm-up included; None when bound by
+    duration), those the dispatcher sent and those never sent (a stop, an engine failure)."""
+    planned = load.num_requests
+    sent = int(stats.get("sent") or 0)
+    return {"num_requests_planned": planned, "num_requests_sent": sent,
+            "num_requests_unsent": max(planned - sent, 0) if planned is not None else None}
+
+
+def point_line(title: str, m: dict) -> str:
+    """The console's line for a point: what completed of what ran, what was cancelled, and a
+    stop (over-saturated) with the requests planned and never sent."""
+    done = f"{m['completed']}/{m['num_requests']} ok"
+    if m.get("num_cancelled"):
+        whole = " (all)" if m["num_cancelled"] == m["num_requests"] else ""
+        done += f", {m['num_cancelled']} cancelled{whole}"
+    if m.get("saturated"):
+        planned = m.get("num_requests_planned")
+        of = (f"{m.get('num_requests_sent')} of {planned} planned sent, {m.get('num_requests_unsent')} never sent"
+              if planned is not None else f"{m.get('num_requests_sent')} sent")
+        after = m.get("saturated_after_s")
+        done += (f"; STOPPED as over-saturated{f' after {after:.1f} s' if after is not None else ''}: {of} "
+                 "(saturation_reason in summary.json)")
+    return f"  {title}: {done}, "
 
 
 def fault_figures(s, p: PointRun) -> None:
@@ -357,9 +387,8 @@ def print_point(s, p: PointRun) -> None:
         how = "from the cache" if m["prepare_cached"] else (
             f"in {m['prepare_seconds']:.1f} s ({m['prepare_tokens_per_s']:,.0f} prompt tokens/s)")
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
-    print(f"  {p.spec.title}: {m['completed']}/{m['num_requests']} ok, "
-          f"{m['output_throughput']:.1f} out tok/s, p99 TTFT {m['p99_ttft_ms']:.1f} ms, "
-          f"goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
+          f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
     if m.get("num_tasks"):
         slo = (f", {m['task_slo_attainment']:.0%} within slo.task_s={m['task_slo_s']:g} s"
                if m.get("task_slo_attainment") is not None else "")

@@ -289,3 +289,27 @@ def test_series_are_named_by_config_or_experiment_never_by_the_runs_folder(tmp_p
         write_experiment(multi / job, configs=one, rates=(5.0,), blocks=1, requests=40)
         rename(multi / job, "default")
     assert sorted(load(multi).series) == ["default (workload.output_tokens=4)", "default (workload.output_tokens=8)"]
+
+
+def test_runs_stopped_as_over_saturated_are_on_the_first_screen(experiment, tmp_path):
+    import shutil
+
+    from harness.report.build import render
+    from harness.results_io import find_run_dirs, read_json, write_json
+
+    exp = tmp_path / "exp"
+    shutil.copytree(experiment, exp)
+    dirs = find_run_dirs(exp)
+    for d, sent in zip(dirs[:2], (60, 90)):
+        write_json(d / "summary.json", read_json(d / "summary.json") | {
+            "saturated": True, "saturation_reason": "over-saturated: the rule's numbers", "saturated_after_s": 8.0,
+            "num_requests_planned": 400, "num_requests_sent": sent, "num_requests_unsent": 400 - sent})
+    page = render(exp, tmp_path / "r.html").read_text()
+    first = _subtitle(page)
+    head, detail = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>",
+                              first)[0]
+    assert head == f"2 of {len(dirs)} runs stopped as over-saturated: 650 of 800 planned requests never sent"
+    items = re.findall(r"<li>(.*?)</li>", detail)
+    assert len(items) == 2 and "60 of 400 planned sent, 340 never sent" in items[0]
+    assert "90 of 400 planned sent, 310 never sent" in items[1]
+    assert page.count("saturated: sent 60 of 400") == 1  # the runs table's note
