@@ -289,3 +289,20 @@ def test_series_are_named_by_config_or_experiment_never_by_the_runs_folder(tmp_p
         write_experiment(multi / job, configs=one, rates=(5.0,), blocks=1, requests=40)
         rename(multi / job, "default")
     assert sorted(load(multi).series) == ["default (workload.output_tokens=4)", "default (workload.output_tokens=8)"]
+
+
+def test_max_load_meeting_the_slo_leaves_out_a_point_with_half_its_requests_failed(tmp_path):
+    """The report's highest load meeting the SLO reads the one run-level check (metrics.slo.slo_holds):
+    a load point whose completed requests are fast but half its requests failed does not meet it."""
+    from harness.report.data import load
+
+    exp = write_experiment(tmp_path / "exp", configs={"fast": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
+                                                               "power_w": 450}}, rates=(5.0, 10.0), blocks=1,
+                           requests=60)
+    assert load(exp).max_load_meeting_slo("fast").x == 10.0
+    path = exp / "fast" / "block0" / "01-rate10" / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "completed": 29, "failed": 29}))
+    assert load(exp).max_load_meeting_slo("fast").x == 5.0
+    path.write_text(json.dumps({**summary, "saturated": True}))
+    assert load(exp).max_load_meeting_slo("fast").x == 5.0
