@@ -112,3 +112,18 @@ def test_the_plan_does_not_double_its_capacity_on_a_failed_probe(failed, saturat
     # one replica from 0 s, three more from the first decision at 5 s (cold start 0): 300 + 3 x 295
     assert res["replica_seconds"] == pytest.approx(300 + 3 * 295)
     assert res["cost_total"] == pytest.approx((300 + 3 * 295) * 0.001)    # the fixture's 0.001 per replica-second
+
+
+def test_a_run_recorded_saturated_is_read_as_past_the_knee(tmp_path):
+    import json
+
+    exp = write_experiment(tmp_path / "exp", configs={"c": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
+                                                            "power_w": 450}}, rates=(5.0, 10.0), blocks=1,
+                           requests=40, seed=3)
+    slo = SLO(ttft_ms=400, tpot_ms=40, percentile=50.0)   # p50: a stray failed request does not decide it
+    assert read_experiment(exp)[0].max_load(slo)["per_block"] == [10.0]
+    path = exp / "c" / "block0" / "01-rate10" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "saturated": True}))
+    cap = read_experiment(exp)[0]
+    assert [p.saturated for p in sorted(cap.points[1], key=lambda p: p.rate_rps)] == [False, True]
+    assert cap.max_load(slo)["per_block"] == [5.0] and cap.max_load(slo)["first_fail"] == [10.0]
