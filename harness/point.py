@@ -33,7 +33,7 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
-from metrics.replicas import ENGINE_KEYS, replica_summary
+from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
 from protocols.sweep.load_points import RunSpec, offered_load
@@ -257,7 +257,8 @@ def summarise(s, p: PointRun) -> None:
         summary.update(engine_summary(telemetry))
     # per replica of a deployment (nothing for a single engine): metrics.replicas
     per_replica = replica_engine_summaries(telemetry) if s.engine_metrics else None
-    summary.update(replica_summary(p.requests, per_replica))
+    # a deployment's pools (prefill, decode): each pool's shares and imbalance apart
+    summary.update(replica_summary(p.requests, per_replica, s.engine.roles() if hasattr(s.engine, "roles") else None))
     summary.update(_roofline(s, summary))
     if per_replica and hasattr(s.engine, "roles"):
         summary["pools"] = _pool_bottlenecks(s, summary, per_replica)
@@ -316,9 +317,7 @@ def fault_figures(s, p: PointRun) -> None:
     if any(x.restarted for x in p.faults):  # the engine's counters started again from zero
         for k in [k for k in m if k.startswith("engine_") and k[7:].startswith(_COUNTED)]:
             del m[k]
-        for per in (m.get("replicas") or {}).values():  # each replica's engine values likewise
-            for k in ENGINE_KEYS:
-                per.pop(k, None)
+        forget_engine_values(m)  # each replica's engine values likewise, and the pool shares they gave
         m["engine_metrics_complete"] = False
     inj = s.faults.injector
     if inj is not None:

@@ -11,7 +11,8 @@ replica count as a step function over the window ``[0, window_s]``:
   good requests / window_s;
 - ``p50_ttft_ms``, ``p90_ttft_ms``, ``p99_ttft_ms``, ``p99_tpot_ms``: percentiles over the
   completed requests (``metrics.percentiles.percentile``);
-- ``slo_met``: the run-level check (``slo.percentile`` of each configured metric within its limit);
+- ``slo_met``: the percentile part of the run-level check (``slo.percentile`` of each configured metric
+  within its limit, over the completed requests; ``metrics.slo.run_meets_slo`` is the whole check);
 - ``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds``:
   integral of the replicas starting (from the policy's decision to serving: provision_s and
   the cold start), serving (taking requests) and draining (taken out, finishing their
@@ -31,7 +32,7 @@ import math
 import numpy as np
 
 from metrics.percentiles import percentile
-from metrics.slo import SLO, good_mask
+from metrics.slo import SLO, good_mask, percentiles_missed
 
 
 def step_integral(times_s: np.ndarray, values: np.ndarray, end_s: float, start_s: float = 0.0) -> float:
@@ -74,15 +75,10 @@ def request_metrics(slo: SLO, completed, ttft_s, tpot_s, output_tokens, window_s
 
 
 def slo_met(slo: SLO, ttft_s, tpot_s, e2el_s) -> bool:
-    """The run-level check: ``slo.percentile`` of each configured metric within its limit."""
-    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s}
-    for name, limit in slo.limits().items():
-        v = np.asarray(cols[name], dtype=np.float64)
-        if v.size and percentile(v, slo.percentile) * 1e3 > limit:
-            return False
-        if not v.size and name != "tpot_ms":
-            return False
-    return True
+    """The percentile part of the run-level check: ``slo.percentile`` of each configured metric
+    over the completed requests within its limit (``metrics.slo.percentiles_missed``; the whole
+    check, failed requests included, is ``metrics.slo.run_meets_slo``)."""
+    return not percentiles_missed(slo, ttft_s, tpot_s, e2el_s)
 
 
 def needed_replicas(rate_rps: np.ndarray, capacity_rps: float) -> np.ndarray:

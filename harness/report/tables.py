@@ -176,7 +176,8 @@ def slo_table(data: ReportData) -> str:
     if not rows:
         return ""
     return ("<p>The highest measured load point at which every repeat met the SLO (each configured percentile "
-            "check, the attainment floor if set, not over-saturated), with the goodput and cost there (means and 95% "
+            "check, no more failed requests than the percentile allows, the attainment floor if set, not "
+            "over-saturated), with the goodput and cost there (means and 95% "
             "intervals across repeats).</p>"
             + table(["series", "load point", "repeats", "goodput req/s", "good out tok/s", "cost / M good tok"], rows,
                     "slo", None, "max-load"))

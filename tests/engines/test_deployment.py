@@ -102,6 +102,9 @@ def test_disaggregated_replicas_get_the_kv_connector_of_their_role(tmp_path):
         assert roles["p0"]["kv_role"] == "kv_producer" and roles["d1"]["kv_role"] == "kv_consumer"
         assert roles["d0"]["kv_connector_extra_config"] == {"shared_storage_path": "/x"}
         assert d.topology()["prefill_decode"] == "1:2"
+        # the pools metrics.replicas splits the load shares by, under the names the telemetry uses
+        assert d.roles() == {"p0": "prefill", "d0": "decode", "d1": "decode"}
+        assert [n for n, _ in d.metrics_endpoints()] == ["p0", "d0", "d1"]
     finally:
         d.stop()
 

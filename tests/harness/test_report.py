@@ -313,3 +313,20 @@ def test_runs_stopped_as_over_saturated_are_on_the_first_screen(experiment, tmp_
     assert len(items) == 2 and "60 of 400 planned sent, 340 never sent" in items[0]
     assert "90 of 400 planned sent, 310 never sent" in items[1]
     assert page.count("saturated: sent 60 of 400") == 1  # the runs table's note
+
+
+def test_max_load_meeting_the_slo_leaves_out_a_point_with_half_its_requests_failed(tmp_path):
+    """The report's highest load meeting the SLO reads the one run-level check (metrics.slo.slo_holds):
+    a load point whose completed requests are fast but half its requests failed does not meet it."""
+    from harness.report.data import load
+
+    exp = write_experiment(tmp_path / "exp", configs={"fast": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
+                                                               "power_w": 450}}, rates=(5.0, 10.0), blocks=1,
+                           requests=60)
+    assert load(exp).max_load_meeting_slo("fast").x == 10.0
+    path = exp / "fast" / "block0" / "01-rate10" / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "completed": 29, "failed": 29}))
+    assert load(exp).max_load_meeting_slo("fast").x == 5.0
+    path.write_text(json.dumps({**summary, "saturated": True}))
+    assert load(exp).max_load_meeting_slo("fast").x == 5.0
