@@ -110,7 +110,7 @@ def test_the_plan_does_not_double_its_capacity_on_a_failed_probe(failed, saturat
     assert res["replicas_max"] == 4
     res.update(costs(cap, res, policy))
     # one replica from 0 s, three more from the first decision at 5 s (cold start 0): 300 + 3 x 295
-    assert res["replica_seconds"] == pytest.approx(300 + 3 * 295)
+    assert res["paid_replica_seconds"] == pytest.approx(300 + 3 * 295)
     assert res["cost_total"] == pytest.approx((300 + 3 * 295) * 0.001)    # the fixture's 0.001 per replica-second
 
 
