@@ -278,9 +278,11 @@ class Deployment:
     # --- lifecycle ---------------------------------------------------------------------------
     def prepare(self) -> None:
         """Each replica's model, flags, environment and address (reserved where it will run),
-        and the router's address (the client's base URL is known before anything starts)."""
+        and the router's address (the client's base URL is known before anything starts).
+        The router's binary first: a missing one is named before any replica loads its model."""
         if self.prepared:
             return
+        self.router.binary()
         self.prepared = True
         if self.placer is None:
             self.router.reserve()
@@ -400,21 +402,29 @@ class Deployment:
             r.kill()
 
     # --- live autoscaling (engines.scaling) ---------------------------------------------------
-    def serving_now(self, t_ns: int | None = None) -> None:
-        """Note the serving count from ``t_ns`` (now) on."""
-        self.serving_log.append((t_ns or time.perf_counter_ns(), len(self.replicas)))
+    def serving_now(self, t_ns: int | None = None) -> int:
+        """Note the serving count from ``t_ns`` (now) on; returns the time noted."""
+        t = t_ns or time.perf_counter_ns()
+        self.serving_log.append((t, len(self.replicas)))
+        return t
 
-    def new_replica(self) -> EngineAdapter:
-        """One replica more, prepared, not started: named ``r<next>`` (names are never reused,
-        so a row's replica is one process), in the first placement entry no replica holds."""
+    def new_replica(self, name: str | None = None) -> EngineAdapter:
+        """One replica more, prepared, not started: named ``r<next>`` (names of replicas that
+        served are never reused, so a row's replica is one process), in the first placement
+        entry no replica holds.  ``name``: a replica whose start failed, retried under its name
+        (it served nothing); its old slot and record give way to the new one."""
         with self.lock:
+            if name is not None:
+                self.slots[:] = [s for s in self.slots if s.name != name]  # the placer's own list
+                self.retired = [r for r in self.retired if r.replica != name]
             used = {self.slot(r.replica).index for r in self.replicas + self.starting}
             limit = self.dep.autoscale.max_replicas
             free = [i for i in range(limit) if i not in used]
             if not free:
                 raise EngineError(f"deployment.autoscale.max_replicas={limit}: every replica slot is in use")
-            name = f"r{self.next_name}"
-            self.next_name += 1
+            if name is None:
+                name = f"r{self.next_name}"
+                self.next_name += 1
             slot = self.placer.add_slot(free[0], name)
             eng = make_engine(self.cfg, self.run_dir)
             eng.replica = name
@@ -444,23 +454,25 @@ class Deployment:
                 self.starting.remove(eng)
         self.retire(eng)
 
-    def join(self, eng: EngineAdapter) -> None:
-        """Put a started replica behind the router; it serves once the router lists it healthy."""
+    def join(self, eng: EngineAdapter) -> int:
+        """Put a started replica behind the router; it serves once the router lists it healthy.
+        Returns the serving log's time of it (perf_counter_ns)."""
         self.router.add_worker(eng.base_url)
         with self.lock:
             self.starting.remove(eng)
             self.replicas.append(eng)
-            self.serving_now()
+            return self.serving_now()
 
-    def leave(self, eng: EngineAdapter) -> None:
-        """Take a replica from behind the router: no new request reaches it from here on."""
+    def leave(self, eng: EngineAdapter) -> int:
+        """Take a replica from behind the router: no new request reaches it from here on.
+        Returns the serving log's time of it (perf_counter_ns)."""
         with self.lock:
             if len(self.replicas) <= 1:
                 raise EngineError(f"replica {eng.replica} is the deployment's last: it is not taken out")
         self.router.remove_worker(eng.base_url)
         with self.lock:
             self.replicas.remove(eng)
-            self.serving_now()
+            return self.serving_now()
 
     def drain(self, eng: EngineAdapter, timeout_s: float, poll_s: float = 0.5) -> bool:
         """Wait until the replica has no request running or waiting (its own ``/metrics``), at

@@ -33,7 +33,7 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
-from metrics.replicas import ENGINE_KEYS, replica_summary
+from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
 from protocols.sweep.load_points import RunSpec, offered_load
@@ -230,8 +230,9 @@ def summarise(s, p: PointRun) -> None:
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
                         cost_replicas=int(s.topology().get("replicas") or 1),
-                        # autoscaled: the replica-seconds served in the window, not replicas x window
-                        cost_replica_seconds=autoscale.figures(s, p).get("replica_seconds_serving"))
+                        # autoscaled: the replica-seconds paid in the window (starting, serving and
+                        # draining), not replicas x window
+                        cost_replica_seconds=autoscale.figures(s, p).get("paid_replica_seconds"))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),
@@ -242,6 +243,10 @@ def summarise(s, p: PointRun) -> None:
         "cache_state": s.cfg.engine.cache_state,
         # stopped early as over-saturated (loadgen.saturation): its latencies are not a steady state's
         "saturated": bool(p.stats.get("saturated")), "saturation_reason": p.stats.get("saturated"),
+        "saturated_after_s": p.stats.get("saturated_after_s"),
+        # what the point asked for (load.num_requests, warm-up included) and what a stop left unsent;
+        # num_requests stays vLLM's: the requests in the run
+        **planned_keys(p.load, p.stats),
     })
     summary.update(_clock_keys(s, p.stats))
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
@@ -252,7 +257,8 @@ def summarise(s, p: PointRun) -> None:
         summary.update(engine_summary(telemetry))
     # per replica of a deployment (nothing for a single engine): metrics.replicas
     per_replica = replica_engine_summaries(telemetry) if s.engine_metrics else None
-    summary.update(replica_summary(p.requests, per_replica))
+    # a deployment's pools (prefill, decode): each pool's shares and imbalance apart
+    summary.update(replica_summary(p.requests, per_replica, s.engine.roles() if hasattr(s.engine, "roles") else None))
     summary.update(_roofline(s, summary))
     if per_replica and hasattr(s.engine, "roles"):
         summary["pools"] = _pool_bottlenecks(s, summary, per_replica)
@@ -261,6 +267,32 @@ def summarise(s, p: PointRun) -> None:
     with np.errstate(invalid="ignore"):
         summary["prompt_tokens_mismatch"] = int(np.nansum(exp.astype(float) != got.astype(float)))
     p.summary = summary
+
+
+def planned_keys(load: LoadSpec, stats: dict) -> dict:
+    """The requests the point planned (``load.num_requests``, warm-up included; None when bound by
+    duration), those the dispatcher sent and those never sent (a stop, an engine failure)."""
+    planned = load.num_requests
+    sent = int(stats.get("sent") or 0)
+    return {"num_requests_planned": planned, "num_requests_sent": sent,
+            "num_requests_unsent": max(planned - sent, 0) if planned is not None else None}
+
+
+def point_line(title: str, m: dict) -> str:
+    """The console's line for a point: what completed of what ran, what was cancelled, and a
+    stop (over-saturated) with the requests planned and never sent."""
+    done = f"{m['completed']}/{m['num_requests']} ok"
+    if m.get("num_cancelled"):
+        whole = " (all)" if m["num_cancelled"] == m["num_requests"] else ""
+        done += f", {m['num_cancelled']} cancelled{whole}"
+    if m.get("saturated"):
+        planned = m.get("num_requests_planned")
+        of = (f"{m.get('num_requests_sent')} of {planned} planned sent, {m.get('num_requests_unsent')} never sent"
+              if planned is not None else f"{m.get('num_requests_sent')} sent")
+        after = m.get("saturated_after_s")
+        done += (f"; STOPPED as over-saturated{f' after {after:.1f} s' if after is not None else ''}: {of} "
+                 "(saturation_reason in summary.json)")
+    return f"  {title}: {done}, "
 
 
 def fault_figures(s, p: PointRun) -> None:
@@ -285,9 +317,7 @@ def fault_figures(s, p: PointRun) -> None:
     if any(x.restarted for x in p.faults):  # the engine's counters started again from zero
         for k in [k for k in m if k.startswith("engine_") and k[7:].startswith(_COUNTED)]:
             del m[k]
-        for per in (m.get("replicas") or {}).values():  # each replica's engine values likewise
-            for k in ENGINE_KEYS:
-                per.pop(k, None)
+        forget_engine_values(m)  # each replica's engine values likewise, and the pool shares they gave
         m["engine_metrics_complete"] = False
     inj = s.faults.injector
     if inj is not None:
@@ -356,9 +386,8 @@ def print_point(s, p: PointRun) -> None:
         how = "from the cache" if m["prepare_cached"] else (
             f"in {m['prepare_seconds']:.1f} s ({m['prepare_tokens_per_s']:,.0f} prompt tokens/s)")
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
-    print(f"  {p.spec.title}: {m['completed']}/{m['num_requests']} ok, "
-          f"{m['output_throughput']:.1f} out tok/s, p99 TTFT {m['p99_ttft_ms']:.1f} ms, "
-          f"goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
+          f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
     if m.get("num_tasks"):
         slo = (f", {m['task_slo_attainment']:.0%} within slo.task_s={m['task_slo_s']:g} s"
                if m.get("task_slo_attainment") is not None else "")

@@ -123,6 +123,10 @@ class Dispatcher:
         self._turns: ThreadPoolExecutor | None = None  # builds session turns off the loop
         self.saturation_rule = SaturationRule()
         self.saturated: str | None = None      # why the point was stopped as over-saturated
+        self.saturated_ns: int | None = None   # when it was
+        self._monitor: SaturationMonitor | None = None
+        self._flying: dict[int, int] = {}      # open loop under the monitor: id(rec) -> when it was sent, in send order
+        self._max_latency_ns = 0               # the slowest request that ended (any status)
         self.aborted: str | None = None        # why the point was stopped from outside (``abort``)
         self.t0: int | None = None             # the schedule's origin, once the load starts
         self._users: list[asyncio.Future] = []  # closed loop's users
@@ -178,6 +182,9 @@ class Dispatcher:
         if self.aborted is not None and rec.status == "cancelled":
             rec.error = self.aborted
         self.completed += 1
+        sent = self._flying.pop(id(rec), None)
+        if sent is not None:
+            self._max_latency_ns = max(self._max_latency_ns, perf_ns() - sent)
         if self.finalize is not None:
             self.finalize(rec)
         if rec.check is not None:  # a task's sink: judged on its final record, before it is written
@@ -321,6 +328,7 @@ class Dispatcher:
                 self._turns.shutdown(wait=False, cancel_futures=True)
         return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent, "cpu_s": time.process_time() - cpu_t0,
                 "saturated": self.saturated, "aborted": self.aborted,
+                "saturated_after_s": (self.saturated_ns - t0) / 1e9 if self.saturated_ns is not None else None,
                 "timestamp_source": getattr(self.client, "timestamp_source", "read"),
                 "prepare": self.source.stats.as_dict()}
 
@@ -385,6 +393,10 @@ class Dispatcher:
     def _launch(self, rec: RequestRecord, payload: bytes, release=None) -> None:
         """Send ``rec`` now; it is stored when its response is over."""
         self.sent += 1
+        if self._monitor is not None:  # the saturation rule's clock: when each request went, and its age
+            now = perf_ns()
+            self._flying[id(rec)] = now
+            self._monitor.sent((now - self.t0) / 1e9)
         start = getattr(self.client, "start", None)
         if start is None:  # a client with only ``send``: one task per request
             task = self._spawn_task(rec, payload)
@@ -444,7 +456,10 @@ class Dispatcher:
         source = self.source
         warmup = spec.warmup_requests
         # (a max_concurrency cap keeps the backlog in the client, as queue wait: no rule there)
-        watch = asyncio.ensure_future(self._watch_saturation()) if spec.stop_when_saturated and not limit else None
+        watch = None
+        if spec.stop_when_saturated and not limit:
+            self._monitor = SaturationMonitor(self.saturation_rule)
+            watch = asyncio.ensure_future(self._watch_saturation())
         try:
             await self._send_prepared(source, t0, warmup, limit)
         finally:
@@ -454,11 +469,16 @@ class Dispatcher:
             await self._cut_backlog()
 
     async def _watch_saturation(self) -> None:
-        monitor = SaturationMonitor(self.saturation_rule)
+        """Every window: the requests completed and in flight, and the longest latency seen (the
+        slowest that ended, or the oldest still in flight), to the rule (``loadgen.saturation``)."""
         while self.saturated is None:
             await asyncio.sleep(self.saturation_rule.window_s)
-            in_flight = len(self.pending) + len(self.in_flight)
-            self.saturated = monitor.check(self.sent, self.completed, in_flight)
+            now = perf_ns()
+            oldest = next(iter(self._flying.values()), now)  # in send order: the first is the oldest
+            latency = max(self._max_latency_ns, now - oldest) / 1e9
+            self.saturated = self._monitor.check((now - self.t0) / 1e9, self.completed, len(self._flying), latency)
+            if self.saturated:
+                self.saturated_ns = now
 
     async def _cut_backlog(self) -> None:
         """Saturated: what is in flight gets ``drain_s`` to finish; the rest is cancelled."""

@@ -17,10 +17,11 @@ counts N times over the whole window, idle replicas included; ``extra_hourly`` l
 once (put the router's host there: ``cost.extra_hourly.router=0.05``).  Measured energy
 already covers every device the telemetry sees.
 
-A deployment whose replica count changes during the window (live autoscaling): the
-per-replica lines count replica-hours, ``replica_seconds / 3600`` (the integral of the
-replicas serving over the window, ``metrics.autoscale``), not replicas x window; the
-``extra_hourly`` lines still count the whole window once (``fleet_cost``).
+A deployment whose replica count changes during the window (live autoscaling, or a plan's
+simulated fleet): the per-replica lines count replica-hours, ``paid_replica_seconds / 3600``
+(replicas starting, serving and draining over the window: ``metrics.autoscale``,
+``metrics.fleet``), not replicas x window; the ``extra_hourly`` lines still count the whole
+window once (``fleet_cost``).  ``cost_replica_seconds`` is the replica-seconds billed.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ sharing its interpreter; what it recorded is then fetched from the child at each
 ``open_connections`` counts the connections open now; with ``idle_close_s`` the server closes a
 keep-alive connection idle that long between requests, as a real server does.  With
 ``response_headers`` every POST's answer carries those headers too (after its status line), as an
-engine replica that names itself in a header would.
+engine replica that names itself in a header would.  With ``slots=N`` it answers at most N POSTs at
+a time and queues the rest first come first served, as a server with a fixed number of slots does
+(``max_queued``: the most that waited at once); without, it answers every request at once.
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
 class FakeServer:
     def __init__(self, script=None, *, continuous_usage: bool = True, knee_rps: float | None = None,
                  ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None,
-                 response_headers: dict[str, str] | None = None):
+                 response_headers: dict[str, str] | None = None, slots: int | None = None):
         self.truth: dict[str, dict] = {}  # response id -> ground truth (the OpenAI script's)
         self.script = script or openai_script(self.truth, continuous_usage, knee_rps, ttft_ms)
         self.ssl_context = ssl_context  # serve https
@@ -193,6 +195,10 @@ class FakeServer:
         self._writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
         self._in_flight = 0
         self._max_in_flight = 0
+        self.slots = slots
+        self._slots: asyncio.Semaphore | None = None
+        self._queued = 0
+        self._max_queued = 0
         self._proc = None
         self._pipe = None
         if not process:
@@ -266,6 +272,12 @@ class FakeServer:
         return self._max_in_flight
 
     @property
+    def max_queued(self) -> int:
+        """With ``slots``: the most requests that waited for a slot at once."""
+        self._sync()
+        return self._max_queued
+
+    @property
     def open_connections(self) -> int:
         """The connections open now."""
         self._sync()
@@ -273,7 +285,7 @@ class FakeServer:
 
     def _state(self) -> tuple:
         return (self._requests, self._headers, self._paths, self._writes, self._connections, self._max_in_flight,
-                self._open, self.truth)
+                self._open, self._max_queued, self.truth)
 
     def _sync(self, cmd: str = "state") -> None:
         if self._proc is None or not self._proc.is_alive():
@@ -281,7 +293,7 @@ class FakeServer:
         self._pipe.send(cmd)
         if self._pipe.poll(10):
             (self._requests, self._headers, self._paths, self._writes, self._connections, self._max_in_flight,
-             self._open, truth) = self._pipe.recv()
+             self._open, self._max_queued, truth) = self._pipe.recv()
             self.truth.clear()
             self.truth.update(truth)
 
@@ -354,8 +366,22 @@ class FakeServer:
                 self._in_flight += 1
                 self._max_in_flight = max(self._max_in_flight, self._in_flight)
                 try:
-                    if not await self._answer(self.script(body, k), k, writer):
-                        return
+                    if self.slots is not None:
+                        if self._slots is None:
+                            self._slots = asyncio.Semaphore(self.slots)
+                        waits = self._slots.locked()  # every slot taken: it queues
+                        self._queued += waits
+                        self._max_queued = max(self._max_queued, self._queued)
+                        try:
+                            await self._slots.acquire()
+                        finally:
+                            self._queued -= waits
+                    try:
+                        if not await self._answer(self.script(body, k), k, writer):
+                            return
+                    finally:
+                        if self.slots is not None:
+                            self._slots.release()
                 finally:
                     self._in_flight -= 1
         except (asyncio.IncompleteReadError, ConnectionError):

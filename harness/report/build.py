@@ -68,6 +68,27 @@ def energy_note(reason: str) -> page.Note:
     return page.Note(f"energy not measured: {head}", parts or ([reason] if head != reason else []))
 
 
+def saturation_note(d: report_data.ReportData) -> page.Note | None:
+    """Points stopped as over-saturated (``loadgen.saturation``): how many, and for each the requests
+    planned and never sent; the rule's reasons folded away."""
+    stopped = [r for r in d.ours if r.summary.get("saturated")]
+    if not stopped:
+        return None
+    parts = []
+    for r in stopped:
+        m = r.summary
+        planned, unsent = m.get("num_requests_planned"), m.get("num_requests_unsent")
+        sent = m.get("num_requests_sent")
+        what = (f"{sent} of {planned} planned sent, {unsent} never sent" if planned is not None
+                else (f"{sent} sent" if sent is not None else "requests never sent not recorded"))
+        who = " ".join(str(x) for x in (r.series, r.label) if x)
+        parts.append(f"{who}: {what}; {m.get('saturation_reason') or ''}".rstrip("; "))
+    known = [r.summary for r in stopped if r.summary.get("num_requests_planned") is not None]
+    unsent = (f": {sum(m.get('num_requests_unsent') or 0 for m in known)} of "
+              f"{sum(m['num_requests_planned'] for m in known)} planned requests never sent" if known else "")
+    return page.Note(f"{len(stopped)} of {len(d.ours)} runs stopped as over-saturated{unsent}", parts)
+
+
 def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     exp = d.experiment
     lines = []
@@ -86,6 +107,9 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     if stamps:  # how the load generator timed chunks (loadgen/client/stamped_socket.py)
         names = {"kernel": "the kernel's receive stamps", "read": "read times"}
         lines.append("chunk times: " + ", ".join(names.get(s, s) for s in stamps))
+    stopped = saturation_note(d)
+    if stopped is not None:
+        lines.append(stopped)
     first = next((r.summary for r in d.ours), {})
     if first.get("energy_available") is False and first.get("energy_unavailable_reason"):
         lines.append(energy_note(str(first["energy_unavailable_reason"])))

@@ -17,9 +17,9 @@ from functools import cached_property
 from pathlib import Path
 
 from harness.results_io import find_run_dirs, read_json
+from metrics.slo import slo_holds
 from metrics.statistics import mean_ci, ratio_ci
 from protocols.sweep.load_points import offered_load, run_title, split_repeat
-from protocols.sweep.load_search import slo_holds
 
 # summary key -> (numerator, denominator, scale): ratios of totals across repeats, never means of ratios
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
@@ -199,7 +199,7 @@ class ReportData:
         return [s for s in self.series if any(g.kind != self.x_kind or g.x is None for g in self.groups(s))]
 
     def max_load_meeting_slo(self, series: str) -> Group | None:
-        """The highest load point at which every repeat met the SLO (``protocols.sweep.load_search.slo_holds``)."""
+        """The highest load point at which every repeat met the SLO (``metrics.slo.slo_holds``)."""
         best = None
         min_att = number(self.slo.get("min_attainment"))
         for g in self.on_axis(series):

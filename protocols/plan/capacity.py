@@ -6,8 +6,10 @@ load and mean requests in flight per replica, and per request its prompt tokens,
 TPOT.  A ``ConfigCapacity`` holds a config's points by deployment size and block, its
 measured cold starts and cost profile.  The fleet simulation (``protocols.plan.fleet``)
 samples requests from the points; the capacity a replica has under an SLO is read from the
-points themselves (``max_load``): the highest offered load whose requests pass the run-level
-check (``metrics.fleet.slo_met``), per block, so any SLO can be planned from the same runs.
+points themselves (``max_load``): the highest offered load whose run passes the run-level check
+(``metrics.slo.run_meets_slo``, the SLO search's: failed requests and an over-saturated stop
+count against it) at that SLO over its requests, per block, so any SLO can be planned from the
+same runs.
 
 Resampling blocks with replacement (``resample``) gives the capacity's uncertainty: a block
 is one launch of the config with its own runs, the unit the experiment randomised.
@@ -27,8 +29,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from harness.errors import UserError
-from metrics.fleet import slo_met
-from metrics.slo import SLO
+from metrics.slo import SLO, good_mask, percentiles_missed, run_meets_slo
 
 # Columns read from each run's requests.parquet.
 REQUEST_COLUMNS = ["prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "status", "warmup"]
@@ -49,6 +50,7 @@ class OperatingPoint:
     estimated: bool = False
     # an estimated point's roofline bound beside it (protocols.plan.estimates.roofline_beside)
     roofline: dict | None = None
+    saturated: bool = False         # the run was stopped as over-saturated (summary.json ``saturated``)
 
     def __post_init__(self):
         order = np.argsort(self.prompt_tokens, kind="stable")
@@ -56,19 +58,14 @@ class OperatingPoint:
             setattr(self, name, np.asarray(getattr(self, name))[order])
 
     def meets(self, slo: SLO, min_attainment: float | None = None) -> bool:
-        """The run-level check at ``slo`` over this point's requests (failed ones fail it)."""
-        if self.ttft_s.size == 0:
-            return False
-        if self.failed and min_attainment is None and self.failed / (self.failed + self.ttft_s.size) > 1 - 1e-9:
-            return False
+        """The run-level check (``metrics.slo.run_meets_slo``) at ``slo`` over this point's requests."""
+        done = self.ttft_s.size
         e2el = self.ttft_s + np.nan_to_num(self.tpot_s) * np.maximum(self.output_tokens - 1, 0)
-        if not slo_met(slo, self.ttft_s, self.tpot_s, e2el):
-            return False
-        if min_attainment is not None:
-            from metrics.slo import good_mask
-            good = good_mask(slo, np.full(self.ttft_s.size, "ok"), self.ttft_s, self.tpot_s, e2el).sum()
-            return good / (self.ttft_s.size + self.failed) >= min_attainment
-        return True
+        good = good_mask(slo, np.full(done, "ok"), self.ttft_s, self.tpot_s, e2el).sum()
+        n = done + self.failed
+        return run_meets_slo(percentiles_missed(slo, self.ttft_s, self.tpot_s, e2el), completed=done,
+                             failed=self.failed, percentile=slo.percentile, attainment=good / n if n else None,
+                             min_attainment=min_attainment, saturated=self.saturated)[0]
 
 
 @dataclass
@@ -231,7 +228,7 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
             tpot_s=_column(t["tpot_s"], ok, np.float64),
             output_tokens=_column(t["output_tokens"], ok, np.int64),
             failed=int(((np.asarray(t["status"]) != "ok") & ~warm).sum()),
-            block=block, run_dir=str(run)))
+            block=block, run_dir=str(run), saturated=bool(summary.get("saturated"))))
         if summary.get("engine_startup_s") and block not in cold:
             cold[block] = float(summary["engine_startup_s"])
         cost = cost or cfg.get("cost")

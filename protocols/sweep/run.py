@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
+from metrics.slo import slo_holds
 from protocols.sweep.load_points import runs_from_points
 from protocols.sweep.load_search import (
     Bisection,
@@ -18,7 +19,6 @@ from protocols.sweep.load_search import (
     probe_concurrencies,
     probe_done,
     saturation,
-    slo_holds,
 )
 
 

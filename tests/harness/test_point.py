@@ -1,0 +1,30 @@
+"""A point's console line and its planned / sent / unsent counts (harness.point)."""
+
+from __future__ import annotations
+
+from harness.point import planned_keys, point_line
+from loadgen.dispatch import LoadSpec
+
+
+def test_a_stopped_point_counts_what_it_planned_and_never_sent():
+    keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, num_requests=400), {"sent": 60})
+    assert keys == {"num_requests_planned": 400, "num_requests_sent": 60, "num_requests_unsent": 340}
+    # bound by duration: nothing planned by count, so nothing counted as unsent
+    keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, duration_s=30.0), {"sent": 60})
+    assert keys["num_requests_planned"] is None and keys["num_requests_unsent"] is None
+
+
+def test_the_console_says_a_stop_with_the_requests_planned_and_never_sent():
+    m = {"completed": 60, "num_requests": 60, "num_cancelled": 0, "saturated": True, "saturated_after_s": 8.04,
+         "num_requests_planned": 400, "num_requests_sent": 60, "num_requests_unsent": 340}
+    assert point_line("poisson rate=8", m) == (
+        "  poisson rate=8: 60/60 ok; STOPPED as over-saturated after 8.0 s: 60 of 400 planned sent, 340 never "
+        "sent (saturation_reason in summary.json), ")
+
+
+def test_the_console_says_a_point_cancelled_whole():
+    m = {"completed": 0, "num_requests": 15, "num_cancelled": 15, "saturated": False}
+    assert point_line("poisson rate=1", m) == "  poisson rate=1: 0/15 ok, 15 cancelled (all), "
+    m = {"completed": 12, "num_requests": 15, "num_cancelled": 3, "saturated": False}
+    assert point_line("poisson rate=1", m) == "  poisson rate=1: 12/15 ok, 3 cancelled, "
+    assert point_line("x", {"completed": 5, "num_requests": 5, "num_cancelled": 0}) == "  x: 5/5 ok, "
