@@ -42,8 +42,8 @@ Definitions:
   over completed tasks.
 - task SLO (``slo.task_s``): a good task completed with T <= task_s (every completed task is good
   when no task_s is set); ``good_tasks``; ``task_slo_attainment`` = good_tasks / (num_tasks -
-  censored_tasks) (only with task_s).  ``good_task_output_tokens``: the output tokens of the succeeded attempt's calls
-  of the good tasks.
+  censored_tasks) (only with task_s).  ``good_task_output_tokens``: the output tokens of the
+  succeeded attempt's calls of the good tasks.
 - cost (``task_cost``, with the window's ``cost_total``, ``metrics.cost``):
   ``cost_per_completed_task`` = cost_total / completed_tasks, ``cost_per_task_attempt`` =
   cost_total / task_attempts, ``cost_per_mtok_good_task`` = 1e6 x cost_total /
