@@ -276,6 +276,9 @@ class TaskRule:
     success: str = _f("ok", choices=("ok", "rate", "regex"))
     success_rate: float = _f(1.0, gt=0, le=1)
     success_regex: Optional[str] = None
+    # the longest a success_regex match may run on one reply (it runs on the send loop: a
+    # backtracking pattern would stall every send); over it the check fails, saying so in `error`
+    success_regex_timeout_s: float = _f(0.01, gt=0)
     tool_s: float = _f(0.0, ge=0)            # tool time before a call whose line gives no tool_s
     tool_dist: str = _f("fixed", choices=("fixed", "exponential"))  # exponential: mean tool_s
     # a call's prompt: its prefix path, then the messages and replies of its ancestors (every call

@@ -391,8 +391,10 @@ def print_point(s, p: PointRun) -> None:
     if m.get("num_tasks"):
         slo = (f", {m['task_slo_attainment']:.0%} within slo.task_s={m['task_slo_s']:g} s"
                if m.get("task_slo_attainment") is not None else "")
-        print(f"  tasks: {m['completed_tasks']}/{m['num_tasks']} completed, {m['attempts_per_completed_task']:.2f} "
-              f"attempts per completed task, mean task time {m['mean_task_time_ms']:.0f} ms{slo}; "
+        cut = f" ({m['censored_tasks']} censored: cut by the run's end)" if m.get("censored_tasks") else ""
+        print(f"  tasks: {m['completed_tasks']}/{m['num_tasks']} completed{cut}, "
+              f"{m['attempts_per_completed_task']:.2f} attempts per completed task, "
+              f"mean task time {m['mean_task_time_ms']:.0f} ms{slo}; "
               f"{m.get('cost_per_completed_task', float('nan')):.4g} {m.get('cost_currency', '')} per completed task",
               flush=True)
     if m["energy_available"]:

@@ -12,7 +12,10 @@ the end (open loop: as its own task; closed loop: by the same user).  Tasks (DAG
 loadgen/workloads/tasks.py; open loop only): ``followup`` returns a list, the calls the
 ended one made ready, each with its wait; a task's other roots go with its first one
 (``WorkItem.companions``, sent at the same scheduled time), and a sink's success rule is
-judged on its record before it is stored (``check_ok``).
+judged on its record before it is stored (``check_ok``).  With ``duration_s`` no task starts
+after the end, but a started task's calls are still sent during the drain (until
+``duration_s + drain_timeout_s``): cutting them at the end would count the task as not
+completed; what the drain still cuts is counted as censored (``metrics.tasks``).
 
 Timing: requests are prepared (prompt built, body encoded) before they are due and off the
 loop (``loadgen.prepare``); session turns after the first are built on a worker thread
@@ -130,6 +133,7 @@ class Dispatcher:
         self.completed = 0                     # requests whose response is over (the saturation rule counts them)
         self._closed = False
         self._end_ns: int | None = None
+        self._task_end_ns: int | None = None   # the last time a started task's call may be sent
         self.writer = writer
         self.finalize = finalize
         self.on_done = on_done
@@ -227,7 +231,10 @@ class Dispatcher:
 
     async def _send_at(self, rec: RequestRecord, ended: int, item: WorkItem, wait_s: float, payload: bytes) -> None:
         target = ended + int(wait_s * 1e9)
-        if self._end_ns is not None and target > self._end_ns:
+        # a started task's calls may still go during the drain (cut there, the task is censored:
+        # metrics.tasks), a session's later turns not past the end
+        end = self._task_end_ns if item.task_id is not None else self._end_ns
+        if end is not None and target > end:
             return
         # a task's later calls are warm-up calls when the task's first were (sessions: as before)
         nxt = self._record(item, target, rec.warmup and item.task_id is not None)
@@ -298,6 +305,8 @@ class Dispatcher:
             cpu_t0 = time.process_time()  # the client's CPU from here on: building ahead is not counted
             if spec.duration_s is not None:
                 self._end_ns = t0 + int(spec.duration_s * 1e9)
+                if spec.drain_timeout_s is not None:
+                    self._task_end_ns = self._end_ns + int(spec.drain_timeout_s * 1e9)
             if spec.kind == "concurrency":
                 await self._closed_loop(spec, t0)
             else:
@@ -356,7 +365,9 @@ class Dispatcher:
 
     async def _drain(self, spec: LoadSpec) -> None:
         timeout = spec.drain_timeout_s if spec.duration_s is not None else None
-        deadline = perf_ns() + int(timeout * 1e9) if timeout is not None else None
+        # drain_timeout_s counts from the end of duration_s (the last send may come before it):
+        # a started task's calls may be sent until then too (``_task_end_ns``)
+        deadline = max(perf_ns(), self._end_ns or 0) + int(timeout * 1e9) if timeout is not None else None
         while True:  # session turns may add requests while others finish
             waiting = set(self.in_flight) | {f for _r, f in self.pending.values()}
             if not waiting:

@@ -34,7 +34,7 @@ METRICS = {
     "replica_load_imbalance": (False, ""), "replica_kv_usage_imbalance": (False, ""),
     "replica_queue_imbalance": (False, ""), "replica_hit_rate_spread": (False, ""),
     # tasks (metrics.tasks): a cheap attempt can be an expensive result
-    "task_completion_rate": (True, ""), "task_slo_attainment": (True, ""),
+    "task_completion_rate": (True, ""), "task_slo_attainment": (True, ""), "task_censored_rate": (False, ""),
     "attempts_per_completed_task": (False, "attempts"), "cost_per_completed_task": (False, "per task"),
     "cost_per_task_attempt": (False, "per attempt"), "cost_per_mtok_good_task": (False, "per M good-task tok"),
 }

@@ -76,9 +76,11 @@ def test_failed_checks_retries_and_unfinished_attempts():
             call("t5", "a", 1, 0, 100, calls=2),                          # its second call never ran
             call("t6", "a", 1, 0, 100, calls=2), call("t6", "b", 1, 100, 200, parents=["a"], calls=2)]  # no check
     s = task_summary(table(rows))
-    # t6's sink b has check_ok null: not a pass; only t3 completed
-    assert (s["num_tasks"], s["completed_tasks"]) == (4, 1)
-    assert s["task_completion_rate"] == pytest.approx(0.25)
+    # t6's sink b has check_ok null: not a pass; only t3 completed; t5 was cut (its attempt is short
+    # with nothing failed in it): censored, out of the completion rate's denominator
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (4, 1, 1)
+    assert s["task_completion_rate"] == pytest.approx(1 / 3)  # 1 / (4 - 1)
+    assert s["task_censored_rate"] == pytest.approx(0.25)
     assert s["task_attempts"] == 6                       # 2 + 2 + 1 + 1
     assert s["attempts_per_completed_task"] == 6.0       # 6 / 1
     assert s["mean_task_time_ms"] == pytest.approx(300.0)  # t3: 0 to 300
@@ -132,6 +134,33 @@ def test_task_slo_good_task_tokens_and_cost_in_the_summary():
     s = summarize(table(slo_and_cost_rows()), SLO(), *window, cost_cfg=RENTAL)
     assert s["good_tasks"] == 2 and s["good_task_output_tokens"] == 60 and "task_slo_attainment" not in s
     assert s["cost_per_mtok_good_task"] == pytest.approx(1e6 * 0.1 / 60)
+
+
+def test_tasks_cut_by_the_run_end_are_censored_apart_from_failed_ones():
+    rows = [call("ok", "a", 1, 0, 100, check=True),
+            # in flight when the run stopped: cancelled, nothing failed -> censored
+            call("cut1", "a", 1, 0, 100, calls=2), call("cut1", "b", 1, 150, 180, ["a"], 2, status="cancelled"),
+            # its second call was due after the drain's end: never sent -> censored
+            call("cut2", "a", 1, 0, 100, calls=2),
+            # failed, then retried; the retry was cut -> censored (its last attempt decides)
+            call("cut3", "a", 1, 0, 100, check=False), call("cut3", "a", 2, 200, None, status="cancelled",
+                                                              out=0, done_ms=250),
+            # a cancelled row beside a failed one: the attempt failed -> not completed, not censored
+            call("bad", "a", 1, 0, 100, calls=3), call("bad", "b", 1, 120, None, ["a"], 3, status="http_error",
+                                                        out=0, done_ms=130),
+            call("bad", "c", 1, 120, 140, ["a"], 3, status="cancelled"),
+            call("bad2", "a", 1, 0, 100, check=False)]  # failed its check, no attempt left
+    s = summarize(table(rows), SLO(task_s=1.0), 0, 100 * S, cost_cfg=RENTAL)  # cost_total 0.1
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (6, 1, 3)
+    assert s["task_censored_rate"] == pytest.approx(0.5)       # 3 / 6
+    assert s["task_completion_rate"] == pytest.approx(1 / 3)   # 1 / (6 - 3): ok of ok, bad, bad2
+    assert s["task_slo_attainment"] == pytest.approx(1 / 3)    # the same denominator
+    assert s["task_attempts"] == 7                             # 1 + 1 + 1 + 2 + 1 + 1
+    assert s["attempts_per_completed_task"] == 7.0             # every attempt was spent
+    assert s["cost_per_completed_task"] == pytest.approx(0.1)  # the whole window / 1 completed
+    assert s["n_task_time"] == 1
+    every = task_summary(table([call("c", "a", 1, 0, 100, calls=2)]))  # nothing judged
+    assert every["censored_tasks"] == 1 and math.isnan(every["task_completion_rate"])
 
 
 def test_task_cost_with_nothing_completed_is_infinite():
