@@ -54,14 +54,15 @@ FRACTIONS = {"error_rate", "slo_attainment", "engine_prefix_cache_hit_rate", "ta
              "task_slo_attainment"}
 
 
-def absolute_margin(metric: str, margin: float, newest_mean: float) -> float:
-    """The margin for an absolute difference B - A, used where A's mean is 0 (no relative one):
-    for a share in [0, 1] (:data:`FRACTIONS`, ``*_rate``, ``*attainment``) ``margin`` itself,
-    in points (0.02 = 2 percentage points); for any other metric ``margin`` · |B's mean| (a
-    move off zero counts when it is beyond the margin's share of where it landed)."""
+def absolute_margin(metric: str, margin: float, scale: float) -> float:
+    """The margin for an absolute difference B - A, used where A's or B's mean is 0 (no relative
+    one): for a share in [0, 1] (:data:`FRACTIONS`, ``*_rate``, ``*attainment``) ``margin``
+    itself, in points (0.02 = 2 percentage points); for any other metric ``margin`` · ``scale``,
+    the larger of the two means' magnitudes (a move off or onto zero counts when it is beyond
+    the margin's share of the side that is not zero)."""
     if metric in FRACTIONS or (direction(metric)[1] == "" and metric.endswith(("_rate", "attainment"))):
         return margin
-    return margin * abs(newest_mean) if math.isfinite(newest_mean) else margin
+    return margin * abs(scale) if math.isfinite(scale) else margin
 
 
 def comparable(metric: str, columns) -> bool:
@@ -186,8 +187,8 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
     differences from ``baseline`` (at ``difference_confidence``: the point's metrics are one
     family, or ``family`` verdicts where the caller judges more: every metric at every point).
     Every row of a group at a point is one replicate of it (a repeat, or a block);
-    ``replicates`` says how many each group has.  A metric whose baseline mean is 0 is judged
-    by its absolute difference (margin: :func:`absolute_margin`)."""
+    ``replicates`` says how many each group has.  A metric whose mean is 0 on either side is
+    judged by its absolute difference (margin: :func:`absolute_margin`)."""
     family = family or len(metrics)
     dconf = difference_confidence(confidence, family, adjust)
     labels: list[str] = []
@@ -212,7 +213,7 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
                 if name == baseline or base is None:
                     continue
                 diff = difference(base, t, m, paired=paired, confidence=dconf, labels=(baseline, name))
-                am = absolute_margin(m, margin, diff.b.value)
+                am = absolute_margin(m, margin, max(abs(diff.a.value), abs(diff.b.value)))
                 v = verdict(diff, margin=margin, higher_is_better=higher, confidence=dconf, absolute_margin=am)
                 entry["vs_baseline"][name] = {"difference": diff.to_dict(), "verdict": v.outcome, "text": v.text,
                                               "judged": v.judged, "margin": v.margin}

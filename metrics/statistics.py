@@ -411,11 +411,14 @@ class Difference:
 
     @property
     def judged(self) -> str:
-        """``absolute`` where A's mean is exactly 0 and B - A has an interval (a relative
-        difference against zero is undefined: an error rate that was 0 is judged by how far it
-        moved), ``relative`` otherwise."""
-        a0 = self.a.value == 0 and not math.isnan(self.absolute.low) and not math.isnan(self.absolute.high)
-        return "absolute" if a0 else "relative"
+        """``absolute`` where A's or B's mean is exactly 0 and B - A has an interval, ``relative``
+        otherwise.  A relative difference against zero is undefined (an error rate that was 0 is
+        judged by how far it moved), and one to zero is -100 % with a zero-width interval when B
+        never varies (no error in any run of B: an error rate that fell from 0.005 to 0 is not a
+        certain 100 % improvement)."""
+        zero = self.a.value == 0 or self.b.value == 0
+        has = not math.isnan(self.absolute.low) and not math.isnan(self.absolute.high)
+        return "absolute" if zero and has else "relative"
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("paired", "dropped", "note", "method", "judged")}
