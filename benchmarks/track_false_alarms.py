@@ -34,8 +34,14 @@ import numpy as np
 import pyarrow as pa
 
 from conf.schema import COMPARED_METRICS
-from metrics.comparison import (absolute_margin, comparable, difference, difference_confidence, direction,
-                                launch_replicates)
+from metrics.comparison import (
+    absolute_margin,
+    comparable,
+    difference,
+    difference_confidence,
+    direction,
+    launch_replicates,
+)
 from metrics.statistics import verdict
 
 # metric -> (level, sd between repeats of one launch, sd between launches), on the log scale
@@ -122,11 +128,10 @@ def main() -> None:
                 c[0] += fails
                 c[1] += changed
         for (reps, adjust), (fails, changed) in counts.items():
-            used = reps
             if reps == "launches" and launches == 1 and n_base == 1:
-                used = "repeats"  # one launch a side: nothing to collapse, the same as repeats
+                continue  # one launch a side: nothing to collapse, the same as repeats
             corr = f"bonferroni ({len(metrics)} at 99.55 %)" if adjust == "bonferroni" else "none (each at 95 %)"
-            print(f"{name:<34} {used:<10} {corr:<26} {fails / a.trials:>10.1%} {changed / a.trials:>11.1%}")
+            print(f"{name:<34} {reps:<10} {corr:<26} {fails / a.trials:>10.1%} {changed / a.trials:>11.1%}")
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

@@ -21,8 +21,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metrics.statistics import (Difference, Estimate, mean_ci, paired_difference, ratio_ci, ratio_difference,
-                                unpaired_difference, verdict)
+from metrics.statistics import (
+    Difference,
+    Estimate,
+    mean_ci,
+    paired_difference,
+    ratio_ci,
+    ratio_difference,
+    unpaired_difference,
+    verdict,
+)
 
 # metric -> (higher is better, unit)
 METRICS = {
@@ -48,7 +56,7 @@ RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
           "cost_per_mtok_good_task": ("cost_total", "good_task_output_tokens", 1e6)}
 
 
-# shares in [0, 1]: where the baseline is 0 their absolute difference is judged in points
+# shares in [0, 1]: where a side's mean is 0 their absolute difference is judged in points
 # (margin 0.02 = 2 percentage points)
 FRACTIONS = {"error_rate", "slo_attainment", "engine_prefix_cache_hit_rate", "task_completion_rate",
              "task_slo_attainment"}

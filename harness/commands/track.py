@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
                                  "when it was the newest (default: the newest)")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02,
-                    help="smallest relative change that counts (0.02); where the baseline is 0, the smallest "
+                    help="smallest relative change that counts (0.02); where a side's mean is 0, the smallest "
                          "absolute one: 0.02 = 2 points for a rate")
     ap.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (0.95)")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default="bonferroni",

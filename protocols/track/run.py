@@ -7,8 +7,15 @@ from pathlib import Path
 
 from protocols.track.history import load_history
 from protocols.track.page import write_track_page
-from protocols.track.verdicts import (CANNOT_JUDGE, compare_newest, default_metrics, gate_message, history,
-                                      position, size)
+from protocols.track.verdicts import (
+    CANNOT_JUDGE,
+    compare_newest,
+    default_metrics,
+    gate_message,
+    history,
+    position,
+    size,
+)
 
 # tokenfactory track --gate's exit codes (harness/commands/track.py, docs/commands/track.md)
 PASSED, REGRESSED, ERROR, CANNOT = 0, 1, 2, 3
@@ -86,7 +93,7 @@ def format_result(result: dict) -> str:
     how = "; ".join(f"{side}: {'engine launches' if kind == 'launches' else one}" for side, kind in reps.items())
     lines = [f"newest {result['newest']['version']} ({result['newest']['name']}) against {base} "
              f"[{result['baseline_spec']}], unpaired, {level}, margin ±{result['margin']:.0%} "
-             f"(±{result['margin'] * 100:.3g} points for a rate whose baseline is 0); replicates: {how}"]
+             f"(±{result['margin'] * 100:.3g} points for a rate where a side is 0); replicates: {how}"]
     if result.get("rejected"):
         lines.append("  left out of the window, rejected by the gate: " + ", ".join(
             f"{e['version']} ({e['name']})" for e in result["rejected"]) + " (--keep-rejected pools them)")

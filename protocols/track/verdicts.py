@@ -13,8 +13,8 @@ baseline, metric by metric, with the comparison's intervals and margin (``metric
   (``metrics.comparison.launch_replicates``) where a side has runs of a point from at least two
   (blocks of an experiment, the experiments of a window), else the repeats of the one launch,
   whose interval then misses the launch-to-launch spread (the output says which).
-- A baseline of 0 (an error rate that was 0): the absolute difference is judged, the margin
-  in points for a rate (``metrics.comparison.absolute_margin``).
+- A mean of 0 on either side (an error rate that was 0, or fell to 0): the absolute difference
+  is judged, the margin in points for a rate (``metrics.comparison.absolute_margin``).
 - Per metric and load point: ``regressed`` when the interval of the relative difference
   excludes zero and the effect is beyond the margin in the worse direction, ``improved`` the
   same the better way, ``no significant change`` otherwise (a significant effect inside the
@@ -289,9 +289,10 @@ def size(f: dict) -> str:
     """A finding's difference and interval: relative in %, absolute (a baseline of 0) in points
     for a share, else in the metric's unit."""
     if f["judged"] == "absolute":
+        why = f"(absolute: the {'baseline' if f.get('baseline') == 0 else 'newest'} is 0)"
         if f["unit"] == "":
-            return f"{_pp(f['relative'])} [{_pp(f['low'])}, {_pp(f['high'])}] (absolute: the baseline is 0)"
-        return f"{f['relative']:+.4g} [{f['low']:+.4g}, {f['high']:+.4g}] {f['unit']} (absolute: the baseline is 0)"
+            return f"{_pp(f['relative'])} [{_pp(f['low'])}, {_pp(f['high'])}] {why}"
+        return f"{f['relative']:+.4g} [{f['low']:+.4g}, {f['high']:+.4g}] {f['unit']} {why}"
     return f"{_pct(f['relative'])} [{_pct(f['low'])}, {_pct(f['high'])}]"
 
 
