@@ -89,8 +89,12 @@ def format_result(result: dict) -> str:
         level = (f"differences at {result['difference_confidence']:.0%} each, no correction over the "
                  f"{result['family']} verdicts")
     reps = result["replicates"]
-    one = "repeats of one launch (the launch-to-launch spread is not in the interval)"
-    how = "; ".join(f"{side}: {'engine launches' if kind == 'launches' else one}" for side, kind in reps.items())
+    if len(set(reps.values())) == 1:
+        how = "engine launches on both sides" if "launches" in reps.values() else \
+            "repeats of one launch on both sides (the spread between launches is not in the intervals)"
+    else:
+        how = "; ".join(f"{side}: {'engine launches' if kind == 'launches' else 'repeats of one launch'}"
+                        for side, kind in reps.items())
     lines = [f"newest {result['newest']['version']} ({result['newest']['name']}) against {base} "
              f"[{result['baseline_spec']}], unpaired, {level}, margin ±{result['margin']:.0%} "
              f"(±{result['margin'] * 100:.3g} points for a rate where a side is 0); replicates: {how}"]

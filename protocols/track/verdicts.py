@@ -256,7 +256,8 @@ def history(entries: list[TrackEntry], metrics: list[str], confidence: float = 0
                     rel = vs["difference"][vs["judged"]]
                     changes.append({"index": i, "label": p["label"], "metric": m, "outcome": outcome,
                                     "relative": _num(rel.get("value")), "low": _num(rel.get("low")),
-                                    "high": _num(rel.get("high")), "judged": vs["judged"]})
+                                    "high": _num(rel.get("high")), "judged": vs["judged"],
+                                    "baseline": _num(entry["per_config"][BASELINE].get("value"))})
     return {"experiments": [describe(e) for e in entries], "per_experiment": per, "changes": changes,
             "breaks": [i for i in range(1, len(entries)) if differing(entries[i], [entries[i - 1]])]}
 
@@ -276,12 +277,12 @@ def gate_message(result: dict) -> str:
     lines = []
     for f in result["regressions"]:
         lines.append(f"regressed: {f['metric']} at {f['label']}: {size(f)} beyond the {margin_text(f)} margin "
-                     f"({f['newest']:.4g} against {f['baseline']:.4g} {f['unit']}): {who}")
+                     f"({f['newest']:.4g} against {f['baseline']:.4g}{_unit(f)}): {who}")
     if not result.get("newest_runs", 1):
         lines.append(f"cannot judge: the newest experiment has no point runs: {who}")
     for f in result.get("unjudged", []):
-        lines.append(f"cannot judge: {f['metric']} at {f['label']}: {f['reason']} (baseline {f['baseline']:.4g} "
-                     f"{f['unit']}): {who}")
+        lines.append(f"cannot judge: {f['metric']} at {f['label']}: {f['reason']} (baseline "
+                     f"{f['baseline']:.4g}{_unit(f)}): {who}")
     return "\n".join(lines)
 
 
@@ -300,6 +301,10 @@ def margin_text(f: dict) -> str:
     if f["judged"] == "absolute":
         return f"±{f['margin'] * 100:.3g} points" if f["unit"] == "" else f"±{f['margin']:.4g} {f['unit']}"
     return f"±{f['margin']:.0%}"
+
+
+def _unit(f: dict) -> str:
+    return f" {f['unit']}" if f["unit"] else ""
 
 
 def _pp(x) -> str:
