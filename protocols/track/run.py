@@ -76,7 +76,7 @@ def format_history(hist: dict, metrics: list[str]) -> str:
             lines.append(f"       {lab}: " + "; ".join(cells))
     for c in hist["changes"]:
         lines.append(f"  change at {c['index'] + 1}: {c['metric']} ({c['label']}) {c['outcome']} "
-                     + size({**c, "unit": "" if c["judged"] == "absolute" else "%"}))
+                     + size(c))
     return "\n".join(lines)
 
 

@@ -257,7 +257,8 @@ def history(entries: list[TrackEntry], metrics: list[str], confidence: float = 0
                     changes.append({"index": i, "label": p["label"], "metric": m, "outcome": outcome,
                                     "relative": _num(rel.get("value")), "low": _num(rel.get("low")),
                                     "high": _num(rel.get("high")), "judged": vs["judged"],
-                                    "baseline": _num(entry["per_config"][BASELINE].get("value"))})
+                                    "baseline": _num(entry["per_config"][BASELINE].get("value")),
+                                    "unit": entry["unit"]})
     return {"experiments": [describe(e) for e in entries], "per_experiment": per, "changes": changes,
             "breaks": [i for i in range(1, len(entries)) if differing(entries[i], [entries[i - 1]])]}
 
