@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
                "  1  regressed: a metric's interval excludes zero and the effect is beyond the margin\n"
                "  2  error: no such track or baseline, conditions that differ, a bad flag\n"
                "  3  cannot judge: a metric the baseline has cannot be compared on the newest (no point runs,\n"
-               "     an infinite cost: no good tokens, one run: no interval); never a pass\n"
+               "     the metric missing, an infinite cost: no good tokens, one run: no interval); never a pass\n"
                "without --gate: 0, or 2 for an error")
     ap.add_argument("name", help="the tracked benchmark (the experiments ran with track=NAME)")
     ap.add_argument("--gate", action="store_true", help="exit 1 on a regression beyond the margin, 3 when a "

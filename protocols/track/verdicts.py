@@ -127,9 +127,12 @@ def _labels(tables: list[pa.Table]) -> list[str]:
 
 
 def default_metrics(tables: list[pa.Table]) -> list[str]:
+    """The default metrics (``conf.schema.COMPARED_METRICS``) any of ``tables`` has: a metric the
+    baseline has and the newest lacks is judged, and cannot be (the gate fails closed), rather
+    than dropped from the comparison."""
     from conf.schema import COMPARED_METRICS
 
-    cols = set.intersection(*(set(t.column_names) for t in tables))
+    cols = set.union(*(set(t.column_names) for t in tables)) if tables else set()
     return [m for m in COMPARED_METRICS if comparable(m, cols)]
 
 
@@ -180,7 +183,7 @@ def judge(newest: TrackEntry, base: list[TrackEntry], metrics: list[str] | None,
                          "fixed:\n" + "\n".join(lines) + f"\nif that difference is meant, say so: --allow "
                          f"{','.join(refused)}")
     raw = {BASELINE: _pooled(base), NEWEST: _launches(newest)}
-    metrics = metrics or default_metrics([t for t in raw.values() if t.num_rows])
+    metrics = metrics or default_metrics(list(raw.values()))
     groups, replicates = {}, {}
     for side, t in raw.items():
         groups[side], collapsed = launch_replicates(t, metrics)

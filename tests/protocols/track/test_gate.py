@@ -86,6 +86,14 @@ def test_no_good_tokens_on_the_newest_an_infinite_cost_cannot_be_judged_exit_3(m
     assert [f["metric"] for f in record(tmp_path)["unjudged"]] == ["cost_per_mtok_good"]
 
 
+def test_a_metric_the_newest_no_longer_reports_cannot_be_judged_exit_3(monkeypatch, tmp_path, capsys):
+    newest = [{k: v for k, v in r.items() if k != "error_rate"} for r in rows(seed=1)]
+    entries = [entry(0, rows(seed=0)), entry(1, newest)]
+    assert gate(monkeypatch, tmp_path, entries) == 3
+    assert "cannot judge: error_rate at rate=4: the newest has no value for it (baseline 0)" in capsys.readouterr().err
+    assert "error_rate" in record(tmp_path)["metrics"]
+
+
 def test_one_run_each_gives_no_interval_and_the_gate_fails_closed(monkeypatch, tmp_path, capsys):
     entries = [entry(0, rows(n=1, seed=0)), entry(1, rows(n=1, seed=1, ttft=200))]
     assert gate(monkeypatch, tmp_path, entries) == 3
