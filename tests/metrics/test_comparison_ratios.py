@@ -88,3 +88,19 @@ def test_an_error_rate_that_fell_to_zero_is_no_certain_improvement():
     vs = p["metrics"]["error_rate"]["vs_baseline"]["b"]
     assert (vs["judged"], vs["verdict"]) == ("absolute", "equivalent")
     assert vs["difference"]["absolute"]["low"] == pytest.approx(-0.005 - 2.776445 * 0.0111803 / 5 ** 0.5, abs=1e-6)
+
+
+def test_launches_as_replicates_mean_the_repeats_and_sum_the_ratio_totals():
+    from metrics.comparison import launch_replicates
+
+    t = pa.table({"label": ["p"] * 4, "block": [0, 0, 1, 1], "p99_ttft_ms": [10.0, 20.0, 30.0, 50.0],
+                  "cost_total": [1.0, 1.0, 2.0, 2.0], "good_output_tokens": [1e6, 3e6, 1e6, 1e6]})
+    out, collapsed = launch_replicates(t, ["p99_ttft_ms", "cost_per_mtok_good"])
+    assert collapsed and out.num_rows == 2
+    assert out.column("p99_ttft_ms").to_pylist() == [15.0, 40.0]
+    assert out.column("cost_total").to_pylist() == [2.0, 4.0]          # summed: the ratio of totals is kept
+    assert out.column("good_output_tokens").to_pylist() == [4e6, 2e6]
+    assert out.column("repeats").to_pylist() == [2, 2]
+    # one launch: the repeats stay the replicates
+    same, collapsed = launch_replicates(t.slice(0, 2), ["p99_ttft_ms"])
+    assert not collapsed and same.num_rows == 2
