@@ -702,7 +702,7 @@ OUTCOMES = ("a_better", "b_better", "equivalent", "no_significant_difference", "
 class Verdict:
     """``outcome``: one of :data:`OUTCOMES`; ``text`` for people; ``significant``: the interval
     excludes zero (true also for an effect too small to win); ``judged``: ``relative`` (the
-    interval of (B - A)/A against ``margin``) or ``absolute`` (A was 0: B - A against
+    interval of (B - A)/A against ``margin``) or ``absolute`` (a side's mean was 0: B - A against
     ``margin``, in the metric's unit)."""
 
     outcome: str
@@ -733,7 +733,7 @@ def verdict(diff: Difference | Estimate, margin: float = 0.02, higher_is_better:
       0 but is not inside the margin);
     - ``insufficient_data`` when the interval is missing (fewer than 2 blocks, undefined ratio).
 
-    Where A's mean is 0 (``Difference.judged == "absolute"``: an error rate that was 0) the
+    Where A's or B's mean is 0 (``Difference.judged == "absolute"``: an error rate that was 0) the
     relative difference is undefined; the same rules then apply to the absolute difference
     B - A and its interval, with ``absolute_margin`` (in the metric's unit; default ``margin``:
     for a rate, 0.02 = 2 percentage points).
@@ -759,7 +759,7 @@ def verdict(diff: Difference | Estimate, margin: float = 0.02, higher_is_better:
     if rel.n < 2 or any(math.isnan(x) for x in (v, lo, hi)):
         return make("insufficient_data", f"insufficient data to compare {lb} with {la} ({rel.note or 'no interval'})")
     if absolute:
-        detail = (f"{lb} - {la} = {v:+.4g} [{lo:+.4g}, {hi:+.4g}] at {conf}, n={rel.n} ({la} is 0: the absolute "
+        detail = (f"{lb} - {la} = {v:+.4g} [{lo:+.4g}, {hi:+.4g}] at {conf}, n={rel.n} (a mean of 0: the absolute "
                   f"difference is judged); margin ±{margin:.4g}; {'higher' if higher_is_better else 'lower'} is better")
     else:
         detail = (f"({lb} - {la})/{la} = {v:+.1%} [{lo:+.1%}, {hi:+.1%}] at {conf}, n={rel.n}; "
