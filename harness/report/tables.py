@@ -139,7 +139,10 @@ def comparison_table(data: ReportData) -> str:
                              f"{esc(fmt_est((e.get('per_config') or {}).get(n)))}</td>")
             for n in others:
                 vs = (e.get("vs_baseline") or {}).get(n) or {}
-                cells.append(esc(fmt_est((vs.get("difference") or {}).get("relative"), pct=True)))
+                if vs.get("judged") == "absolute":  # a side was 0: the difference judged is B - A
+                    cells.append(esc(fmt_est((vs.get("difference") or {}).get("absolute")) + " (absolute)"))
+                else:
+                    cells.append(esc(fmt_est((vs.get("difference") or {}).get("relative"), pct=True)))
             for n in others:
                 vs = (e.get("vs_baseline") or {}).get(n) or {}
                 outcome = vs.get("verdict") or ""

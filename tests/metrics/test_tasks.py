@@ -193,20 +193,22 @@ def test_the_seeds_example_a_is_cheaper_per_completed_task_b_per_attempt():
     assert m["cost_per_task_attempt"]["per_config"]["B"]["value"] == pytest.approx(0.05)  # 1.2 / 24 attempts
     assert m["attempts_per_completed_task"]["per_config"]["A"]["value"] == pytest.approx(1.0)   # 12 / 12
     assert m["attempts_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(2.0)   # 24 / 12
-    # paired by block, B/A per completed task: 0.100/0.08, 0.104/0.08, 0.096/0.08 = 1.25, 1.30, 1.20;
-    # logs 0.22314, 0.26236, 0.18232: mean 0.22261, sd 0.04002, se 0.02311, t(0.975, 2) = 4.3027:
-    # exp(0.22261 -+ 0.09942) = [1.1311, 1.3800]; the geometric mean 1.95^(1/3) = 1.24933
+    # the difference is judged on the values shown (one definition, metrics.statistics.ratio_difference):
+    # R_B/R_A - 1 = 0.10/0.08 - 1 = +25 % exactly (a mean of per-block ratios would give 1.95^(1/3) - 1 =
+    # +24.93 %).  Interval, paired, delta on ln R: u_i = (num_i - R den_i)/(mean(den) R): A 0, 0, 0;
+    # B (0.400 - 0.4, 0.416 - 0.4, 0.384 - 0.4)/0.4 = 0, +0.04, -0.04; sd 0.04, se 0.04/sqrt(3) = 0.023094,
+    # t(0.975, 2) = 4.3027: 1.25 x exp(-+0.099367) = [1.13177, 1.38058]
     vs = per_task["vs_baseline"]["B"]
     rel = vs["difference"]["relative"]
-    assert rel["value"] == pytest.approx(0.24933, abs=1e-4)
-    assert rel["low"] == pytest.approx(0.1311, abs=1e-3) and rel["high"] == pytest.approx(0.3800, abs=1e-3)
+    assert rel["value"] == pytest.approx(0.25, abs=1e-12)
+    assert rel["low"] == pytest.approx(0.13177, abs=1e-5) and rel["high"] == pytest.approx(0.38058, abs=1e-5)
     assert vs["verdict"] == "a_better"  # lower cost is better and B is 25 % dearer per completed task
-    # per attempt the same ratios halved (0.625, 0.65, 0.60): B 37.5 % cheaper, [-43.4 %, -31.0 %]
+    # per attempt: 0.05/0.08 = 0.625, the same u: B 37.5 % cheaper, 0.625 x exp(-+0.099367) - 1
     vs = m["cost_per_task_attempt"]["vs_baseline"]["B"]
     rel = vs["difference"]["relative"]
-    assert rel["value"] == pytest.approx(0.5 * 1.24933 - 1, abs=1e-4)
-    assert rel["low"] == pytest.approx(0.5 * 1.1311 - 1, abs=1e-3)
-    assert rel["high"] == pytest.approx(0.5 * 1.3800 - 1, abs=1e-3)
+    assert rel["value"] == pytest.approx(-0.375, abs=1e-12)
+    assert rel["low"] == pytest.approx(-0.43412, abs=1e-5)
+    assert rel["high"] == pytest.approx(-0.30971, abs=1e-5)
     assert vs["verdict"] == "b_better"
     assert m["attempts_per_completed_task"]["vs_baseline"]["B"]["verdict"] == "a_better"
     text = format_comparison(ab_comparison())
@@ -241,7 +243,10 @@ def test_runs_without_tasks_compare_without_task_metrics_and_nan_does_not_crash(
     (point,) = compare_tables(groups, ["cost_per_completed_task", "p50_task_time_ms"], "A", paired=True)
     assert point["metrics"]["p50_task_time_ms"]["vs_baseline"]["B"]["difference"]["absolute"]["n"] == 2
     vs = point["metrics"]["cost_per_completed_task"]["vs_baseline"]["B"]
-    # the infinite block has no log ratio: the 2 others (1.30, 1.20) are too few to tell, at 95 %
-    assert vs["difference"]["relative"]["n"] == 2 and vs["verdict"] == "no_significant_difference"
+    # the block that completed nothing keeps its cost in the ratio of totals (the value shown):
+    # B 1.2/8 = 0.15 against A 0.08 is +87.5 %, all 3 blocks; its spread (influences 1.0, -0.46,
+    # -0.54 on ln R_B) leaves that inside the interval at 95 %
+    rel = vs["difference"]["relative"]
+    assert rel["n"] == 3 and rel["value"] == pytest.approx(0.875) and vs["verdict"] == "no_significant_difference"
     # B's estimate is still the ratio of totals: (0.40 + 0.416 + 0.384) / (0 + 4 + 4) = 0.15
     assert point["metrics"]["cost_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(0.15)
