@@ -55,6 +55,9 @@ def test_midpoint_within_the_stated_bound_at_any_thresholds(n):
         assert b.tokens_low <= tokens <= b.tokens_high, t
         assert abs(b.attainment - good / n) <= b.error + 1e-12
         assert b.error * 100 <= sh.WORST_CASE_PP + 1e-9
+        # good tokens: within the page's per-run bound, itself at most 0.5 % of the run's output tokens
+        assert abs(b.tokens - tokens) <= b.tokens_error * h["tokens"] + 1e-9
+        assert b.tokens_error * 100 <= sh.WORST_CASE_PP + 1e-9
         worst = max(worst, b.error)
     assert sh.WORST_CASE_PP == 0.5
     assert worst > 0  # the test's thresholds did land inside bins
