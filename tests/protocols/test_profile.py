@@ -1,0 +1,178 @@
+"""protocol=profile: its plan (the ladders as runs), its record's mocker file (read back the way
+Dynamo's mocker reads it) and, marked, whole runs against the fake server (slow: the figures
+against its configured timing) and `transformers serve` (integration)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conf.compose import compose_config
+from harness.errors import UserError
+from metrics import profile as fit
+from protocols.profile import record
+from protocols.profile.plan import DECODE, PREFILL, profile_steps
+from protocols.profile.run import plan
+from protocols.registry import get_protocol
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cfg(*overrides):
+    return compose_config(["protocol=profile", "workload=synthetic", *overrides])
+
+
+def test_plan_is_a_prefill_ladder_then_decode_ladders():
+    cfg = _cfg("protocol.prefill_lengths=[64,256]", "protocol.prefill_requests=3",
+               "protocol.decode_prompt_lengths=[128,1024]", "protocol.decode_concurrency=[1,4]",
+               "protocol.decode_output_tokens=32", "protocol.decode_waves=2", "protocol.warmup_requests=0")
+    steps = plan(cfg)
+    assert [s.spec.label for s in steps] == ["prefill in=64", "prefill in=256", "decode in=128 c=1",
+                                              "decode in=128 c=4", "decode in=1024 c=1", "decode in=1024 c=4"]
+    assert [s.phase for s in steps] == [PREFILL] * 2 + [DECODE] * 4
+    # prefill: one output token, one request at a time; decode: concurrency x waves requests
+    assert [(s.prompt_tokens, s.output_tokens, s.spec.load["concurrency"], s.spec.load["num_requests"])
+            for s in steps] == [(64, 1, 1, 3), (256, 1, 1, 3), (128, 32, 1, 2), (128, 32, 4, 8),
+                                (1024, 32, 1, 2), (1024, 32, 4, 8)]
+    assert {s.spec.load["kind"] for s in steps} == {"concurrency"}
+    assert {s.spec.load["warmup_requests"] for s in steps} == {0}
+    assert len({s.spec.subdir for s in steps}) == 6 and [s.spec.index for s in steps] == list(range(6))
+    assert steps[3].workload == {"input_tokens": 128, "output_tokens": 32, "input_dist": {"kind": "fixed"},
+                                 "output_dist": {"kind": "fixed"}}
+
+
+def test_default_plan_fits_the_tiny_models_context():
+    cfg = _cfg()
+    steps = plan(cfg)
+    assert len(steps) == 6 + 2 * 5
+    assert max(s.prompt_tokens + s.output_tokens for s in steps) <= 2048
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["workload=azure"], "runs workload=synthetic, not workload=azure"),
+    (["protocol.prefill_lengths=[128]"], "at least 2 distinct lengths"),
+    (["protocol.decode_prompt_lengths=[64]", "protocol.decode_concurrency=[1]"], "the decode fit needs at least 2"),
+    (["engine.max_model_len=512", "protocol.prefill_lengths=[64,600]"],
+     r"protocol.prefill_lengths: \[600\] \+ 1 output token\(s\) exceed the engine's max length 512"),
+    (["protocol.decode_concurrency=[0,2]"], r"protocol.decode_concurrency\[0\]=0: must be >= 1"),
+])
+def test_a_bad_plan_is_one_clear_error(overrides, message):
+    with pytest.raises(UserError, match=message):
+        plan(_cfg(*overrides))
+
+
+def test_profile_is_a_protocol_of_the_registry():
+    p = get_protocol("profile")
+    assert p.design.name == "profile" and not p.design.in_blocks
+
+
+def _tables():
+    pre = {"a_ms": 10.0, "b_ms_per_token": 0.02, "c_ms_per_token2": 1e-5}
+    dec = {"alpha_ms": 6.0, "beta_ms_per_seq": 0.5, "gamma_ms_per_kv_token": 1e-4}
+    return fit.mocker_tables(pre, dec, isl_range=(64, 1792), kv_max=16 * 1088, ctx_max=1088, resolution=7)
+
+
+def test_mocker_file_reads_back_as_dynamo_reads_it(tmp_path):
+    path = tmp_path / record.MOCKER_FILE
+    record.write_mocker_npz(path, _tables())
+    assert not list(tmp_path.glob("*.partial"))
+    # the mocker's check (dynamo/mocker/utils/planner_profiler_perf_data_converter.py,
+    # is_mocker_format_npz): a .npz file holding these five keys ...
+    with np.load(path) as data:
+        assert {"prefill_isl", "prefill_ttft_ms", "decode_active_kv_tokens", "decode_context_length",
+                "decode_itl"}.issubset(data.keys())
+        arrays = {k: data[k] for k in data.keys()}
+    # ... and its Rust reader (PerfModel::from_npz): float64 arrays, 1-D but decode_itl, whose
+    # rows run along decode_active_kv_tokens and columns along decode_context_length; both
+    # interpolation axes strictly increasing
+    assert all(a.dtype == np.float64 for a in arrays.values())
+    assert arrays["prefill_isl"].shape == arrays["prefill_ttft_ms"].shape == (7,)
+    assert arrays["decode_itl"].shape == (arrays["decode_active_kv_tokens"].size, arrays["decode_context_length"].size)
+    for k in ("prefill_isl", "decode_active_kv_tokens", "decode_context_length"):
+        assert np.all(np.diff(arrays[k]) > 0), k
+    assert arrays["prefill_ttft_ms"][0] == pytest.approx(10 + 0.02 * 64 + 1e-5 * 64 ** 2)
+    assert arrays["decode_itl"][-1, -1] == pytest.approx(6 + 0.5 * 16 + 1e-4 * 16 * 1088)
+
+
+def test_mocker_file_with_a_misshapen_table_is_not_written(tmp_path):
+    t = _tables()
+    t["decode_itl"] = t["decode_itl"][:, :3]
+    with pytest.raises(ValueError, match=r"decode_itl has shape \(7, 3\), not \(kv, context\) = \(7, 7\)"):
+        record.write_mocker_npz(tmp_path / record.MOCKER_FILE, t)
+    assert not list(tmp_path.iterdir())
+
+
+def test_dynamos_own_check_accepts_the_file(tmp_path):
+    conv = pytest.importorskip("dynamo.mocker.utils.planner_profiler_perf_data_converter")
+    path = tmp_path / record.MOCKER_FILE
+    record.write_mocker_npz(path, _tables())
+    assert conv.is_mocker_format_npz(path)
+
+
+# --- whole runs -----------------------------------------------------------------------------
+TTFT_MS, GAP_MS, CHUNKS = 40.0, 10.0, 8
+
+
+@pytest.mark.slow
+def test_profile_of_the_fake_server_recovers_its_timing(tmp_path, mlflow_uri, tiny_model):
+    """The fake answers every request after TTFT_MS, then CHUNKS tokens GAP_MS apart, whatever the
+    prompt length or concurrency: the prefill fit is flat at TTFT_MS (plus the client's own
+    sub-millisecond path) and the step GAP_MS at every batch."""
+    from tests.fake_server import FakeServer
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": mlflow_uri}
+    with FakeServer() as srv:
+        p = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "run", "protocol=profile", "engine=openai",
+             f"engine.base_url={srv.base_url}", f"engine.model=fake-ttft_ms:{TTFT_MS:g}-gap_ms:{GAP_MS:g}-n:{CHUNKS}",
+             f"engine.tokenizer={tiny_model}", "engine.continuous_usage=true", "progress=false",
+             f"output_dir={tmp_path}/out", "protocol.prefill_lengths=[32,64,128]", "protocol.prefill_requests=3",
+             "protocol.decode_prompt_lengths=[32,96]", "protocol.decode_concurrency=[1,4]",
+             f"protocol.decode_output_tokens={CHUNKS}", "protocol.decode_waves=1", "protocol.warmup_requests=0",
+             "protocol.resolution=5"],
+            capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    out = tmp_path / "out"
+    rec = json.loads((out / record.PROFILE_FILE).read_text())
+    assert rec["runs_finished"] == rec["runs_planned"] == 3 + 4
+    # every measurement has its requests: one folder per ladder step
+    assert len(list(out.rglob("requests.parquet"))) == 7
+    pre, dec = rec["prefill_fit"], rec["decode_fit"]
+    for pt in rec["prefill_points"]:
+        assert pt["requests"] == 3 and TTFT_MS <= pt["prefill_ms"] < TTFT_MS + 15
+    for L, y in zip(pre["prompt_tokens"], pre["fitted_ms"]):
+        assert TTFT_MS <= y < TTFT_MS + 15, (L, y)
+    for pt in rec["decode_points"]:
+        assert pt["requests"] == pt["concurrency"] and GAP_MS <= pt["step_ms"] < GAP_MS + 4
+        assert pt["batch"] == pytest.approx(pt["concurrency"], rel=0.1)
+    assert all(GAP_MS - 1 <= y < GAP_MS + 4 for y in dec["fitted_ms"])
+    with np.load(out / record.MOCKER_FILE) as data:
+        assert data["decode_itl"].shape == (5, 5) and data["prefill_isl"].tolist() == [32.0, 56.0, 80.0, 104.0, 128.0]
+        assert np.all((data["prefill_ttft_ms"] >= TTFT_MS) & (data["prefill_ttft_ms"] < TTFT_MS + 15))
+    exp = json.loads((out / "experiment.json").read_text())
+    assert exp["protocol"] == "profile" and exp["status"] == "complete" and len(exp["load_points"]) == 7
+
+
+@pytest.mark.integration
+def test_profile_of_transformers_serve(tmp_path):
+    """The embedded engine (`transformers serve`, the tiny model) on a tiny ladder: every step
+    runs, both fits are made from positive figures, and the mocker's file is written."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "protocol=profile", "engine=transformers", "progress=false",
+         "mlflow.enabled=false", f"output_dir={tmp_path}/out", "protocol.prefill_lengths=[32,512]",
+         "protocol.prefill_requests=2", "protocol.decode_prompt_lengths=[32,512]", "protocol.decode_concurrency=[1,2]",
+         "protocol.decode_output_tokens=8", "protocol.decode_waves=1", "protocol.warmup_requests=0"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    rec = json.loads((tmp_path / "out" / record.PROFILE_FILE).read_text())
+    assert rec["runs_finished"] == 6 and "fit_error" not in rec
+    assert all(pt["prefill_ms"] > 0 for pt in rec["prefill_points"])
+    assert all(pt["step_ms"] > 0 and pt["requests"] == pt["concurrency"] for pt in rec["decode_points"])
+    assert (tmp_path / "out" / record.MOCKER_FILE).exists()
