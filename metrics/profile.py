@@ -17,8 +17,11 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
   requests between their first and last output chunk while any is (``first_token_ns``,
   ``end_ns``).  At concurrency ``c`` with equal lengths it is ``c`` less the ramp and drain;
   lower where the engine caps its batch (``max_num_seqs``) and the rest queue.
-- ``context`` = mean over requests of ``prompt_tokens + output_tokens / 2``: the mean tokens in
-  a sequence's KV cache over its decode steps (at step ``j`` it holds ``prompt + j``).
+- ``context`` = the ladder's prompt length + mean over requests of ``output_tokens / 2``: the
+  mean tokens in a sequence's KV cache over its decode steps (at step ``j`` it holds ``prompt +
+  j``).  Prompt lengths are the ladder's (the prompts are built to exactly that many tokens of
+  the served model's tokenizer); the server's own count stands beside them
+  (``reported_prompt_tokens``).
 - ``kv_tokens`` = ``batch * context``: the KV tokens a step reads, summed over the batch.
 - The engine's own phase histograms where it has them (vLLM's
   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds``, the run's
@@ -69,14 +72,21 @@ def counted(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("status") == "ok" and not r.get("warmup")]
 
 
-def prefill_point(rows: list[dict]) -> dict:
-    """A prefill run's figures (module doc): ``prompt_tokens`` (their mean), ``prefill_ms``
-    (median TTFT), ``p90_ttft_ms``, ``requests``."""
+def _reported(rs: list[dict]) -> float:
+    vals = [r["prompt_tokens"] for r in rs if r.get("prompt_tokens") is not None]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def prefill_point(rows: list[dict], prompt_tokens: int) -> dict:
+    """A prefill run's figures (module doc) at the ladder's ``prompt_tokens`` (the prompts are
+    built to that many tokens; ``reported_prompt_tokens``: the mean the server's usage
+    reported): ``prefill_ms`` (median TTFT), ``p90_ttft_ms``, ``requests``."""
     rs = [r for r in counted(rows) if r.get("ttft_s") is not None and math.isfinite(r["ttft_s"])]
     if not rs:
-        return {"prompt_tokens": None, "prefill_ms": math.nan, "p90_ttft_ms": math.nan, "requests": 0}
+        return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": math.nan, "prefill_ms": math.nan,
+                "p90_ttft_ms": math.nan, "requests": 0}
     ttft = np.array([r["ttft_s"] for r in rs]) * MS
-    return {"prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rs])),
+    return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": _reported(rs),
             "prefill_ms": float(np.median(ttft)), "p90_ttft_ms": float(np.percentile(ttft, 90)),
             "requests": len(rs)}
 
@@ -98,17 +108,21 @@ def decode_occupancy(first_ns, end_ns) -> float:
     return sum(b - a for a, b in spans) / busy
 
 
-def decode_point(rows: list[dict]) -> dict:
-    """A decode run's figures (module doc): ``step_ms`` (median per-token ITL), ``mean_itl_ms``,
-    ``p90_itl_ms``, ``batch``, ``context``, ``kv_tokens``, ``output_tokens`` (mean), ``requests``."""
+def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
+    """A decode run's figures (module doc) at the ladder's ``prompt_tokens``: ``step_ms`` (median
+    per-token ITL), ``mean_itl_ms``, ``p90_itl_ms``, ``batch``, ``context`` (with each request's
+    own output length: an engine without ``ignore_eos`` may stop early), ``kv_tokens``,
+    ``output_tokens`` (mean), ``reported_prompt_tokens``, ``requests``."""
     rs = [r for r in counted(rows) if (r.get("output_tokens") or 0) > 1 and r.get("chunk_ns")]
     if not rs:
-        return {"step_ms": math.nan, "mean_itl_ms": math.nan, "p90_itl_ms": math.nan, "batch": math.nan,
-                "context": math.nan, "kv_tokens": math.nan, "output_tokens": math.nan, "requests": 0}
+        return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": math.nan, "step_ms": math.nan,
+                "mean_itl_ms": math.nan, "p90_itl_ms": math.nan, "batch": math.nan, "context": math.nan,
+                "kv_tokens": math.nan, "output_tokens": math.nan, "requests": 0}
     itl = np.concatenate([itl_per_token_s(r["chunk_ns"], r["chunk_tokens"]) for r in rs]) * MS
     batch = decode_occupancy([r["first_token_ns"] for r in rs], [r["end_ns"] for r in rs])
-    context = float(np.mean([r["prompt_tokens"] + r["output_tokens"] / 2 for r in rs]))
-    return {"step_ms": float(np.median(itl)), "mean_itl_ms": float(np.mean(itl)),
+    context = float(prompt_tokens + np.mean([r["output_tokens"] for r in rs]) / 2)
+    return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": _reported(rs),
+            "step_ms": float(np.median(itl)), "mean_itl_ms": float(np.mean(itl)),
             "p90_itl_ms": float(np.percentile(itl, 90)), "batch": batch, "context": context,
             "kv_tokens": batch * context, "output_tokens": float(np.mean([r["output_tokens"] for r in rs])),
             "requests": len(rs)}

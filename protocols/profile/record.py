@@ -39,13 +39,12 @@ def step_figures(out: Path, step: Step) -> dict | None:
     summary = results_io.read_json(d / results_io.SUMMARY)
     rows = _rows(d)
     base = {"label": step.spec.label, "run_dir": step.spec.subdir, "phase": step.phase,
-            "concurrency": step.concurrency, "planned_prompt_tokens": step.prompt_tokens,
-            "planned_output_tokens": step.output_tokens}
+            "concurrency": step.concurrency, "planned_output_tokens": step.output_tokens}
     if step.phase == PREFILL:
-        got = fit.prefill_point(rows)
+        got = fit.prefill_point(rows, step.prompt_tokens)
         got["engine_prefill_ms"] = _num(summary.get("engine_mean_prefill_ms"))
     else:
-        got = fit.decode_point(rows)
+        got = fit.decode_point(rows, step.prompt_tokens)
         got["engine_step_ms"] = fit.engine_step_ms(summary.get("engine_mean_decode_ms"), got["output_tokens"])
     return {**base, **got}
 
@@ -75,7 +74,7 @@ def profile_json(out: Path, steps: list[Step], resolution: int) -> tuple[dict, d
                            "and is 0; give protocol.decode_prompt_lengths two or more lengths"]
     lengths = prefill["prompt_tokens"]
     longest = max(f["context"] for f in dec if math.isfinite(f["context"]))
-    ctx_max = max(f["planned_prompt_tokens"] + f["planned_output_tokens"] for f in dec)
+    ctx_max = max(f["prompt_tokens"] + f["planned_output_tokens"] for f in dec)
     kv_max = max(f["batch"] for f in dec if math.isfinite(f["batch"])) * max(longest, ctx_max)
     tables = fit.mocker_tables(prefill["coefficients"], decode["coefficients"], isl_range=(min(lengths), max(lengths)),
                                kv_max=kv_max, ctx_max=ctx_max, resolution=resolution)

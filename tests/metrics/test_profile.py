@@ -41,7 +41,7 @@ def test_prefill_fit_recovers_a_quadratic_within_half_a_percent():
     for L in lengths:
         truth = a + b * L + c * L * L
         # five requests with +-1 % noise: the median is the point
-        pts.append(profile.prefill_point(_prefill_rows(L, list(truth * (1 + rng.uniform(-0.01, 0.01, 5))))))
+        pts.append(profile.prefill_point(_prefill_rows(L, list(truth * (1 + rng.uniform(-0.01, 0.01, 5)))), L))
     fit = profile.fit_prefill([p["prompt_tokens"] for p in pts], [p["prefill_ms"] for p in pts])
     co = fit["coefficients"]
     # the curve within 0.5 % everywhere on the ladder, the coefficients within a few percent
@@ -56,7 +56,7 @@ def test_prefill_fit_recovers_a_quadratic_within_half_a_percent():
 def test_prefill_point_leaves_out_warmup_and_failed_requests():
     rows = _prefill_rows(256, [10.0, 11.0, 12.0])
     rows += [{**rows[0], "ttft_s": 5.0, "warmup": True}, {**rows[0], "ttft_s": 9.0, "status": "timeout"}]
-    p = profile.prefill_point(rows)
+    p = profile.prefill_point(rows, 256)
     assert p["requests"] == 3 and p["prefill_ms"] == pytest.approx(11.0) and p["prompt_tokens"] == 256
 
 
@@ -67,7 +67,7 @@ def test_decode_fit_recovers_step_time_over_batch_and_context():
     pts = []
     for P in (128, 1024):
         for c in (1, 2, 4, 8, 16):
-            pts.append(profile.decode_point(_decode_rows(P, 33, c, 2, step)))
+            pts.append(profile.decode_point(_decode_rows(P, 33, c, 2, step), P))
     for p in pts:
         assert p["batch"] == pytest.approx(p["requests"] / 2, abs=1e-9)  # lockstep waves: exactly c decoding
         # the median token sits at context P + O/2, where the truth is the figure
@@ -84,7 +84,7 @@ def test_decode_fit_recovers_step_time_over_batch_and_context():
 def test_decode_fit_with_one_context_length_leaves_gamma_out():
     def step(B, kv):
         return 5.0 + 0.5 * B
-    pts = [profile.decode_point(_decode_rows(256, 17, c, 1, step)) for c in (1, 4, 16)]
+    pts = [profile.decode_point(_decode_rows(256, 17, c, 1, step), 256) for c in (1, 4, 16)]
     fit = profile.fit_decode([p["batch"] for p in pts], [p["kv_tokens"] for p in pts], [p["step_ms"] for p in pts])
     assert not fit["identifiable"] and fit["coefficients"]["gamma_ms_per_kv_token"] == 0.0
     assert fit["coefficients"]["alpha_ms"] == pytest.approx(5.0, rel=1e-4)
@@ -101,7 +101,7 @@ def test_multi_token_chunks_are_attributed_per_token():
     # two tokens a chunk every 20 ms: each token's ITL is 10 ms, so the step is 10 ms
     r = {"status": "ok", "warmup": False, "prompt_tokens": 100, "output_tokens": 9, "first_token_ns": 0,
          "end_ns": 80 * MS, "chunk_ns": [0, 20 * MS, 40 * MS, 60 * MS, 80 * MS], "chunk_tokens": [1, 2, 2, 2, 2]}
-    p = profile.decode_point([r])
+    p = profile.decode_point([r], 100)
     assert p["step_ms"] == pytest.approx(10.0) and p["context"] == pytest.approx(104.5)
 
 
