@@ -18,17 +18,17 @@ def _prefill_rows(L: int, ttft_ms: list[float]) -> list[dict]:
             for t in ttft_ms]
 
 
-def _decode_rows(P: int, O: int, c: int, waves: int, step, t0: int = 0) -> list[dict]:
-    """``waves`` waves of ``c`` requests in lockstep: prompt ``P``, ``O`` output tokens, one a
-    chunk; the gap before token j (j = 1 .. O-1) is ``step(c, kv)`` with kv = c * (P + j)."""
+def _decode_rows(P: int, n_out: int, c: int, waves: int, step, t0: int = 0) -> list[dict]:
+    """``waves`` waves of ``c`` requests in lockstep: prompt ``P``, ``n_out`` output tokens, one a
+    chunk; the gap before token j (j = 1 .. n_out-1) is ``step(c, kv)`` with kv = c * (P + j)."""
     rows, t = [], t0
     for _ in range(waves):
         first = t + 50 * MS
         chunks = [first]
-        for j in range(1, O):
+        for j in range(1, n_out):
             chunks.append(chunks[-1] + round(step(c, c * (P + j)) * MS))
-        rows += [{"status": "ok", "warmup": False, "prompt_tokens": P, "output_tokens": O, "first_token_ns": first,
-                  "end_ns": chunks[-1], "chunk_ns": list(chunks), "chunk_tokens": [1] * O} for _ in range(c)]
+        rows += [{"status": "ok", "warmup": False, "prompt_tokens": P, "output_tokens": n_out, "first_token_ns": first,
+                  "end_ns": chunks[-1], "chunk_ns": list(chunks), "chunk_tokens": [1] * n_out} for _ in range(c)]
         t = chunks[-1] + 5 * MS
     return rows
 

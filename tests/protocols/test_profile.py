@@ -12,14 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conf.compose import compose_config
 from harness.errors import UserError
 from metrics import profile as fit
 from protocols.profile import record
-from protocols.profile.plan import DECODE, PREFILL, profile_steps
+from protocols.profile.plan import DECODE, PREFILL
 from protocols.profile.run import plan
-from protocols.registry import get_protocol
+from protocols.registry import Invocation, get_protocol
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,6 +71,20 @@ def test_a_bad_plan_is_one_clear_error(overrides, message):
 def test_profile_is_a_protocol_of_the_registry():
     p = get_protocol("profile")
     assert p.design.name == "profile" and not p.design.in_blocks
+
+
+def test_a_multirun_of_a_profile_is_refused():
+    with pytest.raises(UserError, match=r"drop -m \(it sweeps engine.features.max_num_seqs\)"):
+        get_protocol("profile").run(_cfg(), Invocation(swept_keys=frozenset({"engine.features.max_num_seqs"})))
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+    out = get_protocol("profile").run(_cfg(f"output_dir={tmp_path}/out", "protocol.dry_run=true",
+                                           "protocol.prefill_lengths=[64,128]", "protocol.decode_concurrency=[1,2]",
+                                           "protocol.decode_prompt_lengths=[128]"), Invocation())
+    said = capsys.readouterr().out
+    assert "plan (4 runs, 1 engine launch)" in said and "decode in=128 c=2: 4 requests of 128 in / 64 out" in said
+    assert out == tmp_path / "out" and not out.exists()
 
 
 def _tables():
@@ -155,6 +170,11 @@ def test_profile_of_the_fake_server_recovers_its_timing(tmp_path, mlflow_uri, ti
     with np.load(out / record.MOCKER_FILE) as data:
         assert data["decode_itl"].shape == (5, 5) and data["prefill_isl"].tolist() == [32.0, 56.0, 80.0, 104.0, 128.0]
         assert np.all((data["prefill_ttft_ms"] >= TTFT_MS) & (data["prefill_ttft_ms"] < TTFT_MS + 15))
+    # each step ran with its own lengths (EngineSession.use_workload): its folder's config says so
+    cfg = yaml.safe_load((out / "prefill" / "in=00128" / "config.yaml").read_text())
+    assert (cfg["workload"]["input_tokens"], cfg["workload"]["output_tokens"]) == (128, 1)
+    cfg = yaml.safe_load((out / "decode" / "in=00096-c=0004" / "config.yaml").read_text())
+    assert (cfg["workload"]["input_tokens"], cfg["workload"]["output_tokens"], cfg["load"]["concurrency"]) == (96, 8, 4)
     exp = json.loads((out / "experiment.json").read_text())
     assert exp["protocol"] == "profile" and exp["status"] == "complete" and len(exp["load_points"]) == 7
 
