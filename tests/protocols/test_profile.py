@@ -196,3 +196,59 @@ def test_profile_of_transformers_serve(tmp_path):
     assert all(pt["prefill_ms"] > 0 for pt in rec["prefill_points"])
     assert all(pt["step_ms"] > 0 and pt["requests"] == pt["concurrency"] for pt in rec["decode_points"])
     assert (tmp_path / "out" / record.MOCKER_FILE).exists()
+
+
+def _write_run(d: Path, rows: list[dict], summary: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), d / "requests.parquet")
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_record_from_run_folders_puts_the_engines_histograms_beside_the_clients(tmp_path):
+    """profile.json from finished run folders: a prefill run's median TTFT and vLLM's mean
+    prefill time, a decode run's step from its chunks and vLLM's mean decode time per token."""
+    steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5"))
+    ms = 1_000_000
+    for s, ttft in zip(steps[:2], (20.0, 60.0)):
+        rows = [{"status": "ok", "warmup": w, "ttft_s": (ttft if not w else 500.0) / 1e3,
+                 "prompt_tokens": s.prompt_tokens, "output_tokens": 1, "first_token_ns": 0, "end_ns": 0,
+                 "chunk_ns": [0], "chunk_tokens": [1]}
+                for w in (True, False, False, False)]
+        _write_run(tmp_path / s.spec.subdir, rows, {"engine_mean_prefill_ms": ttft - 2})
+    for s, gap in zip(steps[2:], (10, 14)):
+        c = s.concurrency
+        rows = [{"status": "ok", "warmup": False, "ttft_s": 0.02, "prompt_tokens": 128, "output_tokens": 5,
+                 "first_token_ns": 0, "end_ns": 4 * gap * ms, "chunk_ns": [i * gap * ms for i in range(5)],
+                 "chunk_tokens": [1] * 5} for _ in range(c)]
+        _write_run(tmp_path / s.spec.subdir, rows, {"engine_mean_decode_ms": 4 * (gap - 1)})
+    rec = record.write_profile(tmp_path, steps, 4)
+    assert rec["runs_finished"] == 4 and "fit_error" not in rec
+    pre = {p["prompt_tokens"]: p for p in rec["prefill_points"]}
+    assert pre[64]["prefill_ms"] == pytest.approx(20.0) and pre[64]["requests"] == 3  # the warm-up left out
+    assert pre[512]["engine_prefill_ms"] == pytest.approx(58.0)
+    dec = rec["decode_points"]
+    assert [d["step_ms"] for d in dec] == pytest.approx([10.0, 14.0])
+    assert [d["engine_step_ms"] for d in dec] == pytest.approx([9.0, 13.0])
+    assert [d["batch"] for d in dec] == pytest.approx([1.0, 2.0]) and dec[0]["context"] == pytest.approx(130.5)
+    # two points each: the fits pass through them
+    assert rec["prefill_fit"]["fitted_ms"] == pytest.approx([20.0, 60.0], abs=1e-6)
+    assert rec["decode_fit"]["fitted_ms"] == pytest.approx([10.0, 14.0], abs=1e-6)
+    assert not rec["decode_fit"]["identifiable"] and "not identifiable" in rec["notes"][0]
+    assert json.loads((tmp_path / record.PROFILE_FILE).read_text())["runs_planned"] == 4
+    with np.load(tmp_path / record.MOCKER_FILE) as data:
+        assert data["prefill_isl"].tolist() == [64.0, 213.33333333333334, 362.6666666666667, 512.0]
+        assert data["prefill_ttft_ms"][-1] == pytest.approx(60.0, abs=1e-6)
+
+
+def test_record_without_enough_runs_says_why_and_writes_no_mocker_file(tmp_path):
+    steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_concurrency=[1,2]"))
+    _write_run(tmp_path / steps[0].spec.subdir, [{"status": "ok", "warmup": False, "ttft_s": 0.02,
+                                                  "prompt_tokens": 64, "output_tokens": 1}], {})
+    rec = record.write_profile(tmp_path, steps, 4)
+    assert rec["runs_finished"] == 1 and rec["fit_error"].startswith("the prefill fit needs at least 2 prompt lengths")
+    assert not (tmp_path / record.MOCKER_FILE).exists()
