@@ -534,6 +534,10 @@ class ProfileProtocol:
     decode_waves: int = _f(2, ge=1)           # requests at each concurrency: concurrency x waves
     warmup_requests: int = _f(1, ge=0)        # each run's warm-up requests (outside its figures)
     resolution: int = _f(50, ge=2)            # points per axis of the mocker's tables
+    # whose figures the mocker's tables come from: the client's (TTFT, ITL: what a user waits
+    # for, the serving path included) or the engine's phase histograms (vLLM; the serving path
+    # left out, for an emulator behind a frontend of its own).  Both are fitted where both exist.
+    source: str = _f("client", choices=("client", "engine"))
 
 
 @dataclass

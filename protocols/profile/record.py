@@ -53,25 +53,46 @@ def _num(v) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
-def profile_json(out: Path, steps: list[Step], resolution: int) -> tuple[dict, dict | None]:
+def _fits(pre: list[dict], dec: list[dict], prefill_key: str, step_key: str) -> tuple[dict, dict]:
+    return (fit.fit_prefill([f["prompt_tokens"] for f in pre], [f[prefill_key] for f in pre]),
+            fit.fit_decode([f["batch"] for f in dec], [f["kv_tokens"] for f in dec], [f[step_key] for f in dec]))
+
+
+def profile_json(out: Path, steps: list[Step], resolution: int, source: str = "client") -> tuple[dict, dict | None]:
     """``profile.json``'s content and the mocker's arrays (None where a fit could not be made:
-    the record's ``fit_error`` says why)."""
+    the record's ``fit_error`` says why).  The client's figures are always fitted
+    (``prefill_fit``, ``decode_fit``); the engine's histograms too where it exports them
+    (``engine_prefill_fit``, ``engine_decode_fit``); ``source`` (``protocol.source``) says whose
+    fits the mocker's tables are drawn from."""
     figures = [f for f in (step_figures(out, s) for s in steps) if f is not None]
     pre = [f for f in figures if f["phase"] == PREFILL]
     dec = [f for f in figures if f["phase"] == DECODE]
-    record: dict = {"kind": "measured", "formulas": "metrics/profile.py", "prefill_points": pre,
+    record: dict = {"kind": "measured", "formulas": "metrics/profile.py", "source": source, "prefill_points": pre,
                     "decode_points": dec, "runs_planned": len(steps), "runs_finished": len(figures)}
+    notes: list[str] = []
     try:
-        prefill = fit.fit_prefill([f["prompt_tokens"] for f in pre], [f["prefill_ms"] for f in pre])
-        decode = fit.fit_decode([f["batch"] for f in dec], [f["kv_tokens"] for f in dec],
-                                [f["step_ms"] for f in dec])
+        record["prefill_fit"], record["decode_fit"] = _fits(pre, dec, "prefill_ms", "step_ms")
     except ValueError as e:
         record["fit_error"] = str(e)
         return record, None
-    record["prefill_fit"], record["decode_fit"] = prefill, decode
+    if any(math.isfinite(f["engine_prefill_ms"]) for f in pre) or any(math.isfinite(f["engine_step_ms"]) for f in dec):
+        try:
+            record["engine_prefill_fit"], record["engine_decode_fit"] = _fits(pre, dec, "engine_prefill_ms",
+                                                                              "engine_step_ms")
+        except ValueError as e:
+            notes.append(f"the engine's histograms: {e}")
+    chosen = "engine_" if source == "engine" else ""
+    if f"{chosen}prefill_fit" not in record:
+        record["fit_error"] = ("protocol.source=engine: the engine's phase histograms (vLLM's "
+                               "vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds) gave no fit"
+                               + (f" ({notes[-1]})" if notes else "; it exports none") + "; use protocol.source=client")
+        record["notes"] = notes
+        return record, None
+    prefill, decode = record[f"{chosen}prefill_fit"], record[f"{chosen}decode_fit"]
     if not decode["identifiable"]:
-        record["notes"] = ["one context length among the decode runs: gamma (per KV token) is not identifiable "
-                           "and is 0; give protocol.decode_prompt_lengths two or more lengths"]
+        notes.append("one context length among the decode runs: gamma (per KV token) is not identifiable "
+                     "and is 0; give protocol.decode_prompt_lengths two or more lengths")
+    record["notes"] = notes
     lengths = prefill["prompt_tokens"]
     longest = max(f["context"] for f in dec if math.isfinite(f["context"]))
     ctx_max = max(f["prompt_tokens"] + f["planned_output_tokens"] for f in dec)
@@ -79,6 +100,7 @@ def profile_json(out: Path, steps: list[Step], resolution: int) -> tuple[dict, d
     tables = fit.mocker_tables(prefill["coefficients"], decode["coefficients"], isl_range=(min(lengths), max(lengths)),
                                kv_max=kv_max, ctx_max=ctx_max, resolution=resolution)
     record["mocker"] = {"file": MOCKER_FILE, "flag": f"--planner-profile-data {MOCKER_FILE}",
+                        "from": f"{chosen}prefill_fit, {chosen}decode_fit",
                         "arrays": {k: list(v.shape) for k, v in tables.items()},
                         "prefill_isl_range": [float(tables["prefill_isl"][0]), float(tables["prefill_isl"][-1])],
                         "decode_active_kv_tokens_max": float(tables["decode_active_kv_tokens"][-1]),
@@ -104,10 +126,10 @@ def write_mocker_npz(path: Path, tables: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_profile(out: Path, steps: list[Step], resolution: int) -> dict:
+def write_profile(out: Path, steps: list[Step], resolution: int, source: str = "client") -> dict:
     """``profile.json`` and (where the fits could be made) ``perf_data.npz`` in ``out``; returns
     the record."""
-    record, tables = profile_json(out, steps, resolution)
+    record, tables = profile_json(out, steps, resolution, source)
     if tables is not None:
         write_mocker_npz(out / MOCKER_FILE, tables)
     results_io.write_json(out / PROFILE_FILE, record)
@@ -117,10 +139,10 @@ def write_profile(out: Path, steps: list[Step], resolution: int) -> dict:
 def parent_metrics(record: dict) -> dict:
     """The fits' coefficients and residual sizes, for the MLflow parent run."""
     m: dict = {}
-    for key in ("prefill_fit", "decode_fit"):
+    for key in ("prefill_fit", "decode_fit", "engine_prefill_fit", "engine_decode_fit"):
         f = record.get(key)
         if f:
-            m.update({f"profile_{k}": v for k, v in f["coefficients"].items()})
+            m.update({f"profile_{key.removesuffix('fit')}{k}": v for k, v in f["coefficients"].items()})
             m[f"profile_{key}_rms_ms"] = f["rms_ms"]
             m[f"profile_{key}_max_abs_rel"] = f["max_abs_rel"]
     return m

@@ -100,7 +100,7 @@ def run_profile(cfg: DictConfig, overrides: list[str]) -> Path:
             mlflow.end_parent(status)
     if not rows:
         return out
-    record = profile_record.write_profile(out, steps, int(cfg.protocol.resolution))
+    record = profile_record.write_profile(out, steps, int(cfg.protocol.resolution), str(cfg.protocol.source))
     print(summary_lines(record), flush=True)
     return finish_run(cfg, out, mlflow, metrics=profile_record.parent_metrics(record),
                       artifacts=("experiment.json", "runs.parquet", profile_record.PROFILE_FILE,
@@ -111,9 +111,12 @@ def summary_lines(record: dict) -> str:
     """The fits for people, at the end of the run."""
     if "fit_error" in record:
         return f"profile: no fit ({record['fit_error']})"
-    p, d = record["prefill_fit"]["coefficients"], record["decode_fit"]["coefficients"]
-    return (f"profile: prefill_ms = {p['a_ms']:.3g} + {p['b_ms_per_token']:.3g}*L + {p['c_ms_per_token2']:.3g}*L^2 "
-            f"(rms {record['prefill_fit']['rms_ms']:.3g} ms)\n"
+    pre = "engine_prefill_fit" if record["source"] == "engine" else "prefill_fit"
+    dec = "engine_decode_fit" if record["source"] == "engine" else "decode_fit"
+    p, d = record[pre]["coefficients"], record[dec]["coefficients"]
+    return (f"profile ({record['source']}'s figures): prefill_ms = {p['a_ms']:.3g} + {p['b_ms_per_token']:.3g}*L + "
+            f"{p['c_ms_per_token2']:.3g}*L^2 "
+            f"(rms {record[pre]['rms_ms']:.3g} ms)\n"
             f"         step_ms = {d['alpha_ms']:.3g} + {d['beta_ms_per_seq']:.3g}*B + "
-            f"{d['gamma_ms_per_kv_token']:.3g}*KV (rms {record['decode_fit']['rms_ms']:.3g} ms)\n"
+            f"{d['gamma_ms_per_kv_token']:.3g}*KV (rms {record[dec]['rms_ms']:.3g} ms)\n"
             f"         mocker: {record['mocker']['flag']}")

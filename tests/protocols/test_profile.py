@@ -252,3 +252,32 @@ def test_record_without_enough_runs_says_why_and_writes_no_mocker_file(tmp_path)
     rec = record.write_profile(tmp_path, steps, 4)
     assert rec["runs_finished"] == 1 and rec["fit_error"].startswith("the prefill fit needs at least 2 prompt lengths")
     assert not (tmp_path / record.MOCKER_FILE).exists()
+
+
+def test_source_engine_draws_the_mocker_tables_from_the_engines_histograms(tmp_path):
+    test_record_from_run_folders_puts_the_engines_histograms_beside_the_clients(tmp_path)
+    steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5"))
+    rec = record.write_profile(tmp_path, steps, 4, source="engine")
+    assert rec["engine_prefill_fit"]["fitted_ms"] == pytest.approx([18.0, 58.0], abs=1e-6)
+    assert rec["mocker"]["from"] == "engine_prefill_fit, engine_decode_fit"
+    with np.load(tmp_path / record.MOCKER_FILE) as data:
+        assert data["prefill_ttft_ms"][-1] == pytest.approx(58.0, abs=1e-6)
+    m = record.parent_metrics(rec)
+    assert m["profile_prefill_a_ms"] == pytest.approx(rec["prefill_fit"]["coefficients"]["a_ms"])
+    assert m["profile_engine_decode_alpha_ms"] == pytest.approx(rec["engine_decode_fit"]["coefficients"]["alpha_ms"])
+
+
+def test_source_engine_without_histograms_says_so(tmp_path):
+    steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5"))
+    for s in steps:
+        rows = [{"status": "ok", "warmup": False, "ttft_s": 0.02, "prompt_tokens": s.prompt_tokens,
+                 "output_tokens": s.output_tokens, "first_token_ns": 0, "end_ns": 4_000_000 * (s.output_tokens - 1),
+                 "chunk_ns": [i * 4_000_000 for i in range(s.output_tokens)], "chunk_tokens": [1] * s.output_tokens}]
+        _write_run(tmp_path / s.spec.subdir, rows, {})
+    rec = record.write_profile(tmp_path, steps, 4, source="engine")
+    assert "prefill_fit" in rec and "engine_prefill_fit" not in rec
+    assert rec["fit_error"].startswith("protocol.source=engine: the engine's phase histograms")
+    assert rec["fit_error"].endswith("it exports none; use protocol.source=client")
+    assert not (tmp_path / record.MOCKER_FILE).exists()
