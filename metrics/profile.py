@@ -13,10 +13,11 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
   its per-token ITL (``metrics.request_metrics.itl_per_token_s``), in ms: the time between two
   decode steps, each of which emits one token per running sequence.  The median keeps a step
   that also ran another request's prefill (a closed loop's next request arriving) out.
-- ``batch`` = sum_i (end_i - first_i) / |union_i [first_i, end_i]|: the time-averaged number of
-  requests between their first and last output chunk while any is (``first_token_ns``,
-  ``end_ns``).  At concurrency ``c`` with equal lengths it is ``c`` less the ramp and drain;
-  lower where the engine caps its batch (``max_num_seqs``) and the rest queue.
+- ``batch`` = the mean, over those same tokens (each arriving at ``t``), of the number of the
+  run's completed requests, warm-up included (a warm-up request holds a slot of the batch
+  too), with ``first_token_ns <= t <= end_ns``: the batch each measured token was decoded in.
+  At concurrency ``c`` with equal lengths in full waves it is ``c``; lower where the engine
+  caps its batch (``max_num_seqs``) and the rest queue, or where a request runs alone.
 - ``context`` = the ladder's prompt length + mean over requests of ``output_tokens / 2``: the
   mean tokens in a sequence's KV cache over its decode steps (at step ``j`` it holds ``prompt +
   j``).  Prompt lengths are the ladder's (the prompts are built to exactly that many tokens of
@@ -91,21 +92,30 @@ def prefill_point(rows: list[dict], prompt_tokens: int) -> dict:
             "requests": len(rs)}
 
 
-def decode_occupancy(first_ns, end_ns) -> float:
-    """``batch`` = sum_i (end_i - first_i) / |union_i [first_i, end_i]| (module doc); NaN when no
-    request spent any time decoding."""
-    spans = sorted((int(a), int(b)) for a, b in zip(first_ns, end_ns) if b > a)
-    if not spans:
+def decode_batch(first_ns, end_ns, token_ns) -> float:
+    """``batch`` (module doc): the mean over tokens arriving at ``token_ns`` of #{i: first_i <=
+    t <= end_i} over the spans ``[first_ns, end_ns]``; NaN without tokens."""
+    t = np.asarray(token_ns, dtype=np.int64)
+    if t.size == 0:
         return math.nan
-    busy, cur_a, cur_b = 0, *spans[0]
-    for a, b in spans[1:]:
-        if a > cur_b:
-            busy += cur_b - cur_a
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    busy += cur_b - cur_a
-    return sum(b - a for a, b in spans) / busy
+    f = np.sort(np.asarray(first_ns, dtype=np.int64))
+    e = np.sort(np.asarray(end_ns, dtype=np.int64))
+    inside = np.searchsorted(f, t, side="right") - np.searchsorted(e, t, side="left")
+    return float(inside.mean())
+
+
+def _token_times(chunk_ns, chunk_tokens) -> np.ndarray:
+    """The arrival time of every output token after a request's first (a chunk of k tokens:
+    k tokens at its time; the first chunk's extra tokens with it), as ``itl_per_token_s`` counts them."""
+    c = np.asarray(chunk_ns, dtype=np.int64)
+    k = np.asarray(chunk_tokens, dtype=np.int64)
+    if c.size == 0 or k.sum() < 2:
+        return np.empty(0, dtype=np.int64)
+    first = int(np.argmax(k > 0))
+    counts = k.copy()
+    counts[first] -= 1
+    counts[:first] = 0
+    return np.repeat(c, np.maximum(counts, 0))
 
 
 def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
@@ -119,7 +129,9 @@ def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
                 "mean_itl_ms": math.nan, "p90_itl_ms": math.nan, "batch": math.nan, "context": math.nan,
                 "kv_tokens": math.nan, "output_tokens": math.nan, "requests": 0}
     itl = np.concatenate([itl_per_token_s(r["chunk_ns"], r["chunk_tokens"]) for r in rs]) * MS
-    batch = decode_occupancy([r["first_token_ns"] for r in rs], [r["end_ns"] for r in rs])
+    held = [r for r in rows if r.get("status") == "ok" and r.get("first_token_ns") is not None]
+    batch = decode_batch([r["first_token_ns"] for r in held], [r["end_ns"] for r in held],
+                         np.concatenate([_token_times(r["chunk_ns"], r["chunk_tokens"]) for r in rs]))
     context = float(prompt_tokens + np.mean([r["output_tokens"] for r in rs]) / 2)
     return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": _reported(rs),
             "step_ms": float(np.median(itl)), "mean_itl_ms": float(np.mean(itl)),

@@ -3,9 +3,10 @@
 - prefill ladder: each of ``protocol.prefill_lengths`` at concurrency 1, ``prefill_requests``
   requests of one output token (TTFT at concurrency 1 is that length's prefill);
 - decode ladders: each of ``protocol.decode_prompt_lengths`` at each of
-  ``protocol.decode_concurrency``, ``concurrency x decode_waves`` requests of
-  ``decode_output_tokens`` each (exact lengths where the engine takes ``ignore_eos``), so that a
-  closed loop keeps that many sequences decoding together.
+  ``protocol.decode_concurrency``, ``concurrency x decode_waves`` requests (the warm-up ones
+  among them) of ``decode_output_tokens`` each (exact lengths where the engine takes
+  ``ignore_eos``), so that a closed loop keeps that many sequences decoding together, in whole
+  waves.
 
 Each step is a ``RunSpec`` (``load=concurrency`` with its fixed lengths) plus the workload
 lengths it runs with; pure data, so the plan prints and tests without an engine.
@@ -70,7 +71,8 @@ def profile_steps(protocol, base_load: dict, max_model_len: int | None = None) -
         add(PREFILL, L, 1, 1, int(protocol.prefill_requests), f"prefill in={L}", f"prefill/in={L:05d}")
     for P in sorted(set(prompts)):
         for c in sorted(set(users)):
-            add(DECODE, P, out_tokens, c, c * int(protocol.decode_waves), f"decode in={P} c={c}",
+            # warm-up and measured requests together fill whole waves: none decodes alone at the end
+            add(DECODE, P, out_tokens, c, max(c * int(protocol.decode_waves) - warm, 1), f"decode in={P} c={c}",
                 f"decode/in={P:05d}-c={c:04d}")
     return steps
 

@@ -91,10 +91,24 @@ def test_decode_fit_with_one_context_length_leaves_gamma_out():
     assert fit["coefficients"]["beta_ms_per_seq"] == pytest.approx(0.5, rel=1e-4)
 
 
-def test_decode_occupancy_is_time_averaged_requests_in_decode():
-    # [0, 10] and [5, 15] overlap: 20 ns of decoding over a 15 ns busy span; then [20, 30] alone
-    assert profile.decode_occupancy([0, 5, 20], [10, 15, 30]) == pytest.approx(30 / 25)
-    assert math.isnan(profile.decode_occupancy([3], [3]))
+def test_decode_batch_is_the_requests_decoding_when_each_token_arrived():
+    # spans [0, 10], [5, 15], [20, 30]; tokens at 7 (two decoding), 12 (one), 25 (one)
+    assert profile.decode_batch([0, 5, 20], [10, 15, 30], [7, 12, 25]) == pytest.approx(4 / 3)
+    # a span's own ends count: a token at a request's last chunk is in its batch
+    assert profile.decode_batch([0, 0], [10, 10], [10]) == 2.0
+    assert math.isnan(profile.decode_batch([0], [10], []))
+
+
+def test_a_warmup_request_decoding_beside_the_measured_ones_counts_in_their_batch():
+    def step(B, kv):
+        return 10.0
+    rows = _decode_rows(128, 9, 4, 1, step)
+    rows[0]["warmup"] = True  # one of the four is warm-up: three measured, but a batch of four
+    p = profile.decode_point(rows, 128)
+    assert p["requests"] == 3 and p["batch"] == pytest.approx(4.0) and p["step_ms"] == pytest.approx(10.0)
+    # a straggler decoding alone afterwards: its 8 tokens in a batch of 1, the others' 24 in 4
+    rows += _decode_rows(128, 9, 1, 1, step, t0=rows[-1]["end_ns"] + 1)
+    assert profile.decode_point(rows, 128)["batch"] == pytest.approx((24 * 4 + 8 * 1) / 32)
 
 
 def test_multi_token_chunks_are_attributed_per_token():

@@ -48,6 +48,14 @@ def test_plan_is_a_prefill_ladder_then_decode_ladders():
                                  "output_dist": {"kind": "fixed"}}
 
 
+def test_decode_warmup_requests_fill_whole_waves():
+    steps = plan(_cfg("protocol.decode_concurrency=[1,4]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_waves=2", "protocol.warmup_requests=1"))
+    dec = [s.spec.load for s in steps if s.phase == DECODE]
+    # concurrency 4 x 2 waves = 8 requests sent: 1 warm-up + 7 measured; concurrency 1: 1 + 1
+    assert [(d["concurrency"], d["warmup_requests"], d["num_requests"]) for d in dec] == [(1, 1, 1), (4, 1, 7)]
+
+
 def test_default_plan_fits_the_tiny_models_context():
     cfg = _cfg()
     steps = plan(cfg)
@@ -83,7 +91,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
                                            "protocol.prefill_lengths=[64,128]", "protocol.decode_concurrency=[1,2]",
                                            "protocol.decode_prompt_lengths=[128]"), Invocation())
     said = capsys.readouterr().out
-    assert "plan (4 runs, 1 engine launch)" in said and "decode in=128 c=2: 4 requests of 128 in / 64 out" in said
+    assert "plan (4 runs, 1 engine launch)" in said and "decode in=128 c=2: 3 requests of 128 in / 64 out" in said
     assert out == tmp_path / "out" and not out.exists()
 
 
