@@ -79,5 +79,6 @@ def profile_steps(protocol, base_load: dict, max_model_len: int | None = None) -
 
 def describe(steps: list[Step]) -> str:
     """The plan for people (``--dry-run``)."""
-    return "\n".join(f"  {s.spec.label}: {s.spec.load['num_requests']} requests of {s.prompt_tokens} in / "
-                     f"{s.output_tokens} out at concurrency {s.concurrency}" for s in steps)
+    return "\n".join(f"  {s.spec.label}: {s.spec.load['num_requests']} requests (+{s.spec.load['warmup_requests']} "
+                     f"warm-up) of {s.prompt_tokens} in / {s.output_tokens} out at concurrency {s.concurrency}"
+                     for s in steps)

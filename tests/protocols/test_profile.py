@@ -91,7 +91,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
                                            "protocol.prefill_lengths=[64,128]", "protocol.decode_concurrency=[1,2]",
                                            "protocol.decode_prompt_lengths=[128]"), Invocation())
     said = capsys.readouterr().out
-    assert "plan (4 runs, 1 engine launch)" in said and "decode in=128 c=2: 3 requests of 128 in / 64 out" in said
+    assert "plan (4 runs, 1 engine launch)" in said and "decode in=128 c=2: 3 requests (+1 warm-up) of 128 in / 64 out" in said
     assert out == tmp_path / "out" and not out.exists()
 
 
