@@ -31,9 +31,11 @@ class Step:
 
     @property
     def workload(self) -> dict:
-        """The synthetic workload's fields this step sets: exact lengths, no distribution."""
+        """The synthetic workload's fields this step sets: exact lengths, no distribution, no
+        shared prefix (a prefix-cache hit would shorten the prefill measured) and no long tail."""
         return {"input_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
-                "input_dist": {"kind": "fixed"}, "output_dist": {"kind": "fixed"}}
+                "input_dist": {"kind": "fixed"}, "output_dist": {"kind": "fixed"},
+                "prefix_groups": {"count": 0, "prefix_tokens": 0}, "stress": {"long_tail": {"fraction": 0.0}}}
 
 
 def profile_steps(protocol, base_load: dict, max_model_len: int | None = None) -> list[Step]:

@@ -45,7 +45,18 @@ def test_plan_is_a_prefill_ladder_then_decode_ladders():
     assert {s.spec.load["warmup_requests"] for s in steps} == {0}
     assert len({s.spec.subdir for s in steps}) == 6 and [s.spec.index for s in steps] == list(range(6))
     assert steps[3].workload == {"input_tokens": 128, "output_tokens": 32, "input_dist": {"kind": "fixed"},
-                                 "output_dist": {"kind": "fixed"}}
+                                 "output_dist": {"kind": "fixed"}, "prefix_groups": {"count": 0, "prefix_tokens": 0},
+                                 "stress": {"long_tail": {"fraction": 0.0}}}
+
+
+def test_a_steps_workload_merges_over_a_synthetic_one_with_prefixes_and_a_tail():
+    from omegaconf import OmegaConf
+
+    cfg = _cfg("workload.prefix_groups.count=4", "workload.prefix_groups.prefix_tokens=32",
+               "workload.stress.long_tail.fraction=0.1", "workload.input_dist.kind=uniform")
+    w = OmegaConf.merge(cfg.workload, plan(cfg)[-1].workload)
+    assert (w.input_tokens, w.output_tokens, w.input_dist.kind, w.prefix_groups.count,
+            w.stress.long_tail.fraction) == (1024, 64, "fixed", 0, 0.0)
 
 
 def test_decode_warmup_requests_fill_whole_waves():
@@ -91,7 +102,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
                                            "protocol.prefill_lengths=[64,128]", "protocol.decode_concurrency=[1,2]",
                                            "protocol.decode_prompt_lengths=[128]"), Invocation())
     said = capsys.readouterr().out
-    assert "plan (4 runs, 1 engine launch)" in said and "decode in=128 c=2: 3 requests (+1 warm-up) of 128 in / 64 out" in said
+    assert "plan (4 runs, 1 engine launch)" in said
+    assert "decode in=128 c=2: 3 requests (+1 warm-up) of 128 in / 64 out" in said
     assert out == tmp_path / "out" and not out.exists()
 
 
