@@ -50,9 +50,12 @@ Dynamo's mocker tables (``--planner-profile-data FILE.npz``; the arrays its Rust
 ``prefill_isl`` (n,) = linspace(min L, max L, n) and ``prefill_ttft_ms`` = prefill_ms there;
 ``decode_active_kv_tokens`` (n,) = linspace(0, max kv_tokens at the longest context, n),
 ``decode_context_length`` (n,) = linspace(1, max context, n), ``decode_itl`` (n, n) [ms] =
-step_ms(B = max(1, kv_i / ctx_j), KV = kv_i): the grid Dynamo's own converter
-(``dynamo.mocker.utils.planner_profiler_perf_data_converter``) writes from its profiler's fits.
-The mocker floors a decode step at 1 ms.
+step_ms(B = clip(kv_i / ctx_j, 1, B_max), KV = kv_i): the grid Dynamo's own converter
+(``dynamo.mocker.utils.planner_profiler_perf_data_converter``) writes from its profiler's fits,
+but for ``B_max``, the largest batch measured: the grid's corner of much KV over short contexts
+(kv / ctx far above any batch that ran) would extrapolate the per-sequence cost to thousands of
+sequences, and bilinear interpolation carries such a corner into the short-context cells the
+mocker does query.  The mocker floors a decode step at 1 ms.
 """
 
 from __future__ import annotations
@@ -209,8 +212,9 @@ def step_ms_at(coefficients: dict, batch, kv_tokens) -> np.ndarray:
 
 
 def mocker_tables(prefill: dict, decode: dict, *, isl_range: tuple[float, float], kv_max: float, ctx_max: float,
-                  resolution: int = 50) -> dict[str, np.ndarray]:
-    """The five arrays of Dynamo's mocker NPZ (module doc) from the two fits' coefficients."""
+                  batch_max: float | None = None, resolution: int = 50) -> dict[str, np.ndarray]:
+    """The five arrays of Dynamo's mocker NPZ (module doc) from the two fits' coefficients;
+    ``batch_max``: B_max (None: no cap, as Dynamo's converter)."""
     if resolution < 2:
         raise ValueError(f"the mocker grid needs a resolution >= 2, got {resolution}")
     lo, hi = float(isl_range[0]), float(isl_range[1])
@@ -219,7 +223,7 @@ def mocker_tables(prefill: dict, decode: dict, *, isl_range: tuple[float, float]
     isl = np.linspace(lo, hi, resolution)
     kv = np.linspace(0.0, max(float(kv_max), 1.0), resolution)
     ctx = np.linspace(1.0, max(float(ctx_max), 2.0), resolution)
-    bs = np.maximum(1.0, kv[:, None] / ctx[None, :])
+    bs = np.clip(kv[:, None] / ctx[None, :], 1.0, max(float(batch_max), 1.0) if batch_max else None)
     itl = step_ms_at(decode, bs, np.broadcast_to(kv[:, None], bs.shape))
     return {"prefill_isl": isl, "prefill_ttft_ms": prefill_ms_at(prefill, isl).astype(np.float64),
             "decode_active_kv_tokens": kv, "decode_context_length": ctx,

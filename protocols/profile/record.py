@@ -96,15 +96,17 @@ def profile_json(out: Path, steps: list[Step], resolution: int, source: str = "c
     lengths = prefill["prompt_tokens"]
     longest = max(f["context"] for f in dec if math.isfinite(f["context"]))
     ctx_max = max(f["prompt_tokens"] + f["planned_output_tokens"] for f in dec)
-    kv_max = max(f["batch"] for f in dec if math.isfinite(f["batch"])) * max(longest, ctx_max)
+    batch_max = max(f["batch"] for f in dec if math.isfinite(f["batch"]))
     tables = fit.mocker_tables(prefill["coefficients"], decode["coefficients"], isl_range=(min(lengths), max(lengths)),
-                               kv_max=kv_max, ctx_max=ctx_max, resolution=resolution)
+                               kv_max=batch_max * max(longest, ctx_max), ctx_max=ctx_max, batch_max=batch_max,
+                               resolution=resolution)
     record["mocker"] = {"file": MOCKER_FILE, "flag": f"--planner-profile-data {MOCKER_FILE}",
                         "from": f"{chosen}prefill_fit, {chosen}decode_fit",
                         "arrays": {k: list(v.shape) for k, v in tables.items()},
                         "prefill_isl_range": [float(tables["prefill_isl"][0]), float(tables["prefill_isl"][-1])],
                         "decode_active_kv_tokens_max": float(tables["decode_active_kv_tokens"][-1]),
-                        "decode_context_length_max": float(tables["decode_context_length"][-1])}
+                        "decode_context_length_max": float(tables["decode_context_length"][-1]),
+                        "decode_batch_max": batch_max}
     return record, tables
 
 

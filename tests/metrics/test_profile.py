@@ -145,3 +145,10 @@ def test_mocker_tables_evaluate_the_fits_on_dynamos_grid():
     assert t["decode_itl"][-1, -1] == pytest.approx(4 + 16 + 0.001 * 16 * 1088)
     # no KV: one sequence (B floored at 1), nothing read
     assert t["decode_itl"][0, 2] == pytest.approx(5.0)
+    # much KV over a 1-token context: 17408 "sequences" uncapped, as Dynamo's converter has it ...
+    assert t["decode_itl"][-1, 0] == pytest.approx(4 + 17408 + 0.001 * 17408)
+    # ... held at the largest batch measured with batch_max
+    capped = profile.mocker_tables(pre, dec, isl_range=(64, 1792), kv_max=16 * 1088, ctx_max=1088, batch_max=16,
+                                   resolution=5)
+    assert capped["decode_itl"][-1, 0] == pytest.approx(4 + 16 + 0.001 * 17408)
+    assert capped["decode_itl"][-1, -1] == pytest.approx(t["decode_itl"][-1, -1])
