@@ -519,6 +519,31 @@ class PlanProtocol:
 
 
 @dataclass
+class ProfileProtocol:
+    """``protocol=profile``: an engine's prefill time against prompt length and decode step time
+    against batch size and context length, through its API (protocols/profile/; the formulas:
+    metrics/profile.py).  Writes profile.json and the Dynamo mocker's perf_data.npz."""
+    name: str = "profile"
+    load_points: List[Any] = field(default_factory=list)  # (unused: the ladders are the load points)
+    repeats: int = _f(1, ge=1)                # (unused: each length's requests are its repeats)
+    dry_run: bool = False
+    # prefill ladder: prompt lengths, each at concurrency 1 with one output token
+    prefill_lengths: List[int] = _f(factory=lambda: [64, 128, 256, 512, 1024, 1792], each={"ge": 1})
+    prefill_requests: int = _f(4, ge=1)       # requests at each length, one at a time
+    # decode ladders: every prompt length at every concurrency, outputs of decode_output_tokens
+    decode_prompt_lengths: List[int] = _f(factory=lambda: [128, 1024], each={"ge": 1})
+    decode_concurrency: List[int] = _f(factory=lambda: [1, 2, 4, 8, 16], each={"ge": 1})
+    decode_output_tokens: int = _f(64, ge=2)
+    decode_waves: int = _f(2, ge=1)           # requests at each concurrency: concurrency x waves
+    warmup_requests: int = _f(1, ge=0)        # each run's warm-up requests (outside its figures)
+    resolution: int = _f(50, ge=2)            # points per axis of the mocker's tables
+    # whose figures the mocker's tables come from: the client's (TTFT, ITL: what a user waits
+    # for, the serving path included) or the engine's phase histograms (vLLM; the serving path
+    # left out, for an emulator behind a frontend of its own).  Both are fitted where both exist.
+    source: str = _f("client", choices=("client", "engine"))
+
+
+@dataclass
 class PromoteStage:
     """One stage of a promotion (protocols/promote/plan.py): the proxy's mode and the candidate's share
     while it lasts; its gate runs once it has ``min_requests`` candidate requests and
@@ -859,7 +884,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
                  "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol,
-                 "plan_schema": PlanProtocol},
+                 "plan_schema": PlanProtocol, "profile_schema": ProfileProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},

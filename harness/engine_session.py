@@ -242,6 +242,16 @@ class EngineSession:
         top = getattr(self.engine, "topology", None)
         return top() if top is not None else {"kind": "single", "replicas": 1, "router": "none"}
 
+    def use_workload(self, fields: dict) -> None:
+        """Run the next points with these workload fields set (a protocol whose points differ in
+        their requests' lengths, not only in load: protocol=profile's ladders); the engine, its
+        prompt builder and the windows stay as they are.  Each run's config.yaml says which."""
+        cfg = self.cfg.copy()
+        cfg.workload = OmegaConf.merge(cfg.workload, fields)
+        self.cfg = cfg
+        self.container = OmegaConf.to_container(cfg, resolve=True)
+        self.safe_config = results_io.redact(self.container)
+
     def run_point(self, spec, last: bool, steps=None):
         """Run one load point's steps (default ``harness.point.POINT_STEPS``); returns its ``PointRun``."""
         from harness.point import POINT_STEPS, PointRun
