@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.report.track import write_track_page
 from protocols.track.history import load_history
-from protocols.track.page import write_track_page
 from protocols.track.verdicts import (
     CANNOT_JUDGE,
     compare_newest,
