@@ -49,7 +49,8 @@ def track_options(cfg: DictConfig) -> TrackProtocol:
     once; UserError naming the key for a bad or missing value."""
     if OmegaConf.is_missing(cfg.protocol, "track"):
         raise UserError("protocol.track: which tracked benchmark? (tokenfactory track NAME, or "
-                        "tokenfactory run protocol=track protocol.track=NAME)")
+                        "tokenfactory run protocol=track protocol.track=NAME; track=NAME is what an experiment "
+                        "sets to join a track)")
     try:
         validate(cfg.protocol, "protocol")
     except ConfigError as e:
@@ -67,9 +68,8 @@ def run_track_protocol(cfg: DictConfig) -> Path:
     (SystemExit 1 or 3, its message on stderr) when it does not pass."""
     options = track_options(cfg)
     out = track_folder(cfg, options)
-    tracking_uri = cfg.mlflow.tracking_uri if cfg.get("mlflow") is not None else None
     try:
-        doc = run_track(options, out, tracking_uri)
+        doc = run_track(options, out, cfg.mlflow.tracking_uri)
     except ValueError as e:  # no such track or baseline, conditions that differ: the user's to fix
         raise UserError(str(e)) from e
     write_track_record(out, doc)
