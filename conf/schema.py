@@ -544,6 +544,27 @@ class ProfileProtocol:
 
 
 @dataclass
+class TrackProtocol:
+    """``tokenfactory track NAME``: a tracked benchmark's history (every experiment run with
+    ``track=NAME`` into the MLflow store, mlflow.tracking_uri), the newest against its baseline
+    metric by metric, and a regression gate (protocols/track/); track.json and track.html go to
+    output_dir (default: results/track/NAME)."""
+    name: str = "track"
+    track: str = MISSING                      # the tracked benchmark (its experiments ran with track=NAME)
+    gate: bool = False                        # exit 1 on a regression beyond the margin, 3 when one cannot be judged
+    baseline: str = "previous"                # previous, window:N (the N accepted before the newest, pooled), or a name
+    keep_rejected: bool = False               # window:N pools the experiments the gate rejected too
+    at: Optional[str] = None                  # judge this experiment as the history stood then; null: the newest
+    metrics: List[str] = field(default_factory=list)  # empty: the usual set (COMPARED_METRICS the runs have)
+    # smallest relative change that counts; where a side's mean is 0, the smallest absolute one (points for a rate)
+    margin: float = _f(0.02, ge=0, lt=1)
+    confidence: float = _f(0.95, gt=0, lt=1)  # level of the intervals
+    # bonferroni: the confidence holds for every verdict judged together (metrics x load points); none: for each
+    adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
+    allow: List[str] = field(default_factory=list)  # track conditions allowed to differ
+
+
+@dataclass
 class PromoteStage:
     """One stage of a promotion (protocols/promote/plan.py): the proxy's mode and the candidate's share
     while it lasts; its gate runs once it has ``min_requests`` candidate requests and
@@ -884,7 +905,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
                  "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol,
-                 "plan_schema": PlanProtocol, "profile_schema": ProfileProtocol},
+                 "plan_schema": PlanProtocol, "profile_schema": ProfileProtocol,
+                 "track_schema": TrackProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},

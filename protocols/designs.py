@@ -49,6 +49,7 @@ DESIGNS: dict[str, Design] = {d.name: d for d in (
     Design("promote", promotion=True),
     Design("plan"),
     Design("profile"),
+    Design("track"),
 )}
 
 

@@ -27,6 +27,7 @@ from protocols.plan.run import run_plan
 from protocols.profile.run import run_profile
 from protocols.promote.run import run_promotion
 from protocols.sweep.record import SWEEP_RECORD
+from protocols.track.run import run_track_protocol
 from protocols.tune.run import Tuner
 
 
@@ -87,6 +88,13 @@ def _tune(cfg: DictConfig, inv: Invocation) -> Path:
     return Tuner(cfg, inv.overrides).run()
 
 
+def _track(cfg: DictConfig, inv: Invocation) -> Path:
+    if inv.swept_keys:
+        raise UserError("protocol=track judges one track's newest experiment; drop -m (it sweeps "
+                        f"{', '.join(sorted(inv.swept_keys))}) and run one command a track")
+    return run_track_protocol(cfg)
+
+
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("sweep", "one config over its load points, repeated", _experiment, (SWEEP_RECORD,)),
     Protocol("compare", "several configs in randomised blocks, compared at equal SLO", _experiment,
@@ -98,6 +106,7 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("plan", "a fleet sized and priced for a traffic source from finished experiments' capacity", _plan),
     Protocol("profile", "an engine's prefill time against prompt length and decode step time against batch and "
              "context (the plan's and the mocker's timing)", _profile),
+    Protocol("track", "a tracked benchmark's newest experiment against its baseline; a regression gate", _track),
 )}
 assert set(PROTOCOLS) == set(DESIGNS), "every protocol has a design, and every design a protocol"
 
