@@ -416,6 +416,8 @@ class CompareProtocol(SweepProtocol):
     # the verdicts of one load point are a family: bonferroni holds `confidence` for all of them
     # together (each difference's interval at 1 - (1 - confidence)/number of metrics)
     adjust: str = _f("none", choices=("none", "bonferroni"))
+    # an emulated config (engine=dynamo with mocker workers) beside a measured one: refused unless true
+    allow_emulated: bool = False
 
 
 @dataclass
@@ -436,6 +438,7 @@ class AblationProtocol(SweepProtocol):
     min_effect: float = _f(0.02, ge=0, lt=1)
     confidence: float = _f(0.95, gt=0, lt=1)
     adjust: str = _f("none", choices=("none", "bonferroni"))
+    allow_emulated: bool = False              # as protocol=compare's: an emulated arm beside measured ones
 
 
 TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")

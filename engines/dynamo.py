@@ -68,6 +68,16 @@ def timing_source(mocker) -> str:
     return POLYNOMIAL
 
 
+def emulation_of(engine_cfg) -> dict:
+    """Whether the engine config ``engine_cfg`` (a composed ``engine`` group) runs an emulated
+    engine, and by what: ``engine=dynamo`` with mocker workers is; anything else is measured."""
+    if engine_cfg.get("name") != "dynamo" or engine_cfg.get("worker") != "mocker":
+        return {"emulated": False, "timing_source": "measured"}
+    m = engine_cfg.mocker
+    return {"emulated": True, "timing_source": timing_source(m), "emulator": "dynamo.mocker",
+            "emulated_engine": str(m.engine_type), "speedup_ratio": float(m.speedup_ratio)}
+
+
 def mocker_flags(mocker) -> list[str]:
     """``engine.mocker.*`` as ``dynamo.mocker`` flags (null: the mocker's own default)."""
     m = mocker
@@ -210,11 +220,7 @@ class Dynamo(EngineAdapter):
     def emulation(self) -> dict:
         """Whether this engine's timings are emulated, and by what (``summary.json``'s
         ``emulated`` and ``timing_source``; provenance holds the rest)."""
-        if not self.emulated:
-            return {"emulated": False, "timing_source": "measured"}
-        m = self.cfg.mocker
-        return {"emulated": True, "timing_source": timing_source(m), "emulator": "dynamo.mocker",
-                "emulated_engine": str(m.engine_type), "speedup_ratio": float(m.speedup_ratio)}
+        return emulation_of(self.cfg)
 
     def check_features(self) -> None:
         super().check_features()
