@@ -119,6 +119,7 @@ class Worker:
 
     def __init__(self, name: str, role: str, host: str):
         self.name = f"dynamo worker {name}"
+        self.target = self
         self.replica = name
         self.role = role                     # replica (aggregated) | prefill | decode
         self.host = host
@@ -132,7 +133,7 @@ class Worker:
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.system_port}/metrics"
 
-    def health_ok(self, timeout: float = 5.0) -> bool:
+    def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         try:
             status, _ = http_get(self.metrics_url, timeout=timeout)
             return status == 200
@@ -384,11 +385,9 @@ class Dynamo(EngineAdapter):
 
     # --- as a deployment (the session's watchdog, telemetry and rows) -------------------
     def members(self) -> list:
-        """Every process the watchdog looks at: each worker (a replica), then the frontend (the router)."""
-        from engines.deployment import Member
-
-        out = [Member(w.name, w, w.replica) for w in self.workers if w.process is not None]
-        return out + [Member("dynamo frontend", Frontend(self), None)]
+        """Every process the watchdog looks at, as ``engines.deployment.Member`` s are seen: each
+        worker (a replica), then the frontend (the router, ``replica`` None)."""
+        return [w for w in self.workers if w.process is not None] + [Frontend(self)]
 
     def roles(self) -> dict[str, str]:
         return {w.replica: w.role for w in self.workers}
@@ -481,6 +480,9 @@ class Frontend:
 
     def __init__(self, engine: Dynamo):
         self.engine = engine
+        self.name = "dynamo frontend"
+        self.target = self
+        self.replica = None
         self.health_path = engine.health_path
         self.liveness_path = None
 
@@ -488,7 +490,7 @@ class Frontend:
     def process(self):
         return self.engine.process
 
-    def health_ok(self, timeout: float = 5.0) -> bool:
+    def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         return self.engine.health_ok(timeout=timeout)
 
     def kill(self) -> None:
