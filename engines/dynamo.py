@@ -298,6 +298,13 @@ class Dynamo(EngineAdapter):
         if self.cfg.command:
             raise EngineError("engine=dynamo builds its frontend's and workers' commands; use "
                               "engine.frontend_args / engine.worker_args / engine.extra_args instead of engine.command")
+        if not self.cfg.python:
+            import importlib.util
+
+            if importlib.util.find_spec("dynamo") is None:  # this interpreter has no Dynamo: name the fix
+                raise EngineError("engine=dynamo needs engine.python=/path/to/dynamo-venv/bin/python (an "
+                                  "interpreter with ai-dynamo>=1.4.2; `bash .ci/dynamo_venv.sh` builds one and "
+                                  "prints it)")
         super().prepare()
         if not self.workers:
             names = {"replica": "r", "prefill": "p", "decode": "d"}

@@ -123,6 +123,7 @@ def test_a_worker_set_dynamo_cannot_be_is_named(tmp_path, over, deployment, rout
     ({"features.quantization": "fp8"}, "does not support engine.features.quantization"),
     ({"launch": False, "base_url": "http://127.0.0.1:9"}, "engine=openai"),
     ({"command": ["x"]}, "engine.frontend_args"),
+    ({"python": None}, r"engine.python=/path/to/dynamo-venv/bin/python"),  # the harness's venv has no Dynamo
 ])
 def test_what_engine_dynamo_refuses_is_named(tmp_path, over, needle):
     e = _dynamo(tmp_path, **over)
