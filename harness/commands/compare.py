@@ -45,6 +45,9 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_comparison(comparison), flush=True)
+    emulated = {n: k for n, k in comparison["kinds"].items() if k != "measured"}
+    if emulated:  # never read as measured: say which side's numbers are a model's
+        print("EMULATED: " + "; ".join(f"{n} is {k}" for n, k in emulated.items()), flush=True)
     out = Path(a.out)
     try:
         results_io.write_json(out, comparison)

@@ -42,6 +42,9 @@ def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -
         searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
     comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
                               quality=quality)
+    if "config" in table.column_names:  # each config's kind of numbers: measured, or emulated (how)
+        comparison["kinds"] = {c: kind_of_runs(table.filter(pc.equal(table.column("config"), c)))
+                               for c in comparison["configs"]}
     results_io.write_json(exp.out / "comparison.json", comparison)
     print(format_comparison(comparison), flush=True)
     return comparison.get("mlflow_metrics", {})

@@ -34,6 +34,7 @@ def test_compare_command_refuses_emulated_beside_measured_unless_allowed(tmp_pat
     assert "real/fast: measured" in err and "mock/fast: emulated (mocker-polynomial)" in err
     assert "--allow-emulated" in err and not out.exists()
     assert compare_main([str(real), str(mock), "--allow-emulated", "--out", str(out)]) == 0
+    assert "EMULATED: mock/fast is emulated (mocker-polynomial); mock/slow is emulated" in capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert doc["allow_emulated"] is True
     assert doc["kinds"] == {"real/fast": "measured", "real/slow": "measured",
