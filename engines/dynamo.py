@@ -286,8 +286,12 @@ class Dynamo(EngineAdapter):
                 "DYN_SYSTEM_PORT": str(worker.system_port), "TOKENFACTORY_REPLICA": worker.replica}
 
     def shared_env(self) -> dict[str, str]:
-        return {**self.launch_env(), "DYN_FILE_KV": str(self.kv_dir), "DYN_TCP_RPC_HOST": self.host,
-                "DYN_TCP_RESPONSE_STREAM_HOST": LOOPBACK_INTERFACE}
+        """Every process's: the session's discovery folder; requests and response streams on the
+        loopback address when the frontend listens there (Dynamo's default is the host's own)."""
+        env = {**self.launch_env(), "DYN_FILE_KV": str(self.kv_dir), "DYN_TCP_RPC_HOST": self.host}
+        if self.host.startswith("127.") or self.host in ("localhost", "::1"):
+            env["DYN_TCP_RESPONSE_STREAM_HOST"] = LOOPBACK_INTERFACE
+        return env
 
     # --- lifecycle -----------------------------------------------------------------------
     def prepare(self) -> None:
