@@ -82,3 +82,11 @@ def test_no_adapter_no_per_adapter_key(tmp_path):
     t = pq.read_table(tmp_path / "requests.parquet")
     assert t.column("lora").to_pylist() == [None] * 3
     assert "per_adapter" not in summarize(t, SLO(), 0, 1)
+
+
+def test_prepared_cache_keeps_each_requests_adapter(tmp_path):
+    from loadgen.prepare import PrepareCache, Prepared
+
+    cache = PrepareCache(tmp_path, {"k": 1}, end_state=lambda: None, on_hit=lambda s: None)
+    cache.store([Prepared(i, WorkItem(f"r{i}", "", 1, 2, model=m), None, b"{}") for i, m in enumerate([FAST, None])])
+    assert [p.item.model for p in cache.load()] == [FAST, None]
