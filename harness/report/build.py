@@ -7,8 +7,8 @@ import math
 import time
 from pathlib import Path
 
-from harness.report import data as report_data
 from harness.report import (
+    adapters,
     deployment,
     figures_ablation,
     figures_load,
@@ -20,6 +20,7 @@ from harness.report import (
     style,
     tables,
 )
+from harness.report import data as report_data
 from harness.report import workload as workload_section
 from harness.report.requests_view import read_runs
 from harness.results_io import read_json, write_atomic
@@ -160,6 +161,7 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
         ("latency", "Latency", fig("Latency")),
         ("distributions", "Latency distributions", fig("Latency distributions")),
         ("deployment", "Deployment: TTFT by phase and replicas", fig("Deployment") + deployment.replica_table(d)),
+        ("adapters", "LoRA adapters", adapters.adapter_table(d)),
         ("cost", "Cost and energy", fig("Cost and energy")),
         ("ablation", "Ablation", fig("Ablation") + tables.ablation_table(d)),
         ("timeline", "Runs over time", fig("Runs over time")),
