@@ -21,6 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from conf.compose import compose_config
+from conf.load_point import RunSpec
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
 from harness import experiment_record, quality_gate, results_io
@@ -39,7 +40,7 @@ from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
 from protocols.blocks import SessionPlan, describe_plan, plan_sessions
 from protocols.designs import design_of
-from protocols.sweep.load_points import RunSpec, plan_runs
+from protocols.sweep.load_points import plan_runs
 from protocols.sweep.run import probe_load_points, search_slo
 
 

@@ -16,12 +16,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conf.load_point import split_repeat
 from harness import results_io
 from harness.quality_gate import format_quality, gate_enabled, judge
 from harness.results_io import HEADERS_KEY, SECRET_KEY
 from metrics.quality_gate import gate_row
 from protocols.designs import design_of
-from protocols.sweep.load_points import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 
@@ -142,7 +142,7 @@ def experiment_record(cfg, *, status: str, out: Path, overrides: list[str], conf
 def run_rows(out: Path) -> list[dict]:
     """Every finished run under ``out``: its run.json keys and its summary's scalars.  A load
     point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
-    folders written when each repeat had a label of its own (``protocols.sweep.load_points.split_repeat``)."""
+    folders written when each repeat had a label of its own (``conf.load_point.split_repeat``)."""
     rows = []
     for d in sorted(p.parent for p in out.rglob("summary.json")):
         meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conf.load_point import RunSpec, offered_load
 from engines.base import EngineError
 from engines.tiny_model import cache_root
 from harness import autoscale, results_io, workload_describe
@@ -36,7 +37,6 @@ from metrics.engine_counters import PHASES, engine_summary, replica_engine_summa
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
-from protocols.sweep.load_points import RunSpec, offered_load
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.
