@@ -247,7 +247,7 @@ class Experiment:
                                      name=s.config or None, block=s.block, otlp=self.otlp)
         search = self.needs_search(s)
         # after the points (no cold start or cache state disturbed), before the engine stops
-        gate = gate_enabled(self.cfg) and not (self.session_dir(s) / QUALITY_FILE).exists()
+        gate = gate_enabled(self.cfg, self.design) and not (self.session_dir(s) / QUALITY_FILE).exists()
         try:
             self.session.start(points=todo)
             for i, spec in enumerate(todo):
