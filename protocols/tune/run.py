@@ -51,13 +51,13 @@ from conf.schema import ConfigError, SweepProtocol, validate
 from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment import Experiment, check_config
 from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
 from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
 from protocols.designs import design_of
+from protocols.experiment import Experiment, check_config
 from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan
 
