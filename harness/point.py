@@ -3,8 +3,9 @@
 Each step is ``step(session, point)``: ``session`` is the ``EngineSession`` (engine,
 telemetry, client config, prompt builder), ``point`` the ``PointRun`` that carries what
 earlier steps made.  A protocol can run its own list (skip the cache reset, add a fault
-between dispatch and the window's close, ...).  ``summary.json`` is written last of the
-files: a folder without it is not a finished run.
+between dispatch and the window's close, ...).  What a point reads of the config is read
+once, typed (``PointInputs``); ``summary.json`` is assembled in one step (``summarise``) and
+written last of the files: a folder without it is not a finished run.
 """
 
 from __future__ import annotations
@@ -268,10 +269,14 @@ def close_window(s, p: PointRun) -> None:
 
 
 def summarise(s, p: PointRun) -> None:
-    """``summary.json``'s numbers, from requests.parquet, the window and its telemetry."""
+    """``summary.json``, assembled here alone: the request metrics over the window and its
+    telemetry (``metrics.summary.summarize``), the run's own keys, its engine faults' and
+    scenarios' figures (``fault_figures``) and live autoscaling's replica figures
+    (``harness.autoscale.figures``)."""
     p.requests = read_requests(p.run_dir / "requests.parquet")
     telemetry = pq.read_table(p.telemetry_path)
     capacity, why = steady_capacity(p.spec.load)
+    scaled = autoscale.figures(s, p)  # empty unless autoscaled
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
                         max_schedule_lag_ms=p.inputs.max_schedule_lag_ms,
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
@@ -279,7 +284,7 @@ def summarise(s, p: PointRun) -> None:
                         cost_replicas=int(s.topology().get("replicas") or 1),
                         # autoscaled: the replica-seconds paid in the window (starting, serving and
                         # draining), not replicas x window
-                        cost_replica_seconds=autoscale.figures(s, p).get("paid_replica_seconds"))
+                        cost_replica_seconds=scaled.get("paid_replica_seconds"))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),
@@ -314,6 +319,8 @@ def summarise(s, p: PointRun) -> None:
     with np.errstate(invalid="ignore"):
         summary["prompt_tokens_mismatch"] = int(np.nansum(exp.astype(float) != got.astype(float)))
     p.summary = summary
+    fault_figures(s, p)
+    p.summary.update(scaled)
 
 
 def planned_keys(load: LoadSpec, stats: dict) -> dict:
@@ -343,7 +350,7 @@ def point_line(title: str, m: dict) -> str:
 
 
 def fault_figures(s, p: PointRun) -> None:
-    """Engine faults and scenarios in ``summary.json``: whether the point failed and why, the
+    """Engine faults and scenarios in ``summary.json`` (part of ``summarise``): whether the point failed and why, the
     failure-recovery figures of a ``scenario.kill_at_s`` point (``metrics.recovery``), and
     the cold-start figures of a session's first point (``metrics.cold_start``)."""
     m, f = p.summary, p.failure
@@ -381,8 +388,9 @@ def fault_figures(s, p: PointRun) -> None:
 
 
 def autoscale_record(s, p: PointRun) -> None:
-    """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json`` and the summary's
-    replica keys (``harness.autoscale``, ``metrics.autoscale``)."""
+    """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json``
+    (``harness.autoscale``, ``metrics.autoscale``; its replica figures are in the summary, by
+    ``summarise``)."""
     autoscale.record(s, p)
 
 
@@ -504,7 +512,7 @@ def engine_survived(s, p: PointRun) -> None:
 
 
 POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workload, describe_workload, dispatch,
-               settle_faults, engine_counters_end, close_window, summarise, fault_figures, autoscale_record,
+               settle_faults, engine_counters_end, close_window, summarise, autoscale_record,
                write_results, log_mlflow, export_otlp,
                print_point, engine_survived)
 
