@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from conf.load_point import RunSpec, offered_load
-from engines.base import EngineError
+from engines.base import EngineError, emulation
 from engines.tiny_model import cache_root
 from harness import autoscale, results_io, workload_describe
 from harness.errors import UserError
@@ -301,6 +301,8 @@ def summarise(s, p: PointRun) -> None:
         **planned_keys(p.load, p.stats),
     })
     summary.update(_clock_keys(p.inputs, p.stats))
+    emu = emulation(s.engine)  # an emulated engine's numbers are never read as measured ones
+    summary.update(emulated=emu["emulated"], timing_source=emu["timing_source"])
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
     summary.update({f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",
                                                            "streamed")})
@@ -346,7 +348,8 @@ def point_line(title: str, m: dict) -> str:
         after = m.get("saturated_after_s")
         done += (f"; STOPPED as over-saturated{f' after {after:.1f} s' if after is not None else ''}: {of} "
                  "(saturation_reason in summary.json)")
-    return f"  {title}: {done}, "
+    emulated = f" [EMULATED: {m.get('timing_source')}]" if m.get("emulated") else ""
+    return f"  {title}{emulated}: {done}, "
 
 
 def fault_figures(s, p: PointRun) -> None:

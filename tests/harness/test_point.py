@@ -40,3 +40,10 @@ def test_a_point_reads_its_config_once_typed():
     assert (inputs.cache_state, inputs.on_failure, inputs.experiment, inputs.protocol) == (
         "cold", "restart", "x", "sweep")
     assert inputs.min_attainment is None and inputs.track is None
+
+
+def test_the_console_says_an_emulated_point():
+    m = {"completed": 20, "num_requests": 20, "num_cancelled": 0, "emulated": True,
+         "timing_source": "mocker-polynomial"}
+    assert point_line("poisson rate=2", m) == "  poisson rate=2 [EMULATED: mocker-polynomial]: 20/20 ok, "
+    assert point_line("x", {**m, "emulated": False}) == "  x: 20/20 ok, "
