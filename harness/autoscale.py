@@ -96,11 +96,11 @@ def _over_load(s, p) -> dict | None:
 
 
 def record(s, p) -> None:
-    """``autoscale.json`` in the run folder, and the summary's autoscale keys."""
+    """``autoscale.json`` in the run folder (the summary's autoscale keys are ``figures``, which
+    ``harness.point.summarise`` adds)."""
     if not enabled(s):
         return
     fig = figures(s, p)
-    p.summary.update(fig)
     scaler = getattr(p, "scaler", None)
     rec = scaler.record() if scaler is not None else {
         "policy": asdict(ScalingPolicy.from_config(s.cfg.deployment.autoscale)), "decisions": [], "starts": [],

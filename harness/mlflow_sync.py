@@ -23,13 +23,13 @@ from pathlib import Path
 
 import yaml
 
+from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import results_io
 from harness.experiment_record import run_rows, runs_table
 from harness.mlflow_log import MlflowLogger, child_run_name, tracking_uri
 from harness.parent_run import track_tags
 from metrics.comparison import point_aggregates
-from protocols.sweep.load_points import split_repeat
 
 RECORD_FILES = ("experiment.json", "runs.parquet", "comparison.json", "ablation.json", "report.html",
                 "workload.html", "config.yaml")

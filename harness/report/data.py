@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from conf.load_point import offered_load, run_title, split_repeat
 from harness.results_io import find_run_dirs, read_json
 from metrics.slo import slo_holds
 from metrics.statistics import mean_ci, ratio_ci
-from protocols.sweep.load_points import offered_load, run_title, split_repeat
 
 # summary key -> (numerator, denominator, scale): ratios of totals across repeats, never means of ratios
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from harness.experiment_record import ProtocolRecord, search_results
@@ -30,7 +31,6 @@ from metrics.comparison import (
 )
 from metrics.emulation import kind_of_runs, refusal
 from metrics.quality_gate import gate_search
-from protocols.sweep.load_points import split_repeat
 
 
 def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -> dict:
@@ -127,7 +127,7 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:
     """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
-    the point's label, and the repeat in ``repeat`` (``protocols.sweep.load_points.split_repeat``)."""
+    the point's label, and the repeat in ``repeat`` (``conf.load_point.split_repeat``)."""
     if "label" not in table.column_names:
         return table
     split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]

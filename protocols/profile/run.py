@@ -25,6 +25,7 @@ from harness.finish import finish_run
 from harness.multirun import default_output_dir
 from harness.parent_run import start_parent
 from loadgen.dispatch import LoadSpec
+from protocols.designs import design_of
 from protocols.profile import record as profile_record
 from protocols.profile.plan import Step, describe, profile_steps
 
@@ -53,7 +54,7 @@ def _write_experiment(cfg, out: Path, steps: list[Step], overrides: list[str], s
         tmp.replace(out / "runs.parquet")
     record = experiment_record(
         cfg, status=status, out=out, overrides=overrides, configs={"": []}, baseline="",
-        steps=seven_steps(cfg, bool(rows), points=len(steps), configs=1),
+        steps=seven_steps(cfg, design_of(cfg), bool(rows), points=len(steps), configs=1),
         load_points=[{"label": s.spec.label, "phase": s.phase, "load": s.spec.load, "workload": s.workload,
                       "repeats": 1} for s in steps],
         runs_planned=len(steps), runs_finished=len(rows), record_files=[profile_record.PROFILE_FILE,

@@ -59,6 +59,7 @@ from metrics.promotion_gate import (
     look_confidence,
     metric_kind,
 )
+from protocols.designs import design_of
 from protocols.promote.plan import Stage, StageMachine, plan_stages
 
 perf_ns = time.perf_counter_ns
@@ -640,7 +641,8 @@ class Promotion:
         runs = run_rows(self.out) if self.out.exists() else []
         status = ("complete" if self.promotion and self.promotion["outcome"] in ("promoted", "rolled_back")
                   else ("running" if self.promotion is None else str(self.promotion["outcome"])))
-        steps = seven_steps(self.cfg, bool(runs), points=1, configs=len(SIDES), promotion_how=self.promotion_how)
+        steps = seven_steps(self.cfg, design_of(self.cfg), bool(runs), points=1, configs=len(SIDES),
+                            promotion_how=self.promotion_how)
         rec = experiment_record(
             self.cfg, status=status, out=self.out, overrides=self.overrides,
             configs={s: self.launch[s] if self.launch[s] else [self.urls[s]] for s in SIDES}, baseline=INCUMBENT,

@@ -1,7 +1,7 @@
 """What a sweep does between its runs, in each config's engine session (a comparison's and an
 ablation's configs too): ``protocol.probe`` places the load points from a probe of the
 saturation, ``protocol.search=slo`` bisects for the highest load under the SLO.  Both run on
-the experiment's skeleton (``harness.experiment``); the math is ``load_search``'s.
+the experiment's skeleton (``protocols.experiment``); the math is ``load_search``'s.
 """
 
 from __future__ import annotations

@@ -51,12 +51,13 @@ from conf.schema import ConfigError, SweepProtocol, validate
 from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment import Experiment, check_config
 from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
 from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
+from protocols.designs import design_of
+from protocols.experiment import Experiment, check_config
 from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan
 
@@ -173,7 +174,7 @@ class Tuner:
         proto.update(name="sweep", search="slo", dry_run=False)
         trial.protocol = OmegaConf.merge(OmegaConf.structured(SweepProtocol), proto)
         trial.output_dir = str(folder)
-        if gate_enabled(cfg):  # each trial's greedy outputs, judged against the reference's
+        if gate_enabled(cfg, design_of(cfg)):  # each trial's greedy outputs, judged against the reference's
             trial.quality.enabled = True
         return trial
 
@@ -183,7 +184,7 @@ class Tuner:
         launched for that alone, in ``OUT/reference/`` (once; a resumed tune reuses it).  Every
         trial's outputs are judged against them."""
         folder = self.out / REFERENCE_DIR
-        if not gate_enabled(self.cfg) or (folder / QUALITY_FILE).exists():
+        if not gate_enabled(self.cfg, design_of(self.cfg)) or (folder / QUALITY_FILE).exists():
             return
         ref = [str(o) for o in (self.cfg.protocol.get("reference") or [])]
         print("quality gate: greedy outputs of the reference config ("
@@ -210,7 +211,8 @@ class Tuner:
             firsts = sorted((t["trial"], self.out / t["folder"]) for t in self.read_trials()
                             if (self.out / t["folder"] / QUALITY_FILE).exists())
             ref = firsts[0][1] if firsts else ref
-        if not gate_enabled(self.cfg) or not (folder / QUALITY_FILE).exists() or not (ref / QUALITY_FILE).exists():
+        gate = gate_enabled(self.cfg, design_of(self.cfg))
+        if not gate or not (folder / QUALITY_FILE).exists() or not (ref / QUALITY_FILE).exists():
             return None, None
         if ref == folder:
             return True, "the reference (the first trial: the config with no knob set did not run)"
