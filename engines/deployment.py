@@ -70,7 +70,7 @@ def check_autoscale(cfg) -> None:
     auto = dep.get("autoscale") if dep is not None else None
     if auto is None or not auto.get("enabled"):
         return
-    from engines.autoscaling import ScalingPolicy
+    from engines.autoscale_policy import ScalingPolicy
 
     kind = dep.kind
     router = cfg.get("router")

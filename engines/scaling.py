@@ -1,6 +1,6 @@
 """Live autoscaling of a real deployment (``deployment.autoscale.enabled``): while a load runs,
 ``LiveScaler`` reads the policy's signal every ``interval_s``, asks ``Autoscaler.decide``
-(``engines.autoscaling``: the same policy the fleet plan simulates) how many replicas to
+(``engines.autoscale_policy``: the same policy the fleet plan simulates) how many replicas to
 have, and starts or stops real replicas of the ``Deployment`` (``engines.deployment``).
 
 Signals, read as an HPA or KEDA on Prometheus reads them:
@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 
-from engines.autoscaling import Autoscaler, ScalingPolicy
+from engines.autoscale_policy import Autoscaler, ScalingPolicy
 from engines.base import EngineError
 
 perf_ns = time.perf_counter_ns

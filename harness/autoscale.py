@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from engines.deployment import Member
 from engines.scaling import LiveScaler
 from harness import results_io

@@ -32,7 +32,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from conf.schema import Autoscale, Slo, typed
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million

@@ -12,7 +12,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from engines.scaling import CounterWindow, LiveScaler, in_flight
 from tests.engines.test_routers import REPLICA, cfg, completions, needs, post
 from tests.fake_server import FakeServer

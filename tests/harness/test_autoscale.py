@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from engines.scaling import LiveScaler
 from harness import autoscale
 from metrics.cost import fleet_cost
