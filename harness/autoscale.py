@@ -1,5 +1,5 @@
 """Live autoscaling in a load point (``deployment.autoscale.enabled``): the ``LiveScaler``
-(``engines.scaling``) runs while the point's load runs, and what it did reaches the run's files.
+(``engines.live_scaler``) runs while the point's load runs, and what it did reaches the run's files.
 
 - ``start(s, p)`` before the load (decisions timed from the load's start, the dispatcher's
   t0), ``stop(s, p)`` after it (replicas being started or stopped are waited for);
@@ -24,7 +24,7 @@ from dataclasses import asdict
 
 from engines.autoscale_policy import ScalingPolicy
 from engines.deployment import Member
-from engines.scaling import LiveScaler
+from engines.live_scaler import LiveScaler
 from harness import results_io
 from metrics.autoscale import replica_figures
 

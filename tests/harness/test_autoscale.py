@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from engines.autoscale_policy import ScalingPolicy
-from engines.scaling import LiveScaler
+from engines.live_scaler import LiveScaler
 from harness import autoscale
 from metrics.cost import fleet_cost
 
