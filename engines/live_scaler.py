@@ -38,7 +38,7 @@ perf_counter_ns; ``paid_intervals()`` gives what each start and stop was paid fo
 from its decision to its joining the router, or to its failure; a drain from its leaving the
 router to its stop), which ``metrics.autoscale`` bills.  The harness writes them as
 ``autoscale.json`` and as the ``deployment`` series of ``telemetry.parquet``
-(``harness.autoscale``).
+(``harness.autoscale_record``).
 """
 
 from __future__ import annotations
@@ -363,7 +363,7 @@ class LiveScaler:
         return starting, draining
 
     def record(self) -> dict:
-        """What happened, times in perf_counter_ns (``harness.autoscale`` makes them relative)."""
+        """What happened, times in perf_counter_ns (``harness.autoscale_record`` makes them relative)."""
         return {"policy": asdict(self.policy), "drain_timeout_s": self.drain_timeout_s,
                 "origin_ns": self.origin_ns, "decisions": list(self.decisions), "starts": list(self.starts),
                 "stops": list(self.stops), "errors": list(self.errors), "failed_reads": list(self.failed_reads),

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 
 from engines.base import EngineError
 from engines.tiny_model import cache_root
-from harness import autoscale, results_io, workload_describe
+from harness import autoscale_record as autoscale  # (point.py has its own autoscale_record step)
+from harness import results_io, workload_describe
 from harness.errors import UserError
 from harness.mlflow_log import child_run_name
 from harness.otlp_export import run_attributes
@@ -63,7 +64,7 @@ class PointRun:
     progress: object = None              # the point's progress bars (dispatch)
     faults: list = field(default_factory=list)   # engine faults during the point (engines.watchdog.EngineFault)
     failure: object = None               # the fault that failed the point (None: it did not fail)
-    scaler: object = None                # live autoscaling during the load (harness.autoscale)
+    scaler: object = None                # live autoscaling during the load (harness.autoscale_record)
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -335,7 +336,7 @@ def fault_figures(s, p: PointRun) -> None:
 
 def autoscale_record(s, p: PointRun) -> None:
     """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json`` and the summary's
-    replica keys (``harness.autoscale``, ``metrics.autoscale``)."""
+    replica keys (``harness.autoscale_record``, ``metrics.autoscale``)."""
     autoscale.record(s, p)
 
 
