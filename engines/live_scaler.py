@@ -36,7 +36,7 @@ replicas that served are never reused: ``r2`` is the replica started after ``r0`
 Every decision, failed read, replica start and stop is kept (``record()``), with times in
 perf_counter_ns; ``paid_intervals()`` gives what each start and stop was paid for (a start
 from its decision to its joining the router, or to its failure; a drain from its leaving the
-router to its stop), which ``metrics.autoscale`` bills.  The harness writes them as
+router to its stop), which ``metrics.autoscale_bill`` bills.  The harness writes them as
 ``autoscale.json`` and as the ``deployment`` series of ``telemetry.parquet``
 (``harness.autoscale_record``).
 """

@@ -336,7 +336,7 @@ def fault_figures(s, p: PointRun) -> None:
 
 def autoscale_record(s, p: PointRun) -> None:
     """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json`` and the summary's
-    replica keys (``harness.autoscale_record``, ``metrics.autoscale``)."""
+    replica keys (``harness.autoscale_record``, ``metrics.autoscale_bill``)."""
     autoscale.record(s, p)
 
 

@@ -3,7 +3,7 @@ the run folder of a ``load=trace`` run on a real deployment the harness scaled b
 policy (``deployment.autoscale.enabled=true``), and the plan's simulation of the same
 traffic from the same starting replicas.
 
-Both sides go through the same definitions (``metrics.fleet``, ``metrics.autoscale``) over
+Both sides go through the same definitions (``metrics.fleet``, ``metrics.autoscale_bill``) over
 the same window, the trace's span [first arrival, last arrival]: attainment, goodput and good
 output tokens per second, TTFT p50/p90, and the bill under one name each:
 ``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds`` and
@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from harness.errors import UserError
-from metrics.autoscale import BILL_KEYS, replica_figures
+from metrics.autoscale_bill import BILL_KEYS, replica_figures
 from metrics.fleet import request_metrics
 from metrics.slo import SLO
 from protocols.plan.traffic import Traffic
@@ -52,7 +52,7 @@ def measured(run: Path, slo: SLO) -> dict:
 
 
 def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
-    """The bill over [0, span] from the run's autoscale.json (``metrics.autoscale.replica_figures``):
+    """The bill over [0, span] from the run's autoscale.json (``metrics.autoscale_bill.replica_figures``):
     serving replicas from its ``serving`` log; starting, each replica start from the policy's
     request to its joining the router, its failure or its cancellation; draining, each replica
     scaled down from leaving the router to its stop; as the plan counts them."""
