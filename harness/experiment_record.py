@@ -145,7 +145,7 @@ def run_rows(out: Path) -> list[dict]:
     folders written when each repeat had a label of its own (``protocols.sweep.load_points.split_repeat``)."""
     rows = []
     for d in sorted(p.parent for p in out.rglob("summary.json")):
-        meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
+        meta = results_io.read_json(d / "run.json", {})
         summary = results_io.read_json(d / "summary.json")
         load = meta.get("load") or {}
         label, old_repeat = split_repeat(str(meta.get("label", d.name)))

@@ -254,7 +254,7 @@ def read_run(d: Path) -> Run:
     """One complete run folder."""
     summary = read_json(d / "summary.json")
     if (d / "source.json").exists() or summary.get("source_tool"):
-        source = read_json(d / "source.json") if (d / "source.json").exists() else {}
+        source = read_json(d / "source.json", {})
         kind, x, words = imported_load(summary, source)
         if not summary.get("num_requests") and summary.get("source_equivalents"):
             # an aggregate-only file (no per-request records): the tool's own numbers, where its
@@ -265,7 +265,7 @@ def read_run(d: Path) -> Run:
         label = f"{words}" + (f" ({bench})" if bench else "")
         return Run(d, summary, label, _imported_series(summary, source, d), kind=kind, x=x,
                    source={**source, "load_words": words})
-    meta = read_json(d / "run.json") if (d / "run.json").exists() else {}
+    meta = read_json(d / "run.json", {})
     load = meta.get("load") or {}
     fixed = meta.get("fixed_conditions") or {}
     config = str(meta.get("config") or "")
@@ -329,7 +329,7 @@ def name_series(root: Path, runs: list[Run]) -> None:
 
 
 def _json_or_empty(path: Path) -> dict:
-    return read_json(path) if path.exists() else {}
+    return read_json(path, {})
 
 
 def load(root, extra: list | tuple = ()) -> ReportData:

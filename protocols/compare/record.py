@@ -63,7 +63,7 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
         table = table.filter(pc.equal(table.column("role"), "point"))
     if not table.num_rows:
         raise ValueError(f"{path}: no finished load point to compare")
-    record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
+    record = results_io.read_json(path / "experiment.json", {})
     fixed = record.get("fixed_conditions") or {}
     if not fixed:
         for d in sorted(path.rglob("run.json")):

@@ -149,8 +149,7 @@ def candidates(p) -> list[ConfigCapacity]:
     out = []
     for folder in p.experiments:
         caps = read_experiment(folder)
-        exp = results_io.read_json(Path(folder) / "experiment.json") if (Path(folder) / "experiment.json").is_file() \
-            else {}
+        exp = results_io.read_json(Path(folder) / "experiment.json", {})
         out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
     out += estimated(p)
     names = [c.name for c in out]

@@ -106,7 +106,7 @@ def _entry(client, run, experiment: str, folder: Path) -> TrackEntry | None:
     table = pq.read_table(folder / "runs.parquet")
     if "role" in table.column_names:  # probes and search steps are not replicates of a point
         table = table.filter(pc.equal(table.column("role"), "point"))
-    record = results_io.read_json(folder / "experiment.json") if (folder / "experiment.json").exists() else {}
+    record = results_io.read_json(folder / "experiment.json", {})
     configs = sorted(set(table.column("config").to_pylist())) if "config" in table.column_names else [""]
     notes = []
     if len(configs) > 1:

@@ -401,7 +401,7 @@ class Tuner:
         current objective and any quality verdict written since)."""
         folder = self.out / trial["folder"]
         path = folder / "search.json"
-        search = results_io.read_json(path) if path.exists() else None
+        search = results_io.read_json(path, None)
         if search and search.get("cost_per_good_request") is None:  # goodput per dollar: from the run there
             at = [pr for pr in search.get("probes") or [] if pr.get("passed")
                   and pr.get("load") == search.get("max_load_under_slo")]
@@ -548,7 +548,7 @@ def quality_verdict(folder: Path) -> tuple[bool | None, str | None]:
     (None: no gate verdict in the record)."""
     verdicts: list[tuple[bool, str | None]] = []
     path = folder / "experiment.json"
-    rec = results_io.read_json(path) if path.exists() else {}
+    rec = results_io.read_json(path, {})
     if isinstance(rec.get("quality_gate_passed"), bool):
         verdicts.append((rec["quality_gate_passed"], rec.get("quality_gate_reason")))
     for v in ((rec.get("quality_gate") or {}).get("configs") or {}).values():
