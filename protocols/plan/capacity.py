@@ -171,12 +171,12 @@ def read_experiment(folder: str | Path) -> list[ConfigCapacity]:
     """Every config of a finished experiment (its runs.parquet, each run's requests and
     config), as measured capacity."""
     root = Path(folder)
-    runs_path = root / "runs.parquet"
+    runs_path = root / results_io.RUNS_TABLE
     if not runs_path.is_file():
         raise UserError(f"{root}: not a finished experiment (no runs.parquet); give the folder a "
                         "`tokenfactory run protocol=sweep|compare ...` wrote")
     runs = pq.read_table(runs_path).to_pylist()
-    exp = results_io.read_json(root / "experiment.json", {})
+    exp = results_io.read_json(root / results_io.EXPERIMENT, {})
     by_config: dict[str, list[dict]] = {}
     for r in runs:
         if r.get("role") not in (None, "", "measure", "point", "search"):
@@ -200,14 +200,14 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         if r.get("load_kind") not in ("poisson", "constant", "gamma", "trace"):
             notes.append(f"{run}: load {r.get('load_kind')} is closed-loop (a concurrency, not a rate): left out")
             continue
-        cfg = results_io.read_yaml(run / "config.yaml", {})
+        cfg = results_io.read_yaml(run / results_io.CONFIG, {})
         dep = cfg.get("deployment") or {}
         size = int(dep.get("replicas", 1)) if dep.get("kind", "single") != "disaggregated" else \
             int(dep.get("prefill", 1)) + int(dep.get("decode", 1))
         if dep.get("kind") == "disaggregated":
             notes.append(f"{run}: a prefill/decode deployment is planned as {size} replicas of its whole")
-        summary = results_io.read_json(run / "summary.json", {})
-        req_path = run / "requests.parquet"
+        summary = results_io.read_json(run / results_io.SUMMARY, {})
+        req_path = run / results_io.REQUESTS
         if not req_path.is_file():
             notes.append(f"{run}: no requests.parquet: left out")
             continue

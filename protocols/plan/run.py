@@ -149,7 +149,7 @@ def candidates(p) -> list[ConfigCapacity]:
     out = []
     for folder in p.experiments:
         caps = read_experiment(folder)
-        exp = results_io.read_json(Path(folder) / "experiment.json", {})
+        exp = results_io.read_json(Path(folder) / results_io.EXPERIMENT, {})
         out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
     out += estimated(p)
     names = [c.name for c in out]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from harness import results_io
 from harness.errors import UserError
 from metrics.autoscale_bill import BILL_KEYS, replica_figures
 from metrics.fleet import request_metrics
@@ -34,7 +35,7 @@ ROWS = (("slo_attainment", "relative"), ("goodput_rps", "relative"), ("good_outp
 
 def measured(run: Path, slo: SLO) -> dict:
     """The fleet metrics of a real replay's run folder over its trace's span."""
-    req = run / "requests.parquet"
+    req = run / results_io.REQUESTS
     if not req.is_file():
         raise UserError(f"protocol.validate={run}: no requests.parquet there (give a finished run's folder)")
     t = pq.read_table(req, columns=["scheduled_ns", "ttft_s", "tpot_s", "output_tokens", "status", "warmup"]
