@@ -14,7 +14,6 @@ failed (an autoscale.json written before failures were timed: counted 0 s, and s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +59,7 @@ def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
     path = run / "autoscale.json"
     if not path.is_file():
         return {"replicas_note": "no autoscale.json in the run: its replicas are not compared"}
-    a = json.loads(path.read_text())
+    a = results_io.read_json(path)
     shift = (int(a.get("load_start_ns") or t0_ns) - t0_ns) / 1e9   # its clock: the load's start
     out: dict = {"scale_ups": sum(1 for d in a.get("decisions", []) if d.get("to", 0) > d.get("from", 0))}
     log = sorted((max(0.0, float(e["t_s"]) + shift), int(e["replicas"])) for e in a.get("serving", [])
