@@ -47,3 +47,24 @@ def test_what_is_written_reads_back(tmp_path):
     assert read_yaml(tmp_path / results_io.CONFIG) == {"cost": {"num_gpus": 2}}
     (tmp_path / "empty.yaml").write_text("")
     assert read_yaml(tmp_path / "empty.yaml") == {}
+
+
+def test_the_folder_file_names_are_said_in_results_io_only():
+    """No module of the packages or benchmarks spells a run or experiment folder's file name as
+    a string of its own (prose in docstrings and messages may name them)."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    names = {results_io.SUMMARY, results_io.REQUESTS, results_io.RUN_META, results_io.CONFIG, results_io.PROVENANCE,
+             results_io.TELEMETRY, results_io.WORKLOAD, results_io.EXPERIMENT, results_io.RUNS_TABLE}
+    spelled = []
+    for pkg in ("harness", "protocols", "engines", "loadgen", "metrics", "conf", "benchmarks"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            if path == root / "harness" / "results_io.py":
+                continue
+            for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+                if tok.type == tokenize.STRING and tok.string[1:-1] in names:
+                    spelled.append(f"{path.relative_to(root)}:{tok.start[0]}: {tok.string}")
+    assert spelled == []
