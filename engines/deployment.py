@@ -46,6 +46,10 @@ def make_served(cfg, run_dir):
     kind = dep.kind if dep is not None else "single"
     router_name = router.name if router is not None else "none"
     check_autoscale(cfg)
+    if cfg.engine.get("name") == "dynamo":  # Dynamo's frontend routes between its own workers
+        engine = make_engine(cfg.engine, run_dir)
+        engine.configure(dep, router_name)
+        return engine
     if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
         if router_name != "none":
             raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "

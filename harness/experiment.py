@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from conf.compose import compose_config
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
+from engines.dynamo import emulation_of
 from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
@@ -37,6 +38,7 @@ from harness.report.build import render
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
+from metrics.emulation import kind_of, refusal
 from protocols.blocks import SessionPlan, describe_plan, plan_sessions
 from protocols.designs import design_of
 from protocols.sweep.load_points import RunSpec, plan_runs
@@ -125,6 +127,11 @@ class Experiment:
             if [r.load for r in runs] != [r.load for r in self.plan]:
                 raise ValueError(f"protocol.configs.{c.name} changes the load points; every config runs the same ones")
             self.configs[c.name] = sub
+        kinds = {n: kind_of(**{k: v for k, v in emulation_of(sub.engine).items() if k in ("emulated", "timing_source")})
+                 for n, sub in self.configs.items()}
+        refused = None if self.cfg.protocol.get("allow_emulated") else refusal(kinds, "protocol.allow_emulated=true")
+        if refused:  # before any engine starts: an emulated config is never a measured one's rival unasked
+            raise ValueError(refused)
         return plan_sessions(named, self.plan, int(self.cfg.protocol.repeats), int(self.cfg.seed))
 
     # ------------------------------------------------------------------------------------

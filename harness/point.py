@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engines.base import EngineError
+from engines.base import EngineError, emulation
 from engines.tiny_model import cache_root
 from harness import autoscale_record as autoscale  # (point.py has its own autoscale_record step)
 from harness import results_io, workload_describe
@@ -250,6 +250,8 @@ def summarise(s, p: PointRun) -> None:
         **planned_keys(p.load, p.stats),
     })
     summary.update(_clock_keys(s, p.stats))
+    emu = emulation(s.engine)  # an emulated engine's numbers are never read as measured ones
+    summary.update(emulated=emu["emulated"], timing_source=emu["timing_source"])
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
     summary.update({f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",
                                                            "streamed")})
@@ -293,7 +295,8 @@ def point_line(title: str, m: dict) -> str:
         after = m.get("saturated_after_s")
         done += (f"; STOPPED as over-saturated{f' after {after:.1f} s' if after is not None else ''}: {of} "
                  "(saturation_reason in summary.json)")
-    return f"  {title}: {done}, "
+    emulated = f" [EMULATED: {m.get('timing_source')}]" if m.get("emulated") else ""
+    return f"  {title}{emulated}: {done}, "
 
 
 def fault_figures(s, p: PointRun) -> None:

@@ -48,6 +48,8 @@ DESIGNS: dict[str, Design] = {d.name: d for d in (
     Design("tune", quality_gate=True),
     Design("promote", promotion=True),
     Design("plan"),
+    Design("profile"),
+    Design("track"),
 )}
 
 

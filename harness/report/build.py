@@ -103,6 +103,11 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
             eng = read_json(r.dir / PROVENANCE).get("engine") or {}
             engines.append(f"{s}: {eng.get('engine')} {eng.get('engine_version') or ''} · model {eng.get('model')}")
     lines += engines
+    emulated = [r for r in d.runs if r.summary.get("emulated")]
+    if emulated:  # first screen: an emulated engine's numbers are never read as measured ones
+        sources = ", ".join(sorted({str(r.summary.get("timing_source")) for r in emulated}))
+        lines.insert(0, f"EMULATED: {len(emulated)} of {len(d.runs)} runs ran on an emulated engine (timing: "
+                        f"{sources}): their latencies and throughputs come from a model, not a measurement")
     stamps = sorted({str(r.summary.get("chunk_timestamps")) for r in d.ours if r.summary.get("chunk_timestamps")})
     if stamps:  # how the load generator timed chunks (loadgen/client/stamped_socket.py)
         names = {"kernel": "the kernel's receive stamps", "read": "read times"}

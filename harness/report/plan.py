@@ -51,7 +51,8 @@ def plan_tables(doc: dict) -> str:
     out = []
     for plan in doc["plans"]:
         names = list(plan["configs"])
-        head = ["metric"] + [n + (" (estimated)" if plan["configs"][n].get("source") == "estimated" else
+        head = ["metric"] + [n + (f" ({plan['configs'][n]['source']})"
+                                  if plan["configs"][n].get("source") in ("estimated", "emulated") else
                                   " (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
                              for n in names]
         rows = [[esc(label)] + [esc(_est(_metric(plan["configs"][n]["metrics"], k))) for n in names]

@@ -27,7 +27,7 @@ def _wrong(what: str, value) -> ValueError:
 
 
 class OpenAIStream:
-    __slots__ = ("rec", "sse", "saw_done", "events", "first_bytes")
+    __slots__ = ("rec", "sse", "saw_done", "events", "first_bytes", "worker_said")
 
     def __init__(self, rec: RequestRecord):
         self.rec = rec
@@ -35,6 +35,7 @@ class OpenAIStream:
         self.saw_done = False
         self.events = 0          # data events seen (none: the body is not an SSE stream)
         self.first_bytes = b""   # the body's start, for the error when it is not an SSE stream
+        self.worker_said: str | None = None  # Dynamo's nvext.worker_id: the worker that served it
 
     def feed(self, data: bytes, now: int) -> None:
         """Body bytes received at ``now``; every event they complete gets that time."""
@@ -56,6 +57,8 @@ class OpenAIStream:
         if rec.response_id is None and obj.get("id") is not None:
             rec.response_id = str(obj["id"])
         choices = obj.get("choices")
+        if self.worker_said is None and "nvext" in obj:
+            self.worker_said = _worker_id(obj["nvext"])
         if "error" in obj and not choices:
             raise ValueError(f"error event in stream: {str(obj['error'])[:500]}")
         usage = obj.get("usage")
@@ -127,6 +130,16 @@ class OpenAIStream:
         if not (self.saw_done or rec.finish_reason):
             return "truncated", "stream closed before a finish_reason or [DONE]"
         return "ok", None
+
+
+def _worker_id(nvext) -> str | None:
+    """The worker Dynamo's frontend says served the request (``nvext.worker_id``, asked for with
+    ``nvext.extra_fields=["worker_id"]``): its decode worker (the prefill one where none decodes)."""
+    wid = nvext.get("worker_id") if nvext.__class__ is dict else None
+    if wid.__class__ is not dict:
+        return None
+    said = wid.get("decode_worker_id", wid.get("prefill_worker_id"))
+    return None if said is None else str(said)
 
 
 def finish_text(rec: RequestRecord) -> None:

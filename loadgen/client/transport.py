@@ -286,6 +286,9 @@ class _Conn(asyncio.Protocol):
             self.client._active.pop(id(rec), None)
             rec.done_ns = perf_ns()
             finish_text(rec)
+            said = self.stream.worker_said if self.stream is not None else None
+            if said is not None:  # Dynamo names its worker in the stream, not in a header
+                rec.replica = self.client.replica_names.get(said, said)
             if status is None:
                 status, error = self.stream.outcome()
             key = self.client.cfg.api_key

@@ -71,7 +71,7 @@ class OperatingPoint:
 class ConfigCapacity:
     """A config's operating points by deployment size, with what the plan needs beside them."""
     name: str
-    source: str                                   # "measured" or "estimated"
+    source: str                                   # "measured", "estimated" or "emulated" (a mocker's runs)
     origin: str                                   # the experiment folder, or the estimator and its inputs
     points: dict[int, list[OperatingPoint]]       # replicas -> runs (every block)
     cold_start_s: list[float] = field(default_factory=list)   # measured engine starts (one per block)
@@ -195,6 +195,7 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
     cold: dict[int, float] = {}
     cost = workload = None
     notes = []
+    emulated: set[str] = set()  # timing sources of runs on an emulated engine (Dynamo's mocker)
     for r in rows:
         run = root / str(r["run_dir"])
         if r.get("load_kind") not in ("poisson", "constant", "gamma", "trace"):
@@ -207,6 +208,8 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         if dep.get("kind") == "disaggregated":
             notes.append(f"{run}: a prefill/decode deployment is planned as {size} replicas of its whole")
         summary = results_io.read_json(run / results_io.SUMMARY, {})
+        if summary.get("emulated"):
+            emulated.add(str(summary.get("timing_source")))
         req_path = run / results_io.REQUESTS
         if not req_path.is_file():
             notes.append(f"{run}: no requests.parquet: left out")
@@ -234,7 +237,10 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         workload = workload or cfg.get("workload")
     if not points:
         raise UserError(f"{root}: config {name!r} has no open-loop run with requests to plan from")
-    return ConfigCapacity(name=name, source="measured", origin=str(root), points=points,
+    if emulated:  # marked as estimates are: a model's capacity, not a measurement
+        notes.append(f"{root}: config {name!r} ran on an emulated engine ({', '.join(sorted(emulated))}): "
+                     "its capacity is emulated, not measured")
+    return ConfigCapacity(name=name, source="emulated" if emulated else "measured", origin=str(root), points=points,
                           cold_start_s=[cold[b] for b in sorted(cold)], cost=cost,
                           slo=exp.get("slo"), workload=workload, notes=notes)
 

@@ -195,7 +195,7 @@ def estimate_checks(p, cands: list[ConfigCapacity]) -> dict:
     from protocols.plan.estimates import estimate_error, measured_counterparts
 
     out = {}
-    measured = [c for c in cands if c.source != "estimated"]
+    measured = [c for c in cands if c.source == "measured"]  # an estimate is checked against measurements only
     for node in p.estimates or []:
         spec = typed(node, PlanEstimate)
         est = next((c for c in cands if c.source == "estimated" and c.name == spec.name), None)
@@ -481,7 +481,7 @@ def print_plan(doc: dict) -> None:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
             m = e["metrics"]
-            mark = ("  [estimated]" if e.get("source") == "estimated" else
+            mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "

@@ -28,3 +28,10 @@ def test_the_console_says_a_point_cancelled_whole():
     m = {"completed": 12, "num_requests": 15, "num_cancelled": 3, "saturated": False}
     assert point_line("poisson rate=1", m) == "  poisson rate=1: 12/15 ok, 3 cancelled, "
     assert point_line("x", {"completed": 5, "num_requests": 5, "num_cancelled": 0}) == "  x: 5/5 ok, "
+
+
+def test_the_console_says_an_emulated_point():
+    m = {"completed": 20, "num_requests": 20, "num_cancelled": 0, "emulated": True,
+         "timing_source": "mocker-polynomial"}
+    assert point_line("poisson rate=2", m) == "  poisson rate=2 [EMULATED: mocker-polynomial]: 20/20 ok, "
+    assert point_line("x", {**m, "emulated": False}) == "  x: 20/20 ok, "
