@@ -183,7 +183,7 @@ class Placement:
 
 @dataclass
 class Autoscale:
-    """How a deployment=replicas grows and shrinks with its load (engines/autoscaling.py): the
+    """How a deployment=replicas grows and shrinks with its load (engines/autoscale_policy.py): the
     same policy drives the harness's live scaling of real replicas (``enabled``) and the fleet
     simulation of ``tokenfactory plan``, so a plan can be checked against a real replay."""
     enabled: bool = False                     # live: the harness starts and stops replicas during the load

@@ -145,9 +145,9 @@ def run_rows(out: Path) -> list[dict]:
     point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
     folders written when each repeat had a label of its own (``conf.load_point.split_repeat``)."""
     rows = []
-    for d in sorted(p.parent for p in out.rglob("summary.json")):
-        meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
-        summary = results_io.read_json(d / "summary.json")
+    for d in sorted(p.parent for p in out.rglob(results_io.SUMMARY)):
+        meta = results_io.read_json(d / results_io.RUN_META, {})
+        summary = results_io.read_json(d / results_io.SUMMARY)
         load = meta.get("load") or {}
         label, old_repeat = split_repeat(str(meta.get("label", d.name)))
         row = {"config": meta.get("config") or "", "block": int(meta.get("block") or 0),
@@ -194,7 +194,7 @@ def experiment_json(exp, status: str, runs: list[dict]) -> dict:
     """A sweep's, comparison's or ablation's ``experiment.json`` (``experiment_record``)."""
     configs = {s.config: s.overrides for s in exp.sessions if s.config}
     fixed: dict[str, dict] = {}
-    for d in sorted(exp.out.rglob("run.json")):
+    for d in sorted(exp.out.rglob(results_io.RUN_META)):
         meta = results_io.read_json(d)
         fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
     blocks: dict[int, list[str]] = {}
@@ -226,7 +226,7 @@ def _container(node):
 
 def write_plan(exp, status: str) -> None:
     """``experiment.json`` as the plan stands (written before the first run and after the last)."""
-    results_io.write_json(exp.out / "experiment.json", experiment_json(exp, status, run_rows(exp.out)))
+    results_io.write_json(exp.out / results_io.EXPERIMENT, experiment_json(exp, status, run_rows(exp.out)))
 
 
 def search_results(out: Path) -> list[dict]:
@@ -245,14 +245,14 @@ def write_record(exp) -> dict:
     if quality:
         rows = [gate_row(r, quality["configs"].get(r.get("config") or "")) for r in rows]
     table = runs_table(rows)
-    tmp = exp.out / "runs.parquet.partial"
+    tmp = exp.out / f"{results_io.RUNS_TABLE}.partial"
     pq.write_table(table, tmp)
-    tmp.replace(exp.out / "runs.parquet")
+    tmp.replace(exp.out / results_io.RUNS_TABLE)
     record = experiment_json(exp, _status(exp, rows), rows)
     if quality:
         record["quality_gate"] = quality
         print(format_quality(quality), flush=True)
-    results_io.write_json(exp.out / "experiment.json", record)
+    results_io.write_json(exp.out / results_io.EXPERIMENT, record)
     aggregates: dict = {}
     for r in exp.records:
         aggregates.update(r.write(exp, table, record, quality))

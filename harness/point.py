@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 from conf.load_point import RunSpec, offered_load
 from engines.base import EngineError, emulation
 from engines.tiny_model import cache_root
-from harness import autoscale, results_io, workload_describe
+from harness import autoscale_record as autoscale  # (point.py has its own autoscale_record step)
+from harness import results_io, workload_describe
 from harness.errors import UserError
 from harness.mlflow_log import child_run_name
 from harness.otlp_export import run_attributes
@@ -111,7 +112,7 @@ class PointRun:
     progress: object = None              # the point's progress bars (dispatch)
     faults: list = field(default_factory=list)   # engine faults during the point (engines.watchdog.EngineFault)
     failure: object = None               # the fault that failed the point (None: it did not fail)
-    scaler: object = None                # live autoscaling during the load (harness.autoscale)
+    scaler: object = None                # live autoscaling during the load (harness.autoscale_record)
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -120,7 +121,7 @@ def prepare_folder(s, p: PointRun) -> None:
     p.run_dir.mkdir(parents=True, exist_ok=True)
     if results_io.run_failed(p.run_dir):  # a failed attempt runs again; what it measured is kept apart
         results_io.keep_failed_attempt(p.run_dir)
-    for stale in ("summary.json", "requests.parquet"):
+    for stale in (results_io.SUMMARY, results_io.REQUESTS):
         (p.run_dir / stale).unlink(missing_ok=True)
     p.load = LoadSpec.from_load(p.spec.load)
 
@@ -173,7 +174,7 @@ def describe_workload(s, p: PointRun) -> None:
 
 def dispatch(s, p: PointRun) -> None:
     """Send the load and record every request (one process, or ``client.workers`` of them)."""
-    p.writer = RecordWriter(p.run_dir / "requests.parquet")
+    p.writer = RecordWriter(p.run_dir / results_io.REQUESTS)
     p.progress = _Progress(s, p)
     on_done = p.progress.on_done
     followup = getattr(p.items, "followup", None)
@@ -215,7 +216,7 @@ def dispatch(s, p: PointRun) -> None:
     except BaseException:
         p.writer.abort()
         # kept beside requests.parquet.partial, under a name that never reads as complete
-        s.telemetry.write_window(p.run_dir / "telemetry.parquet.partial", p.window_open_ns, perf_ns())
+        s.telemetry.write_window(p.run_dir / f"{results_io.TELEMETRY}.partial", p.window_open_ns, perf_ns())
         p.progress.close()
         raise
     p.client_cpu_s = p.stats["cpu_s"]  # from t0 on: building requests ahead is reported apart
@@ -238,7 +239,7 @@ def settle_faults(s, p: PointRun) -> None:
         p.failure = exit_fault(s.engine.name, proc.poll(), proc.tail(), s.window_open_ns, perf_ns())
         p.faults.append(p.failure)
     if p.faults:
-        attribute(p.run_dir / "requests.parquet", p.faults)
+        attribute(p.run_dir / results_io.REQUESTS, p.faults)
     if p.last or p.failure is not None:
         s.faults.stop_watch()  # the engine is stopped next, on purpose
 
@@ -263,7 +264,7 @@ def close_window(s, p: PointRun) -> None:
     tel.mark("load_start", p.stats["start_ns"], p.spec.title)
     tel.mark("load_end", p.stats["end_ns"], p.spec.title)
     keep = [s.idle_interval] if s.idle_interval else []
-    p.telemetry_path = Path(tel.write_window(p.run_dir / "telemetry.parquet", p.window_open_ns, p.window_close_ns,
+    p.telemetry_path = Path(tel.write_window(p.run_dir / results_io.TELEMETRY, p.window_open_ns, p.window_close_ns,
                                              also=keep))
     tel.forget_before(p.window_close_ns, keep=keep)
 
@@ -272,8 +273,8 @@ def summarise(s, p: PointRun) -> None:
     """``summary.json``, assembled here alone: the request metrics over the window and its
     telemetry (``metrics.summary.summarize``), the run's own keys, its engine faults' and
     scenarios' figures (``fault_figures``) and live autoscaling's replica figures
-    (``harness.autoscale.figures``)."""
-    p.requests = read_requests(p.run_dir / "requests.parquet")
+    (``harness.autoscale_record.figures``)."""
+    p.requests = read_requests(p.run_dir / results_io.REQUESTS)
     telemetry = pq.read_table(p.telemetry_path)
     capacity, why = steady_capacity(p.spec.load)
     scaled = autoscale.figures(s, p)  # empty unless autoscaled
@@ -392,7 +393,7 @@ def fault_figures(s, p: PointRun) -> None:
 
 def autoscale_record(s, p: PointRun) -> None:
     """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json``
-    (``harness.autoscale``, ``metrics.autoscale``; its replica figures are in the summary, by
+    (``harness.autoscale_record``, ``metrics.autoscale_bill``; its replica figures are in the summary, by
     ``summarise``)."""
     autoscale.record(s, p)
 
@@ -406,10 +407,10 @@ def write_results(s, p: PointRun) -> None:
                 "status": "failed" if p.failure is not None else "ok",
                 "error": p.failure.error() if p.failure is not None else None,
                 "engine_faults": [x.as_dict() for x in p.faults]}
-    results_io.write_json(p.run_dir / "run.json", run_meta)
-    results_io.write_yaml(p.run_dir / "config.yaml", {**s.safe_config, "load": p.spec.load})
-    results_io.write_json(p.run_dir / "provenance.json", s.engine_prov)
-    results_io.write_json(p.run_dir / "summary.json", p.summary)  # last: marks the run complete
+    results_io.write_json(p.run_dir / results_io.RUN_META, run_meta)
+    results_io.write_yaml(p.run_dir / results_io.CONFIG, {**s.safe_config, "load": p.spec.load})
+    results_io.write_json(p.run_dir / results_io.PROVENANCE, s.engine_prov)
+    results_io.write_json(p.run_dir / results_io.SUMMARY, p.summary)  # last: marks the run complete
 
 
 def log_mlflow(s, p: PointRun) -> None:

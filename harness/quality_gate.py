@@ -173,7 +173,7 @@ def _builder(session):
 
 def _load(folder: Path) -> dict | None:
     path = folder / QUALITY_FILE
-    return results_io.read_json(path) if path.exists() else None
+    return results_io.read_json(path, None)
 
 
 def judge(sessions: list[tuple[str, int, Path]], baseline: str, qcfg) -> dict:

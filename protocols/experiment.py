@@ -175,7 +175,7 @@ class Experiment:
         if len(self.sessions) > 1:
             print(f"plan ({total} runs, {len(self.sessions)} engine launches):\n{self.describe()}", flush=True)
         if total > 1:
-            results_io.write_yaml(self.out / "config.yaml", self.safe_config)
+            results_io.write_yaml(self.out / results_io.CONFIG, self.safe_config)
         experiment_record.write_plan(self, status="running" if left else "complete")
         if not left:
             return self.finish()
@@ -274,7 +274,8 @@ class Experiment:
         shares (``harness.finish``)."""
         aggregates = experiment_record.write_record(self)
         return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates,
-                          artifacts=("experiment.json", "runs.parquet", *(f for r in self.records for f in r.files)),
+                          artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE,
+                                     *(f for r in self.records for f in r.files)),
                           report=self.render_report)
 
     def render_report(self) -> Path:

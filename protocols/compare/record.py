@@ -56,8 +56,8 @@ COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
     """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
     replicate of a point, and its fixed conditions."""
-    if (path / "runs.parquet").exists():
-        table = _replicate_labels(pq.read_table(path / "runs.parquet"))
+    if (path / results_io.RUNS_TABLE).exists():
+        table = _replicate_labels(pq.read_table(path / results_io.RUNS_TABLE))
     else:
         rows = experiment_record.run_rows(path)
         if not rows:
@@ -67,10 +67,10 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
         table = table.filter(pc.equal(table.column("role"), "point"))
     if not table.num_rows:
         raise ValueError(f"{path}: no finished load point to compare")
-    record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
+    record = results_io.read_json(path / results_io.EXPERIMENT, {})
     fixed = record.get("fixed_conditions") or {}
     if not fixed:
-        for d in sorted(path.rglob("run.json")):
+        for d in sorted(path.rglob(results_io.RUN_META)):
             meta = results_io.read_json(d)
             fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
     return table, fixed

@@ -403,11 +403,11 @@ class Tuner:
         current objective and any quality verdict written since)."""
         folder = self.out / trial["folder"]
         path = folder / "search.json"
-        search = results_io.read_json(path) if path.exists() else None
+        search = results_io.read_json(path, None)
         if search and search.get("cost_per_good_request") is None:  # goodput per dollar: from the run there
             at = [pr for pr in search.get("probes") or [] if pr.get("passed")
                   and pr.get("load") == search.get("max_load_under_slo")]
-            summary = folder / (at[0].get("run_dir") or "") / "summary.json" if at else None
+            summary = folder / (at[0].get("run_dir") or "") / results_io.SUMMARY if at else None
             if summary is not None and summary.exists():
                 search["cost_per_good_request"] = results_io.read_json(summary).get("cost_per_good_request")
         passed, reason = quality_verdict(folder)
@@ -460,7 +460,7 @@ class Tuner:
                              for t in front],
         }
         results_io.write_json(self.out / TUNE_FILE, record)
-        results_io.write_json(self.out / "experiment.json", self.experiment_json(record))
+        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json(record))
         self.write_runs(trials)
         return record
 
@@ -500,9 +500,9 @@ class Tuner:
                  **{f"param.{k}": v for k, v in t["params"].items()}}
             rows.append(r)
         if rows:
-            tmp = self.out / "runs.parquet.partial"
+            tmp = self.out / f"{results_io.RUNS_TABLE}.partial"
             pq.write_table(runs_table(rows), tmp)
-            tmp.replace(self.out / "runs.parquet")
+            tmp.replace(self.out / results_io.RUNS_TABLE)
 
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:
@@ -549,14 +549,14 @@ def quality_verdict(folder: Path) -> tuple[bool | None, str | None]:
     experiment.json, the verdicts under its ``quality_gate``, or any of its runs' summaries
     (None: no gate verdict in the record)."""
     verdicts: list[tuple[bool, str | None]] = []
-    path = folder / "experiment.json"
-    rec = results_io.read_json(path) if path.exists() else {}
+    path = folder / results_io.EXPERIMENT
+    rec = results_io.read_json(path, {})
     if isinstance(rec.get("quality_gate_passed"), bool):
         verdicts.append((rec["quality_gate_passed"], rec.get("quality_gate_reason")))
     for v in ((rec.get("quality_gate") or {}).get("configs") or {}).values():
         if isinstance(v, dict) and isinstance(v.get("passed"), bool):
             verdicts.append((v["passed"], v.get("reason")))
-    for s in folder.rglob("summary.json"):
+    for s in folder.rglob(results_io.SUMMARY):
         m = results_io.read_json(s)
         if isinstance(m.get("quality_gate_passed"), bool):
             verdicts.append((m["quality_gate_passed"], m.get("quality_gate_reason")))
