@@ -75,5 +75,5 @@ def test_autoscale_json_names_the_bill_and_the_failed_reads(tmp_path):
                                   "retry_in_s": 10.0}]
     assert "x 2^k" in a["backoff"] and "40 s" in a["backoff"]  # 8 intervals of 5 s at most
     # the summary's replica keys are these figures, added by harness.point.summarise alone
-    f = autoscale.figures(s, p)
+    f = autoscale_record.figures(s, p)
     assert p.summary == {} and f["paid_replica_seconds"] == pytest.approx(602.0) and f["replicas_max"] == 3
