@@ -5,6 +5,7 @@ the fake server in each engine's documented format: vLLM >= 0.11's ``delta.reaso
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import orjson
 import pytest
@@ -114,3 +115,22 @@ def test_tool_call_fragment_without_function_text_is_not_output():
 def test_tool_calls_of_the_wrong_type_are_named():
     with pytest.raises(ValueError, match="choices\\[0\\].delta.tool_calls is dict"):
         _events({"tool_calls": {"index": 0}})
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_dynamo_mocker_reasoning_stream_as_captured():
+    # Dynamo 1.4.2: frontend + `dynamo.mocker --reasoning '{"start_thinking_token_id": 3,
+    # "end_thinking_token_id": 4, "thinking_ratio": 0.5}'` on the tiny model, max_tokens=12. The
+    # mocker registers no reasoning parser, so its thinking span reaches the stream as content; its
+    # start/end thinking tokens (special tokens here) come as role-only chunks that carry a usage count.
+    rec = RequestRecord(request_id="r", sent_ns=0, expected_prompt_tokens=12)
+    st = OpenAIStream(rec)
+    st.feed((FIXTURES / "dynamo_1.4.2_mocker_reasoning_chat.sse").read_bytes(), 1000)
+    assert st.outcome() == ("ok", None)
+    complete_record(rec)
+    assert rec.output_tokens == 12 and rec.tokens_source == "usage_continuous"
+    assert rec.chunk_tokens == [2, 1, 1, 1, 2, 1, 1, 1, 1, 1]  # a special token's count goes to the next text
+    assert rec.reasoning_tokens == 0 and rec.chunk_kind == ["answer"] * 10
+    assert rec.first_answer_ns == rec.first_token_ns == 1000
