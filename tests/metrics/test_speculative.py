@@ -4,11 +4,17 @@ engine's acceptance counters."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engines import prometheus
+from engines.vllm import VLLM
+from loadgen.client.openai_stream import OpenAIStream
+from loadgen.records import RequestRecord
 from metrics.engine_counters import counter_deltas
+from metrics.request_metrics import complete_record
 from metrics.slo import SLO
 from metrics.speculative import engine_accept_length, spec_agreement, spec_summary, step_tokens
 from metrics.summary import summarize
@@ -59,3 +65,29 @@ def test_engine_mean_accepted_length_and_the_rows_against_it():
     rows = spec_summary(known_steps(), ["usage_continuous"] * 10)
     assert spec_agreement({**rows, **d}) == {"spec_tokens_per_step_vs_engine": pytest.approx(0.0)}
     assert spec_agreement(rows) == {}
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_real_vllm_ngram_stream_against_its_counters():
+    # vLLM 0.32.0 CPU on the tiny model, --speculative-config '{"method": "ngram",
+    # "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}', one completion
+    # (temperature 0, max_tokens 48, a prompt that repeats itself), /metrics before and after it
+    rec = RequestRecord(request_id="r", sent_ns=0, expected_prompt_tokens=220)
+    st = OpenAIStream(rec)
+    st.feed((FIXTURES / "vllm_0.32.0_ngram_spec_completions.sse").read_bytes(), 1000)
+    assert st.outcome() == ("ok", None)
+    complete_record(rec)
+    assert rec.tokens_source == "usage_continuous" and rec.output_tokens == 48
+    assert rec.chunk_tokens == [1, 1, 1, 1, 3, 3] + [4] * 9 + [2]
+    rows = spec_summary([rec.chunk_tokens], [rec.tokens_source])
+    assert rows["spec_decode_steps"] == 15 and rows["spec_tokens_per_step_mean"] == pytest.approx(47 / 15)
+    start, end = (prometheus.common_values((FIXTURES / f"vllm_0.32.0_ngram_spec_metrics_{w}.txt").read_text(),
+                                           VLLM.server_metric_map) for w in ("before", "after"))
+    eng = counter_deltas(start, end)
+    assert (eng["engine_spec_decode_drafts"], eng["engine_spec_decode_accepted_tokens"]) == (12, 34)
+    assert eng["engine_spec_decode_mean_accepted_length"] == pytest.approx(1 + 34 / 12)
+    # 3 steps before the n-gram matched (1 token, no draft) and the last drafting step cut to 2 by
+    # max_tokens: 3 + (12 + 34 - 2) = 47 tokens over 15 steps, against 46 over 12 drafts
+    assert spec_agreement({**rows, **eng})["spec_tokens_per_step_vs_engine"] == pytest.approx(47 / 15 - 46 / 12)
