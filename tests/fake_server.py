@@ -84,10 +84,12 @@ def _params(text: str, ttft_ms: float = 10.0) -> dict:
     for key, val in re.findall(r"(\w+)[:=]([\w.]+)", text):
         if key in ("mode", "word", "field"):  # word: the output text's word (a config whose outputs differ)
             out[key] = val
-        elif key in ("k", "n", "r"):
+        elif key in ("k", "n"):
             out[key] = int(val)
-        elif key == "ks":
-            out[key] = [int(x) for x in val.split(".") if x]
+        elif key == "r" and val.isdigit():
+            out[key] = int(val)
+        elif key == "ks" and all(x.isdigit() for x in val.split(".")):
+            out[key] = [int(x) for x in val.split(".")]
         elif key in ("gap_ms", "ttft_ms", "knee_rps"):
             out[key] = float(val)
     return out
