@@ -80,6 +80,8 @@ class RequestRecord:
     # client is told to read (loadgen.client.config.ClientConfig.replica_header), else the
     # client's default_replica (a single engine: r0), else UNKNOWN_REPLICA.
     replica: str = _col(pa.string(), UNKNOWN_REPLICA)
+    # the LoRA adapter the request named as its model (workload.lora; null: the engine's model)
+    lora: str | None = _col(pa.string())
     # A call of a task (a DAG of calls, loadgen.workloads.tasks): which task and node, the
     # nodes it waited for, its attempt (from 1; 0: not a task), the tool time it waited after
     # its last parent ended, the calls in the task's DAG, and (a sink: a call no other waits

@@ -32,12 +32,16 @@ Definitions:
   server's backlog, never the client's; ``num_connects`` and ``connect_*_ms`` count the sends
   that had to open a connection and how long that took (included in their lag).
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
+- ``per_adapter`` (rows with a ``lora`` adapter: workload.lora): per adapter, the formulas
+  above over its own measured rows (``adapter_summary``); throughputs and goodput divide by
+  the run's ``duration_s`` (the adapters share one window), so they add up to the run's.
 - reasoning (``metrics.token_attribution``'s chunk kinds): ``total_reasoning_tokens`` and
   ``total_tool_call_tokens`` over completed requests; TTFA (``mean_ttfa_ms``, ``p99_ttft_ms``'s
   sibling ``p99_ttfa_ms`` ...) beside TTFT; ``good_answer_tokens`` = sum over good requests of
   (output_tokens - reasoning_tokens); ``cost_per_mtok_good_answer`` = 1e6 x cost_total /
-  good_answer_tokens.  A file without the columns (written before them) reads as no reasoning:
-  reasoning_tokens 0, TTFA = TTFT.
+  good_answer_tokens.  A row that never told reasoning apart (``reasoning_tokens`` null: an older
+  file, an import) counts 0 reasoning tokens and its TTFA is its TTFT
+  (``metrics.request_metrics.ttfa_or_ttft``).
 - speculative decoding (tokens per decode step from the rows): ``metrics/speculative.py``.
 """
 
@@ -213,6 +217,9 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     else:  # energy measured by the caller: the per-token figures still come from metrics.energy
         out.update({"energy_available": not math.isnan(energy_j), "energy_j": energy_j, "energy_source": "caller",
                     **token_figures(energy_j, good_out, all_tokens)})
+    adapters = adapter_summary(measured, status, good, duration)
+    if adapters:
+        out["per_adapter"] = adapters
     sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
     tasks = task_summary(table, slo)
@@ -232,6 +239,43 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         if good_out <= 0:
             out["cost_per_mtok_good_reason"] = "no good output tokens in the window: the cost was paid for nothing"
     return out
+
+
+ADAPTER_LATENCIES = ("ttft", "tpot", "e2el")
+
+
+def adapter_summary(measured: pa.Table, status: np.ndarray, good: np.ndarray, duration: float) -> dict:
+    """``{adapter: keys}`` over the measured rows of each LoRA adapter (``lora`` column; {} when
+    no row names one).  Per adapter: ``num_requests``, ``completed``, ``total_output_tokens``
+    (completed rows), ``request_throughput`` = completed / D, ``output_throughput`` = output
+    tokens / D, ``goodput_rps`` = good / D, ``good_output_throughput`` = good rows' output
+    tokens / D (D: the run's ``duration_s``), ``slo_attainment`` = good / num_requests, and
+    ``add_latency_stats`` of TTFT, TPOT and E2EL over its completed rows (the run's keys)."""
+    if "lora" not in measured.column_names:
+        return {}
+    lora = np.asarray(measured.column("lora").to_pylist(), dtype=object)
+    names = sorted({a for a in lora if a is not None})
+    if not names:
+        return {}
+    ok = status == "ok"
+    out_tok = _col(measured, "output_tokens")
+    rate = (lambda x: x / duration) if duration and duration > 0 else (lambda x: math.nan)
+    lat = {k: _col(measured, f"{k}_s") for k in ADAPTER_LATENCIES}
+    per: dict = {}
+    for name in names:
+        mine = lora == name
+        n, done, g = int(mine.sum()), mine & ok, mine & good
+        toks = float(np.nansum(np.where(done, out_tok, 0.0)))
+        good_toks = float(np.nansum(np.where(g, out_tok, 0.0)))
+        row = {"num_requests": n, "completed": int(done.sum()), "total_output_tokens": int(toks),
+               "request_throughput": rate(int(done.sum())), "output_throughput": rate(toks),
+               "good_requests": int(g.sum()), "goodput_rps": rate(int(g.sum())),
+               "good_output_throughput": rate(good_toks),
+               "slo_attainment": int(g.sum()) / n if n else math.nan}
+        for k in ADAPTER_LATENCIES:
+            add_latency_stats(row, k, lat[k][done])
+        per[name] = row
+    return per
 
 
 def _sessions(measured: pa.Table, status: np.ndarray, expected_turns: dict | None = None,

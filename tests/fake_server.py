@@ -120,7 +120,7 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
                 p["ttft_ms"] = 300.0
             arrivals.append(now)
         rid = "fake-" + uuid.uuid4().hex[:12]
-        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}
+        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode, "model": body.get("model")}
         if mode == "http500":
             return [plain("500 Internal Server Error", b"internal error: out of memory")]
         if mode == "http429":
@@ -137,6 +137,8 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
             else:
                 choice["text"] = text or ""
             obj = {"id": rid, "object": "chunk", "choices": [choice]}
+            if body.get("model") is not None:  # echoed, as an engine does (a LoRA adapter's name)
+                obj["model"] = body["model"]
             if usage is not None:
                 obj["usage"] = usage
             elif cum is not None and continuous_usage:
