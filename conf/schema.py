@@ -701,6 +701,7 @@ class Slo:
     ttft_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     tpot_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     e2el_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    ttfa_ms: Optional[float] = _f(None, gt=0)  # time to first answer token (reasoning left out), as ttft_ms
     task_s: Optional[float] = _f(None, gt=0)   # per-task SLO: a completed task's time (inclusive); null: not checked
     # run-level check: the SLO holds when this percentile of each metric is within it
     percentile: float = _f(99.0, gt=0, lt=100)

@@ -39,6 +39,7 @@ from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
+from metrics.speculative import spec_agreement
 from metrics.summary import summarize
 
 perf_ns = time.perf_counter_ns
@@ -310,6 +311,7 @@ def summarise(s, p: PointRun) -> None:
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
+        summary.update(spec_agreement(summary))  # the rows' tokens per step against the engine's counters
     # per replica of a deployment (nothing for a single engine): metrics.replicas
     per_replica = replica_engine_summaries(telemetry) if s.engine_metrics else None
     # a deployment's pools (prefill, decode): each pool's shares and imbalance apart

@@ -24,6 +24,7 @@ from metrics.statistics import mean_ci, ratio_ci
 # summary key -> (numerator, denominator, scale): ratios of totals across repeats, never means of ratios
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
           "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6),
+          "cost_per_mtok_good_answer": ("cost_total", "good_answer_tokens", 1e6),
           "energy_per_good_token_j": ("energy_j", "good_output_tokens", 1.0),
           "steady_energy_per_token_j": ("steady_energy_j", "steady_output_tokens", 1.0)}
 # The kinds of offered load an x axis can show.
