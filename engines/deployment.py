@@ -11,7 +11,7 @@ the middleware that names it in every response header (``x-tokenfactory-replica`
 request row says which replica served it.  The router (``engines.routers``) starts once
 every replica is healthy, in front of their URLs.
 
-With live autoscaling (``deployment.autoscale.enabled``, ``engines.scaling``) the replicas
+With live autoscaling (``deployment.autoscale.enabled``, ``engines.live_scaler``) the replicas
 change while a load runs: ``new_replica`` makes one more (the next name, the first free
 placement entry), ``start_replica`` / ``join`` start it and put it behind the router,
 ``leave`` / ``drain`` / ``retire`` take one out, let its requests finish and stop it.
@@ -46,6 +46,10 @@ def make_served(cfg, run_dir):
     kind = dep.kind if dep is not None else "single"
     router_name = router.name if router is not None else "none"
     check_autoscale(cfg)
+    if cfg.engine.get("name") == "dynamo":  # Dynamo's frontend routes between its own workers
+        engine = make_engine(cfg.engine, run_dir)
+        engine.configure(dep, router_name)
+        return engine
     if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
         if router_name != "none":
             raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "
@@ -70,7 +74,7 @@ def check_autoscale(cfg) -> None:
     auto = dep.get("autoscale") if dep is not None else None
     if auto is None or not auto.get("enabled"):
         return
-    from engines.autoscaling import ScalingPolicy
+    from engines.autoscale_policy import ScalingPolicy
 
     kind = dep.kind
     router = cfg.get("router")
@@ -211,7 +215,7 @@ class Deployment:
         self.ready_ns: int | None = None
         self.replica_ready_ns: dict[str, int] = {}
         self.prepared = False
-        # live autoscaling (engines.scaling): the replicas stopped, and the serving count over time
+        # live autoscaling (engines.live_scaler): the replicas stopped, and the serving count over time
         self.retired: list[EngineAdapter] = []
         self.starting: list[EngineAdapter] = []
         self.serving_log: list[tuple[int, int]] = []   # (perf_counter_ns, replicas serving from then)
@@ -278,9 +282,11 @@ class Deployment:
     # --- lifecycle ---------------------------------------------------------------------------
     def prepare(self) -> None:
         """Each replica's model, flags, environment and address (reserved where it will run),
-        and the router's address (the client's base URL is known before anything starts)."""
+        and the router's address (the client's base URL is known before anything starts).
+        The router's binary first: a missing one is named before any replica loads its model."""
         if self.prepared:
             return
+        self.router.binary()
         self.prepared = True
         if self.placer is None:
             self.router.reserve()
@@ -399,22 +405,30 @@ class Deployment:
         for r in self.replicas + self.starting:
             r.kill()
 
-    # --- live autoscaling (engines.scaling) ---------------------------------------------------
-    def serving_now(self, t_ns: int | None = None) -> None:
-        """Note the serving count from ``t_ns`` (now) on."""
-        self.serving_log.append((t_ns or time.perf_counter_ns(), len(self.replicas)))
+    # --- live autoscaling (engines.live_scaler) ------------------------------------------------
+    def serving_now(self, t_ns: int | None = None) -> int:
+        """Note the serving count from ``t_ns`` (now) on; returns the time noted."""
+        t = t_ns or time.perf_counter_ns()
+        self.serving_log.append((t, len(self.replicas)))
+        return t
 
-    def new_replica(self) -> EngineAdapter:
-        """One replica more, prepared, not started: named ``r<next>`` (names are never reused,
-        so a row's replica is one process), in the first placement entry no replica holds."""
+    def new_replica(self, name: str | None = None) -> EngineAdapter:
+        """One replica more, prepared, not started: named ``r<next>`` (names of replicas that
+        served are never reused, so a row's replica is one process), in the first placement
+        entry no replica holds.  ``name``: a replica whose start failed, retried under its name
+        (it served nothing); its old slot and record give way to the new one."""
         with self.lock:
+            if name is not None:
+                self.slots[:] = [s for s in self.slots if s.name != name]  # the placer's own list
+                self.retired = [r for r in self.retired if r.replica != name]
             used = {self.slot(r.replica).index for r in self.replicas + self.starting}
             limit = self.dep.autoscale.max_replicas
             free = [i for i in range(limit) if i not in used]
             if not free:
                 raise EngineError(f"deployment.autoscale.max_replicas={limit}: every replica slot is in use")
-            name = f"r{self.next_name}"
-            self.next_name += 1
+            if name is None:
+                name = f"r{self.next_name}"
+                self.next_name += 1
             slot = self.placer.add_slot(free[0], name)
             eng = make_engine(self.cfg, self.run_dir)
             eng.replica = name
@@ -444,23 +458,25 @@ class Deployment:
                 self.starting.remove(eng)
         self.retire(eng)
 
-    def join(self, eng: EngineAdapter) -> None:
-        """Put a started replica behind the router; it serves once the router lists it healthy."""
+    def join(self, eng: EngineAdapter) -> int:
+        """Put a started replica behind the router; it serves once the router lists it healthy.
+        Returns the serving log's time of it (perf_counter_ns)."""
         self.router.add_worker(eng.base_url)
         with self.lock:
             self.starting.remove(eng)
             self.replicas.append(eng)
-            self.serving_now()
+            return self.serving_now()
 
-    def leave(self, eng: EngineAdapter) -> None:
-        """Take a replica from behind the router: no new request reaches it from here on."""
+    def leave(self, eng: EngineAdapter) -> int:
+        """Take a replica from behind the router: no new request reaches it from here on.
+        Returns the serving log's time of it (perf_counter_ns)."""
         with self.lock:
             if len(self.replicas) <= 1:
                 raise EngineError(f"replica {eng.replica} is the deployment's last: it is not taken out")
         self.router.remove_worker(eng.base_url)
         with self.lock:
             self.replicas.remove(eng)
-            self.serving_now()
+            return self.serving_now()
 
     def drain(self, eng: EngineAdapter, timeout_s: float, poll_s: float = 0.5) -> bool:
         """Wait until the replica has no request running or waiting (its own ``/metrics``), at

@@ -18,7 +18,7 @@ the flags still exist there):
   ``--worker-startup-check-interval 1`` (the default, 30 s, makes a router started next to a
   replica that is still loading wait half a minute after it is up).
 
-Workers added and removed while it runs (live autoscaling, ``engines.scaling``): vllm-router
+Workers added and removed while it runs (live autoscaling, ``engines.live_scaler``): vllm-router
 ``POST /add_worker?url=URL`` and ``POST /remove_worker?url=URL`` (200, "Successfully added
 worker: URL"); sglang-router 0.3 (sgl-model-gateway) answers those with 404 and takes ``POST
 /workers`` with ``{"url": URL}`` (202: queued) and ``DELETE /workers/<id>``, the id being the
@@ -303,17 +303,27 @@ class Router:
     def requests_total(self) -> float | None:
         """The requests the router has routed since it started (its own counter, summed over
         its label sets); None where its metrics page does not answer."""
+        return self.requests_read()[0]
+
+    def requests_read(self) -> tuple[float | None, str | None]:
+        """``requests_total`` with why a reading is not one: ``(value, None)``; ``(None, why)``
+        where the metrics page did not answer; ``(0.0, why)`` where it answered without the
+        counter (a router that has routed nothing yet has no such series, and neither has one
+        whose counter was renamed: the caller tells them apart)."""
         if not self.metrics_url:
-            return None
+            return None, f"router={self.name} has no metrics page"
         try:
             status, body = http_get(self.metrics_url, timeout=5)
             if status != 200:
-                return None
+                return None, f"router={self.name} metrics page {self.metrics_url}: HTTP {status}"
             samples, _ = prometheus.parse(body.decode("utf-8", "replace"))
-        except (OSError, ValueError):
-            return None
-        # a router that has routed nothing yet has no such series: zero
-        return sum(s.value for s in samples if s.name == self.requests_metric)
+        except (OSError, ValueError) as e:
+            return None, f"router={self.name} metrics page {self.metrics_url}: {type(e).__name__}: {e}"
+        values = [s.value for s in samples if s.name == self.requests_metric]
+        if not values:
+            return 0.0, (f"router={self.name} metrics page {self.metrics_url} has no {self.requests_metric} "
+                         "series (renamed in this router's version, or nothing routed yet)")
+        return sum(values), None
 
     def _log_tail(self) -> str:
         p = self.process

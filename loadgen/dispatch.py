@@ -12,7 +12,10 @@ the end (open loop: as its own task; closed loop: by the same user).  Tasks (DAG
 loadgen/workloads/tasks.py; open loop only): ``followup`` returns a list, the calls the
 ended one made ready, each with its wait; a task's other roots go with its first one
 (``WorkItem.companions``, sent at the same scheduled time), and a sink's success rule is
-judged on its record before it is stored (``check_ok``).
+judged on its record before it is stored (``check_ok``).  With ``duration_s`` no task starts
+after the end, but a started task's calls are still sent during the drain (until
+``duration_s + drain_timeout_s``): cutting them at the end would count the task as not
+completed; what the drain still cuts is counted as censored (``metrics.tasks``).
 
 Timing: requests are prepared (prompt built, body encoded) before they are due and off the
 loop (``loadgen.prepare``); session turns after the first are built on a worker thread
@@ -120,12 +123,17 @@ class Dispatcher:
         self._turns: ThreadPoolExecutor | None = None  # builds session turns off the loop
         self.saturation_rule = SaturationRule()
         self.saturated: str | None = None      # why the point was stopped as over-saturated
+        self.saturated_ns: int | None = None   # when it was
+        self._monitor: SaturationMonitor | None = None
+        self._flying: dict[int, int] = {}      # open loop under the monitor: id(rec) -> when it was sent, in send order
+        self._max_latency_ns = 0               # the slowest request that ended (any status)
         self.aborted: str | None = None        # why the point was stopped from outside (``abort``)
         self.t0: int | None = None             # the schedule's origin, once the load starts
         self._users: list[asyncio.Future] = []  # closed loop's users
         self.completed = 0                     # requests whose response is over (the saturation rule counts them)
         self._closed = False
         self._end_ns: int | None = None
+        self._task_end_ns: int | None = None   # the last time a started task's call may be sent
         self.writer = writer
         self.finalize = finalize
         self.on_done = on_done
@@ -140,7 +148,8 @@ class Dispatcher:
         # slot_ns = scheduled_ns unless the request has to wait for a max_concurrency slot
         rec = RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, slot_ns=scheduled_ns,
                             session_id=item.session_id, turn=item.turn, warmup=warmup,
-                            expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens)
+                            expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens,
+                            lora=item.model)
         if item.task_id is not None:
             rec.task_id, rec.node, rec.parents, rec.attempt = item.task_id, item.node, list(item.parents), item.attempt
             rec.tool_s, rec.task_calls, rec.check = item.tool_s, item.task_calls, item.check
@@ -174,6 +183,9 @@ class Dispatcher:
         if self.aborted is not None and rec.status == "cancelled":
             rec.error = self.aborted
         self.completed += 1
+        sent = self._flying.pop(id(rec), None)
+        if sent is not None:
+            self._max_latency_ns = max(self._max_latency_ns, perf_ns() - sent)
         if self.finalize is not None:
             self.finalize(rec)
         if rec.check is not None:  # a task's sink: judged on its final record, before it is written
@@ -192,7 +204,7 @@ class Dispatcher:
         if nxt is None or isinstance(nxt, list):
             return None
         item, think_s = nxt
-        return item, think_s, self.client.body(item.prompt, item.max_tokens)
+        return item, think_s, self.client.body(item.prompt, item.max_tokens, item.model)
 
     def _build_calls(self, rec: RequestRecord) -> list:
         """On the turns thread: what ``rec``'s end made ready (a task's calls, or a session's next
@@ -201,7 +213,7 @@ class Dispatcher:
         if nxt is None:
             return []
         pairs = nxt if isinstance(nxt, list) else [nxt]
-        return [(item, wait_s, self.client.body(item.prompt, item.max_tokens)) for item, wait_s in pairs]
+        return [(item, wait_s, self.client.body(item.prompt, item.max_tokens, item.model)) for item, wait_s in pairs]
 
     async def _next_turn(self, rec: RequestRecord) -> None:
         """Open loop: what ``rec``'s end made ready: the session's next turn ``think_s`` after, or a
@@ -220,7 +232,10 @@ class Dispatcher:
 
     async def _send_at(self, rec: RequestRecord, ended: int, item: WorkItem, wait_s: float, payload: bytes) -> None:
         target = ended + int(wait_s * 1e9)
-        if self._end_ns is not None and target > self._end_ns:
+        # a started task's calls may still go during the drain (cut there, the task is censored:
+        # metrics.tasks), a session's later turns not past the end
+        end = self._task_end_ns if item.task_id is not None else self._end_ns
+        if end is not None and target > end:
             return
         # a task's later calls are warm-up calls when the task's first were (sessions: as before)
         nxt = self._record(item, target, rec.warmup and item.task_id is not None)
@@ -291,6 +306,8 @@ class Dispatcher:
             cpu_t0 = time.process_time()  # the client's CPU from here on: building ahead is not counted
             if spec.duration_s is not None:
                 self._end_ns = t0 + int(spec.duration_s * 1e9)
+                if spec.drain_timeout_s is not None:
+                    self._task_end_ns = self._end_ns + int(spec.drain_timeout_s * 1e9)
             if spec.kind == "concurrency":
                 await self._closed_loop(spec, t0)
             else:
@@ -312,6 +329,7 @@ class Dispatcher:
                 self._turns.shutdown(wait=False, cancel_futures=True)
         return {"start_ns": t0, "end_ns": perf_ns(), "sent": self.sent, "cpu_s": time.process_time() - cpu_t0,
                 "saturated": self.saturated, "aborted": self.aborted,
+                "saturated_after_s": (self.saturated_ns - t0) / 1e9 if self.saturated_ns is not None else None,
                 "timestamp_source": getattr(self.client, "timestamp_source", "read"),
                 "prepare": self.source.stats.as_dict()}
 
@@ -328,8 +346,8 @@ class Dispatcher:
         body = self.client.body
 
         def entry(i: int, it: WorkItem, off) -> Prepared:
-            return Prepared(i, it, off, body(it.prompt, it.max_tokens),
-                            tuple((c, body(c.prompt, c.max_tokens)) for c in it.companions))
+            return Prepared(i, it, off, body(it.prompt, it.max_tokens, it.model),
+                            tuple((c, body(c.prompt, c.max_tokens, c.model)) for c in it.companions))
         if plan is not None:
             return (entry(i, it, off) for i, it, off in plan)
         if spec.kind == "concurrency":
@@ -348,7 +366,9 @@ class Dispatcher:
 
     async def _drain(self, spec: LoadSpec) -> None:
         timeout = spec.drain_timeout_s if spec.duration_s is not None else None
-        deadline = perf_ns() + int(timeout * 1e9) if timeout is not None else None
+        # drain_timeout_s counts from the end of duration_s (the last send may come before it):
+        # a started task's calls may be sent until then too (``_task_end_ns``)
+        deadline = max(perf_ns(), self._end_ns or 0) + int(timeout * 1e9) if timeout is not None else None
         while True:  # session turns may add requests while others finish
             waiting = set(self.in_flight) | {f for _r, f in self.pending.values()}
             if not waiting:
@@ -374,6 +394,10 @@ class Dispatcher:
     def _launch(self, rec: RequestRecord, payload: bytes, release=None) -> None:
         """Send ``rec`` now; it is stored when its response is over."""
         self.sent += 1
+        if self._monitor is not None:  # the saturation rule's clock: when each request went, and its age
+            now = perf_ns()
+            self._flying[id(rec)] = now
+            self._monitor.sent((now - self.t0) / 1e9)
         start = getattr(self.client, "start", None)
         if start is None:  # a client with only ``send``: one task per request
             task = self._spawn_task(rec, payload)
@@ -433,7 +457,10 @@ class Dispatcher:
         source = self.source
         warmup = spec.warmup_requests
         # (a max_concurrency cap keeps the backlog in the client, as queue wait: no rule there)
-        watch = asyncio.ensure_future(self._watch_saturation()) if spec.stop_when_saturated and not limit else None
+        watch = None
+        if spec.stop_when_saturated and not limit:
+            self._monitor = SaturationMonitor(self.saturation_rule)
+            watch = asyncio.ensure_future(self._watch_saturation())
         try:
             await self._send_prepared(source, t0, warmup, limit)
         finally:
@@ -443,11 +470,16 @@ class Dispatcher:
             await self._cut_backlog()
 
     async def _watch_saturation(self) -> None:
-        monitor = SaturationMonitor(self.saturation_rule)
+        """Every window: the requests completed and in flight, and the longest latency seen (the
+        slowest that ended, or the oldest still in flight), to the rule (``loadgen.saturation``)."""
         while self.saturated is None:
             await asyncio.sleep(self.saturation_rule.window_s)
-            in_flight = len(self.pending) + len(self.in_flight)
-            self.saturated = monitor.check(self.sent, self.completed, in_flight)
+            now = perf_ns()
+            oldest = next(iter(self._flying.values()), now)  # in send order: the first is the oldest
+            latency = max(self._max_latency_ns, now - oldest) / 1e9
+            self.saturated = self._monitor.check((now - self.t0) / 1e9, self.completed, len(self._flying), latency)
+            if self.saturated:
+                self.saturated_ns = now
 
     async def _cut_backlog(self) -> None:
         """Saturated: what is in flight gets ``drain_s`` to finish; the rest is cancelled."""

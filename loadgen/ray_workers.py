@@ -236,7 +236,7 @@ class _Worker:
             out.append(RequestRecord(request_id=it.request_id, scheduled_ns=sched, slot_ns=sched,
                                      session_id=it.session_id, turn=it.turn, warmup=i < warmup,
                                      expected_prompt_tokens=it.prompt_tokens, max_tokens=it.max_tokens,
-                                     status="cancelled", error=why, worker=self.w,
+                                     lora=it.model, status="cancelled", error=why, worker=self.w,
                                      worker_host=self.info.get("host")))
         return out
 
@@ -340,6 +340,8 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
                 "cpu_s": sum(r["cpu_s"] for r in results) + time.process_time() - cpu_t0, "workers": n,
                 "workers_cpu_s": sum(r["cpu_s"] for r in results),
                 "saturated": next((r["saturated"] for r in results if r.get("saturated")), None),
+                "saturated_after_s": min((r["saturated_after_s"] for r in results
+                                          if r.get("saturated_after_s") is not None), default=None),
                 "prepare": ({**results[0]["prepare"], "requests": sum(r["prepare"]["requests"] for r in results)}
                             if results else {}),
                 "backend": "ray", "clock": clock,

@@ -228,6 +228,10 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
                 # the workers' CPU from t0 on, and the parent's (merging, progress) from t0 on
                 "cpu_s": sum(r["cpu_s"] for r in results) + time.process_time() - cpu_t0, "workers": n,
                 "workers_cpu_s": sum(r["cpu_s"] for r in results),
+                # a worker that found its share over-saturated stopped it (loadgen.saturation)
+                "saturated": next((r["saturated"] for r in results if r.get("saturated")), None),
+                "saturated_after_s": min((r["saturated_after_s"] for r in results
+                                          if r.get("saturated_after_s") is not None), default=None),
                 "prepare": {**results[0]["prepare"], "requests": sum(r["prepare"]["requests"] for r in results)}}
     finally:
         for p in procs:

@@ -21,30 +21,58 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metrics.statistics import Estimate, mean_ci, paired_difference, ratio_ci, unpaired_difference, verdict
+from metrics.statistics import (
+    Difference,
+    Estimate,
+    mean_ci,
+    paired_difference,
+    ratio_ci,
+    ratio_difference,
+    unpaired_difference,
+    verdict,
+)
 
 # metric -> (higher is better, unit)
 METRICS = {
     "output_throughput": (True, "tok/s"), "request_throughput": (True, "req/s"),
     "goodput_rps": (True, "req/s"), "good_output_throughput": (True, "tok/s"), "slo_attainment": (True, ""),
     "cost_per_mtok_good": (False, "per M good tok"), "cost_per_mtok_all": (False, "per M tok"),
+    "cost_per_mtok_good_answer": (False, "per M good answer tok"),  # reasoning left out (metrics.summary)
     "energy_per_good_token_j": (False, "J/tok"), "error_rate": (False, ""), "max_load_under_slo": (True, "load"),
     "engine_prefix_cache_hit_rate": (True, ""),
     # a deployment's replicas (metrics.replicas): evener is better
     "replica_load_imbalance": (False, ""), "replica_kv_usage_imbalance": (False, ""),
     "replica_queue_imbalance": (False, ""), "replica_hit_rate_spread": (False, ""),
     # tasks (metrics.tasks): a cheap attempt can be an expensive result
-    "task_completion_rate": (True, ""), "task_slo_attainment": (True, ""),
+    "task_completion_rate": (True, ""), "task_slo_attainment": (True, ""), "task_censored_rate": (False, ""),
     "attempts_per_completed_task": (False, "attempts"), "cost_per_completed_task": (False, "per task"),
     "cost_per_task_attempt": (False, "per attempt"), "cost_per_mtok_good_task": (False, "per M good-task tok"),
 }
 # Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
           "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6),
+          "cost_per_mtok_good_answer": ("cost_total", "good_answer_tokens", 1e6),
           "cost_per_completed_task": ("cost_total", "completed_tasks", 1.0),
           "cost_per_task_attempt": ("cost_total", "task_attempts", 1.0),
           "attempts_per_completed_task": ("task_attempts", "completed_tasks", 1.0),
           "cost_per_mtok_good_task": ("cost_total", "good_task_output_tokens", 1e6)}
+
+
+# shares in [0, 1]: where a side's mean is 0 their absolute difference is judged in points
+# (margin 0.02 = 2 percentage points)
+FRACTIONS = {"error_rate", "slo_attainment", "engine_prefix_cache_hit_rate", "task_completion_rate",
+             "task_slo_attainment"}
+
+
+def absolute_margin(metric: str, margin: float, scale: float) -> float:
+    """The margin for an absolute difference B - A, used where A's or B's mean is 0 (no relative
+    one): for a share in [0, 1] (:data:`FRACTIONS`, ``*_rate``, ``*attainment``) ``margin``
+    itself, in points (0.02 = 2 percentage points); for any other metric ``margin`` · ``scale``,
+    the larger of the two means' magnitudes (a move off or onto zero counts when it is beyond
+    the margin's share of the side that is not zero)."""
+    if metric in FRACTIONS or (direction(metric)[1] == "" and metric.endswith(("_rate", "attainment"))):
+        return margin
+    return margin * abs(scale) if math.isfinite(scale) else margin
 
 
 def comparable(metric: str, columns) -> bool:
@@ -86,6 +114,70 @@ def _by_block(t: pa.Table, metric: str) -> dict[int, float]:
     return dict(zip(blocks, _col(t, metric).tolist()))
 
 
+def _has_ratio(metric: str, *tables: pa.Table) -> bool:
+    return metric in RATIOS and all(c in t.column_names for t in tables for c in RATIOS[metric][:2])
+
+
+def difference(base: pa.Table, t: pa.Table, metric: str, *, paired: bool, confidence: float,
+               labels: tuple[str, str]) -> Difference:
+    """B (``t``) vs A (``base``) for ``metric``, by the definition its estimate uses
+    (:func:`_per_config`): a ratio of totals (:data:`RATIOS`, where both sides have the numerator
+    and denominator columns) by ``metrics.statistics.ratio_difference``, so the difference
+    judged is R_B/R_A - 1 of the very values shown; any other metric by the difference of
+    means (paired by block: the log ratio; unpaired: Welch)."""
+    if _has_ratio(metric, base, t):
+        num, den, scale = RATIOS[metric]
+        if paired:
+            keys = list(dict.fromkeys([*_by_block(base, num), *_by_block(t, num)]))
+            a_n, a_d, b_n, b_d = ([m.get(k, math.nan) for k in keys] for m in (
+                _by_block(base, num), _by_block(base, den), _by_block(t, num), _by_block(t, den)))
+            return ratio_difference(a_n, a_d, b_n, b_d, paired=True, scale=scale, confidence=confidence,
+                                    labels=labels)
+        return ratio_difference(_col(base, num), _col(base, den), _col(t, num), _col(t, den), paired=False,
+                                scale=scale, confidence=confidence, labels=labels)
+    if paired:
+        return paired_difference(_by_block(base, metric), _by_block(t, metric), confidence=confidence,
+                                 relative="log", labels=labels)
+    return unpaired_difference(_col(base, metric), _col(t, metric), confidence=confidence, labels=labels)
+
+
+LAUNCH = "launch"
+
+
+def launch_replicates(t: pa.Table, metrics: list[str]) -> tuple[pa.Table, bool]:
+    """One row per (load point, engine launch) where some load point has runs from at least two
+    launches (the ``launch`` column where there is one, else ``block``): repeats inside one
+    launch share its engine process, its warm-up, its placement, so they understate the spread
+    between launches; the launch is the replicate.  A launch's row holds the mean of its
+    repeats for each metric and the sum of its repeats for the numerators and denominators of
+    :data:`RATIOS` (so Σnum/Σden over launches is the ratio of totals over all runs).  Returns
+    (the table, whether it was collapsed); a table with one launch per point is returned as is."""
+    key = LAUNCH if LAUNCH in t.column_names else "block" if "block" in t.column_names else None
+    if key is None or not t.num_rows:
+        return t, False
+    labels, launches = t.column("label").to_pylist(), t.column(key).to_pylist()
+    per_point: dict = {}
+    for lab, la in zip(labels, launches):
+        per_point.setdefault(lab, set()).add(la)
+    if max(len(v) for v in per_point.values()) < 2:
+        return t, False
+    summed = {c for m in metrics if m in RATIOS for c in RATIOS[m][:2]}
+    cols = [c for c in dict.fromkeys([*metrics, *summed, "offered_load"]) if c in t.column_names]
+    groups: dict = {}
+    for i, (lab, la) in enumerate(zip(labels, launches)):
+        groups.setdefault((lab, la), []).append(i)
+    values = {c: _col(t, c) for c in cols}
+    rows = []
+    for (lab, la), idx in groups.items():
+        row = {"label": lab, key: la, "repeats": len(idx)}
+        for c in cols:
+            v = values[c][idx]
+            v = v[~np.isnan(v)]
+            row[c] = (float(v.sum()) if c in summed else float(v.mean())) if v.size else None
+        rows.append(row)
+    return pa.Table.from_pylist(rows), True
+
+
 def difference_confidence(confidence: float, family: int, adjust: str) -> float:
     """The level of each difference's interval: ``bonferroni`` makes ``confidence`` hold for the
     ``family`` of verdicts together (1 - (1 - confidence)/family each); ``none`` per verdict.
@@ -100,12 +192,15 @@ def difference_confidence(confidence: float, family: int, adjust: str) -> float:
 
 def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: str, *, paired: bool,
                    confidence: float = 0.95, margin: float = 0.02, seed: int = 0,
-                   adjust: str = "none") -> list[dict]:
+                   adjust: str = "none", family: int | None = None) -> list[dict]:
     """Per load point (``label``) and metric: estimates per group (at ``confidence``),
     differences from ``baseline`` (at ``difference_confidence``: the point's metrics are one
-    family).  Every row of a group at a point is one replicate of it (a repeat, or a block);
-    ``replicates`` says how many each group has."""
-    dconf = difference_confidence(confidence, len(metrics), adjust)
+    family, or ``family`` verdicts where the caller judges more: every metric at every point).
+    Every row of a group at a point is one replicate of it (a repeat, or a block);
+    ``replicates`` says how many each group has.  A metric whose mean is 0 on either side is
+    judged by its absolute difference (margin: :func:`absolute_margin`)."""
+    family = family or len(metrics)
+    dconf = difference_confidence(confidence, family, adjust)
     labels: list[str] = []
     for t in groups.values():
         for lab in t.column("label").to_pylist():
@@ -118,7 +213,7 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
         offered = next((float(v) for t in at.values() for v in t.column("offered_load").to_pylist()
                         if v is not None), None) if "offered_load" in next(iter(at.values())).column_names else None
         point = {"label": lab, "offered_load": offered, "replicates": {name: t.num_rows for name, t in at.items()},
-                 "difference_confidence": dconf, "family": len(metrics), "adjust": adjust, "metrics": {}}
+                 "difference_confidence": dconf, "family": family, "adjust": adjust, "metrics": {}}
         for m in metrics:
             higher, unit = direction(m)
             entry = {"higher_is_better": higher, "unit": unit, "per_config": {}, "vs_baseline": {}}
@@ -127,14 +222,11 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
             for name, t in at.items():
                 if name == baseline or base is None:
                     continue
-                if paired:
-                    diff = paired_difference(_by_block(base, m), _by_block(t, m), confidence=dconf,
-                                             relative="log", labels=(baseline, name))
-                else:
-                    diff = unpaired_difference(_col(base, m), _col(t, m), confidence=dconf,
-                                               labels=(baseline, name))
-                v = verdict(diff, margin=margin, higher_is_better=higher, confidence=dconf)
-                entry["vs_baseline"][name] = {"difference": diff.to_dict(), "verdict": v.outcome, "text": v.text}
+                diff = difference(base, t, m, paired=paired, confidence=dconf, labels=(baseline, name))
+                am = absolute_margin(m, margin, max(abs(diff.a.value), abs(diff.b.value)))
+                v = verdict(diff, margin=margin, higher_is_better=higher, confidence=dconf, absolute_margin=am)
+                entry["vs_baseline"][name] = {"difference": diff.to_dict(), "verdict": v.outcome, "text": v.text,
+                                              "judged": v.judged, "margin": v.margin}
             point["metrics"][m] = entry
         points.append(point)
     return points

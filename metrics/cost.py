@@ -17,10 +17,16 @@ counts N times over the whole window, idle replicas included; ``extra_hourly`` l
 once (put the router's host there: ``cost.extra_hourly.router=0.05``).  Measured energy
 already covers every device the telemetry sees.
 
-A deployment whose replica count changes during the window (live autoscaling): the
-per-replica lines count replica-hours, ``replica_seconds / 3600`` (the integral of the
-replicas serving over the window, ``metrics.autoscale``), not replicas x window; the
-``extra_hourly`` lines still count the whole window once (``fleet_cost``).
+A deployment whose replica count changes during the window (live autoscaling, or a plan's
+simulated fleet): the per-replica lines count replica-hours, ``paid_replica_seconds / 3600``
+(replicas starting, serving and draining over the window: ``metrics.autoscale_bill``,
+``metrics.fleet``), not replicas x window; the ``extra_hourly`` lines still count the whole
+window once (``fleet_cost``).  ``cost_replica_seconds`` is the replica-seconds billed.
+
+At one price per device-hour (the report's price control): ``price x device_seconds / 3600``, the
+device-seconds being ``num_gpus`` per replica (one where the profile names no GPUs) x the
+replica-seconds the run was billed for (``cost_device_seconds``): what a rental profile of
+``hourly_per_gpu = price`` alone bills those replicas (``priced_cost``).
 """
 
 from __future__ import annotations
@@ -104,10 +110,24 @@ def fleet_cost(cost_cfg, replica_seconds: float, window_s: float, energy_j: floa
     for name, hourly in p.extra_hourly.items():
         lines[f"extra.{name}"] = hours * hourly
     total = sum(v for v in lines.values() if not math.isnan(v))
+    devices = devices_per_replica(p.num_gpus)
     return {"cost_total": total, "cost_lines": lines, "cost_currency": p.currency,
             "cost_model": p.model, "cost_complete": not notes, "cost_notes": notes,
             "cost_replicas": replica_seconds / window_s if window_s > 0 else math.nan,
-            "cost_replica_seconds": replica_seconds}
+            "cost_replica_seconds": replica_seconds, "cost_devices": devices,
+            "cost_device_seconds": devices * replica_seconds}
+
+
+def devices_per_replica(num_gpus: int) -> int:
+    """The devices one replica bills at a price per device-hour: the profile's ``num_gpus``, or one
+    (the replica itself) where it names none (0)."""
+    return int(num_gpus) if num_gpus and num_gpus > 0 else 1
+
+
+def priced_cost(price_per_device_hour: float, device_seconds: float) -> float:
+    """The bill at one price per device-hour: price x device_seconds / 3600 (module doc), the same as
+    ``fleet_cost`` of a rental profile with ``hourly_per_gpu = price``, no hosts and no extra lines."""
+    return price_per_device_hour * device_seconds / 3600.0
 
 
 def per_million(cost_total: float, tokens: float) -> float:

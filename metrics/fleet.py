@@ -11,10 +11,14 @@ replica count as a step function over the window ``[0, window_s]``:
   good requests / window_s;
 - ``p50_ttft_ms``, ``p90_ttft_ms``, ``p99_ttft_ms``, ``p99_tpot_ms``: percentiles over the
   completed requests (``metrics.percentiles.percentile``);
-- ``slo_met``: the run-level check (``slo.percentile`` of each configured metric within its limit);
-- ``replica_seconds`` = integral of the replicas paid for (starting, serving or draining)
-  over the window; ``replica_seconds_serving`` the same for replicas taking requests;
-- ``replicas_max``, ``replicas_mean`` (= replica_seconds / window_s) of the paid count;
+- ``slo_met``: the percentile part of the run-level check (``slo.percentile`` of each configured metric
+  within its limit, over the completed requests; ``metrics.slo.run_meets_slo`` is the whole check);
+- ``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds``:
+  integral of the replicas starting (from the policy's decision to serving: provision_s and
+  the cold start), serving (taking requests) and draining (taken out, finishing their
+  requests) over the window; ``paid_replica_seconds`` = their sum, what the cost bills (the
+  names a live run's autoscale.json and summary use, ``metrics.autoscale_bill``);
+- ``replicas_max``, ``replicas_mean`` (= paid_replica_seconds / window_s) of the paid count;
 - ``idle_replica_seconds``: replica time with no request in service;
 - ``overprovisioned_replica_seconds`` = integral of max(0, paid - needed) with needed(t) =
   ceil(arrival rate over the policy's window / one replica's capacity): the headroom the
@@ -28,7 +32,7 @@ import math
 import numpy as np
 
 from metrics.percentiles import percentile
-from metrics.slo import SLO, good_mask
+from metrics.slo import SLO, good_mask, percentiles_missed
 
 
 def step_integral(times_s: np.ndarray, values: np.ndarray, end_s: float, start_s: float = 0.0) -> float:
@@ -71,15 +75,10 @@ def request_metrics(slo: SLO, completed, ttft_s, tpot_s, output_tokens, window_s
 
 
 def slo_met(slo: SLO, ttft_s, tpot_s, e2el_s) -> bool:
-    """The run-level check: ``slo.percentile`` of each configured metric within its limit."""
-    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s}
-    for name, limit in slo.limits().items():
-        v = np.asarray(cols[name], dtype=np.float64)
-        if v.size and percentile(v, slo.percentile) * 1e3 > limit:
-            return False
-        if not v.size and name != "tpot_ms":
-            return False
-    return True
+    """The percentile part of the run-level check: ``slo.percentile`` of each configured metric
+    over the completed requests within its limit (``metrics.slo.percentiles_missed``; the whole
+    check, failed requests included, is ``metrics.slo.run_meets_slo``)."""
+    return not percentiles_missed(slo, ttft_s, tpot_s, e2el_s)
 
 
 def needed_replicas(rate_rps: np.ndarray, capacity_rps: float) -> np.ndarray:
@@ -88,23 +87,31 @@ def needed_replicas(rate_rps: np.ndarray, capacity_rps: float) -> np.ndarray:
     return np.maximum(1, np.ceil(r / capacity_rps - 1e-9)).astype(np.int64)
 
 
-def replica_metrics(paid_t: np.ndarray, paid_n: np.ndarray, serving_t: np.ndarray, serving_n: np.ndarray,
+def replica_metrics(times_s: np.ndarray, starting_n: np.ndarray, serving_n: np.ndarray, draining_n: np.ndarray,
                     window_s: float, idle_replica_seconds: float | None = None,
                     needed_t: np.ndarray | None = None, needed_n: np.ndarray | None = None) -> dict:
-    """The replica part of the fleet metrics (module doc) from step functions (times, counts)."""
-    paid = step_integral(paid_t, paid_n, window_s)
+    """The replica part of the fleet metrics (module doc) from step functions on one grid of
+    times: the replicas starting, serving and draining from each time on."""
+    starting = step_integral(times_s, starting_n, window_s)
+    serving = step_integral(times_s, serving_n, window_s)
+    draining = step_integral(times_s, draining_n, window_s)
+    paid_n = (np.asarray(starting_n, dtype=np.int64) + np.asarray(serving_n, dtype=np.int64)
+              + np.asarray(draining_n, dtype=np.int64))
+    paid = starting + serving + draining
     res = {
         "window_s": float(window_s),
-        "replica_seconds": paid,
-        "replica_seconds_serving": step_integral(serving_t, serving_n, window_s),
+        "starting_replica_seconds": starting,
+        "serving_replica_seconds": serving,
+        "draining_replica_seconds": draining,
+        "paid_replica_seconds": paid,
         "replicas_max": int(np.max(paid_n)) if len(paid_n) else 0,
         "replicas_mean": paid / window_s if window_s > 0 else math.nan,
         "idle_replica_seconds": idle_replica_seconds,
     }
     if needed_t is not None:
         # both step functions on one grid: the union of their change times
-        grid = np.union1d(np.asarray(paid_t, dtype=np.float64), np.asarray(needed_t, dtype=np.float64))
-        p = _step_at(paid_t, paid_n, grid)
+        grid = np.union1d(np.asarray(times_s, dtype=np.float64), np.asarray(needed_t, dtype=np.float64))
+        p = _step_at(times_s, paid_n, grid)
         q = _step_at(needed_t, needed_n, grid)
         res["overprovisioned_replica_seconds"] = step_integral(grid, np.maximum(0, p - q), window_s)
     return res

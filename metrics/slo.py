@@ -1,21 +1,33 @@
 """SLOs and goodput: which requests are good, and how often each SLO holds.
 
 A request is good when it completed (status ``ok``) and every configured per-request SLO
-holds, inclusively (``ttft <= slo.ttft_ms``).  ``task_s`` bounds a task's completion time, not a
-request's (``metrics.tasks``).  TPOT is undefined for one-token outputs; such a
-request passes the TPOT SLO, as in ``vllm bench serve``'s goodput.
+holds, inclusively (``ttft <= slo.ttft_ms``).  ``ttfa_ms`` bounds the time to the first answer
+token (``metrics.request_metrics.ttfa_s``: reasoning left out); a caller without that column (a
+simulation of a model that does not reason) passes none and TTFT stands for it.  ``task_s``
+bounds a task's completion time, not a request's (``metrics.tasks``).  TPOT is undefined for
+one-token outputs; such a request passes the TPOT SLO, as in ``vllm bench serve``'s goodput.
+
+A run meets the SLO (``run_meets_slo``, the one run-level check: the SLO search, the plan's
+capacity, the report and tune all read it) when it was not stopped as over-saturated, every
+configured SLO's ``slo.percentile``-th percentile over its completed requests is within the
+limit, some request completed, failed <= (100 - percentile)% of the run's requests (a failed
+request misses every limit: with more failed than that, the percentile over all the run's
+requests is beyond any limit), and the share of good requests is at least the attainment floor
+(``slo.min_attainment``) where one is set.  ``slo_holds`` applies it to a ``summary.json``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from conf.schema import Slo
+from metrics.percentiles import percentile as _percentile
 
 # SLO name -> the per-request column (seconds) it bounds.
-SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s"}
+SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s", "ttfa_ms": "ttfa_s"}
 
 
 @dataclass(frozen=True)
@@ -24,7 +36,8 @@ class SLO:
     tpot_ms: float | None = None
     e2el_ms: float | None = None
     percentile: float = Slo.percentile
-    task_s: float | None = None  # last: callers build SLO(ttft, tpot, e2el, percentile) by position
+    task_s: float | None = None  # after the four: callers build SLO(ttft, tpot, e2el, percentile) by position
+    ttfa_ms: float | None = None
 
     @classmethod
     def from_config(cls, cfg) -> SLO:
@@ -37,6 +50,7 @@ class SLO:
             e2el_ms=_opt_float(get("e2el_ms")),
             percentile=float(get("percentile") if get("percentile") is not None else cls.percentile),
             task_s=_opt_float(get("task_s")),
+            ttfa_ms=_opt_float(get("ttfa_ms")),
         )
 
     def limits(self) -> dict[str, float]:
@@ -59,10 +73,57 @@ def slo_pass(slo: SLO, name: str, values_s) -> np.ndarray:
     return ok
 
 
-def good_mask(slo: SLO, status, ttft_s, tpot_s, e2el_s) -> np.ndarray:
-    """Good = completed and every configured SLO holds."""
+def good_mask(slo: SLO, status, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> np.ndarray:
+    """Good = completed and every configured SLO holds (``ttfa_s`` None: TTFT stands for it)."""
     ok = np.asarray(status) == "ok"
-    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s}
+    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s, "ttfa_ms": ttft_s if ttfa_s is None else ttfa_s}
     for name in slo.limits():
         ok &= slo_pass(slo, name, cols[name])
     return ok
+
+
+def percentiles_missed(slo: SLO, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> list[str]:
+    """The configured SLOs (``ttft``, ``tpot``, ``e2el``, ``ttfa``: ``ttfa_s`` None, TTFT stands for it)
+    whose ``slo.percentile``-th percentile over the completed requests' values (NaN left out) is
+    above the limit; one with no value misses, except TPOT (one-token outputs, module doc)."""
+    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s, "ttfa_ms": ttft_s if ttfa_s is None else ttfa_s}
+    missed = []
+    for name, limit in slo.limits().items():
+        pv = _percentile(cols[name], slo.percentile) * 1e3
+        if (np.isnan(pv) and name != "tpot_ms") or pv > limit:
+            missed.append(name[:-3])
+    return missed
+
+
+def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile: float,
+                  attainment: float | None = None, min_attainment: float | None = None,
+                  saturated: bool = False) -> tuple[bool, str]:
+    """The run-level check (module doc) and, when it fails, why: ``missed`` the SLOs whose
+    percentile over the completed requests is above the limit, ``completed`` and ``failed`` the
+    run's measured requests, ``attainment`` its share of good requests."""
+    if saturated:
+        return False, "over-saturated"
+    if missed:
+        return False, "missed: " + ", ".join(missed)
+    if not completed:
+        return False, "no request completed"
+    n = completed + failed
+    # failed / n > (100 - percentile) / 100, with room for the float error of 100 - 99.9
+    if failed * 100 > n * (100 - percentile) * (1 + 1e-9):
+        return False, (f"{failed} of {n} requests failed: more than the {100 - percentile:.3g}% a "
+                       f"p{percentile:g} SLO allows")
+    if min_attainment is not None and not (attainment or 0) >= min_attainment:
+        return False, f"attainment {attainment} < {min_attainment}"
+    return True, ""
+
+
+def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bool, str]:
+    """``run_meets_slo`` on a run's ``summary.json``: its per-SLO checks (``slo_*_met``), request
+    counts, ``slo_percentile``, ``slo_attainment`` and ``saturated``."""
+    missed = [k[4:-4] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_met") and not v]
+    # a summary without the key (written before it was recorded) was run at the default percentile
+    pct = summary.get("slo_percentile")
+    return run_meets_slo(missed, completed=int(summary.get("completed") or 0), failed=int(summary.get("failed") or 0),
+                         percentile=float(pct) if pct is not None else SLO.percentile,
+                         attainment=summary.get("slo_attainment"), min_attainment=min_attainment,
+                         saturated=bool(summary.get("saturated")))

@@ -409,8 +409,19 @@ class Difference:
     def method(self) -> str:
         return self.absolute.method
 
+    @property
+    def judged(self) -> str:
+        """``absolute`` where A's or B's mean is exactly 0 and B - A has an interval, ``relative``
+        otherwise.  A relative difference against zero is undefined (an error rate that was 0 is
+        judged by how far it moved), and one to zero is -100 % with a zero-width interval when B
+        never varies (no error in any run of B: an error rate that fell from 0.005 to 0 is not a
+        certain 100 % improvement)."""
+        zero = self.a.value == 0 or self.b.value == 0
+        has = not math.isnan(self.absolute.low) and not math.isnan(self.absolute.high)
+        return "absolute" if zero and has else "relative"
+
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("paired", "dropped", "note", "method")}
+        d = {k: getattr(self, k) for k in ("paired", "dropped", "note", "method", "judged")}
         d["labels"] = list(self.labels)
         for k in ("absolute", "relative", "a", "b", "bootstrap"):
             e = getattr(self, k)
@@ -596,6 +607,93 @@ def unpaired_difference(a, b, *, confidence: float = 0.95, relative: str = "delt
     return Difference(absolute, rel, ea, eb, False, dropped, boot, labels, note)
 
 
+def _ratio_side(num, den) -> tuple[float, np.ndarray, int]:
+    """(R = Σnum/Σden, the per-replicate influence on ln R: u_i = (num_i - R·den_i)/(mean(den)·R),
+    replicates used); NaN in either column drops the replicate."""
+    n, d = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
+    keep = ~(np.isnan(n) | np.isnan(d))
+    n, d = n[keep], d[keep]
+    if n.size == 0 or d.sum() == 0:
+        return (math.inf if n.size and n.sum() > 0 else math.nan), np.array([]), int(n.size)
+    r = float(n.sum() / d.sum())
+    if r <= 0:
+        return r, np.array([]), int(n.size)
+    return r, (n - r * d) / (d.mean() * r), int(n.size)
+
+
+def ratio_difference(num_a, den_a, num_b, den_b, *, paired: bool, scale: float = 1.0, confidence: float = 0.95,
+                     labels: tuple[str, str] = ("A", "B")) -> Difference:
+    """B vs A for a ratio of totals (cost per good token = 1e6 · Σ cost / Σ good tokens): the
+    same definition on both sides as the value shown (:func:`ratio_ci`), never a mean of
+    per-run ratios.
+
+    R_X = scale · Σ num_X / Σ den_X over X's replicates; relative r = R_B / R_A - 1, absolute
+    R_B - R_A.  The interval is the delta method on ln R: each replicate's influence
+    u_i = (num_i - R·den_i) / (mean(den) · R), se(ln R) = s_u / √n; unpaired (runs made
+    separately) se² = s_uA²/n_A + s_uB²/n_B with Welch–Satterthwaite dof, paired (block i of A
+    with block i of B) se = s(u_B - u_A)/√n with n - 1 dof; r ∈ exp(ln(R_B/R_A) ± t·se) - 1
+    (effects that multiply, as the paired log ratio).  A side whose denominators sum to 0 has
+    an infinite ratio (no good tokens: the cost was paid for nothing): the value is inf and
+    there is no interval, and the note says so.
+    """
+    if paired:
+        aa_n, aa_d, bb_n, bb_d = (np.asarray(x, dtype=np.float64).ravel() for x in (num_a, den_a, num_b, den_b))
+        if aa_n.size != bb_n.size:
+            raise ValueError(f"paired samples differ in length: {aa_n.size} blocks of A, {bb_n.size} of B")
+        keep = ~(np.isnan(aa_n) | np.isnan(aa_d) | np.isnan(bb_n) | np.isnan(bb_d))
+        num_a, den_a, num_b, den_b = aa_n[keep], aa_d[keep], bb_n[keep], bb_d[keep]
+        dropped = int(keep.size - keep.sum())
+    else:
+        dropped = 0
+    ra, ua, na = _ratio_side(num_a, den_a)
+    rb, ub, nb = _ratio_side(num_b, den_b)
+    if not paired:
+        dropped = int(np.size(num_a) + np.size(num_b) - na - nb)
+    ra, rb = ra * scale, rb * scale
+    method = "ratio of totals, delta on logs (" + ("paired" if paired else "Welch") + ")"
+    note = _dropped_note(dropped, "replicate(s) with a missing value")
+    n = na if paired else na + nb
+
+    def side(r: float, u: np.ndarray) -> Estimate:
+        if u.size < 2:
+            return _nan_estimate(r, u.size, method, "", confidence)
+        lo, hi = _t_interval(math.log(r), float(u.std(ddof=1)) / math.sqrt(u.size), u.size - 1, confidence)
+        return Estimate(r, math.exp(lo), math.exp(hi), int(u.size), method, "", confidence)
+
+    ea, eb = side(ra, ua), side(rb, ub)
+    val_abs = rb - ra if math.isfinite(ra) and math.isfinite(rb) else (math.inf if rb == math.inf else math.nan)
+    val_rel = rb / ra - 1 if math.isfinite(ra) and ra > 0 and not math.isnan(rb) else math.nan
+    why = ""
+    if not math.isfinite(rb) or not math.isfinite(ra):
+        empty = [lab for lab, r in zip(labels, (ra, rb)) if not math.isfinite(r)]
+        why = f"{' and '.join(empty)}: the denominators sum to 0 (infinite or undefined ratio)"
+    elif ra <= 0 or rb <= 0:
+        why = "a ratio of 0: no log ratio"
+    elif ua.size < 2 or ub.size < 2 or (paired and ua.size != ub.size):
+        why = f"n_a={ua.size}, n_b={ub.size}: need 2 each"
+    if why:
+        why = _join(why, note)
+        return Difference(_nan_estimate(val_abs, n, method, why, confidence, dropped),
+                          _nan_estimate(val_rel, n, method, why, confidence, dropped),
+                          ea, eb, paired, dropped, None, labels, why)
+    if paired:
+        z = ub - ua
+        se, dof = float(z.std(ddof=1)) / math.sqrt(z.size), z.size - 1
+        # u·R is a replicate's influence on R itself: the absolute difference's
+        se_abs, dof_abs = float((ub * rb - ua * ra).std(ddof=1)) / math.sqrt(z.size), dof
+    else:
+        ca, cb = ua.var(ddof=1) / ua.size, ub.var(ddof=1) / ub.size
+        se, dof = math.sqrt(ca + cb), _welch(ca, cb, ua.size, ub.size)
+        aa, ab = ca * ra ** 2, cb * rb ** 2
+        se_abs, dof_abs = math.sqrt(aa + ab), _welch(aa, ab, ua.size, ub.size)
+    lr = math.log(rb / ra)
+    lo, hi = _t_interval(lr, se, dof, confidence)
+    rel = Estimate(rb / ra - 1, math.exp(lo) - 1, math.exp(hi) - 1, n, method, note, confidence, dropped)
+    lo, hi = _t_interval(rb - ra, se_abs, dof_abs, confidence)
+    absolute = Estimate(rb - ra, float(lo), float(hi), n, method, note, confidence, dropped)
+    return Difference(absolute, rel, ea, eb, paired, dropped, None, labels, note)
+
+
 # ------------------------------------------------------------------------------------ verdict
 OUTCOMES = ("a_better", "b_better", "equivalent", "no_significant_difference", "insufficient_data")
 
@@ -603,7 +701,9 @@ OUTCOMES = ("a_better", "b_better", "equivalent", "no_significant_difference", "
 @dataclass(frozen=True)
 class Verdict:
     """``outcome``: one of :data:`OUTCOMES`; ``text`` for people; ``significant``: the interval
-    excludes zero (true also for an effect too small to win)."""
+    excludes zero (true also for an effect too small to win); ``judged``: ``relative`` (the
+    interval of (B - A)/A against ``margin``) or ``absolute`` (a side's mean was 0: B - A against
+    ``margin``, in the metric's unit)."""
 
     outcome: str
     text: str
@@ -612,6 +712,7 @@ class Verdict:
     higher_is_better: bool
     significant: bool = False
     confidence: float = 0.95
+    judged: str = "relative"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -620,7 +721,8 @@ class Verdict:
 
 
 def verdict(diff: Difference | Estimate, margin: float = 0.02, higher_is_better: bool = True,
-            confidence: float = 0.95, labels: tuple[str, str] | None = None) -> Verdict:
+            confidence: float = 0.95, labels: tuple[str, str] | None = None,
+            absolute_margin: float | None = None) -> Verdict:
     """Who wins, from the relative difference r = (B - A)/A and its interval [lo, hi].
 
     - winner when the interval excludes 0 (lo > 0 or hi < 0) AND |r| > ``margin``: B when r > 0
@@ -631,9 +733,17 @@ def verdict(diff: Difference | Estimate, margin: float = 0.02, higher_is_better:
       0 but is not inside the margin);
     - ``insufficient_data`` when the interval is missing (fewer than 2 blocks, undefined ratio).
 
+    Where A's or B's mean is 0 (``Difference.judged == "absolute"``: an error rate that was 0) the
+    relative difference is undefined; the same rules then apply to the absolute difference
+    B - A and its interval, with ``absolute_margin`` (in the metric's unit; default ``margin``:
+    for a rate, 0.02 = 2 percentage points).
+
     ``confidence`` must be the interval's own level: a verdict cannot change it.
     """
-    rel = diff.relative if isinstance(diff, Difference) else diff
+    absolute = isinstance(diff, Difference) and diff.judged == "absolute"
+    rel = diff.absolute if absolute else (diff.relative if isinstance(diff, Difference) else diff)
+    if absolute:
+        margin = margin if absolute_margin is None else absolute_margin
     if labels is None:
         labels = diff.labels if isinstance(diff, Difference) else ("A", "B")
     if not math.isclose(rel.confidence, confidence):
@@ -641,24 +751,30 @@ def verdict(diff: Difference | Estimate, margin: float = 0.02, higher_is_better:
     la, lb = labels
     v, lo, hi = rel.value, rel.low, rel.high
     conf = f"{confidence:.0%}" if round(confidence * 100, 6).is_integer() else f"{confidence:.2%}"  # 99.55%
+    judged = "absolute" if absolute else "relative"
 
     def make(outcome: str, text: str, significant: bool = False) -> Verdict:
-        return Verdict(outcome, text, rel, margin, higher_is_better, significant, confidence)
+        return Verdict(outcome, text, rel, margin, higher_is_better, significant, confidence, judged)
 
     if rel.n < 2 or any(math.isnan(x) for x in (v, lo, hi)):
         return make("insufficient_data", f"insufficient data to compare {lb} with {la} ({rel.note or 'no interval'})")
-    detail = (f"({lb} - {la})/{la} = {v:+.1%} [{lo:+.1%}, {hi:+.1%}] at {conf}, n={rel.n}; "
-              f"margin ±{margin:.1%}; {'higher' if higher_is_better else 'lower'} is better")
+    if absolute:
+        detail = (f"{lb} - {la} = {v:+.4g} [{lo:+.4g}, {hi:+.4g}] at {conf}, n={rel.n} (a mean of 0: the absolute "
+                  f"difference is judged); margin ±{margin:.4g}; {'higher' if higher_is_better else 'lower'} is better")
+    else:
+        detail = (f"({lb} - {la})/{la} = {v:+.1%} [{lo:+.1%}, {hi:+.1%}] at {conf}, n={rel.n}; "
+                  f"margin ±{margin:.1%}; {'higher' if higher_is_better else 'lower'} is better")
     significant = lo > 0 or hi < 0
     if significant and abs(v) > margin:
         b_wins = (v > 0) == higher_is_better
         winner, loser = (lb, la) if b_wins else (la, lb)
         # the improvement in the winner's favour, as a magnitude and its interval
         mlo, mhi = (lo, hi) if v > 0 else (-hi, -lo)
-        return make("b_better" if b_wins else "a_better",
-                    f"{winner} better than {loser} by {abs(v):.1%} [{mlo:.1%}, {mhi:.1%}] ({detail})", True)
+        size = f"{abs(v):.4g} [{mlo:.4g}, {mhi:.4g}]" if absolute else f"{abs(v):.1%} [{mlo:.1%}, {mhi:.1%}]"
+        return make("b_better" if b_wins else "a_better", f"{winner} better than {loser} by {size} ({detail})", True)
     if lo >= -margin and hi <= margin:
-        return make("equivalent", f"{la} and {lb} equivalent within {margin:.0%} ({detail})", significant)
+        within = f"{margin:.4g}" if absolute else f"{margin:.0%}"
+        return make("equivalent", f"{la} and {lb} equivalent within {within} ({detail})", significant)
     if significant:
         text = (f"no practically significant difference: significant at {conf} "
                 f"but the effect is below the margin ({detail})")

@@ -12,9 +12,20 @@ Definitions:
 - an attempt (``task_id``, ``attempt``) succeeded iff it has ``task_calls`` rows, every one with
   status ``ok``, and every sink row (a row whose ``node`` no row of that attempt lists in its
   ``parents``) has ``check_ok`` true.  A task completed iff one of its attempts succeeded (attempts
-  are sequential: the succeeded one is the last).  ``completed_tasks``; ``task_completion_rate`` =
-  completed_tasks / num_tasks; ``task_attempts`` = the distinct attempts of every counted task;
-  ``attempts_per_completed_task`` = task_attempts / completed_tasks (+inf with none completed).
+  are sequential: the succeeded one is the last).  ``completed_tasks``.
+- censored: a task that did not complete and whose last attempt was cut by the run's end, not
+  failed: no row of it has a status other than ``ok`` or ``cancelled`` nor ``check_ok`` false, and it
+  has a ``cancelled`` row (in flight when the run stopped) or fewer than ``task_calls`` rows (a call
+  due after the drain's end was never sent).  ``censored_tasks``; ``task_censored_rate`` =
+  censored_tasks / num_tasks.  Its outcome is unknown, so it is neither completed nor failed:
+  ``task_completion_rate`` = completed_tasks / (num_tasks - censored_tasks) (NaN when every task
+  was censored).  With ``load.duration_s`` a started task's calls are still sent during the drain
+  (``loadgen.dispatch``), so only what ``load.drain_timeout_s`` cuts is censored.  (A failed attempt
+  whose retry the end cut counts as failed: the rows do not say attempts were left; a call whose
+  prompt could not be built, ``workload_unbuildable_calls``, leaves its attempt short like a cut.)
+- ``task_attempts`` = the distinct attempts of every counted task (censored ones included: they
+  were spent); ``attempts_per_completed_task`` = task_attempts / completed_tasks (+inf with none
+  completed).
 - a call's end: its ``end_ns`` (last token), else its ``done_ns`` (a call that ended with no token
   at all, a failed one); a row with no ``sent_ns`` or no end was never on the engine and is left
   out of the times below.
@@ -30,13 +41,17 @@ Definitions:
   end, until a row with none; summed over the task's attempts.  ``mean_/pXX_critical_path_engine_ms``
   over completed tasks.
 - task SLO (``slo.task_s``): a good task completed with T <= task_s (every completed task is good
-  when no task_s is set); ``good_tasks``; ``task_slo_attainment`` = good_tasks / num_tasks (only
-  with task_s).  ``good_task_output_tokens``: the output tokens of the succeeded attempt's calls
-  of the good tasks.
+  when no task_s is set); ``good_tasks``; ``task_slo_attainment`` = good_tasks / (num_tasks -
+  censored_tasks) (only with task_s).  ``good_task_output_tokens``: the output tokens of the
+  succeeded attempt's calls of the good tasks.
 - cost (``task_cost``, with the window's ``cost_total``, ``metrics.cost``):
   ``cost_per_completed_task`` = cost_total / completed_tasks, ``cost_per_task_attempt`` =
   cost_total / task_attempts, ``cost_per_mtok_good_task`` = 1e6 x cost_total /
-  good_task_output_tokens (+inf when the denominator is 0: the cost was still paid).
+  good_task_output_tokens (+inf when the denominator is 0: the cost was still paid).  The
+  numerator is the whole window's cost, censored tasks' calls included (principle 1: nothing
+  leaves the window); the denominator counts completed tasks only, so a run whose drain cut
+  tasks (``censored_tasks`` > 0) reads high by at most the censored tasks' share of the work:
+  raise ``load.drain_timeout_s`` to let them finish.
 """
 
 from __future__ import annotations
@@ -89,6 +104,11 @@ class Task:
         won = [a for a, calls in self.attempts.items() if attempt_succeeded(calls)]
         return max(won) if won else None
 
+    @cached_property
+    def censored(self) -> bool:
+        """Did not complete, and its last attempt was cut by the run's end (module doc)."""
+        return self.succeeded is None and attempt_cut(self.attempts[max(self.attempts)])
+
     def span_ns(self) -> tuple[int, int] | None:
         """(first send of any row, last end of the succeeded attempt); None when the task did not
         complete (or, in a malformed file, its rows carry no such time)."""
@@ -124,6 +144,15 @@ def attempt_succeeded(calls: list[Call]) -> bool:
     if expected is None or len(calls) != expected or any(c.status != "ok" for c in calls):
         return False
     return all(c.check_ok is True for c in sinks(calls))
+
+
+def attempt_cut(calls: list[Call]) -> bool:
+    """Cut by the run's end, not failed: no row failed (a status other than ``ok``/``cancelled``, or
+    ``check_ok`` false), and a row was ``cancelled`` or fewer than ``task_calls`` rows exist."""
+    if any(c.status not in ("ok", "cancelled") or c.check_ok is False for c in calls):
+        return False
+    expected = max((c.task_calls for c in calls if c.task_calls is not None), default=None)
+    return any(c.status == "cancelled" for c in calls) or (expected is not None and len(calls) < expected)
 
 
 def sinks(calls: list[Call]) -> list[Call]:
@@ -203,8 +232,11 @@ def task_summary(table: pa.Table, slo: SLO | None = None) -> dict:
     times = np.array([t.time_s() for t in done], dtype=np.float64)
     engine = np.array([t.engine_s() for t in done], dtype=np.float64)
     attempts = sum(len(t.attempts) for t in tasks)
-    out: dict = {"num_tasks": len(tasks), "completed_tasks": len(done),
-                 "task_completion_rate": len(done) / len(tasks), "task_attempts": attempts,
+    censored = sum(t.censored for t in tasks)
+    judged = len(tasks) - censored  # tasks whose outcome is known
+    out: dict = {"num_tasks": len(tasks), "completed_tasks": len(done), "censored_tasks": censored,
+                 "task_censored_rate": censored / len(tasks),
+                 "task_completion_rate": len(done) / judged if judged else math.nan, "task_attempts": attempts,
                  "attempts_per_completed_task": attempts / len(done) if done else math.inf}
     add_latency_stats(out, "task_time", times)
     shares = engine[times > 0] / times[times > 0]
@@ -214,7 +246,7 @@ def task_summary(table: pa.Table, slo: SLO | None = None) -> dict:
     out["good_tasks"] = len(good)
     if task_s is not None:
         out["task_slo_s"] = float(task_s)
-        out["task_slo_attainment"] = len(good) / len(tasks)
+        out["task_slo_attainment"] = len(good) / judged if judged else math.nan
     out["good_task_output_tokens"] = int(sum(c.output_tokens for t in good for c in t.attempts[t.succeeded]))
     return out
 

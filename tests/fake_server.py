@@ -11,8 +11,11 @@ Without a script the server is an OpenAI-compatible engine (``openai_script``): 
 behaviour is chosen by its prompt text, its model name or a ``fake`` request field:
 ``mode:NAME`` (see ``MODES``), optionally ``k=`` tokens per chunk, ``n=`` chunks, ``gap_ms=``
 between them, ``ttft_ms=`` to the first one, ``word=`` the output's word and ``knee_rps=`` a
-capacity knee.  It logs, per response id, the ``perf_counter_ns()`` at which it wrote each token
-chunk (``truth``).
+capacity knee; ``ks=1.3.2`` tokens per chunk chunk by chunk (a speculative engine's steps; the
+last value repeats); chat only: ``mode:reasoning`` sends its first ``r=`` chunks as reasoning deltas
+in field ``field=reasoning`` (vLLM >= 0.11; ``reasoning_content`` before), ``mode:tool_call`` sends
+its chunks as ``delta.tool_calls`` (the function name first, then argument pieces).  It logs,
+per response id, the ``perf_counter_ns()`` at which it wrote each token chunk (``truth``).
 
 The server runs on its own thread and event loop, so blocking code (worker processes) can use
 it and the client under test does not share a loop with it; it records every request's body
@@ -22,7 +25,9 @@ sharing its interpreter; what it recorded is then fetched from the child at each
 ``open_connections`` counts the connections open now; with ``idle_close_s`` the server closes a
 keep-alive connection idle that long between requests, as a real server does.  With
 ``response_headers`` every POST's answer carries those headers too (after its status line), as an
-engine replica that names itself in a header would.
+engine replica that names itself in a header would.  With ``slots=N`` it answers at most N POSTs at
+a time and queues the rest first come first served, as a server with a fixed number of slots does
+(``max_queued``: the most that waited at once); without, it answers every request at once.
 """
 
 from __future__ import annotations
@@ -71,16 +76,20 @@ def plain(status: str, body: bytes, ctype: str = "text/plain; charset=utf-8") ->
 
 # --- the OpenAI-compatible engine ----------------------------------------------------------
 MODES = ("ok", "http500", "http429", "stall_first", "stall_mid", "disconnect", "badjson",
-         "truncated", "no_output", "role_only_first", "error_event", "coalesced")
+         "truncated", "no_output", "role_only_first", "error_event", "coalesced", "reasoning", "tool_call")
 
 
 def _params(text: str, ttft_ms: float = 10.0) -> dict:
     out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": ttft_ms, "word": "tok"}
     for key, val in re.findall(r"(\w+)[:=]([\w.]+)", text):
-        if key in ("mode", "word"):  # word: the output text's word (a config whose outputs differ)
+        if key in ("mode", "word", "field"):  # word: the output text's word (a config whose outputs differ)
             out[key] = val
         elif key in ("k", "n"):
             out[key] = int(val)
+        elif key == "r" and val.isdigit():
+            out[key] = int(val)
+        elif key == "ks" and all(x.isdigit() for x in val.split(".")):
+            out[key] = [int(x) for x in val.split(".")]
         elif key in ("gap_ms", "ttft_ms", "knee_rps"):
             out[key] = float(val)
     return out
@@ -111,20 +120,25 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
                 p["ttft_ms"] = 300.0
             arrivals.append(now)
         rid = "fake-" + uuid.uuid4().hex[:12]
-        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}
+        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode, "model": body.get("model")}
         if mode == "http500":
             return [plain("500 Internal Server Error", b"internal error: out of memory")]
         if mode == "http429":
             return [plain("429 Too Many Requests", b"too many requests")]
         chat = "messages" in body
 
-        def data(text, cum=None, finish=None, usage=None) -> bytes:
+        def data(text, cum=None, finish=None, usage=None, key="content") -> bytes:
             choice = {"index": 0, "finish_reason": finish}
-            if chat:
-                choice["delta"] = {"content": text} if text is not None else {}
+            if chat and key == "tool_calls":
+                fn = {"name": "get_weather", "arguments": ""} if text is None else {"arguments": text}
+                choice["delta"] = {"tool_calls": [{"index": 0, "type": "function", "function": fn}]}
+            elif chat:
+                choice["delta"] = {key: text} if text is not None else {}
             else:
                 choice["text"] = text or ""
             obj = {"id": rid, "object": "chunk", "choices": [choice]}
+            if body.get("model") is not None:  # echoed, as an engine does (a LoRA adapter's name)
+                obj["model"] = body["model"]
             if usage is not None:
                 obj["usage"] = usage
             elif cum is not None and continuous_usage:
@@ -149,9 +163,17 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
                             chunk(event(b"[DONE]")), END]
         cum = 0
         pending = b""
+        ks = p.get("ks")
         for i in range(n):
+            per = ks[min(i, len(ks) - 1)] if ks else p["k"]
             cum += per
-            piece = data(f"{p['word']} " * per, cum=cum)
+            key = "content"
+            if mode == "reasoning" and i < p.get("r", 3):
+                key = p.get("field", "reasoning")
+            elif mode == "tool_call":
+                key = "tool_calls"
+            text = None if key == "tool_calls" and i == 0 else f"{p['word']} " * per
+            piece = data(text, cum=cum, key=key)
             if mode == "coalesced":
                 pending += piece  # written together with the next one: one network read
                 if i % 2 == 0 and i != n - 1:
@@ -177,7 +199,7 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
 class FakeServer:
     def __init__(self, script=None, *, continuous_usage: bool = True, knee_rps: float | None = None,
                  ttft_ms: float = 10.0, ssl_context=None, process: bool = False, idle_close_s: float | None = None,
-                 response_headers: dict[str, str] | None = None):
+                 response_headers: dict[str, str] | None = None, slots: int | None = None):
         self.truth: dict[str, dict] = {}  # response id -> ground truth (the OpenAI script's)
         self.script = script or openai_script(self.truth, continuous_usage, knee_rps, ttft_ms)
         self.ssl_context = ssl_context  # serve https
@@ -193,6 +215,10 @@ class FakeServer:
         self._writes: list[tuple[int, int]] = []  # (request number, perf_counter_ns before the write)
         self._in_flight = 0
         self._max_in_flight = 0
+        self.slots = slots
+        self._slots: asyncio.Semaphore | None = None
+        self._queued = 0
+        self._max_queued = 0
         self._proc = None
         self._pipe = None
         if not process:
@@ -266,6 +292,12 @@ class FakeServer:
         return self._max_in_flight
 
     @property
+    def max_queued(self) -> int:
+        """With ``slots``: the most requests that waited for a slot at once."""
+        self._sync()
+        return self._max_queued
+
+    @property
     def open_connections(self) -> int:
         """The connections open now."""
         self._sync()
@@ -273,7 +305,7 @@ class FakeServer:
 
     def _state(self) -> tuple:
         return (self._requests, self._headers, self._paths, self._writes, self._connections, self._max_in_flight,
-                self._open, self.truth)
+                self._open, self._max_queued, self.truth)
 
     def _sync(self, cmd: str = "state") -> None:
         if self._proc is None or not self._proc.is_alive():
@@ -281,7 +313,7 @@ class FakeServer:
         self._pipe.send(cmd)
         if self._pipe.poll(10):
             (self._requests, self._headers, self._paths, self._writes, self._connections, self._max_in_flight,
-             self._open, truth) = self._pipe.recv()
+             self._open, self._max_queued, truth) = self._pipe.recv()
             self.truth.clear()
             self.truth.update(truth)
 
@@ -354,8 +386,22 @@ class FakeServer:
                 self._in_flight += 1
                 self._max_in_flight = max(self._max_in_flight, self._in_flight)
                 try:
-                    if not await self._answer(self.script(body, k), k, writer):
-                        return
+                    if self.slots is not None:
+                        if self._slots is None:
+                            self._slots = asyncio.Semaphore(self.slots)
+                        waits = self._slots.locked()  # every slot taken: it queues
+                        self._queued += waits
+                        self._max_queued = max(self._max_queued, self._queued)
+                        try:
+                            await self._slots.acquire()
+                        finally:
+                            self._queued -= waits
+                    try:
+                        if not await self._answer(self.script(body, k), k, writer):
+                            return
+                    finally:
+                        if self.slots is not None:
+                            self._slots.release()
                 finally:
                     self._in_flight -= 1
         except (asyncio.IncompleteReadError, ConnectionError):

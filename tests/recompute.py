@@ -221,7 +221,20 @@ def plain_paired(a: dict, b: dict, confidence: float) -> dict:
     blocks = [k for k in a if k in b and not (math.isnan(a[k]) or math.isnan(b[k]))]
     aa, bb = [a[k] for k in blocks], [b[k] for k in blocks]
     return {"n": len(blocks), "absolute": plain_mean_interval([y - x for x, y in zip(aa, bb)], confidence),
-            "relative": plain_relative(aa, bb, confidence)}
+            "relative": plain_relative(aa, bb, confidence),
+            "means": (math.fsum(aa) / len(aa) if aa else math.nan, math.fsum(bb) / len(bb) if bb else math.nan)}
+
+
+def plain_judged(p: dict, metric: str, margin: float) -> tuple[tuple, float]:
+    """(the difference a verdict judges, its margin): where either side's mean is exactly 0 and the
+    absolute difference has an interval, B - A, its margin in points for a share (a rate, an
+    attainment) else margin x the larger mean; otherwise the relative difference and ``margin``."""
+    ma, mb = p["means"]
+    lo, hi = p["absolute"][1:]
+    if (ma == 0 or mb == 0) and not (math.isnan(lo) or math.isnan(hi)):
+        share = metric.endswith(("_rate", "attainment"))
+        return p["absolute"], margin if share else margin * max(abs(ma), abs(mb))
+    return p["relative"], margin
 
 
 def plain_verdict(rel: tuple, n: int, margin: float, higher_is_better: bool) -> str:

@@ -54,6 +54,8 @@ def _requests(rng, n: int, rate: float, p: dict, drift: float, t0_ns: int, outpu
     ttft_s = p["ttft_ms"] * drift * (1 + 3 * rho ** 2) * rng.lognormal(0, 0.3, n) / 1e3
     tpot_s = p["tpot_ms"] * drift * (1 + rho) * rng.lognormal(0, 0.15, n) / 1e3
     toks = np.where(fail, 0, np.maximum(1, np.round(output_tokens * rng.lognormal(0, 0.25, n)).astype(np.int64)))
+    if p.get("long_share"):  # a few long generations: most of the tokens in a few requests
+        toks = np.where(rng.random(n) < p["long_share"], toks * 40, toks)
     total = int(toks.sum())
     gaps = rng.gamma(4.0, 0.25, total) * np.repeat(tpot_s, toks)           # per token, mean tpot
     starts = np.concatenate([[0], np.cumsum(toks)[:-1]])
@@ -122,7 +124,8 @@ def _run(out: Path, config: str, block: int, index: int, rate: float, p: dict, r
     start = t0 - NS
     end = int(table.column("done_ns").to_numpy().max()) + NS // 2
     tel = _telemetry(table, start, end, p, rate / p["capacity"])
-    summary = summarize(table, slo, start, end, cost_cfg=COST, telemetry=tel, steady_capacity=3)
+    summary = summarize(table, slo, start, end, cost_cfg=COST, telemetry=tel, steady_capacity=3,
+                        cost_replicas=int(p.get("replicas", 1)))
     label = f"poisson rate={rate:g}"
     summary.update({"label": label, "offered_load": rate, "load_kind": "poisson", "client_cpu_s": 0.4,
                     "client_cpu_util": 0.05 + 0.01 * index, "chunk_timestamps": "kernel", "saturated": False})
@@ -163,8 +166,10 @@ def write_experiment(out, *, configs: dict[str, dict] | None = None, rates=(5.0,
                      requests: int = 200, output_tokens: int = 32, seed: int = 0, slo: dict | None = None,
                      ablation: dict[str, tuple[str, ...]] | None = None, model: str = "synthetic/model-7b") -> Path:
     """Write the experiment under ``out`` and return it.  ``configs``: name -> {ttft_ms, tpot_ms,
-    capacity, power_w}; ``ablation``: arm name -> the optimisations it turns on (the arms must be
-    ``configs``' names, the baseline's tuple empty) to write ``ablation.json`` too."""
+    capacity, power_w} and optionally ``replicas`` (the cost counts that many, default 1) and
+    ``long_share`` (that share of requests generates 40 x the tokens); ``ablation``: arm name -> the
+    optimisations it turns on (the arms must be ``configs``' names, the baseline's tuple empty) to
+    write ``ablation.json`` too."""
     from omegaconf import OmegaConf
 
     from conf.schema import COMPARED_METRICS

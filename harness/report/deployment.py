@@ -1,5 +1,6 @@
 """The deployment's part of the report: TTFT broken into the engine's phases per load point,
-and the per-replica table (load share, prefix-cache hit rate, queue depth, KV usage).
+and the per-replica table (its pool, load share within the pool and what says it, prefix-cache
+hit rate, queue depth, KV usage), with the load imbalance per pool.
 
 TTFT by phase stacks, per load point, the engine's mean queueing, prefill and KV-transfer
 times (``engine_mean_queue_ms``, ``engine_mean_prefill_ms``, ``engine_mean_kv_transfer_ms``:
@@ -68,9 +69,22 @@ def ttft_phases(data: ReportData) -> style.Fig | None:
     return style.Fig("ttft_by_phase", "Deployment", "TTFT by phase", fig, notes=notes)
 
 
+def _pool_imbalance(g: Group) -> str:
+    """``pool_load_imbalance`` per pool (means across repeats; ``unknown`` where a repeat's is)."""
+    pools: dict[str, list] = {}
+    for r in g.runs:
+        for pool, v in (r.summary.get("pool_load_imbalance") or {}).items():
+            pools.setdefault(pool, []).append(number(v))
+    if len(pools) <= 1:
+        return ""
+    return " (" + ", ".join(f"{esc(p)} " + ("unknown" if None in vs else fmt(sum(vs) / len(vs)))
+                            for p, vs in pools.items()) + ")"
+
+
 def replica_table(data: ReportData) -> str:
-    """Per load point and replica: the replica keys of ``metrics.replicas`` (means across
-    repeats), then the load point's imbalance keys; empty when no run has replicas."""
+    """Per load point and replica: its pool, then the replica keys of ``metrics.replicas`` (means
+    across repeats; a load share nothing measured reads ``unknown``, with what says it beside), then
+    the load point's imbalance keys, the load imbalance per pool; empty when no run has replicas."""
     rows = []
     for g in data.groups():
         names: list[str] = []
@@ -79,18 +93,31 @@ def replica_table(data: ReportData) -> str:
         if not names:
             continue
         for name in names:
-            cells = [esc(g.series), esc(g.label), esc(name)]
+            mine = [(r.summary.get("replicas") or {}).get(name, {}) for r in g.runs]
+            cells = [esc(g.series), esc(g.label), esc(name), esc(next((m["pool"] for m in mine if m.get("pool")), ""))]
             for key, _ in REPLICA_COLUMNS:
-                vals = [number((r.summary.get("replicas") or {}).get(name, {}).get(key)) for r in g.runs]
+                vals = [number(m.get(key)) for m in mine]
                 vals = [v for v in vals if v is not None]
-                cells.append(fmt(sum(vals) / len(vals)) if vals else fmt(None))
+                cell = fmt(sum(vals) / len(vals)) if vals else fmt(None)
+                if key == "load_share":
+                    froms = {m.get("load_share_from") for m in mine} - {None}
+                    cell = "unknown" if not vals and "unknown" in froms else cell
+                    cell += "".join(f" <small>({esc(f)})</small>" for f in sorted(froms - {"rows", "unknown"}))
+                cells.append(cell)
             rows.append(cells)
-        across = ", ".join(f"{esc(label)} {fmt(_mean(g, key))}" for key, label in IMBALANCE_COLUMNS)
-        rows.append([esc(g.series), esc(g.label), esc("all replicas"),
+        parts = []
+        for key, label in IMBALANCE_COLUMNS:
+            parts.append(f"{esc(label)} {fmt(_mean(g, key))}"
+                         + (_pool_imbalance(g) if key == "replica_load_imbalance" else ""))
+        across = ", ".join(parts)
+        rows.append([esc(g.series), esc(g.label), esc("all replicas"), "",
                      f"<td colspan='{len(REPLICA_COLUMNS)}'>{across}</td>"])
     if not rows:
         return ""
-    head = ["series", "load point", "replica"] + [label for _, label in REPLICA_COLUMNS]
-    return ("<p>Per replica (metrics/replicas.py): means across repeats; queue = requests waiting, KV usage 0-1; "
-            "imbalance = max / mean over replicas (1: even).</p><div class='table-scroll'>"
+    head = ["series", "load point", "replica", "pool"] + [label for _, label in REPLICA_COLUMNS]
+    return ("<p>Per replica (metrics/replicas.py): means across repeats; load share = share of its pool's work "
+            "(from the client's rows, or, for a pool no row names such as a prefill pool, from the engines' "
+            "counters named beside it; unknown where nothing says); queue = requests waiting, KV usage 0-1; "
+            "imbalance = max / mean over a pool's replicas (1: even), the load imbalance the worst pool's, each "
+            "pool's in brackets.</p><div class='table-scroll'>"
             + table(head, rows) + "</div>")

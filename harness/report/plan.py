@@ -9,18 +9,21 @@ measurements" came from a simulation that served some requests beyond every meas
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.report import style
 from harness.report.page import Note, document, figure_html
 from harness.report.tables import esc, fmt, table
+from harness.results_io import read_json
 
 PAGE = "plan.html"
 ROWS = (("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput req/s"),
         ("good_output_throughput", "good out tok/s"), ("p50_ttft_ms", "p50 TTFT ms"), ("p90_ttft_ms", "p90 TTFT ms"),
         ("p99_ttft_ms", "p99 TTFT ms"), ("p99_tpot_ms", "p99 TPOT ms"), ("replicas_max", "replicas at peak"),
-        ("replicas_mean", "replicas on average"), ("replica_seconds", "replica-seconds paid"),
+        ("replicas_mean", "replicas on average"), ("starting_replica_seconds", "replica-seconds starting"),
+        ("serving_replica_seconds", "replica-seconds serving"),
+        ("draining_replica_seconds", "replica-seconds draining"),
+        ("paid_replica_seconds", "replica-seconds paid"),
         ("idle_replica_seconds", "idle replica-seconds"),
         ("overprovisioned_replica_seconds", "over-provisioned replica-seconds"), ("cost_total", "cost"),
         ("cost_per_mtok_good", "cost / M good tok"), ("headroom_cost", "cost of the headroom"))
@@ -29,6 +32,14 @@ ROWS = (("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput req/s"),
 def _est(m: dict) -> str:
     v, iv = m.get("value"), m.get("interval")
     return fmt(v) + (f" [{fmt(iv[0])}, {fmt(iv[1])}]" if iv else "")
+
+
+def _metric(metrics: dict, key: str) -> dict:
+    """A config's metric; a plan.json written before the bill named its parts has the paid
+    replica-seconds as ``replica_seconds`` and no parts (shown empty)."""
+    if key == "paid_replica_seconds" and key not in metrics:
+        key = "replica_seconds"
+    return metrics.get(key) or {}
 
 
 def _slo(s: dict) -> str:
@@ -40,10 +51,12 @@ def plan_tables(doc: dict) -> str:
     out = []
     for plan in doc["plans"]:
         names = list(plan["configs"])
-        head = ["metric"] + [n + (" (estimated)" if plan["configs"][n].get("source") == "estimated" else
+        head = ["metric"] + [n + (f" ({plan['configs'][n]['source']})"
+                                  if plan["configs"][n].get("source") in ("estimated", "emulated") else
                                   " (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
                              for n in names]
-        rows = [[esc(label)] + [esc(_est(plan["configs"][n]["metrics"][k])) for n in names] for k, label in ROWS]
+        rows = [[esc(label)] + [esc(_est(_metric(plan["configs"][n]["metrics"], k))) for n in names]
+                for k, label in ROWS]
         rows.append([esc("meets the SLO")] + [esc(fmt(plan["configs"][n]["meets_slo"])) for n in names])
         rows.append([esc("scale-ups / downs")] + [esc(f"{plan['configs'][n]['scale_ups']} / "
                                                       f"{plan['configs'][n]['scale_downs']}") for n in names])
@@ -190,7 +203,7 @@ def figures(doc: dict) -> list[style.Fig]:
 
 def write_plan_page(folder: str | Path) -> Path:
     folder = Path(folder)
-    doc = json.loads((folder / "plan.json").read_text())
+    doc = read_json(folder / "plan.json")
     figs = figures(doc)
     by = {}
     for f in figs:

@@ -1,5 +1,5 @@
 """The report's SLO and price controls: the reader sets TTFT, TPOT and E2E thresholds and a price
-per hour, and the page recomputes, for every run and load point, SLO attainment, goodput, good
+per device-hour, and the page recomputes, for every run and load point, SLO attainment, goodput, good
 output tokens per second and the cost per million good output tokens, redrawing its figure and
 its two tables.  Each run is carried as its ``slo_histogram`` (no per-request rows); the page's
 script does what ``slo_histogram.bounds`` does and shows the midpoint with its error bound.
@@ -8,8 +8,11 @@ The definitions are those of ``metrics.summary`` and ``metrics.cost``: good = co
 threshold set holds (inclusive); attainment = good / measured requests; goodput = good /
 ``duration_s``; good output tokens/s = their output tokens / ``duration_s``; cost per million good
 tokens = 1e6 x bill / good output tokens, the bill being the run's recorded ``cost_total`` or, with
-a price set, price x ``window_s`` / 3600.  Load points: means over repeats, the cost as the ratio of
-totals (``data.RATIOS``).
+a price set, ``metrics.cost.priced_cost``: price x the run's device-seconds / 3600, so a run of two
+replicas (or two GPUs a replica) pays twice what one pays (``device_seconds``).  Load points: means
+over repeats, the cost as the ratio of totals (``data.RATIOS``).  The error the page states: half the
+undecided requests (as a share of the measured ones) and half the undecided good tokens (as a share
+of the run's output tokens), each at most ``slo_histogram.WORST_CASE_PP``.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from __future__ import annotations
 import json
 
 from harness.report import slo_histogram, style
-from harness.report.data import ReportData, number
+from harness.report.data import ReportData, Run, number
 from harness.report.figures_load import x_title
 from harness.report.page import script_json
 from harness.report.tables import esc, table
+from harness.results_io import CONFIG, REQUESTS, read_yaml
+from metrics.cost import devices_per_replica
 
 METRICS = (("attainment", "SLO attainment (%)"), ("goodput", "goodput (good requests/s)"),
            ("good_tps", "good output tokens/s"), ("cost", "cost per M good output tokens"))
@@ -69,8 +74,10 @@ SCRIPT = r"""
       if (w <= 1) { high += cnt[c]; th += tok[c]; }
     }
     var good = (low + high) / 2, tokens = (tl + th) / 2, dur = r.duration_s;
-    var bill = price === null ? r.cost_total : (r.window_s === null ? null : price * r.window_s / 3600);
+    // metrics.cost.priced_cost: the price per device-hour x the devices and hours this run was billed for
+    var bill = price === null ? r.cost_total : (r.device_s === null ? null : price * r.device_s / 3600);
     return {attainment: h.n ? 100 * good / h.n : null, error: h.n ? 100 * (high - low) / 2 / h.n : 0,
+            tok_error: h.tokens ? 100 * (th - tl) / 2 / h.tokens : 0, tok_off: (th - tl) / 2, all_tokens: h.tokens,
             good: good, tokens: tokens, bill: bill,
             goodput: dur > 0 ? good / dur : null, good_tps: dur > 0 ? tokens / dur : null,
             cost: bill === null ? null : (tokens > 0 ? 1e6 * bill / tokens : Infinity)};
@@ -80,10 +87,14 @@ SCRIPT = r"""
     return xs.length ? xs.reduce(function (a, b) { return a + b; }, 0) / xs.length : null;
   }
   function pointValues(g, per) {
-    var vs = g.runs.map(function (i) { return per[i]; }), bills = 0, toks = 0, billed = true;
-    vs.forEach(function (v) { if (v.bill === null) billed = false; else { bills += v.bill; toks += v.tokens; } });
+    var vs = g.runs.map(function (i) { return per[i]; }), bills = 0, toks = 0, billed = true, off = 0, all = 0;
+    vs.forEach(function (v) {
+      off += v.tok_off; all += v.all_tokens;
+      if (v.bill === null) billed = false; else { bills += v.bill; toks += v.tokens; }
+    });
     return {attainment: mean(vs.map(function (v) { return v.attainment; })),
             error: Math.max.apply(null, vs.map(function (v) { return v.error; })),
+            tok_error: all ? 100 * off / all : 0,
             goodput: mean(vs.map(function (v) { return v.goodput; })),
             good_tps: mean(vs.map(function (v) { return v.good_tps; })),
             cost: billed ? (toks > 0 ? 1e6 * bills / toks : Infinity) : null};
@@ -97,7 +108,8 @@ SCRIPT = r"""
     document.querySelectorAll("#" + tbl + " td[data-metric]").forEach(function (td) {
       var v = vals[+td.getAttribute("data-index")][td.getAttribute("data-metric")];
       td.setAttribute("data-value", v === null ? "" : String(v));
-      td.textContent = td.getAttribute("data-metric") === "error" ? "\u00b1" + show(v) : show(v);
+      var pm = td.getAttribute("data-metric") === "error" || td.getAttribute("data-metric") === "tok_error";
+      td.textContent = pm ? "\u00b1" + show(v) : show(v);
     });
   }
   // the runs and per-point tables further down: their goodput, attainment and cost cells follow the
@@ -149,6 +161,8 @@ SCRIPT = r"""
     fill("slo-runs", per); fill("slo-points", pts);
     var worst = Math.max.apply(null, per.map(function (v) { return v.error; }).concat([0]));
     document.getElementById("slo-bound").textContent = show(worst);
+    var worstTok = Math.max.apply(null, per.map(function (v) { return v.tok_error; }).concat([0]));
+    document.getElementById("slo-tok-bound").textContent = show(worstTok);
     var moved = price !== null || dims.some(function (d) { return lim[d] !== P.slo[d]; });
     liveCells(moved, per, pts);
     liveFigures(moved, pts);
@@ -176,10 +190,32 @@ def _runs(d: ReportData) -> list:
     out = []
     for g in d.groups():
         for r in g.runs:
-            h = slo_histogram.read(r.dir / "requests.parquet")
+            h = slo_histogram.read(r.dir / REQUESTS)
             if h is not None and h["n"]:
                 out.append((r, h))
     return out
+
+
+def device_seconds(run: Run) -> float | None:
+    """The device-seconds a price per device-hour bills this run for (``metrics.cost.priced_cost``):
+    its recorded ``cost_device_seconds``; for a summary written before that was recorded, the
+    replica-seconds it was billed for (``cost_replica_seconds``, else ``cost_replicas`` x ``window_s``)
+    x its cost profile's GPUs a replica (``config.yaml``'s ``cost.num_gpus``, one where it names none);
+    None without a window."""
+    s = run.summary
+    recorded = number(s.get("cost_device_seconds"))
+    if recorded is not None:
+        return recorded
+    window = number(s.get("window_s"))
+    replica_s = number(s.get("cost_replica_seconds"))
+    if replica_s is None:
+        replica_s = None if window is None else (number(s.get("cost_replicas")) or 1.0) * window
+    if replica_s is None:
+        return None
+    cfg = read_yaml(run.dir / CONFIG, {})
+    cost = cfg.get("cost") if isinstance(cfg, dict) else None
+    gpus = number(cost.get("num_gpus")) if isinstance(cost, dict) else None
+    return devices_per_replica(int(gpus or 0)) * replica_s
 
 
 def _input(ident: str, label: str, value, unit: str, placeholder: str) -> str:
@@ -199,7 +235,8 @@ def section(d: ReportData, colours: dict) -> str:
         return ""
     index = {id(r): i for i, (r, _) in enumerate(runs)}
     payload_runs = [{"hist": h, "key": d.run_key(r), "duration_s": number(r.summary.get("duration_s")),
-                     "window_s": number(r.summary.get("window_s")), "cost_total": number(r.summary.get("cost_total"))}
+                     "window_s": number(r.summary.get("window_s")), "device_s": device_seconds(r),
+                     "cost_total": number(r.summary.get("cost_total"))}
                     for r, h in runs]
     points, point_rows = [], []
     for gi, g in enumerate(d.groups()):
@@ -237,13 +274,17 @@ def section(d: ReportData, colours: dict) -> str:
                 + _input("slo-ttft", "TTFT ≤", slo.get("ttft_ms"), "ms", "no SLO")
                 + _input("slo-tpot", "TPOT ≤", slo.get("tpot_ms"), "ms", "no SLO")
                 + _input("slo-e2el", "E2E ≤", slo.get("e2el_ms"), "ms", "no SLO")
-                + _input("slo-price", "price", None, f"{currency} per hour".strip(), "recorded bill") + "</form>")
-    text = (f"<p>Set the thresholds (empty: no SLO on that latency) and a price per hour for the whole "
-            f"deployment (empty: each run's recorded bill, {esc(currency or 'its currency')}); every number in the "
+                + _input("slo-price", "price", None, f"{currency} per device-hour".strip(), "recorded bill")
+                + "</form>")
+    text = (f"<p>Set the thresholds (empty: no SLO on that latency) and a price per device-hour (a GPU-hour; "
+            f"empty: each run's recorded bill, {esc(currency or 'its currency')}). With a price set each run is "
+            "billed as it ran: the price × its devices (its cost profile's GPUs a replica, or one a replica where "
+            "the profile names none) × the replicas it was billed for × its full observation window, so a config "
+            "of two replicas pays twice what one of one replica pays. Every number in the "
             "figure and the two tables below is recomputed in the page for every run and load point: SLO attainment "
             "(completed requests meeting every threshold set, inclusive, over all measured requests), goodput "
             "(those requests per second of the run's duration), good output tokens per second, and the cost per "
-            "million good output tokens (price × the full observation window / good output tokens). Load points: "
+            "million good output tokens (bill / good output tokens). Load points: "
             "means over repeats, the cost as the ratio of totals. Once moved, the goodput, attainment and cost cells "
             "of the Runs section's two tables follow too (in italics, their intervals dropped), and so do the lines "
             "of the goodput, SLO attainment and cost figures against offered load (their bands and error bars, and "
@@ -253,21 +294,26 @@ def section(d: ReportData, colours: dict) -> str:
             f"load meeting the SLO) hold for the SLO the experiment ran with ({esc(set_)}); the controls recompute "
             "point values only, without intervals.</p>"
             "<p>Exact at the data's resolution: each run is carried as a histogram of its requests' (TTFT, TPOT, "
-            f"E2E) in bins of at most 1/{slo_histogram.BINS} of its requests per latency, with the requests and "
-            "output tokens in each cell. A threshold falling inside a bin leaves that bin's requests undecided; the "
-            "page shows the midpoint, so the attainment shown is off from the exact one by at most half the "
-            "undecided share: ± pp per run in the table, at most <span id='slo-bound'></span> pp at the thresholds "
-            f"set and never more than {slo_histogram.WORST_CASE_PP:g} pp (goodput and good tokens likewise). "
-            "A run of fewer requests than bins is exact.</p>")
+            f"E2E) in bins of at most 1/{slo_histogram.BINS} of its requests and (but for a bin of one request) "
+            f"1/{slo_histogram.BINS} of its output tokens per latency, with the requests and output tokens in each "
+            "cell. A threshold falling inside a bin leaves that bin's requests undecided; the page shows the "
+            "midpoint, so the attainment shown (and goodput) is off from the exact one by at most half the undecided "
+            "share of requests: ± pp per run in the table, at most <span id='slo-bound'></span> pp at the "
+            f"thresholds set and never more than {slo_histogram.WORST_CASE_PP:g} pp. Good output tokens (and good "
+            "tokens/s) are off by at most half the undecided tokens: ± tok %, a share of the run's (the load "
+            "point's) output tokens, at most <span id='slo-tok-bound'></span> % at the thresholds set and never "
+            f"more than {slo_histogram.WORST_CASE_PP:g} % of them; the cost per million good tokens is the bill over "
+            "that midpoint, so the exact one lies between the bill over the good tokens plus and minus that error. "
+            f"A run of fewer than {2 * slo_histogram.BINS} requests is exact (bins of one request, kept exactly).</p>")
     run_rows = [[esc(r.series), esc(r.label), esc(r.block if r.config else (r.repeat if r.repeats > 1 else ""))]
                 + [f"<td data-index='{i}' data-metric='{m}' data-run='{esc(d.run_key(r))}'></td>"
-                   for m in ("attainment", "error", "goodput", "good_tps", "cost")]
+                   for m in ("attainment", "error", "goodput", "good_tps", "tok_error", "cost")]
                 for i, (r, _) in enumerate(runs)]
     point_cells = [[esc(g.series), esc(g.label), esc(len(points[i]["runs"]))]
                    + [f"<td data-index='{i}' data-metric='{m}'></td>"
-                      for m in ("attainment", "error", "goodput", "good_tps", "cost")]
+                      for m in ("attainment", "error", "goodput", "good_tps", "tok_error", "cost")]
                    for i, g in enumerate(point_rows)]
-    head = ["SLO attainment %", "± pp", "goodput req/s", "good out tok/s", "cost / M good tok"]
+    head = ["SLO attainment %", "± pp", "goodput req/s", "good out tok/s", "± tok %", "cost / M good tok"]
     spec = script_json(pio.to_json(fig, validate=False))
     return (controls + text
             + "<figure class='plot-figure'><div class='plot-live' id='fig-slo_controls'></div>"

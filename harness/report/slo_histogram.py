@@ -2,23 +2,31 @@
 at any TTFT, TPOT and E2E thresholds, with a stated worst-case error, without per-request rows.
 
 Per run: for each of TTFT, TPOT and E2EL (milliseconds, completed measured requests) the sorted
-values cut into bins of at most ``max(1, n // BINS)`` requests (n: every measured request, failed
-ones included: the attainment's denominator), each bin kept as the lowest and highest value in it
-(rounded outwards to ``DIGITS`` significant digits where that keeps
-neighbouring bins apart); then a sparse 3-D histogram of (TTFT bin, TPOT
-bin, E2EL bin) cells with the requests and output tokens in each (sorted by cell, as base64 varints
-of the steps between cells, the counts and the token sums: ``encode``).  Bin 0 of a dimension holds the
-requests without a value there (TPOT of a one-token output: passes the TPOT SLO, as
-``metrics.slo.slo_pass`` says; a missing TTFT or E2EL fails its SLO).
+values cut into bins, each of at most ``max(1, n // BINS)`` requests (n: every measured request,
+failed ones included: the attainment's denominator) and, unless it holds one request, at most
+T / ``BINS`` output tokens (T: the completed requests' output tokens; ``_bins`` closes a bin at
+whichever comes first), each bin kept as the lowest and highest value in it (rounded outwards to
+``DIGITS`` significant digits where that keeps neighbouring bins apart; exact where the bin holds
+one value); then a sparse 3-D histogram of (TTFT bin, TPOT bin, E2EL bin) cells with the requests
+and output tokens in each (sorted by cell, as base64 varints of the steps between cells, the
+counts and the token sums: ``encode``).  Bin 0 of a dimension holds the requests without a value
+there (TPOT of a one-token output: passes the TPOT SLO, as ``metrics.slo.slo_pass`` says; a
+missing TTFT or E2EL fails its SLO).
 
 At thresholds t (None: no SLO on that dimension) a bin passes when its highest value is <= t, fails
 when its lowest is > t, and straddles t otherwise.  A cell is surely good when every dimension
 passes, possibly good when none fails.  ``bounds`` returns both counts (and token sums); the page
 shows their midpoint, which is off from the exact count by at most half their difference: the
-requests in straddled bins not failing elsewhere.  One straddled bin per dimension holds at most
-n // BINS requests, so that half-difference is at most 3 / (2 BINS) of n: 0.5 percentage points of
-attainment with ``BINS`` = 300.  A bin holding a single distinct value never straddles, so a run of
-under ``BINS`` requests is exact.
+requests in straddled bins not failing elsewhere.  Sorted bins never overlap, so a threshold
+straddles one bin per dimension at most, and a bin of one value (one request, or ties) never does:
+
+- requests: a straddled bin holds at most n // BINS, so the midpoint is off by at most
+  3 / (2 BINS) of n: ``WORST_CASE_PP`` = 0.5 percentage points of attainment with ``BINS`` = 300;
+- output tokens: a straddled bin holds at most T / BINS, so the good tokens' midpoint is off by at
+  most 3 / (2 BINS) of T: 0.5 % of the run's output tokens (``WORST_CASE_PP`` again).  A bound on
+  requests alone says nothing about tokens: one straddled bin of long generations can hold a tenth
+  of them;
+- a run of fewer than 2 x ``BINS`` requests has bins of one request each, kept exactly: it is exact.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ import pyarrow.parquet as pq
 BINS = 300
 DIGITS = 5
 DIMS = (("ttft_ms", "ttft_s"), ("tpot_ms", "tpot_s"), ("e2el_ms", "e2el_s"))
-# The worst-case attainment error, in percentage points: one straddled bin per dimension, halved.
+# The worst-case error, one straddled bin per dimension, halved: in percentage points of attainment,
+# and in per cent of the run's output tokens for good tokens (module doc).
 WORST_CASE_PP = 100 * len(DIMS) / (2 * BINS)
 COLUMNS = ["status", "warmup", "output_tokens"] + [c for _, c in DIMS]
 
@@ -52,22 +61,41 @@ def _round_out(v: np.ndarray, up: bool) -> np.ndarray:
     return out
 
 
-def _bins(values_ms: np.ndarray, per_bin: int) -> tuple[np.ndarray, list, list]:
+def _cuts(tokens_sorted: np.ndarray, per_bin: int, cap: float) -> np.ndarray:
+    """Where each bin starts (indices into the sorted values): greedily, a bin takes the next values
+    while it holds fewer than ``per_bin`` and their tokens stay within ``cap``; a value whose own
+    tokens exceed ``cap`` gets a bin to itself.  One step per bin, not per value."""
+    n = tokens_sorted.size
+    incl = np.cumsum(tokens_sorted, dtype=np.float64)
+    excl = incl - tokens_sorted
+    starts, s = [], 0
+    while s < n:
+        starts.append(s)
+        by_tokens = int(np.searchsorted(incl, excl[s] + cap, side="right"))
+        s = max(s + 1, min(s + per_bin, by_tokens))
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _bins(values_ms: np.ndarray, tokens: np.ndarray, per_bin: int, cap: float) -> tuple[np.ndarray, list, list]:
     """(bin index of each value, 1-based, 0 for NaN; lowest and highest value of each bin)."""
     idx = np.zeros(values_ms.size, dtype=np.int64)
     finite = np.isfinite(values_ms)
     order = np.argsort(values_ms[finite], kind="stable")
-    ranked = np.empty(order.size, dtype=np.int64)
-    ranked[order] = np.arange(order.size)
-    idx[finite] = ranked // per_bin + 1
     s = values_ms[finite][order]
-    starts = np.arange(0, s.size, per_bin)
-    lo_exact, hi_exact = s[starts], s[np.minimum(starts + per_bin, s.size) - 1]
+    starts = _cuts(tokens[finite][order], per_bin, cap)
+    ends = np.append(starts[1:], s.size)
+    ranked = np.empty(order.size, dtype=np.int64)
+    ranked[order] = np.repeat(np.arange(starts.size), ends - starts) + 1
+    idx[finite] = ranked
+    lo_exact, hi_exact = s[starts], s[ends - 1]
     lo, hi = _round_out(lo_exact, up=False), _round_out(hi_exact, up=True)
     # where rounding made neighbours overlap, keep their exact values: sorted bins never overlap, so
-    # a threshold straddles one bin per dimension at most (the bound in the module doc)
+    # a threshold straddles one bin per dimension at most (the bound in the module doc); a bin of one
+    # value keeps it exactly, so it never straddles (small runs are exact)
     clash = np.flatnonzero(hi[:-1] > lo[1:])
     hi[clash], lo[clash + 1] = hi_exact[clash], lo_exact[clash + 1]
+    one = lo_exact == hi_exact
+    lo[one], hi[one] = lo_exact[one], hi_exact[one]
     return idx, [float(x) for x in lo], [float(x) for x in hi]
 
 
@@ -77,20 +105,22 @@ def from_columns(status, output_tokens, ttft_s, tpot_s, e2el_s) -> dict:
     ok = status == "ok"
     n = int(status.size)
     per_bin = max(1, n // BINS)
+    toks = np.nan_to_num(np.asarray(output_tokens, dtype=np.float64)[ok]).astype(np.int64)
+    total = int(toks.sum())
+    cap = total / BINS if total else math.inf
     cols = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2el_s": e2el_s}
     edges, index = {}, []
     for name, col in DIMS:
         v = np.asarray(cols[col], dtype=np.float64)[ok] * 1e3  # as metrics.slo.slo_pass compares
-        i, lo, hi = _bins(v, per_bin)
+        i, lo, hi = _bins(v, toks, per_bin, cap)
         edges[name] = {"lo": lo, "hi": hi}
         index.append(i)
     sizes = [len(edges[name]["lo"]) + 1 for name, _ in DIMS]
     flat = (index[0] * sizes[1] + index[1]) * sizes[2] + index[2]
-    toks = np.nan_to_num(np.asarray(output_tokens, dtype=np.float64)[ok]).astype(np.int64)
     cells, inverse = np.unique(flat, return_inverse=True)
     counts = np.bincount(inverse, minlength=cells.size)
     tokens = np.bincount(inverse, weights=toks, minlength=cells.size).astype(np.int64)
-    return {"n": n, "per_bin": per_bin, "edges": edges,
+    return {"n": n, "per_bin": per_bin, "tokens": total, "edges": edges,
             "cells": {"delta": encode(np.diff(cells, prepend=0)), "count": encode(counts), "tokens": encode(tokens)}}
 
 
@@ -149,6 +179,7 @@ class Bounds:
     high: int
     tokens_low: int
     tokens_high: int
+    tokens_total: int = 0  # every completed request's output tokens (the token bound's base)
 
     @property
     def good(self) -> float:
@@ -166,6 +197,11 @@ class Bounds:
     def error(self) -> float:
         """The most the attainment can be off: half the possibly-but-not-surely share."""
         return (self.high - self.low) / 2 / self.n if self.n else 0.0
+
+    @property
+    def tokens_error(self) -> float:
+        """The most the good tokens can be off, as a share of the run's output tokens."""
+        return (self.tokens_high - self.tokens_low) / 2 / self.tokens_total if self.tokens_total else 0.0
 
 
 def _states(edges: dict, limit: float | None, nan_passes: bool) -> np.ndarray:
@@ -190,4 +226,4 @@ def bounds(h: dict, ttft_ms: float | None, tpot_ms: float | None, e2el_ms: float
     count, tokens = decode(h["cells"]["count"]), decode(h["cells"]["tokens"])
     sure, maybe = worst == 0, worst <= 1
     return Bounds(h["n"], int(count[sure].sum()), int(count[maybe].sum()), int(tokens[sure].sum()),
-                  int(tokens[maybe].sum()))
+                  int(tokens[maybe].sum()), int(h.get("tokens", tokens.sum())))

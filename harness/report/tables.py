@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 
+from harness import results_io
 from harness.report.data import Group, ReportData, Run, number
 
 NA = "n/a"
@@ -74,12 +75,20 @@ def runs_table(data: ReportData) -> str:
                      esc(r.role if not r.imported else "imported"), esc(fmt(r.x))]
             cells += [f"<td data-run='{esc(data.run_key(r))}' data-live='{LIVE[k]}'>{esc(fmt(s.get(k)))}</td>"
                       if k in LIVE else esc(fmt(s.get(k))) for k, _ in RUN_KEYS]
-            cells.append(esc("saturated" if s.get("saturated") else ""))
+            cells.append(esc(_stopped(s)))
             rows.append(cells)
             cls = " ".join(c for c, on in (("client-limited", s.get("client_limited")), ("imported", r.imported)) if on)
             attrs.append(f" class='{cls}'" if cls else "")
     head = ["series", "block / repeat", "load point", "role", "offered"] + [label for _, label in RUN_KEYS] + ["note"]
     return table(head, rows, "runs", attrs, "runs")
+
+
+def _stopped(s: dict) -> str:
+    """A run's note: stopped as over-saturated, with what it sent of what it planned."""
+    if not s.get("saturated"):
+        return ""
+    planned = s.get("num_requests_planned")
+    return f"saturated: sent {s.get('num_requests_sent')} of {planned}" if planned is not None else "saturated"
 
 
 # Summary keys the SLO and price controls recompute (harness/report/slo_controls.py) -> its names.
@@ -131,7 +140,10 @@ def comparison_table(data: ReportData) -> str:
                              f"{esc(fmt_est((e.get('per_config') or {}).get(n)))}</td>")
             for n in others:
                 vs = (e.get("vs_baseline") or {}).get(n) or {}
-                cells.append(esc(fmt_est((vs.get("difference") or {}).get("relative"), pct=True)))
+                if vs.get("judged") == "absolute":  # a side was 0: the difference judged is B - A
+                    cells.append(esc(fmt_est((vs.get("difference") or {}).get("absolute")) + " (absolute)"))
+                else:
+                    cells.append(esc(fmt_est((vs.get("difference") or {}).get("relative"), pct=True)))
             for n in others:
                 vs = (e.get("vs_baseline") or {}).get(n) or {}
                 outcome = vs.get("verdict") or ""
@@ -168,7 +180,8 @@ def slo_table(data: ReportData) -> str:
     if not rows:
         return ""
     return ("<p>The highest measured load point at which every repeat met the SLO (each configured percentile "
-            "check, the attainment floor if set, not over-saturated), with the goodput and cost there (means and 95% "
+            "check, no more failed requests than the percentile allows, the attainment floor if set, not "
+            "over-saturated), with the goodput and cost there (means and 95% "
             "intervals across repeats).</p>"
             + table(["series", "load point", "repeats", "goodput req/s", "good out tok/s", "cost / M good tok"], rows,
                     "slo", None, "max-load"))
@@ -233,9 +246,9 @@ def provenance_table(data: ReportData, read) -> str:
     rows = []
     for s in data.series:
         r = _first([x for x in data.ours if x.series == s])
-        if r is None or not (r.dir / "provenance.json").exists():
+        if r is None or not (r.dir / results_io.PROVENANCE).exists():
             continue
-        p = read(r.dir / "provenance.json")
+        p = read(r.dir / results_io.PROVENANCE)
         eng, hw, host, gpus = p.get("engine") or {}, p.get("hardware") or {}, p.get("host") or {}, p.get("gpus") or {}
         devs = ", ".join(f"{d.get('name')} (driver {d.get('driver') or d.get('driver_version') or '?'})"
                          for d in gpus.get("devices") or []) or (gpus.get("reason") or "none")

@@ -277,6 +277,11 @@ class PromptBuilder:
         """Tokens of a completion prompt as the server counts them (special tokens included)."""
         return len(self._codec.encode([text], True)[0])
 
+    def count_texts(self, texts: list[str]) -> list[int]:
+        """Tokens of each text on its own, nothing added (one batch: pieces of a prompt, to
+        estimate the prompt's count without re-encoding it whole)."""
+        return [len(ids) for ids in self._codec.encode(list(texts), False)]
+
     def count_messages(self, messages: list) -> int:
         """Tokens of a chat prompt as the server counts them (template and generation prompt included)."""
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

@@ -6,8 +6,10 @@ load and mean requests in flight per replica, and per request its prompt tokens,
 TPOT.  A ``ConfigCapacity`` holds a config's points by deployment size and block, its
 measured cold starts and cost profile.  The fleet simulation (``protocols.plan.fleet``)
 samples requests from the points; the capacity a replica has under an SLO is read from the
-points themselves (``max_load``): the highest offered load whose requests pass the run-level
-check (``metrics.fleet.slo_met``), per block, so any SLO can be planned from the same runs.
+points themselves (``max_load``): the highest offered load whose run passes the run-level check
+(``metrics.slo.run_meets_slo``, the SLO search's: failed requests and an over-saturated stop
+count against it) at that SLO over its requests, per block, so any SLO can be planned from the
+same runs.
 
 Resampling blocks with replacement (``resample``) gives the capacity's uncertainty: a block
 is one launch of the config with its own runs, the unit the experiment randomised.
@@ -16,7 +18,6 @@ is one launch of the config with its own runs, the unit the experiment randomise
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -24,11 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import yaml
 
+from harness import results_io
 from harness.errors import UserError
-from metrics.fleet import slo_met
-from metrics.slo import SLO
+from metrics.slo import SLO, good_mask, percentiles_missed, run_meets_slo
 
 # Columns read from each run's requests.parquet.
 REQUEST_COLUMNS = ["prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "status", "warmup"]
@@ -49,6 +49,7 @@ class OperatingPoint:
     estimated: bool = False
     # an estimated point's roofline bound beside it (protocols.plan.estimates.roofline_beside)
     roofline: dict | None = None
+    saturated: bool = False         # the run was stopped as over-saturated (summary.json ``saturated``)
 
     def __post_init__(self):
         order = np.argsort(self.prompt_tokens, kind="stable")
@@ -56,26 +57,21 @@ class OperatingPoint:
             setattr(self, name, np.asarray(getattr(self, name))[order])
 
     def meets(self, slo: SLO, min_attainment: float | None = None) -> bool:
-        """The run-level check at ``slo`` over this point's requests (failed ones fail it)."""
-        if self.ttft_s.size == 0:
-            return False
-        if self.failed and min_attainment is None and self.failed / (self.failed + self.ttft_s.size) > 1 - 1e-9:
-            return False
+        """The run-level check (``metrics.slo.run_meets_slo``) at ``slo`` over this point's requests."""
+        done = self.ttft_s.size
         e2el = self.ttft_s + np.nan_to_num(self.tpot_s) * np.maximum(self.output_tokens - 1, 0)
-        if not slo_met(slo, self.ttft_s, self.tpot_s, e2el):
-            return False
-        if min_attainment is not None:
-            from metrics.slo import good_mask
-            good = good_mask(slo, np.full(self.ttft_s.size, "ok"), self.ttft_s, self.tpot_s, e2el).sum()
-            return good / (self.ttft_s.size + self.failed) >= min_attainment
-        return True
+        good = good_mask(slo, np.full(done, "ok"), self.ttft_s, self.tpot_s, e2el).sum()
+        n = done + self.failed
+        return run_meets_slo(percentiles_missed(slo, self.ttft_s, self.tpot_s, e2el), completed=done,
+                             failed=self.failed, percentile=slo.percentile, attainment=good / n if n else None,
+                             min_attainment=min_attainment, saturated=self.saturated)[0]
 
 
 @dataclass
 class ConfigCapacity:
     """A config's operating points by deployment size, with what the plan needs beside them."""
     name: str
-    source: str                                   # "measured" or "estimated"
+    source: str                                   # "measured", "estimated" or "emulated" (a mocker's runs)
     origin: str                                   # the experiment folder, or the estimator and its inputs
     points: dict[int, list[OperatingPoint]]       # replicas -> runs (every block)
     cold_start_s: list[float] = field(default_factory=list)   # measured engine starts (one per block)
@@ -175,12 +171,12 @@ def read_experiment(folder: str | Path) -> list[ConfigCapacity]:
     """Every config of a finished experiment (its runs.parquet, each run's requests and
     config), as measured capacity."""
     root = Path(folder)
-    runs_path = root / "runs.parquet"
+    runs_path = root / results_io.RUNS_TABLE
     if not runs_path.is_file():
         raise UserError(f"{root}: not a finished experiment (no runs.parquet); give the folder a "
                         "`tokenfactory run protocol=sweep|compare ...` wrote")
     runs = pq.read_table(runs_path).to_pylist()
-    exp = _json(root / "experiment.json")
+    exp = results_io.read_json(root / results_io.EXPERIMENT, {})
     by_config: dict[str, list[dict]] = {}
     for r in runs:
         if r.get("role") not in (None, "", "measure", "point", "search"):
@@ -199,19 +195,22 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
     cold: dict[int, float] = {}
     cost = workload = None
     notes = []
+    emulated: set[str] = set()  # timing sources of runs on an emulated engine (Dynamo's mocker)
     for r in rows:
         run = root / str(r["run_dir"])
         if r.get("load_kind") not in ("poisson", "constant", "gamma", "trace"):
             notes.append(f"{run}: load {r.get('load_kind')} is closed-loop (a concurrency, not a rate): left out")
             continue
-        cfg = _yaml(run / "config.yaml")
+        cfg = results_io.read_yaml(run / results_io.CONFIG, {})
         dep = cfg.get("deployment") or {}
         size = int(dep.get("replicas", 1)) if dep.get("kind", "single") != "disaggregated" else \
             int(dep.get("prefill", 1)) + int(dep.get("decode", 1))
         if dep.get("kind") == "disaggregated":
             notes.append(f"{run}: a prefill/decode deployment is planned as {size} replicas of its whole")
-        summary = _json(run / "summary.json")
-        req_path = run / "requests.parquet"
+        summary = results_io.read_json(run / results_io.SUMMARY, {})
+        if summary.get("emulated"):
+            emulated.add(str(summary.get("timing_source")))
+        req_path = run / results_io.REQUESTS
         if not req_path.is_file():
             notes.append(f"{run}: no requests.parquet: left out")
             continue
@@ -231,14 +230,17 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
             tpot_s=_column(t["tpot_s"], ok, np.float64),
             output_tokens=_column(t["output_tokens"], ok, np.int64),
             failed=int(((np.asarray(t["status"]) != "ok") & ~warm).sum()),
-            block=block, run_dir=str(run)))
+            block=block, run_dir=str(run), saturated=bool(summary.get("saturated"))))
         if summary.get("engine_startup_s") and block not in cold:
             cold[block] = float(summary["engine_startup_s"])
         cost = cost or cfg.get("cost")
         workload = workload or cfg.get("workload")
     if not points:
         raise UserError(f"{root}: config {name!r} has no open-loop run with requests to plan from")
-    return ConfigCapacity(name=name, source="measured", origin=str(root), points=points,
+    if emulated:  # marked as estimates are: a model's capacity, not a measurement
+        notes.append(f"{root}: config {name!r} ran on an emulated engine ({', '.join(sorted(emulated))}): "
+                     "its capacity is emulated, not measured")
+    return ConfigCapacity(name=name, source="emulated" if emulated else "measured", origin=str(root), points=points,
                           cold_start_s=[cold[b] for b in sorted(cold)], cost=cost,
                           slo=exp.get("slo"), workload=workload, notes=notes)
 
@@ -249,18 +251,3 @@ def _column(values: list, keep: np.ndarray, dtype) -> np.ndarray:
     fill = np.nan if dtype is np.float64 else 0
     return np.asarray([fill if v is None else v for v in picked], dtype=dtype)
 
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except ValueError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
-
-
-def _yaml(path: Path) -> dict:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        return {}

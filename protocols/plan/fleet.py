@@ -1,6 +1,6 @@
 """The fleet over a whole window, as a discrete-event simulation (SimPy): requests arrive as
 the traffic says, a router spreads them over the serving replicas, each replica serves them
-as its measured operating points say, and the autoscaling policy (``engines.autoscaling``,
+as its measured operating points say, and the autoscaling policy (``engines.autoscale_policy``,
 the one the harness scales real replicas by) starts and stops replicas.
 
 A replica's model (``ReplicaModel``): processor sharing driven by the measured per-replica
@@ -28,7 +28,10 @@ predicts a real replay: ``protocol.validate`` (docs/measured/plan.md).
 
 A new replica is paid for from the policy's decision, serves after ``provision_s`` plus its
 cold start (the measured ``engine_startup_s`` unless ``deployment.autoscale.cold_start_s``),
-and is stopped after draining when the policy scales down (the newest first).
+and is stopped after draining when the policy scales down (the newest first).  The bill names
+the three apart, as a live run's does: ``starting_replica_seconds`` (decision to serving),
+``serving_replica_seconds``, ``draining_replica_seconds`` (taken out to stopped) and their sum
+``paid_replica_seconds`` (``metrics.fleet.replica_metrics``).
 
 Every request also says whether it was served outside the measurements: more in flight on
 its replica when it arrived than any measured run held on average, its replica's arrival rate
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from engines.autoscaling import ArrivalWindow, Autoscaler, ScalingPolicy
+from engines.autoscale_policy import ArrivalWindow, Autoscaler, ScalingPolicy
 from metrics.fleet import needed_replicas, replica_metrics, request_metrics
 from metrics.slo import SLO
 from protocols.plan.capacity import ConfigCapacity, OperatingPoint
@@ -186,7 +189,7 @@ class FleetSimulation:
         self.served_by = np.full(n, -1, dtype=np.int64)
         self.outside = np.zeros(n, dtype=bool)
         self.replicas: list[Replica] = []
-        self.changes: list[tuple[float, int, int]] = []   # (time, paid, serving)
+        self.changes: list[tuple[float, int, int, int]] = []   # (time, starting, serving, draining)
         self.needed: list[tuple[float, int]] = []
         self.arrivals = ArrivalWindow(self.policy.window_s)
         self.per_replica_arrivals: dict[int, ArrivalWindow] = {}
@@ -227,9 +230,12 @@ class FleetSimulation:
         return [r for r in self.replicas if not r.routed and r.stopped_at is None and r.ready_at > self.env.now]
 
     def note_change(self) -> None:
-        paid = sum(1 for r in self.replicas if r.stopped_at is None)
+        now = self.env.now
+        live = [r for r in self.replicas if r.stopped_at is None and not r.routed]
+        starting = sum(1 for r in live if r.ready_at > now)   # not up yet
         self.n_serving = len(self.serving())
-        self.changes.append((self.env.now, paid, self.n_serving))
+        # up but taken out: finishing its requests (a start cancelled is stopped at once)
+        self.changes.append((now, starting, self.n_serving, len(live) - starting))
 
     def arrive(self):
         env, t = self.env, self.traffic
@@ -371,11 +377,13 @@ class FleetSimulation:
         done = ~np.isnan(self.ttft)
         req = request_metrics(self.slo, done, self.ttft, self.tpot, t.output_tokens, end)
         times = np.array([c[0] for c in self.changes])
-        paid = np.array([c[1] for c in self.changes])
+        starting = np.array([c[1] for c in self.changes])
         serving = np.array([c[2] for c in self.changes])
+        draining = np.array([c[3] for c in self.changes])
         # several changes at one instant: the last one holds
         last = np.append(times[1:] != times[:-1], True)
-        times, paid, serving = times[last], paid[last], serving[last]
+        times, starting, serving, draining = times[last], starting[last], serving[last], draining[last]
+        paid = starting + serving + draining
         for r in self.replicas:      # a replica still idle at the end was idle until then
             if r.idle_since is not None and r.stopped_at is None:
                 r.idle_s += max(0.0, end - r.idle_since)
@@ -383,10 +391,9 @@ class FleetSimulation:
         nt = np.array([0.0] + [x[0] for x in self.needed])
         nn = np.array([self.initial] + [x[1] for x in self.needed])
         idle = sum(r.idle_s for r in self.replicas)
-        rep = replica_metrics(times, paid, times, serving, end, idle_replica_seconds=idle,
+        rep = replica_metrics(times, starting, serving, draining, end, idle_replica_seconds=idle,
                               needed_t=nt if self.policy.capacity_rps else None,
                               needed_n=nn if self.policy.capacity_rps else None)
-        rep["starting_replica_seconds"] = rep["replica_seconds"] - rep["replica_seconds_serving"]
         out = {**req, **rep,
                "outside_measurements_share": float(self.outside.mean()) if self.outside.size else 0.0,
                "scale_ups": sum(1 for d in self.autoscaler.decisions if d["to"] > d["from"]),

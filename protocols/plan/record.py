@@ -19,11 +19,13 @@ import numpy as np
 
 # The metrics a plan reports per config, each with its interval.
 PLAN_METRICS = ("slo_attainment", "goodput_rps", "good_output_throughput", "p50_ttft_ms", "p90_ttft_ms",
-                "p99_ttft_ms", "p99_tpot_ms", "replicas_max", "replicas_mean", "replica_seconds",
+                "p99_ttft_ms", "p99_tpot_ms", "replicas_max", "replicas_mean", "starting_replica_seconds",
+                "serving_replica_seconds", "draining_replica_seconds", "paid_replica_seconds",
                 "idle_replica_seconds", "overprovisioned_replica_seconds", "cost_total", "cost_per_mtok_good",
                 "headroom_cost")
 LOWER_IS_BETTER = {"cost_per_mtok_good", "cost_total", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p99_tpot_ms",
-                   "replica_seconds", "idle_replica_seconds", "overprovisioned_replica_seconds", "headroom_cost"}
+                   "starting_replica_seconds", "draining_replica_seconds", "paid_replica_seconds",
+                   "idle_replica_seconds", "overprovisioned_replica_seconds", "headroom_cost"}
 
 
 def weighted_quantile(values, weights, q: float) -> float:

@@ -32,11 +32,11 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from conf.schema import Autoscale, Slo, typed
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million
-from metrics.slo import SLO
+from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
@@ -149,8 +149,7 @@ def candidates(p) -> list[ConfigCapacity]:
     out = []
     for folder in p.experiments:
         caps = read_experiment(folder)
-        exp = results_io.read_json(Path(folder) / "experiment.json") if (Path(folder) / "experiment.json").is_file() \
-            else {}
+        exp = results_io.read_json(Path(folder) / results_io.EXPERIMENT, {})
         out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
     out += estimated(p)
     names = [c.name for c in out]
@@ -196,7 +195,7 @@ def estimate_checks(p, cands: list[ConfigCapacity]) -> dict:
     from protocols.plan.estimates import estimate_error, measured_counterparts
 
     out = {}
-    measured = [c for c in cands if c.source != "estimated"]
+    measured = [c for c in cands if c.source == "measured"]  # an estimate is checked against measurements only
     for node in p.estimates or []:
         spec = typed(node, PlanEstimate)
         est = next((c for c in cands if c.source == "estimated" and c.name == spec.name), None)
@@ -371,16 +370,18 @@ def keep_up(point: dict, policy: dict) -> list[str]:
 
 
 def meets(point: dict, slo_cfg: dict) -> bool:
-    """A plan meets the SLO as a run does (``protocols.sweep.load_search.slo_holds``): the
-    percentile checks, and the attainment floor where one is set."""
-    floor = slo_cfg.get("min_attainment")
-    return bool(point["slo_met"]) and (floor is None or point["slo_attainment"] >= floor)
+    """A plan meets the SLO as a run does: the run-level check (``metrics.slo.run_meets_slo``)
+    over its simulated requests (one never served counts as failed)."""
+    slo = SLO.from_config(slo_cfg)
+    return run_meets_slo([] if point["slo_met"] else ["the percentiles"], completed=int(point["completed"]),
+                         failed=int(point["requests"]) - int(point["completed"]), percentile=slo.percentile,
+                         attainment=point["slo_attainment"], min_attainment=slo_cfg.get("min_attainment"))[0]
 
 
 def costs(cap: ConfigCapacity, res: dict, policy: ScalingPolicy) -> dict:
     if not cap.cost:
         return {"cost": None, "cost_total": math.nan, "cost_per_mtok_good": math.nan, "headroom_cost": math.nan}
-    c = fleet_cost(cap.cost, res["replica_seconds"], res["window_s"])
+    c = fleet_cost(cap.cost, res["paid_replica_seconds"], res["window_s"])
     one = fleet_cost(cap.cost, 3600.0, 3600.0)["cost_total"] - sum(
         v for k, v in fleet_cost(cap.cost, 0.0, 3600.0)["cost_lines"].items() if k.startswith("extra."))
     over = res.get("overprovisioned_replica_seconds") or 0.0
@@ -480,7 +481,7 @@ def print_plan(doc: dict) -> None:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
             m = e["metrics"]
-            mark = ("  [estimated]" if e.get("source") == "estimated" else
+            mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "

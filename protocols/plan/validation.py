@@ -3,33 +3,38 @@ the run folder of a ``load=trace`` run on a real deployment the harness scaled b
 policy (``deployment.autoscale.enabled=true``), and the plan's simulation of the same
 traffic from the same starting replicas.
 
-Both sides go through the same definitions (``metrics.fleet``) over the same window, the
-trace's span [first arrival, last arrival]: attainment, goodput and good output tokens per
-second, TTFT p50/p90, and the replica-seconds paid for and serving.  The error of each is
+Both sides go through the same definitions (``metrics.fleet``, ``metrics.autoscale_bill``) over
+the same window, the trace's span [first arrival, last arrival]: attainment, goodput and good
+output tokens per second, TTFT p50/p90, and the bill under one name each:
+``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds`` and
+their sum ``paid_replica_seconds``.  A failed scale-up is paid from its decision until it
+failed (an autoscale.json written before failures were timed: counted 0 s, and said so).  The error of each is
 (predicted - measured) / measured; for attainment also the difference in percentage points.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from harness import results_io
 from harness.errors import UserError
-from metrics.fleet import request_metrics, step_integral
+from metrics.autoscale_bill import BILL_KEYS, replica_figures
+from metrics.fleet import request_metrics
 from metrics.slo import SLO
 from protocols.plan.traffic import Traffic
 
 ROWS = (("slo_attainment", "relative"), ("goodput_rps", "relative"), ("good_output_throughput", "relative"),
-        ("p50_ttft_ms", "relative"), ("p90_ttft_ms", "relative"), ("replica_seconds", "relative"),
-        ("replica_seconds_serving", "relative"), ("replicas_max", "relative"), ("scale_ups", "difference"))
+        ("p50_ttft_ms", "relative"), ("p90_ttft_ms", "relative"), ("paid_replica_seconds", "relative"),
+        ("starting_replica_seconds", "relative"), ("serving_replica_seconds", "relative"),
+        ("draining_replica_seconds", "relative"), ("replicas_max", "relative"), ("scale_ups", "difference"))
 
 
 def measured(run: Path, slo: SLO) -> dict:
     """The fleet metrics of a real replay's run folder over its trace's span."""
-    req = run / "requests.parquet"
+    req = run / results_io.REQUESTS
     if not req.is_file():
         raise UserError(f"protocol.validate={run}: no requests.parquet there (give a finished run's folder)")
     t = pq.read_table(req, columns=["scheduled_ns", "ttft_s", "tpot_s", "output_tokens", "status", "warmup"]
@@ -47,44 +52,43 @@ def measured(run: Path, slo: SLO) -> dict:
 
 
 def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
-    """Replica-seconds over [0, span] from the run's autoscale.json: serving replicas from its
-    ``serving`` log; paid for, those plus each replica starting (from the policy's request to
-    its joining the router) and draining (from leaving the router to its stop), as the plan
-    counts them."""
+    """The bill over [0, span] from the run's autoscale.json (``metrics.autoscale_bill.replica_figures``):
+    serving replicas from its ``serving`` log; starting, each replica start from the policy's
+    request to its joining the router, its failure or its cancellation; draining, each replica
+    scaled down from leaving the router to its stop; as the plan counts them."""
     path = run / "autoscale.json"
     if not path.is_file():
         return {"replicas_note": "no autoscale.json in the run: its replicas are not compared"}
-    a = json.loads(path.read_text())
+    a = results_io.read_json(path)
     shift = (int(a.get("load_start_ns") or t0_ns) - t0_ns) / 1e9   # its clock: the load's start
     out: dict = {"scale_ups": sum(1 for d in a.get("decisions", []) if d.get("to", 0) > d.get("from", 0))}
-    log = sorted((float(e["t_s"]) + shift, int(e["replicas"])) for e in a.get("serving", [])
+    log = sorted((max(0.0, float(e["t_s"]) + shift), int(e["replicas"])) for e in a.get("serving", [])
                  if e.get("t_s") is not None)
     if not log:
         return {**out, "replicas_note": "autoscale.json has no serving log"}
-    # before the load the deployment's initial replicas were already serving
-    times = np.array([max(0.0, t) for t, _ in log])
-    serving = np.array([n for _, n in log])
-    keep = np.append(times[1:] != times[:-1], True)
-    times, serving = times[keep], serving[keep]
-    extra = []                                   # (from, to) of a replica paid but not serving
-    for e in a.get("starts", []):
-        if e.get("requested_s") is not None:
-            extra.append((e["requested_s"] + shift, (e.get("added_s") if e.get("added_s") is not None
-                                                     else span_s - shift) + shift))
-    for e in a.get("stops", []):
-        if e.get("removed_s") is not None:
-            end = e.get("stopped_s") if e.get("stopped_s") is not None else e.get("drained_s")
-            extra.append((e["removed_s"] + shift, (end if end is not None else span_s - shift) + shift))
-    grid = np.union1d(times, np.clip(np.array([x for iv in extra for x in iv] or [0.0]), 0.0, span_s))
-    at = np.clip(np.searchsorted(times, grid, side="right") - 1, 0, None)
-    paid = serving[at] + np.array([sum(1 for lo, hi in extra if lo <= g < hi) for g in grid])
-    out["replica_seconds_serving"] = step_integral(times, serving, span_s)
-    out["replica_seconds"] = step_integral(grid, paid, span_s)
-    # the most paid for over any stretch longer than a millisecond (a replica's leaving the
-    # serving log and its drain opening are two clock reads apart)
-    widths = np.diff(np.append(grid, span_s))
-    held = (grid <= span_s) & (widths > 1e-3)
-    out["replicas_max"] = int(paid[held].max()) if held.any() else int(paid.max())
+    notes = []
+
+    def end_of(e: dict, keys, what: str) -> float:
+        for k in keys:
+            if e.get(k) is not None:
+                return e[k] + shift
+        if e.get("error") is not None:  # ended in failure, when is not recorded (an older autoscale.json)
+            notes.append(f"{what} of {e.get('replica')} failed at an unrecorded time: counted 0 s")
+            return e["requested_s"] + shift
+        return span_s                   # still going at the window's end
+
+    starting = [(e["requested_s"] + shift, end_of(e, ("added_s", "failed_s", "cancelled_s"), "the start"))
+                for e in a.get("starts", []) if e.get("requested_s") is not None]
+    draining = [(e["removed_s"] + shift, end_of({**e, "requested_s": e["removed_s"]},
+                                                ("stopped_s", "failed_s", "drained_s"), "the stop"))
+                for e in a.get("stops", []) if e.get("removed_s") is not None]
+    fig = replica_figures(log, 0.0, span_s, starting, draining, unit_s=1.0,
+                          # an older record's serving log and its start or drain times are two clock
+                          # reads apart: a stretch under a millisecond is not a replica more
+                          min_hold_s=1e-3)
+    out.update({k: fig[k] for k in (*BILL_KEYS, "replicas_max")})
+    if notes:
+        out["replicas_note"] = "; ".join(notes)
     return out
 
 

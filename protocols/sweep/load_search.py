@@ -13,7 +13,7 @@ points up to and past it, and find the highest load at which the SLO still holds
   passing end (or ``max_probes`` runs); integer for concurrency.  The answer carries its
   bracket: the true knee lies between the last pass and the first fail.
 
-Pure: numbers in, numbers out; the harness runs the probes (``harness.experiment``).
+Pure: numbers in, numbers out; the harness runs the probes (``protocols.experiment``).
 """
 
 from __future__ import annotations
@@ -142,17 +142,3 @@ class Bisection:
                 "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
                 "probes": [p.__dict__ for p in self.probes], "note": note}
 
-
-def slo_holds(summary: dict, min_attainment: float | None = None) -> tuple[bool, str]:
-    """Whether a run met the SLO: every configured per-SLO percentile check (``slo_*_met``),
-    the attainment floor if one is set, and not stopped as over-saturated."""
-    if summary.get("saturated"):
-        return False, "over-saturated"
-    failed = [k[4:-4] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_met") and not v]
-    if failed:
-        return False, "missed: " + ", ".join(failed)
-    if min_attainment is not None and not (summary.get("slo_attainment") or 0) >= min_attainment:
-        return False, f"attainment {summary.get('slo_attainment')} < {min_attainment}"
-    if not summary.get("completed"):
-        return False, "no request completed"
-    return True, ""

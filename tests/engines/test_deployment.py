@@ -68,6 +68,25 @@ def test_replicas_get_their_names_ports_flags_and_logs(tmp_path):
         d.stop()
 
 
+def test_a_missing_router_binary_is_named_before_any_replica_starts(tmp_path, monkeypatch):
+    """The router starts once every replica has loaded: its binary is checked first, or a
+    missing one is found only after every model has loaded."""
+    from engines.deployment import Deployment
+
+    cfg = compose(["engine=vllm", "deployment=replicas", "deployment.replicas=2", "router=vllm",
+                   "router.binary=/nonexistent/vllm-router", f"engine.model={ensure_tiny_model()}"])
+    d = Deployment(cfg, tmp_path)
+    started = []
+    for r in d.replicas:
+        monkeypatch.setattr(r, "start", lambda warm_up=True, r=r: started.append(r.replica))
+    try:
+        with pytest.raises(EngineError, match="router.binary=/nonexistent/vllm-router is not found"):
+            d.start()
+    finally:
+        d.stop()
+    assert started == []
+
+
 def test_disaggregated_replicas_get_the_kv_connector_of_their_role(tmp_path):
     from engines.deployment import Deployment
 
@@ -83,6 +102,9 @@ def test_disaggregated_replicas_get_the_kv_connector_of_their_role(tmp_path):
         assert roles["p0"]["kv_role"] == "kv_producer" and roles["d1"]["kv_role"] == "kv_consumer"
         assert roles["d0"]["kv_connector_extra_config"] == {"shared_storage_path": "/x"}
         assert d.topology()["prefill_decode"] == "1:2"
+        # the pools metrics.replicas splits the load shares by, under the names the telemetry uses
+        assert d.roles() == {"p0": "prefill", "d0": "decode", "d1": "decode"}
+        assert [n for n, _ in d.metrics_endpoints()] == ["p0", "d0", "d1"]
     finally:
         d.stop()
 
@@ -348,10 +370,13 @@ def test_an_autoscaled_deployment_scales_up_and_down_during_the_load(tmp_path, r
     m = json.loads((fast / "summary.json").read_text())
     assert m["autoscale_scale_ups"] >= 1 and m["replicas_max"] == 2
     assert m["replicas"]["r1"]["requests"] >= 1  # the router sent the new replica traffic
-    assert m["replica_seconds_serving"] == pytest.approx(a["replica_seconds"])
-    assert 0 < a["load"]["replica_seconds"] <= a["replica_seconds"] and a["load"]["replicas_max"] == 2
+    assert m["paid_replica_seconds"] == pytest.approx(a["paid_replica_seconds"])
+    assert a["paid_replica_seconds"] == pytest.approx(a["starting_replica_seconds"] + a["serving_replica_seconds"]
+                                                      + a["draining_replica_seconds"])
+    assert a["starting_replica_seconds"] >= up["added_s"] - up["requested_s"]  # r1's cold start is paid
+    assert 0 < a["load"]["paid_replica_seconds"] <= a["paid_replica_seconds"] and a["load"]["replicas_max"] == 2
     assert 1.0 <= m["replicas_mean"] <= 2.0
-    assert m["cost_lines"]["rental_hosts"] == pytest.approx(m["replica_seconds_serving"] / 3600)
+    assert m["cost_lines"]["rental_hosts"] == pytest.approx(m["paid_replica_seconds"] / 3600)
     b = json.loads((slow / "autoscale.json").read_text())
     down = [e for e in b["stops"] if e.get("stopped_s") is not None]
     assert down and all(e["removed_s"] <= e["drained_s"] <= e["stopped_s"] for e in down)

@@ -289,3 +289,44 @@ def test_series_are_named_by_config_or_experiment_never_by_the_runs_folder(tmp_p
         write_experiment(multi / job, configs=one, rates=(5.0,), blocks=1, requests=40)
         rename(multi / job, "default")
     assert sorted(load(multi).series) == ["default (workload.output_tokens=4)", "default (workload.output_tokens=8)"]
+
+
+def test_runs_stopped_as_over_saturated_are_on_the_first_screen(experiment, tmp_path):
+    import shutil
+
+    from harness.report.build import render
+    from harness.results_io import find_run_dirs, read_json, write_json
+
+    exp = tmp_path / "exp"
+    shutil.copytree(experiment, exp)
+    dirs = find_run_dirs(exp)
+    for d, sent in zip(dirs[:2], (60, 90)):
+        write_json(d / "summary.json", read_json(d / "summary.json") | {
+            "saturated": True, "saturation_reason": "over-saturated: the rule's numbers", "saturated_after_s": 8.0,
+            "num_requests_planned": 400, "num_requests_sent": sent, "num_requests_unsent": 400 - sent})
+    page = render(exp, tmp_path / "r.html").read_text()
+    first = _subtitle(page)
+    head, detail = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>",
+                              first)[0]
+    assert head == f"2 of {len(dirs)} runs stopped as over-saturated: 650 of 800 planned requests never sent"
+    items = re.findall(r"<li>(.*?)</li>", detail)
+    assert len(items) == 2 and "60 of 400 planned sent, 340 never sent" in items[0]
+    assert "90 of 400 planned sent, 310 never sent" in items[1]
+    assert page.count("saturated: sent 60 of 400") == 1  # the runs table's note
+
+
+def test_max_load_meeting_the_slo_leaves_out_a_point_with_half_its_requests_failed(tmp_path):
+    """The report's highest load meeting the SLO reads the one run-level check (metrics.slo.slo_holds):
+    a load point whose completed requests are fast but half its requests failed does not meet it."""
+    from harness.report.data import load
+
+    exp = write_experiment(tmp_path / "exp", configs={"fast": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
+                                                               "power_w": 450}}, rates=(5.0, 10.0), blocks=1,
+                           requests=60)
+    assert load(exp).max_load_meeting_slo("fast").x == 10.0
+    path = exp / "fast" / "block0" / "01-rate10" / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "completed": 29, "failed": 29}))
+    assert load(exp).max_load_meeting_slo("fast").x == 5.0
+    path.write_text(json.dumps({**summary, "saturated": True}))
+    assert load(exp).max_load_meeting_slo("fast").x == 5.0

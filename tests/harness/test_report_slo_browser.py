@@ -3,7 +3,10 @@ network off opens report.html of a synthetic experiment, sets the TTFT, TPOT and
 the price (firing their input events), and every run's and load point's attainment, goodput, good
 output tokens/s and cost per million good tokens must match those recomputed in Python from
 ``requests.parquet`` at that SLO (``metrics.summary.summarize``, ``metrics.slo.good_mask``,
-``metrics.cost.per_million``) within the bound the page states, which is at most 0.5 pp."""
+``metrics.cost.per_million``, the bill at a price per device-hour as ``metrics.cost.fleet_cost``
+gives it for the replicas each run had) within the bounds the page states: 0.5 pp of attainment, 0.5 %
+of a run's output tokens for its good tokens.  One config runs on two replicas and both have a few
+long generations (a bound on requests alone would not hold tokens)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from metrics.cost import per_million
 from metrics.slo import SLO
 from metrics.summary import summarize
 from tests.offline_browser import CHROMIUM, offline_page
-from tests.synthetic_experiment import write_experiment
+from tests.synthetic_experiment import DEFAULT_CONFIGS, write_experiment
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (.ci/run installs Debian's)")
 
@@ -32,21 +35,28 @@ def report(tmp_path_factory):
     from harness.report.build import render
 
     tmp = tmp_path_factory.mktemp("slo-browser")
-    # 1,500 requests a run: bins of 5 requests, so thresholds can fall inside one
-    exp = write_experiment(tmp / "exp", rates=(5.0, 20.0), blocks=2, requests=1500)
+    # 1,500 requests a run: bins of 5 requests, so thresholds can fall inside one; "fast" on two replicas
+    configs = {"fast": {**DEFAULT_CONFIGS["fast"], "replicas": 2, "long_share": 0.01},
+               "slow": {**DEFAULT_CONFIGS["slow"], "long_share": 0.01}}
+    exp = write_experiment(tmp / "exp", configs=configs, rates=(5.0, 20.0), blocks=2, requests=1500)
     return render(exp, static_figures=False), exp
 
 
 def _exact(run_dir, slo: SLO, price: float | None) -> dict:
     t = pq.read_table(run_dir / "requests.parquet")
     s = read_json(run_dir / "summary.json")
-    m = summarize(t, slo, s["window_start_ns"], s["window_end_ns"])
-    bill = s["cost_total"] if price is None else price * m["window_s"] / 3600
+    # at a price: what a rental profile of that price per GPU-hour bills the replicas the run had
+    cost = None if price is None else {"model": "rental", "num_gpus": 1, "hourly_per_gpu": price, "num_hosts": 0}
+    m = summarize(t, slo, s["window_start_ns"], s["window_end_ns"], cost_cfg=cost,
+                  cost_replicas=int(s["cost_replicas"]))
+    bill = s["cost_total"] if price is None else m["cost_total"]
     measured = t.filter(~np.asarray(t.column("warmup").to_numpy(zero_copy_only=False), dtype=bool))
+    ok = np.asarray(measured.column("status").to_numpy(zero_copy_only=False)) == "ok"
+    out_tokens = np.nan_to_num(np.asarray(measured.column("output_tokens").to_numpy(zero_copy_only=False), float))
     return {"attainment": 100 * m["slo_attainment"], "goodput": m["goodput_rps"],
             "good_tps": m["good_output_throughput"], "cost": per_million(bill, m["good_output_tokens"]),
             "tokens": m["good_output_tokens"], "bill": bill, "n": m["num_requests"], "duration": m["duration_s"],
-            "max_tokens": float(np.nanmax(measured.column("output_tokens").to_numpy(zero_copy_only=False)))}
+            "replicas": int(s["cost_replicas"]), "all_tokens": float(out_tokens[ok].sum())}
 
 
 def _by_index(cells) -> dict:
@@ -62,8 +72,10 @@ def _check(page_vals: dict, ex: dict) -> None:
     assert abs(page_vals["attainment"] - ex["attainment"]) <= err + 1e-9
     undecided = err / 100 * ex["n"]  # half the requests undecided: the most the midpoint is off, in requests
     assert abs(page_vals["goodput"] - ex["goodput"]) <= undecided / ex["duration"] + 1e-9
-    tok_err = undecided * ex["max_tokens"]
-    assert abs(page_vals["good_tps"] - ex["good_tps"]) <= tok_err / ex["duration"] + 1e-9
+    # good tokens: half the undecided tokens, a share of the run's output tokens, at most 0.5 %
+    assert page_vals["tok_error"] <= 0.5 + 1e-12
+    tok_err = page_vals["tok_error"] / 100 * ex["all_tokens"]
+    assert abs(page_vals["good_tps"] - ex["good_tps"]) <= tok_err / ex["duration"] + 1e-6
     lo_tok, hi_tok = ex["tokens"] - tok_err, ex["tokens"] + tok_err
     if hi_tok <= 0:  # no good token: the bill was paid for nothing
         assert page_vals["cost"] == ex["cost"] == math.inf
@@ -128,6 +140,7 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
         assert not seen.problems and not seen.requests
 
     assert "hold for the SLO the experiment ran with" in text and "0.5 pp" in text
+    assert "never more than 0.5 % of them" in text and "per device-hour" in text
     # as loaded: the experiment's SLO and each run's recorded bill, i.e. the runs' summary.json
     exp_slo = SLO.from_config(read_json(exp / "experiment.json")["slo"])
     assert len(first) == 8
@@ -144,8 +157,8 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
             members = [exact[2 * p], exact[2 * p + 1]]
             assert abs(pv["attainment"] - np.mean([m["attainment"] for m in members])) <= pv["error"] + 1e-9
             tokens = sum(m["tokens"] for m in members)
-            tok_err = sum(runs[i]["error"] / 100 * m["n"] * m["max_tokens"] for i, m in ((2 * p, members[0]),
-                                                                                          (2 * p + 1, members[1])))
+            tok_err = pv["tok_error"] / 100 * sum(m["all_tokens"] for m in members)
+            assert pv["tok_error"] <= 0.5 + 1e-12
             bills = sum(m["bill"] for m in members)
             high = per_million(bills, tokens - tok_err) if tokens - tok_err > 0 else math.inf
             assert per_million(bills, tokens + tok_err) - 1e-9 <= pv["cost"] <= high + 1e-9
@@ -162,3 +175,6 @@ def test_moving_the_slo_and_price_recomputes_every_run_and_point(report):
     # the settings moved the numbers, and some threshold fell inside a bin (the bound is exercised)
     assert any(not math.isclose(moved[0][0][i]["attainment"], first[i]["attainment"]) for i in first)
     assert any(v["error"] > 0 for runs, *_ in moved for v in runs.values())
+    assert any(v["tok_error"] > 0 for runs, *_ in moved for v in runs.values())
+    # both kinds of run were priced: "fast" on two replicas pays twice the device-hours
+    assert {_exact(exp / v["run"], exp_slo, 1.0)["replicas"] for v in first.values()} == {1, 2}

@@ -6,11 +6,13 @@ import asyncio
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from loadgen.arrivals import arrival_offsets
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter
+from loadgen.saturation import SaturationRule
 from loadgen.workloads.item import WorkItem
 from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
@@ -156,8 +158,6 @@ def test_an_over_saturated_open_loop_is_stopped_early(tmp_path):
 
     from aiohttp import web
 
-    from loadgen.saturation import SaturationRule
-
     sem_box = {}
 
     async def handle(request):
@@ -205,3 +205,49 @@ def test_an_over_saturated_open_loop_is_stopped_early(tmp_path):
     assert stats["saturated"] and "over-saturated" in stats["saturated"]
     assert 100 < stats["sent"] < 600 and len(t["status"]) == stats["sent"]  # every send recorded
     assert "cancelled" in t["status"] and "ok" in t["status"]
+
+
+def _run_watched(url, spec, path, items, rule):
+    writer = RecordWriter(path)
+
+    async def go():
+        async with StreamingClient(ClientConfig(base_url=url, model="m")) as c:
+            d = Dispatcher(c, writer)
+            d.saturation_rule = rule
+            return await d.run(items, spec)
+
+    stats = asyncio.run(go())
+    writer.close()
+    return stats, pq.read_table(path).to_pydict()
+
+
+# A real model's time scales compressed 10x: windows of 0.2 s for the default 2 s.
+FAST_RULE = SaturationRule(window_s=0.2, windows=3, drain_s=1.0)
+
+
+@pytest.mark.slow
+def test_long_requests_without_a_capacity_limit_are_not_stopped(tmp_path):
+    # 200 ms to the first token then 500 tokens at 20 ms (10.2 s), Poisson 2 req/s, 60 requests,
+    # compressed 10x: 20 ms, 50 chunks of 10 tokens 20 ms apart (1.0 s), 20 req/s.  Little's law:
+    # 20 in flight, nothing queues; the old rule stopped it after 0.8 s.
+    spec = LoadSpec(kind="poisson", rate=20.0, num_requests=60, seed=1, stop_when_saturated=True)
+    items = (WorkItem(f"r{i}", "ttft_ms:20 n=50 k=10 gap_ms:20", 1, 500) for i in range(60))
+    with FakeServer(process=True) as srv:
+        stats, t = _run_watched(srv.url, spec, tmp_path / "r.parquet", items, FAST_RULE)
+        assert srv.max_in_flight >= 15  # the fake's own count: the ramp the old rule read as a backlog
+    assert stats["saturated"] is None and stats["saturated_after_s"] is None
+    assert stats["sent"] == 60 and t["status"].count("ok") == 60
+
+
+@pytest.mark.slow
+def test_a_server_with_fixed_slots_past_its_capacity_is_still_stopped(tmp_path):
+    # 4 slots of ~0.1 s (40 req/s) offered 80 req/s: its queue grows by 40 a second
+    spec = LoadSpec(kind="constant", rate=80.0, num_requests=400, stop_when_saturated=True)
+    items = (WorkItem(f"r{i}", "ttft_ms:20 n=5 gap_ms:20", 1, 5) for i in range(400))
+    with FakeServer(process=True, slots=4) as srv:
+        stats, t = _run_watched(srv.url, spec, tmp_path / "r.parquet", items, FAST_RULE)
+        queued = srv.max_queued
+    assert stats["saturated"] and stats["saturated"].startswith("over-saturated")
+    assert 100 < stats["sent"] < 400 and len(t["status"]) == stats["sent"]  # every send recorded
+    assert queued >= 40  # the fake's own count of requests waiting for a slot
+    assert 1.0 < stats["saturated_after_s"] < 5.0

@@ -14,7 +14,9 @@ from loadgen.workloads.tasks import TaskCheck
 from loadgen.workloads.traces.common import TraceError
 from loadgen.workloads.traces.replay import TraceWorkload
 from loadgen.workloads.traces.task_graph import flatten_prefix_tree
+from metrics.tasks import task_summary
 from tests.loadgen.test_trace_replay import RecordingClient, builder, jsonl, run  # noqa: F401
+from tests.task_rows import table
 
 TREE = {"prefix_tree": {"sys": {"tokens": 100, "children": {"docA": {"tokens": 400}, "docB": {"tokens": 300}}}}}
 ROWS = [
@@ -196,3 +198,110 @@ def test_a_call_too_long_for_the_model_fails_its_attempt(tmp_path, builder):  # 
     from harness.workload_describe import summary_keys
 
     assert summary_keys({}, items)["workload_unbuildable_calls"] == 2
+
+
+# "long" starts at 0 and its second call is due 0.3 s after its first ended, past the run's 0.1 s
+CUT_ROWS = [{"timestamp": 0.0, "task_id": "long", "node": "a", "input_tokens": 10, "output_tokens": 2},
+            {"task_id": "long", "node": "b", "parents": ["a"], "tool_s": 0.3, "input_tokens": 10, "output_tokens": 2},
+            {"timestamp": 0.0, "task_id": "short", "node": "a", "input_tokens": 10, "output_tokens": 2}]
+
+
+@pytest.mark.parametrize("drain_s, calls, completed, censored, rate", [
+    (5.0, 3, 2, 0, 1.0),    # the drain lets the started task finish
+    (0.05, 2, 1, 1, 1.0),   # its call is due after the drain's end (0.1 + 0.05 s): censored, not failed
+])
+def test_a_task_started_before_the_end_finishes_in_the_drain_or_is_censored(tmp_path, builder, drain_s, calls,  # noqa: F811
+                                                                            completed, censored, rate):
+    items = workload(tmp_path, builder, rows=CUT_ROWS)
+    rows, _, _ = run(items, LoadSpec(kind="trace", duration_s=0.1, drain_timeout_s=drain_s))
+    assert len(rows) == calls
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, completed, censored)
+    assert s["task_completion_rate"] == rate and s["task_censored_rate"] == censored / 2
+
+
+class CountingTokenizer:
+    """The tiny model's tokenizer, counting every token it encodes (its Rust fast path hidden, so
+    every encode goes through ``__call__``)."""
+
+    backend_tokenizer = None
+
+    def __init__(self, tok):
+        self.tok, self.tokens = tok, 0
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def __call__(self, text, **kw):
+        out = self.tok(text, **kw)
+        ids = out["input_ids"]
+        self.tokens += sum(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
+        return out
+
+
+def test_dropping_old_exchanges_tokenizes_the_context_a_bounded_number_of_times(tmp_path, builder):  # noqa: F811
+    from loadgen.workloads.prompts import PromptBuilder
+
+    counting = CountingTokenizer(builder.tok)
+    b = PromptBuilder(counting, seed=0)
+    rows = [{"task_id": "t", "node": "a", "input_tokens": 20, "output_tokens": 4}]
+    items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows)}), b, max_model_len=600)
+    # 60 exchanges of 40 + 10 tokens: a 3,000-token context, of which ~50 exchanges must go
+    context = [(b.text_of(40), b.text_of(10)) for _ in range(60)]
+    ctx_tokens = sum(builder.count(u + a) for u, a in context)
+    counting.tokens = 0
+    prompt, n, text = items.prompts.task_call(0, "", context)
+    spent = counting.tokens
+    assert n + 4 <= 600 and builder.count(prompt) == n
+    # as few exchanges dropped as fit: the one before the first kept would not have fitted
+    kept = next(j for j in range(60) if prompt.startswith(context[j][0]))
+    assert builder.count("".join(u + a for u, a in context[kept - 1:]) + text) + 4 > 600
+    assert prompt == "".join(u + a for u, a in context[kept:]) + text
+    # linear: the context is tokenized a bounded number of times, not once per dropped exchange
+    # (main: ~50 whole-prompt counts, ~90,000 tokens)
+    assert spent <= 5 * ctx_tokens, (spent, ctx_tokens)
+
+
+class Backtracking(RecordingClient):
+    """Replies with 31 a's and a b: ``(a|aa)+$`` backtracks through ~1.6^31 paths on it."""
+
+    async def send(self, rec, payload):
+        await super().send(rec, payload)
+        rec.text = "a" * 31 + "b"
+        return rec
+
+
+def test_a_backtracking_success_regex_does_not_stall_the_event_loop(tmp_path, builder):  # noqa: F811
+    import asyncio
+    import time
+
+    from loadgen.dispatch import Dispatcher
+    from tests.loadgen.test_trace_replay import ListWriter
+
+    rows = [{"timestamp": 0.0, "task_id": "t", "node": "a", "input_tokens": 10, "output_tokens": 2}]
+    items = workload(tmp_path, builder, rows=rows, success="regex", success_regex="(a|aa)+$",
+                     success_regex_timeout_s=0.01)
+    w = ListWriter()
+
+    async def go() -> float:
+        gaps, done = [0.0], asyncio.Event()
+
+        async def tick():  # the loop's responsiveness: how late a 5 ms timer fires
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+        ticker = asyncio.ensure_future(tick())
+        await Dispatcher(Backtracking(), w, followup=items.followup).run(items, LoadSpec(kind="trace"))
+        done.set()
+        await ticker
+        return max(gaps)
+
+    worst = asyncio.run(go())
+    (rec,) = w.rows
+    # the match is cut after its bound (~0.01 s; re, unbounded, takes ~1 s here) and fails the check
+    assert rec.status == "ok" and rec.check_ok is False
+    assert "workload.task.success_regex_timeout_s=0.01" in rec.error
+    assert worst < 0.3, worst

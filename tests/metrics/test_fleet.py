@@ -37,9 +37,24 @@ def test_slo_met_is_the_percentile_check():
 
 def test_overprovisioned_and_mean_replicas():
     # paid 2 replicas all along; the load needed 1 for [0, 10) and 2 for [10, 20]
-    m = replica_metrics(np.array([0.0]), np.array([2]), np.array([0.0]), np.array([2]), 20.0,
+    m = replica_metrics(np.array([0.0]), np.array([0]), np.array([2]), np.array([0]), 20.0,
                         needed_t=np.array([0.0, 10.0]), needed_n=np.array([1, 2]))
-    assert m["replica_seconds"] == pytest.approx(40) and m["replicas_mean"] == pytest.approx(2)
+    assert m["paid_replica_seconds"] == pytest.approx(40) and m["replicas_mean"] == pytest.approx(2)
     assert m["overprovisioned_replica_seconds"] == pytest.approx(10)
     assert list(needed_replicas(np.array([0.0, 2.0, 2.1, 9.0]), 2.0)) == [1, 1, 2, 5]
     assert math.isnan(request_metrics(SLO(), np.array([], bool), [], [], [], 0.0)["goodput_rps"])
+
+
+def test_the_bill_names_starting_serving_and_draining():
+    # 1 serving all along (0 .. 300 s); two more starting 40 s each (10 .. 50, 20 .. 60), serving
+    # 100 s each (50 .. 150, 60 .. 160), draining 5 s each (150 .. 155, 160 .. 165)
+    t = np.array([0.0, 10, 20, 50, 60, 150, 155, 160, 165])
+    starting = np.array([0, 1, 2, 1, 0, 0, 0, 0, 0])
+    serving = np.array([1, 1, 1, 2, 3, 2, 2, 1, 1])
+    draining = np.array([0, 0, 0, 0, 0, 1, 0, 1, 0])
+    m = replica_metrics(t, starting, serving, draining, 300.0)
+    assert m["starting_replica_seconds"] == pytest.approx(80.0)
+    assert m["serving_replica_seconds"] == pytest.approx(500.0)
+    assert m["draining_replica_seconds"] == pytest.approx(10.0)
+    assert m["paid_replica_seconds"] == pytest.approx(590.0)
+    assert m["replicas_max"] == 3 and m["replicas_mean"] == pytest.approx(590 / 300)

@@ -81,3 +81,73 @@ def test_the_unknown_replica_is_the_records_own():
     from metrics.replicas import UNKNOWN_REPLICA as read
 
     assert read == written == "unknown"
+
+
+# ------------------------------------------------------------ disaggregated pools (issue 31)
+def _pd_rows(decode: list[str]) -> pa.Table:
+    """The client's rows of a prefill/decode deployment: each names the decode worker that
+    answered (the header the client sees); no row names a prefill worker."""
+    return _rows([(d, False, "ok", 0.1, 4) for d in decode])
+
+
+PD2 = {"p0": "prefill", "p1": "prefill", "d0": "decode", "d1": "decode"}
+
+
+def _counted(requests: float, **more) -> dict:
+    return {"engine_inference_time_count": requests, "engine_waiting_mean": 0.0, **more}
+
+
+def test_a_balanced_2p2d_deployment_reads_one_per_pool():
+    engine = {"p0": _counted(10), "p1": _counted(10), "d0": _counted(10), "d1": _counted(10)}
+    out = replica_summary(_pd_rows(["d0", "d1"] * 10), engine, PD2)
+    per = out["replicas"]
+    assert [per[r]["pool"] for r in ("d0", "d1", "p0", "p1")] == ["decode", "decode", "prefill", "prefill"]
+    # the decode pool's shares from the rows, the prefill pool's from the engines' request counters
+    assert per["d0"]["load_share"] == per["d1"]["load_share"] == 0.5 and per["d0"]["load_share_from"] == "rows"
+    assert per["p0"]["load_share"] == per["p1"]["load_share"] == 0.5
+    assert per["p0"]["load_share_from"] == "engine_inference_time_count"
+    assert out["pool_load_imbalance"] == {"decode": 1.0, "prefill": 1.0}
+    assert out["replica_load_imbalance"] == 1.0         # main: max 0.5 / mean 0.25 = 2.0
+
+
+def test_a_balanced_1p1d_deployment_reads_one():
+    engine = {"p0": _counted(20), "d0": _counted(20)}
+    out = replica_summary(_pd_rows(["d0"] * 20), engine, {"p0": "prefill", "d0": "decode"})
+    assert out["replicas"]["p0"]["load_share"] == 1.0 and out["replicas"]["d0"]["load_share"] == 1.0
+    assert out["pool_load_imbalance"] == {"decode": 1.0, "prefill": 1.0}
+    assert out["replica_load_imbalance"] == 1.0         # main: 2.0
+
+
+def test_prefill_shares_from_prompt_tokens_and_an_uneven_pool():
+    engine = {"p0": {"engine_prompt_tokens": 300.0}, "p1": {"engine_prompt_tokens": 100.0},
+              "d0": _counted(10), "d1": _counted(10)}
+    out = replica_summary(_pd_rows(["d0", "d1"] * 10), engine, PD2)
+    assert out["replicas"]["p0"]["load_share"] == 0.75 and out["replicas"]["p1"]["load_share"] == 0.25
+    assert out["replicas"]["p0"]["load_share_from"] == "engine_prompt_tokens"
+    assert out["pool_load_imbalance"] == {"decode": 1.0, "prefill": 1.5}
+    assert out["replica_load_imbalance"] == 1.5          # the worse pool
+
+
+def test_prefill_shares_nothing_says_are_unknown_not_zero():
+    engine = {"p0": {"engine_waiting_mean": 0.0}, "p1": {"engine_waiting_mean": 0.0}}
+    out = replica_summary(_pd_rows(["d0", "d1", "d0", "d1"]), engine, PD2)
+    assert out["replicas"]["p0"]["load_share"] is None and out["replicas"]["p0"]["load_share_from"] == "unknown"
+    assert out["replicas"]["p0"]["requests"] is None      # no row and no counter says how many it served
+    assert out["pool_load_imbalance"] == {"decode": 1.0, "prefill": None}
+    assert out["replica_load_imbalance"] == 1.0           # over the pools whose shares are known
+    # a pool of one replica took all of its pool's work: no counter needed to say so
+    one = replica_summary(_pd_rows(["d0", "d1"]), {"p0": {}}, {"p0": "prefill", "d0": "decode", "d1": "decode"})
+    assert one["replicas"]["p0"]["load_share"] == 1.0 and one["pool_load_imbalance"]["prefill"] == 1.0
+
+
+def test_engine_values_forgotten_after_a_restart_leave_the_shares_they_gave_unknown():
+    from metrics.replicas import forget_engine_values
+
+    engine = {"p0": _counted(30, engine_prefix_cache_hit_rate=0.5), "p1": _counted(10), "d0": _counted(10),
+              "d1": _counted(10)}
+    out = replica_summary(_pd_rows(["d0", "d1"] * 10), engine, PD2)
+    assert out["replica_load_imbalance"] == 1.5
+    forget_engine_values(out)
+    assert "prefix_cache_hit_rate" not in out["replicas"]["p0"]
+    assert out["replicas"]["p0"]["load_share"] is None and out["replicas"]["d0"]["load_share"] == 0.5
+    assert out["pool_load_imbalance"] == {"decode": 1.0, "prefill": None} and out["replica_load_imbalance"] == 1.0

@@ -1,16 +1,52 @@
-"""metrics/slo.py: the SLO a run is judged by is the one its config names (the percentile too),
-and it cannot be changed under a run that holds it (mutants cosmic-ray found alive)."""
-
-from __future__ import annotations
+"""The one run-level SLO check (metrics.slo.run_meets_slo, slo_holds on a summary): failed
+requests count against the percentile, an over-saturated stop fails it.  The SLO a run is judged
+by is the one its config names (the percentile too), and it cannot be changed under a run that
+holds it (mutants cosmic-ray found alive)."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 
-from metrics.slo import SLO
+from metrics.slo import SLO, percentiles_missed, run_meets_slo, slo_holds
 from metrics.summary import summarize
 from tests.metrics.test_recompute_summary import ok_row
 from tests.telemetry_fixtures import request_table
+
+
+def test_failed_requests_count_against_the_percentile():
+    # p99: at most 1 % may fail; p99.9 of 1000 requests: exactly one may (no float slip at 100 - 99.9)
+    assert run_meets_slo([], completed=30, failed=30, percentile=99.0) == (
+        False, "30 of 60 requests failed: more than the 1% a p99 SLO allows")
+    assert run_meets_slo([], completed=99, failed=1, percentile=99.0) == (True, "")
+    assert not run_meets_slo([], completed=98, failed=2, percentile=99.0)[0]
+    assert run_meets_slo([], completed=999, failed=1, percentile=99.9) == (True, "")
+    assert not run_meets_slo([], completed=998, failed=2, percentile=99.9)[0]
+    assert run_meets_slo([], completed=50, failed=50, percentile=50.0) == (True, "")
+
+
+def test_saturated_missed_and_floor_fail_in_that_order():
+    assert run_meets_slo(["ttft"], completed=10, failed=0, percentile=99.0, saturated=True) == (False, "over-saturated")
+    assert run_meets_slo(["ttft", "e2el"], completed=10, failed=0, percentile=99.0) == (False, "missed: ttft, e2el")
+    assert run_meets_slo([], completed=0, failed=5, percentile=99.0) == (False, "no request completed")
+    assert run_meets_slo([], completed=100, failed=0, percentile=99.0, attainment=0.8,
+                         min_attainment=0.9) == (False, "attainment 0.8 < 0.9")
+
+
+def test_slo_holds_reads_a_summary_with_the_same_check():
+    s = {"slo_ttft_met": True, "slo_tpot_met": True, "completed": 30, "failed": 30, "slo_percentile": 95.0}
+    assert slo_holds(s) == (False, "30 of 60 requests failed: more than the 5% a p95 SLO allows")
+    assert slo_holds({**s, "completed": 57, "failed": 3}) == (True, "")
+    assert slo_holds({**s, "completed": 57, "failed": 3, "saturated": "backlog grows"}) == (False, "over-saturated")
+
+
+def test_percentiles_missed_names_each_slo_over_its_limit():
+    slo = SLO(ttft_ms=100, tpot_ms=10, e2el_ms=1000)
+    ttft, e2el = np.full(100, 0.05), np.full(100, 2.0)
+    assert percentiles_missed(slo, ttft, np.full(100, np.nan), e2el) == ["e2el"]    # one-token outputs pass TPOT
+    assert percentiles_missed(slo, np.empty(0), np.empty(0), np.empty(0)) == ["ttft", "e2el"]
+    assert percentiles_missed(slo, np.r_[np.full(98, 0.05), 0.2, 0.2], np.full(100, 0.005), np.full(100, 0.5)) == [
+        "ttft"]
 
 
 def test_the_configs_percentile_is_the_one_judged():

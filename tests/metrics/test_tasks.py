@@ -76,9 +76,11 @@ def test_failed_checks_retries_and_unfinished_attempts():
             call("t5", "a", 1, 0, 100, calls=2),                          # its second call never ran
             call("t6", "a", 1, 0, 100, calls=2), call("t6", "b", 1, 100, 200, parents=["a"], calls=2)]  # no check
     s = task_summary(table(rows))
-    # t6's sink b has check_ok null: not a pass; only t3 completed
-    assert (s["num_tasks"], s["completed_tasks"]) == (4, 1)
-    assert s["task_completion_rate"] == pytest.approx(0.25)
+    # t6's sink b has check_ok null: not a pass; only t3 completed; t5 was cut (its attempt is short
+    # with nothing failed in it): censored, out of the completion rate's denominator
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (4, 1, 1)
+    assert s["task_completion_rate"] == pytest.approx(1 / 3)  # 1 / (4 - 1)
+    assert s["task_censored_rate"] == pytest.approx(0.25)
     assert s["task_attempts"] == 6                       # 2 + 2 + 1 + 1
     assert s["attempts_per_completed_task"] == 6.0       # 6 / 1
     assert s["mean_task_time_ms"] == pytest.approx(300.0)  # t3: 0 to 300
@@ -134,6 +136,33 @@ def test_task_slo_good_task_tokens_and_cost_in_the_summary():
     assert s["cost_per_mtok_good_task"] == pytest.approx(1e6 * 0.1 / 60)
 
 
+def test_tasks_cut_by_the_run_end_are_censored_apart_from_failed_ones():
+    rows = [call("ok", "a", 1, 0, 100, check=True),
+            # in flight when the run stopped: cancelled, nothing failed -> censored
+            call("cut1", "a", 1, 0, 100, calls=2), call("cut1", "b", 1, 150, 180, ["a"], 2, status="cancelled"),
+            # its second call was due after the drain's end: never sent -> censored
+            call("cut2", "a", 1, 0, 100, calls=2),
+            # failed, then retried; the retry was cut -> censored (its last attempt decides)
+            call("cut3", "a", 1, 0, 100, check=False), call("cut3", "a", 2, 200, None, status="cancelled",
+                                                              out=0, done_ms=250),
+            # a cancelled row beside a failed one: the attempt failed -> not completed, not censored
+            call("bad", "a", 1, 0, 100, calls=3), call("bad", "b", 1, 120, None, ["a"], 3, status="http_error",
+                                                        out=0, done_ms=130),
+            call("bad", "c", 1, 120, 140, ["a"], 3, status="cancelled"),
+            call("bad2", "a", 1, 0, 100, check=False)]  # failed its check, no attempt left
+    s = summarize(table(rows), SLO(task_s=1.0), 0, 100 * S, cost_cfg=RENTAL)  # cost_total 0.1
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (6, 1, 3)
+    assert s["task_censored_rate"] == pytest.approx(0.5)       # 3 / 6
+    assert s["task_completion_rate"] == pytest.approx(1 / 3)   # 1 / (6 - 3): ok of ok, bad, bad2
+    assert s["task_slo_attainment"] == pytest.approx(1 / 3)    # the same denominator
+    assert s["task_attempts"] == 7                             # 1 + 1 + 1 + 2 + 1 + 1
+    assert s["attempts_per_completed_task"] == 7.0             # every attempt was spent
+    assert s["cost_per_completed_task"] == pytest.approx(0.1)  # the whole window / 1 completed
+    assert s["n_task_time"] == 1
+    every = task_summary(table([call("c", "a", 1, 0, 100, calls=2)]))  # nothing judged
+    assert every["censored_tasks"] == 1 and math.isnan(every["task_completion_rate"])
+
+
 def test_task_cost_with_nothing_completed_is_infinite():
     s = task_summary(table([call("x", "a", 1, 0, 100, check=False)]))
     c = task_cost(0.2, s)
@@ -164,20 +193,22 @@ def test_the_seeds_example_a_is_cheaper_per_completed_task_b_per_attempt():
     assert m["cost_per_task_attempt"]["per_config"]["B"]["value"] == pytest.approx(0.05)  # 1.2 / 24 attempts
     assert m["attempts_per_completed_task"]["per_config"]["A"]["value"] == pytest.approx(1.0)   # 12 / 12
     assert m["attempts_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(2.0)   # 24 / 12
-    # paired by block, B/A per completed task: 0.100/0.08, 0.104/0.08, 0.096/0.08 = 1.25, 1.30, 1.20;
-    # logs 0.22314, 0.26236, 0.18232: mean 0.22261, sd 0.04002, se 0.02311, t(0.975, 2) = 4.3027:
-    # exp(0.22261 -+ 0.09942) = [1.1311, 1.3800]; the geometric mean 1.95^(1/3) = 1.24933
+    # the difference is judged on the values shown (one definition, metrics.statistics.ratio_difference):
+    # R_B/R_A - 1 = 0.10/0.08 - 1 = +25 % exactly (a mean of per-block ratios would give 1.95^(1/3) - 1 =
+    # +24.93 %).  Interval, paired, delta on ln R: u_i = (num_i - R den_i)/(mean(den) R): A 0, 0, 0;
+    # B (0.400 - 0.4, 0.416 - 0.4, 0.384 - 0.4)/0.4 = 0, +0.04, -0.04; sd 0.04, se 0.04/sqrt(3) = 0.023094,
+    # t(0.975, 2) = 4.3027: 1.25 x exp(-+0.099367) = [1.13177, 1.38058]
     vs = per_task["vs_baseline"]["B"]
     rel = vs["difference"]["relative"]
-    assert rel["value"] == pytest.approx(0.24933, abs=1e-4)
-    assert rel["low"] == pytest.approx(0.1311, abs=1e-3) and rel["high"] == pytest.approx(0.3800, abs=1e-3)
+    assert rel["value"] == pytest.approx(0.25, abs=1e-12)
+    assert rel["low"] == pytest.approx(0.13177, abs=1e-5) and rel["high"] == pytest.approx(0.38058, abs=1e-5)
     assert vs["verdict"] == "a_better"  # lower cost is better and B is 25 % dearer per completed task
-    # per attempt the same ratios halved (0.625, 0.65, 0.60): B 37.5 % cheaper, [-43.4 %, -31.0 %]
+    # per attempt: 0.05/0.08 = 0.625, the same u: B 37.5 % cheaper, 0.625 x exp(-+0.099367) - 1
     vs = m["cost_per_task_attempt"]["vs_baseline"]["B"]
     rel = vs["difference"]["relative"]
-    assert rel["value"] == pytest.approx(0.5 * 1.24933 - 1, abs=1e-4)
-    assert rel["low"] == pytest.approx(0.5 * 1.1311 - 1, abs=1e-3)
-    assert rel["high"] == pytest.approx(0.5 * 1.3800 - 1, abs=1e-3)
+    assert rel["value"] == pytest.approx(-0.375, abs=1e-12)
+    assert rel["low"] == pytest.approx(-0.43412, abs=1e-5)
+    assert rel["high"] == pytest.approx(-0.30971, abs=1e-5)
     assert vs["verdict"] == "b_better"
     assert m["attempts_per_completed_task"]["vs_baseline"]["B"]["verdict"] == "a_better"
     text = format_comparison(ab_comparison())
@@ -212,7 +243,10 @@ def test_runs_without_tasks_compare_without_task_metrics_and_nan_does_not_crash(
     (point,) = compare_tables(groups, ["cost_per_completed_task", "p50_task_time_ms"], "A", paired=True)
     assert point["metrics"]["p50_task_time_ms"]["vs_baseline"]["B"]["difference"]["absolute"]["n"] == 2
     vs = point["metrics"]["cost_per_completed_task"]["vs_baseline"]["B"]
-    # the infinite block has no log ratio: the 2 others (1.30, 1.20) are too few to tell, at 95 %
-    assert vs["difference"]["relative"]["n"] == 2 and vs["verdict"] == "no_significant_difference"
+    # the block that completed nothing keeps its cost in the ratio of totals (the value shown):
+    # B 1.2/8 = 0.15 against A 0.08 is +87.5 %, all 3 blocks; its spread (influences 1.0, -0.46,
+    # -0.54 on ln R_B) leaves that inside the interval at 95 %
+    rel = vs["difference"]["relative"]
+    assert rel["n"] == 3 and rel["value"] == pytest.approx(0.875) and vs["verdict"] == "no_significant_difference"
     # B's estimate is still the ratio of totals: (0.40 + 0.416 + 0.384) / (0 + 4 + 4) = 0.15
     assert point["metrics"]["cost_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(0.15)

@@ -8,7 +8,8 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
-from protocols.sweep.load_search import Bisection, place_points, probe_done, saturation, slo_holds
+from metrics.slo import slo_holds
+from protocols.sweep.load_search import Bisection, place_points, probe_done, saturation
 
 
 def test_saturation_is_where_doubling_stops_paying():
@@ -85,3 +86,10 @@ def test_the_search_finds_the_fake_engines_knee(tmp_path):
     # that way and found 17.5): the answer may sit up to 20 % below the knee
     assert 16 <= found["max_load_under_slo"] == lo < 20 and hi <= 22 and hi - lo <= 0.1 * lo + 1e-9, found
     assert found["goodput_rps"] > 0 and found["cost_per_mtok_good"] > 0
+
+
+def test_slo_holds_counts_failed_requests_against_the_percentile():
+    # 30 of 60 failed: the completed ones' p99 is within the limit, the run's is not
+    half = {"slo_ttft_met": True, "completed": 30, "failed": 30, "slo_percentile": 99.0, "slo_attainment": 0.5}
+    assert slo_holds(half) == (False, "30 of 60 requests failed: more than the 1% a p99 SLO allows")
+    assert slo_holds({**half, "completed": 199, "failed": 1, "slo_attainment": 0.995}) == (True, "")

@@ -158,8 +158,9 @@ class TracePrompts:
         """(prompt, prompt_tokens, own message) of row ``i`` as a task call: its prefix path's
         tokens, then the (message, reply) pairs of its context, then its own message (the
         trace's text, or ``input_tokens`` random stable tokens; with ``task_input=total``, what
-        the prefix and context leave of ``input_tokens``).  The oldest context pairs are dropped
-        when the model's limit demands it; ValueError when the prefix and message alone do not fit."""
+        the prefix and context leave of ``input_tokens``).  As few of the oldest context pairs as
+        the model's limit demands are dropped; ValueError when the prefix and message alone do
+        not fit."""
         t = self.table
         out_n = self.output_tokens(i)
         lead = ""
@@ -167,27 +168,61 @@ class TracePrompts:
             ids = self.tree_prefix_ids(prefix_path)
             lead = self.b.text_of(len(ids), prefix_ids=ids)
         pairs = list(context)
-        has_text = t.text is not None and t.text[i] is not None
-        while True:
-            def compose(text):
-                if pairs:
-                    return [(lead + pairs[0][0], pairs[0][1]), *pairs[1:]], text
-                return [], lead + text
-            if has_text:
-                text = t.text[i]
-            elif t.task_input == "total":
-                hist, first = compose("")
-                used = self._count(hist, first) if (hist or first) else 0
-                text = self.user_text(i, max(int(t.input_tokens[i]) - used, 1))
-            else:
-                text = self.user_text(i)
-            prompt, n = self._wrap(*compose(text))
-            if not self.max_model_len or n + out_n <= self.max_model_len:
-                return prompt, n, text
-            if not pairs:
-                raise ValueError(f"{t.where_text(i)}: this call's prefix and message ({n} tokens) + {out_n} output "
-                                 f"tokens exceed engine.max_model_len={self.max_model_len}")
-            pairs.pop(0)  # like an agent with a context window: forget the oldest exchange
+        total = (t.text is None or t.text[i] is None) and t.task_input == "total"
+        own = None if total else self.user_text(i)  # its length does not depend on the context
+        built: dict[int, tuple] = {}
+
+        def build(k: int) -> tuple:
+            """The call with its oldest ``k`` pairs dropped: (prompt, tokens, own message)."""
+            if k not in built:
+                kept = pairs[k:]
+
+                def compose(text):
+                    if kept:
+                        return [(lead + kept[0][0], kept[0][1]), *kept[1:]], text
+                    return [], lead + text
+                text = own
+                if total:
+                    hist, first = compose("")
+                    used = self._count(hist, first) if (hist or first) else 0
+                    text = self.user_text(i, max(int(t.input_tokens[i]) - used, 1))
+                built[k] = (*self._wrap(*compose(text)), text)
+            return built[k]
+
+        def fits(k: int) -> bool:
+            return not self.max_model_len or build(k)[1] + out_n <= self.max_model_len
+
+        if fits(0):
+            return build(0)
+        m = len(pairs)
+        if not fits(m):
+            raise ValueError(f"{t.where_text(i)}: this call's prefix and message ({build(m)[1]} tokens) + {out_n} "
+                             f"output tokens exceed engine.max_model_len={self.max_model_len}")
+        # Like an agent with a context window, forget the oldest exchanges, as few as fit.  Counting
+        # the whole prompt again after each drop is quadratic in the context (agent histories run
+        # to 70k tokens): each pair is counted once, the cut estimated from those counts, and a few
+        # whole-prompt counts around the estimate find it exactly (fewer tokens with more dropped).
+        over = build(0)[1] + out_n - self.max_model_len
+        sizes: list[int] = []  # the oldest pairs' counts, in growing batches until they cover ``over``
+        while len(sizes) < m and sum(sizes) < over:
+            sizes += self.b.count_texts([u + a for u, a in pairs[len(sizes):2 * len(sizes) + 8]])
+        k = min(int(np.searchsorted(np.cumsum(sizes), over)) + 1, m)  # the fewest whose counts cover it
+        lo, hi = 0, m  # lo: the most known not to fit; hi: the fewest known to fit
+        step = 1
+        if fits(k):  # gallop down to a pair count that does not fit, ...
+            hi = k
+            while hi - step > lo and fits(hi - step):
+                hi, step = hi - step, step * 2
+            lo = max(lo, hi - step)
+        else:  # ... or up to one that does
+            lo = k
+            while lo + step < hi and not fits(lo + step):
+                lo, step = lo + step, step * 2
+            hi = min(hi, lo + step)
+        while hi - lo > 1:  # then halve the bracket
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        return build(hi)
 
     # --- session turns --------------------------------------------------------------------
     def turn(self, i: int, history: list[tuple[str, str]]):

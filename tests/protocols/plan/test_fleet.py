@@ -5,7 +5,7 @@ that add up, and extrapolation flagged."""
 import numpy as np
 import pytest
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan.capacity import ConfigCapacity
 from protocols.plan.fleet import FleetSimulation, ReplicaModel
@@ -26,7 +26,7 @@ def test_a_lone_request_is_served_as_the_lightest_point_says():
     assert res["p50_ttft_ms"] == pytest.approx(100.0)
     assert res["slo_attainment"] == 1.0 and res["outside_measurements_share"] == 0.0
     # one replica paid for the whole window, idle but for the request's 0.1 + 10 x 0.01 s
-    assert res["replica_seconds"] == pytest.approx(10.0)
+    assert res["paid_replica_seconds"] == pytest.approx(10.0)
     assert res["idle_replica_seconds"] == pytest.approx(10.0 - 0.2)
 
 
@@ -72,8 +72,25 @@ def test_scale_up_serves_after_the_cold_start_and_scale_down_drains():
     assert not (sim.served_by[times < second.ready_at] == 1).any()      # nothing before it serves
     assert (sim.served_by == 1).any()
     # paid: 1 replica all along plus the second from its decision to its stop
-    assert res["replica_seconds"] == pytest.approx(300 + second.stopped_at - second.paid_from)
+    assert res["paid_replica_seconds"] == pytest.approx(300 + second.stopped_at - second.paid_from)
     assert res["starting_replica_seconds"] == pytest.approx(20.0)
+    assert res["replicas_max"] == 2
+
+
+def test_a_replica_taken_out_while_busy_is_billed_as_draining_not_starting():
+    cap = capacity(blocks=(0,), cold=20.0)
+    # two replicas; a long request on each (at 1 s and 2 s); at 5 s the policy wants one: the
+    # second leaves the router with its request in flight and drains until it is done
+    pol = ScalingPolicy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, scale_down_delay_s=0,
+                        min_replicas=1, max_replicas=2)
+    sim = FleetSimulation(traffic([1.0, 2.0], 30, out=1001), cap, pol, SLO_1S, initial=2)
+    res = sim.run()
+    done = sim.arrived[1] + sim.ttft[1] + sim.tpot[1] * 1000       # the second request's end
+    assert sim.served_by[1] == 1 and sim.replicas[1].stopped_at == pytest.approx(done) and done > 5.0
+    assert res["starting_replica_seconds"] == 0.0                  # nothing was started
+    assert res["serving_replica_seconds"] == pytest.approx(2 * 5 + 1 * 25)
+    assert res["draining_replica_seconds"] == pytest.approx(done - 5.0)
+    assert res["paid_replica_seconds"] == pytest.approx(35 + done - 5.0)
     assert res["replicas_max"] == 2
 
 

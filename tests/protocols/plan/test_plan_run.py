@@ -3,6 +3,7 @@ with intervals, a cheapest config, SLOs and policy variants side by side, the pa
 bad inputs a user can give, each named."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -61,10 +62,10 @@ def test_plan_two_configs_two_slos_and_a_variant(tmp_path, experiment):
         cost = doc["candidates"][name]["cost"]
         hourly = cost["hourly_per_host"] * cost["num_hosts"] + cost["hourly_per_gpu"] * cost["num_gpus"]
         assert e["metrics"]["cost_total"]["value"] == pytest.approx(
-            e["metrics"]["replica_seconds"]["value"] / 3600 * hourly)
+            e["metrics"]["paid_replica_seconds"]["value"] / 3600 * hourly)
     # the slower config needs more replicas for the same traffic
-    assert (base["configs"]["slow"]["metrics"]["replica_seconds"]["value"]
-            > base["configs"]["fast"]["metrics"]["replica_seconds"]["value"])
+    assert (base["configs"]["slow"]["metrics"]["paid_replica_seconds"]["value"]
+            > base["configs"]["fast"]["metrics"]["paid_replica_seconds"]["value"])
     assert base["cheapest"]["ranking"][0] == "fast"
     assert doc["answers"]["replicas"]["fast"]["peak"] >= 2
     assert len(doc["answers"]["slos"]) == 2 and doc["answers"]["variants"][0]["variant"] == "fast_start"
@@ -87,9 +88,16 @@ def test_nothing_plannable_is_an_error(tmp_path, experiment):
 def test_a_policy_that_cannot_keep_up_is_said(tmp_path, experiment):
     _, doc = _plan(tmp_path, experiment, "deployment.autoscale.max_replicas=1", "protocol.resamples=0")
     assert any("cannot keep up" in w for w in doc["warnings"])
-    # the slower config (capacity 10 req/s at this SLO) falls behind a 13 req/s peak; the faster does not
-    assert any("could not keep up" in w for w in doc["plans"][0]["configs"]["slow"]["warnings"])
-    assert not any("could not keep up" in w for w in doc["plans"][0]["configs"]["fast"]["warnings"])
+    # the slower config (capacity 8.3 req/s at this SLO) falls behind a 13 req/s peak; the faster
+    # (16.7 req/s: block 0's 20 req/s run lost 2 of its 58 requests, more than a p99 allows) keeps
+    # up with the peak but for a few seconds of Poisson bursts
+    assert [c["capacity"]["mean"] for c in doc["plans"][0]["configs"].values()] == pytest.approx([50 / 3, 25 / 3])
+    assert not any("fast:" in w and "cannot keep up" in w for w in doc["warnings"])
+
+    def behind(name):
+        w = [w for w in doc["plans"][0]["configs"][name]["warnings"] if "could not keep up" in w]
+        return float(re.search(r"for ([0-9.]+) s", w[0]).group(1)) if w else 0.0
+    assert behind("slow") > 30 and behind("fast") <= 10
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan.fleet import FleetSimulation
 from protocols.plan.run import costs
@@ -32,7 +32,7 @@ cost_st = st.fixed_dictionaries({"model": st.just("rental"), "num_gpus": st.inte
 @given(st.one_of(st.none(), cost_st), st.integers(0, 10**6), st.integers(1, 10**6),
        st.one_of(st.just(0), st.integers(1, 10**9)), st.integers(0, 10**5))
 def test_plan_costs_agree_with_the_plain_implementation(cost, replica_s, window_s, good, over_s):
-    res = {"replica_seconds": float(replica_s), "window_s": float(window_s), "output_tokens_good": float(good),
+    res = {"paid_replica_seconds": float(replica_s), "window_s": float(window_s), "output_tokens_good": float(good),
            "overprovisioned_replica_seconds": float(over_s)}
     got = costs(SimpleNamespace(cost=cost), res, ScalingPolicy(capacity_rps=1.0))
     want = plan_costs_by_hand(cost, replica_s, window_s, good, over_s)
@@ -42,7 +42,7 @@ def test_plan_costs_agree_with_the_plain_implementation(cost, replica_s, window_
 def test_no_good_tokens_cost_infinity_per_million():
     cost = {"model": "rental", "num_gpus": 2, "hourly_per_gpu": 1.5, "num_hosts": 1, "hourly_per_host": 0.0,
             "extra_hourly": {"router": 0.5}}
-    res = {"replica_seconds": 7200.0, "window_s": 3600.0, "output_tokens_good": 0.0,
+    res = {"paid_replica_seconds": 7200.0, "window_s": 3600.0, "output_tokens_good": 0.0,
            "overprovisioned_replica_seconds": 1800.0}
     got = costs(SimpleNamespace(cost=cost), res, ScalingPolicy(capacity_rps=1.0))
     assert got["cost_total"] == pytest.approx(2 * 3.0 + 0.5)        # two replica-hours at 3.0, one router hour
@@ -58,7 +58,7 @@ def test_a_simulated_windows_replica_seconds_recount_replica_by_replica():
     sim = FleetSimulation(traffic(times, 300), cap, pol, SLO(ttft_ms=1000, tpot_ms=100))
     res = sim.run()
     paid = sum(min(r.stopped_at if r.stopped_at is not None else 300.0, 300.0) - r.paid_from for r in sim.replicas)
-    assert len(sim.replicas) >= 2 and res["replica_seconds"] == pytest.approx(paid, rel=1e-12)
+    assert len(sim.replicas) >= 2 and res["paid_replica_seconds"] == pytest.approx(paid, rel=1e-12)
     good = res["output_tokens_good"]
     cost = {"model": "rental", "num_gpus": 1, "hourly_per_gpu": 2.0, "num_hosts": 1, "hourly_per_host": 0.0}
     got = costs(SimpleNamespace(cost=cost), res, pol)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.commands.track import main
-from protocols.track.verdicts import OUTCOMES
+from protocols.track.verdicts import CANNOT_JUDGE
 
 FIXED = {"model": "tiny", "model_revision": None, "tokenizer_sha256": "abc", "weight_dtype": "bfloat16",
          "kv_cache_dtype": "auto", "quantization": "none", "sampling": {"api": "completions"},
@@ -20,9 +20,11 @@ FIXED = {"model": "tiny", "model_revision": None, "tokenizer_sha256": "abc", "we
 
 
 def log_experiment(uri, tmp_path, name, version, ttft_ms, tput, track="nightly", n=4, fixed=None, seed=0,
-                   load_points=(4,), track_version=None):
-    """One tracked experiment: ``n`` repeats of one load point, TTFT p99 around ``ttft_ms`` and
-    throughput around ``tput`` (a 1 % spread between repeats, drawn from ``seed``)."""
+                   load_points=(4,), track_version=None, cost=1.0):
+    """One tracked experiment: ``n`` repeats of one load point, TTFT p99 around ``ttft_ms``,
+    throughput around ``tput`` and the window's cost around ``cost`` for 1e6 good tokens (a 1 %
+    spread between repeats, drawn from ``seed``); each run's ``cost_per_mtok_good`` as the
+    summary writes it."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
@@ -32,7 +34,10 @@ def log_experiment(uri, tmp_path, name, version, ttft_ms, tput, track="nightly",
     rows = [{"config": "", "label": "rate=4", "repeat": r, "role": "point", "offered_load": 4.0,
              "p99_ttft_ms": ttft_ms * (1 + 0.01 * rng.standard_normal()),
              "output_throughput": tput * (1 + 0.01 * rng.standard_normal()),
-             "cost_total": 1.0, "good_output_tokens": 1e6 * (1 + 0.01 * rng.standard_normal())} for r in range(n)]
+             "cost_total": cost * (1 + 0.01 * rng.standard_normal()),
+             "good_output_tokens": 1e6 * (1 + 0.01 * rng.standard_normal())} for r in range(n)]
+    for row in rows:
+        row["cost_per_mtok_good"] = 1e6 * row["cost_total"] / row["good_output_tokens"]
     folder = tmp_path / "src" / name / version
     folder.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), folder / "runs.parquet")
@@ -75,6 +80,10 @@ def test_the_gate_stops_on_the_slower_version_and_passes_the_others(tmp_path, st
     found = {f["metric"]: f for f in doc["comparison"]["findings"]}
     assert found["p99_ttft_ms"]["outcome"] == "improved"
     assert found["output_throughput"]["outcome"] == "no significant change"
+    # the cost verdict is judged on the ratio of totals it shows
+    cost = found["cost_per_mtok_good"]
+    assert cost["outcome"] == "no significant change"
+    assert cost["relative"] == pytest.approx(cost["newest"] / cost["baseline"] - 1, rel=1e-9)
     # the history marks where the change came and went (experiment 4, then 5)
     changes = [(c["index"], c["metric"], c["outcome"]) for c in doc["history"]["changes"]]
     assert changes == [(3, "p99_ttft_ms", "regressed"), (4, "p99_ttft_ms", "improved")]
@@ -126,22 +135,36 @@ def test_names_and_versions(tmp_path, capsys):
     assert track(tmp_path, uri, "--baseline", "window:0") == 2
 
 
-def test_one_run_per_experiment_is_not_enough_data(tmp_path):
+def test_one_run_per_experiment_cannot_be_judged_and_the_gate_fails_closed(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     log_experiment(uri, tmp_path, "bench", "0.0", 100, 50, n=1)
     log_experiment(uri, tmp_path, "bench", "0.1", 200, 50, n=1, seed=1)
-    assert track(tmp_path, uri, "--gate") == 0  # no interval: no verdict, so the gate cannot stop on it
+    assert track(tmp_path, uri, "--gate") == 3  # no interval: no verdict, and that is no pass
+    assert "cannot judge: p99_ttft_ms at rate=4: no interval" in capsys.readouterr().err
     doc = json.loads((tmp_path / "out" / "track.json").read_text())
-    assert {f["outcome"] for f in doc["comparison"]["findings"]} == {OUTCOMES["insufficient_data"]}
+    assert {f["outcome"] for f in doc["comparison"]["findings"]} == {CANNOT_JUDGE}
+    assert track(tmp_path, uri) == 0  # without the gate: a record, exit 0
+
+
+def test_a_dearer_build_fails_the_gate_on_its_cost(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    log_experiment(uri, tmp_path, "bench", "0.0", 100, 50)
+    log_experiment(uri, tmp_path, "bench", "0.1", 100, 50, seed=1, cost=1.3)
+    assert track(tmp_path, uri, "--gate") == 1
+    assert "regressed: cost_per_mtok_good at rate=4: +" in capsys.readouterr().err
+    f = {f["metric"]: f for f in json.loads((tmp_path / "out" / "track.json").read_text())["comparison"]["findings"]}
+    c = f["cost_per_mtok_good"]
+    assert c["outcome"] == "regressed" and c["relative"] == pytest.approx(c["newest"] / c["baseline"] - 1, rel=1e-9)
+    assert c["relative"] == pytest.approx(0.3, abs=0.03)
 
 
 def test_bonferroni_widens_every_interval_of_the_gate(tmp_path, store):
-    assert track(tmp_path, store, "--adjust", "bonferroni") == 0
+    assert track(tmp_path, store) == 0  # bonferroni is the default
     doc = json.loads((tmp_path / "out" / "track.json").read_text())
     c = doc["comparison"]
     assert c["adjust"] == "bonferroni" and c["difference_confidence"] == pytest.approx(1 - 0.05 / len(c["metrics"]))
     plain = doc["comparison"]["findings"]
-    assert track(tmp_path, store) == 0
+    assert track(tmp_path, store, "--adjust", "none") == 0
     each = json.loads((tmp_path / "out" / "track.json").read_text())["comparison"]["findings"]
     for a, b in zip(plain, each):  # the adjusted interval holds the unadjusted one
         if a["low"] is not None:

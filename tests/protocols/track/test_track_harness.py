@@ -21,8 +21,10 @@ def test_two_tracked_experiments_and_their_comparison(tmp_path, mlflow_uri, toke
                      f"track_version={version}", "report.enabled=false")
             assert p.returncode == 0, p.stdout + p.stderr
     out = tmp_path / "track"
-    assert main(["nightly", "--tracking-uri", mlflow_uri, "--out", str(out), "--gate"]) in (0, 1)
+    # two builds of the same server: the gate passes, every metric judged, nothing regressed
+    assert main(["nightly", "--tracking-uri", mlflow_uri, "--out", str(out), "--gate"]) == 0
     doc = json.loads((out / "track.json").read_text())
+    assert doc["comparison"]["regressions"] == [] and doc["comparison"]["unjudged"] == []
     assert [e["version"] for e in doc["history"]["experiments"]] == ["build-1", "build-2"]
     assert [e["name"] for e in doc["history"]["experiments"]] == ["e0", "e1"]
     assert doc["comparison"]["baseline"][0]["version"] == "build-1"
@@ -30,4 +32,8 @@ def test_two_tracked_experiments_and_their_comparison(tmp_path, mlflow_uri, toke
     # two repeats each: every default metric got an interval and an outcome
     assert all(f["outcome"] != "not enough data" for f in doc["comparison"]["findings"]
                if f["metric"] in ("output_throughput", "p99_ttft_ms"))
+    # the cost verdict is exercised: judged on the ratio of totals it shows
+    cost = {f["metric"]: f for f in doc["comparison"]["findings"]}["cost_per_mtok_good"]
+    assert cost["outcome"] != "not enough data"
+    assert cost["relative"] == pytest.approx(cost["newest"] / cost["baseline"] - 1, rel=1e-9)
     assert (out / "track.html").exists()

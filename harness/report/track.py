@@ -59,14 +59,24 @@ def figures(hist: dict, metrics: list[str]) -> list[style.Fig]:
 
 
 def _change_text(c: dict) -> str:
-    return f"{c['outcome']}: {c['relative'] * 100:+.1f} % [{c['low'] * 100:+.1f} %, {c['high'] * 100:+.1f} %]"
+    return f"{c['outcome']}: {_diff(c, c['relative'])} [{_diff(c, c['low'])}, {_diff(c, c['high'])}]"
+
+
+def _diff(f: dict, x) -> str:
+    """A difference as judged: relative in %, absolute (a side was 0) in points for a share."""
+    if x is None:
+        return "n/a"
+    if f.get("judged") == "absolute":
+        return f"{x * 100:+.1f} points" if not f.get("unit") else f"{x:+.4g}"
+    return f"{x * 100:+.1f} %"
 
 
 def verdict_table(result: dict) -> str:
     rows = [[esc(f["label"]), esc(f["metric"]), esc(fmt(f["baseline"])), esc(fmt(f["newest"])),
-             esc("n/a" if f["relative"] is None else f"{f['relative'] * 100:+.1f} %"),
-             esc("n/a" if f["low"] is None else f"[{f['low'] * 100:+.1f} %, {f['high'] * 100:+.1f} %]"),
-             f"<b>{esc(f['outcome'])}</b>" if f["outcome"] in ("regressed", "improved") else esc(f["outcome"])]
+             esc(_diff(f, f["relative"]) + (" (absolute)" if f["judged"] == "absolute" else "")),
+             esc("n/a" if f["low"] is None else f"[{_diff(f, f['low'])}, {_diff(f, f['high'])}]"),
+             f"<b>{esc(f['outcome'])}</b>" if f["outcome"] in ("regressed", "improved", "cannot judge")
+             else esc(f["outcome"])]
             for f in result["findings"]]
     base = ", ".join(f"{b['version']} ({b['name']})" for b in result["baseline"])
     head = (f"<p>Newest: <b>{esc(result['newest']['version'])}</b> ({esc(result['newest']['name'])}); baseline "
@@ -77,7 +87,9 @@ def verdict_table(result: dict) -> str:
 
 
 def _adjusted(result: dict) -> str:
-    return " (bonferroni over the point's metrics)" if result.get("adjust") == "bonferroni" else ""
+    if result.get("adjust") == "bonferroni":
+        return f" (Bonferroni over the {result.get('family')} verdicts: metrics x load points)"
+    return " (no correction over the verdicts)"
 
 
 def history_table(hist: dict) -> str:

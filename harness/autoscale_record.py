@@ -1,5 +1,5 @@
 """Live autoscaling in a load point (``deployment.autoscale.enabled``): the ``LiveScaler``
-(``engines.scaling``) runs while the point's load runs, and what it did reaches the run's files.
+(``engines.live_scaler``) runs while the point's load runs, and what it did reaches the run's files.
 
 - ``start(s, p)`` before the load (decisions timed from the load's start, the dispatcher's
   t0), ``stop(s, p)`` after it (replicas being started or stopped are waited for);
@@ -8,10 +8,13 @@
   unwatched before it is taken out;
 - ``telemetry.parquet`` gets the series ``source = 'deployment'``, ``name =
   'replicas_serving'`` and ``'replicas_wanted'``, at every decision and every change;
-- ``record(s, p)`` writes ``autoscale.json`` (the policy, every decision, every replica start
-  and stop, ``replica_seconds`` over the window, times in seconds from the load's start),
-  gives ``summary.json`` its keys (``metrics.autoscale``) and brings the provenance's
-  deployment, replicas and router up to date (the replicas started and stopped so far).
+- ``record(s, p)`` writes ``autoscale.json`` (the policy, every decision, failed read, replica
+  start and stop, the bill over the window: ``starting_replica_seconds``,
+  ``serving_replica_seconds``, ``draining_replica_seconds`` and their sum
+  ``paid_replica_seconds``, times in seconds from the load's start), gives ``summary.json``
+  the same keys (``metrics.autoscale_bill``; its cost bills ``paid_replica_seconds``) and brings
+  the provenance's deployment, replicas and router up to date (the replicas started and
+  stopped so far).
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from engines.deployment import Member
-from engines.scaling import LiveScaler
+from engines.live_scaler import LiveScaler
 from harness import results_io
-from metrics.autoscale import replica_figures
+from metrics.autoscale_bill import replica_figures
 
 SOURCE = "deployment"
 perf_ns = time.perf_counter_ns
@@ -72,26 +75,32 @@ def stop(s, p) -> None:
 
 
 def figures(s, p) -> dict:
-    """``metrics.autoscale``'s figures over the point's window (empty: autoscaling is off)."""
+    """``metrics.autoscale_bill``'s figures over the point's window (empty: autoscaling is off): the
+    replicas serving, and those the point's scaler started and drained, all paid for."""
     if not enabled(s):
         return {}
-    return replica_figures(s.engine.serving_log, p.window_open_ns, p.window_close_ns)
+    return _figures(s, p, p.window_open_ns, p.window_close_ns)
+
+
+def _figures(s, p, start_ns: int, end_ns: int) -> dict:
+    scaler = getattr(p, "scaler", None)
+    starting, draining = scaler.paid_intervals(end_ns) if scaler is not None else ([], [])
+    return replica_figures(s.engine.serving_log, start_ns, end_ns, starting, draining)
 
 
 def _over_load(s, p) -> dict | None:
     a, b = p.stats.get("start_ns"), p.stats.get("end_ns")
     if not a or not b or b <= a:
         return None
-    fig = replica_figures(s.engine.serving_log, a, b)
-    return {"start_s": 0.0, "end_s": (b - a) / 1e9, "replica_seconds": fig.pop("replica_seconds_serving"), **fig}
+    return {"start_s": 0.0, "end_s": (b - a) / 1e9, **_figures(s, p, a, b)}
 
 
 def record(s, p) -> None:
-    """``autoscale.json`` in the run folder, and the summary's autoscale keys."""
+    """``autoscale.json`` in the run folder (the summary's autoscale keys are ``figures``, which
+    ``harness.point.summarise`` adds)."""
     if not enabled(s):
         return
     fig = figures(s, p)
-    p.summary.update(fig)
     scaler = getattr(p, "scaler", None)
     rec = scaler.record() if scaler is not None else {
         "policy": asdict(ScalingPolicy.from_config(s.cfg.deployment.autoscale)), "decisions": [], "starts": [],
@@ -113,16 +122,22 @@ def record(s, p) -> None:
                    "window_s": (p.window_close_ns - p.window_open_ns) / 1e9,
                    "what": "the point's observation window, the one its cost counts: from where it opened "
                            "(the deployment's start, or the previous point's close) to its close"},
-        "replica_seconds": fig["replica_seconds_serving"],
-        "replica_seconds_what": "the integral of the replicas serving (behind the router) over the window; the "
-                                "replicas the deployment started with count from its start",
-        **{k: v for k, v in fig.items() if k != "replica_seconds_serving"},
+        **fig,
+        "bill_what": {
+            "starting_replica_seconds": "replicas the scaler started, from the decision to their joining the "
+                                        "router (provision_s and the cold start), or to their start's failure",
+            "serving_replica_seconds": "the integral of the replicas serving (behind the router); the replicas "
+                                       "the deployment started with count from its start",
+            "draining_replica_seconds": "replicas scaled down, from leaving the router to their process's stop",
+            "paid_replica_seconds": "their sum: what the cost bills (summary.json cost_replica_seconds)"},
         # the same over the load alone (its first send to its end), as a plan over the trace counts it
         "load": _over_load(s, p),
         "serving": [{"t_s": rel(t), "replicas": n} for t, n in s.engine.serving_log],
         "decisions": [times(d) for d in rec["decisions"]],
         "starts": [times(e) for e in rec["starts"]],
         "stops": [times(e) for e in rec["stops"]],
+        "failed_reads": [times(e) for e in rec.get("failed_reads", [])],
+        "backoff": rec.get("backoff"),
         "errors": rec["errors"],
     }
     results_io.write_json(p.run_dir / "autoscale.json", out)

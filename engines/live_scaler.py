@@ -1,6 +1,6 @@
 """Live autoscaling of a real deployment (``deployment.autoscale.enabled``): while a load runs,
 ``LiveScaler`` reads the policy's signal every ``interval_s``, asks ``Autoscaler.decide``
-(``engines.autoscaling``: the same policy the fleet plan simulates) how many replicas to
+(``engines.autoscale_policy``: the same policy the fleet plan simulates) how many replicas to
 have, and starts or stops real replicas of the ``Deployment`` (``engines.deployment``).
 
 Signals, read as an HPA or KEDA on Prometheus reads them:
@@ -13,19 +13,32 @@ Signals, read as an HPA or KEDA on Prometheus reads them:
   ``running + waiting`` (``vllm:num_requests_running`` + ``vllm:num_requests_waiting``, or
   SGLang's, from their ``/metrics``).
 
+A failed read is not a reading: a metrics page that did not answer, a replica's page
+without its running count, a router page without its request counter (after the first
+reading: before the load a router that has routed nothing has no such series) is recorded
+(``failed_reads``), the decision is held (no scale-up, no scale-down: ``held`` in the
+decision) and the next read backs off: the k-th failure in a row waits ``interval_s x 2^k``
+(at most ``MAX_BACKOFF`` intervals) instead of one interval.
+
 Replicas counted as ``current`` are those serving plus those starting, from the decision
 that asked for them on (a replica on its way is not asked for twice); a replica being taken
 out or drained is neither.  Scale-up, each replica in its
 own thread so the loop keeps deciding: ``provision_s``, then its process starts (``engine-
 r<k>.log``, its own port and placement entry), is healthy and warmed up, and is added to the
-router.  Scale-down, the newest serving replica first, never the last one serving: removed
-from the router, then drained (its ``running + waiting`` at 0, at most ``drain_timeout_s``),
-then stopped.  Names are never reused: ``r2`` is the replica started after ``r0`` and ``r1``,
-whichever placement entry it takes.
+router.  A scale-up that fails is retried under the same name (it served nothing, so no
+request row names it) once its back-off is over, ``interval_s x 2^k`` after the k-th failure
+in a row (at most ``MAX_BACKOFF`` intervals); until then scale-ups are held.  Scale-down, the
+newest serving replica first, never the last one serving: removed from the router, then
+drained (its ``running + waiting`` at 0, at most ``drain_timeout_s``), then stopped.  Names of
+replicas that served are never reused: ``r2`` is the replica started after ``r0`` and
+``r1``, whichever placement entry it takes.
 
-Every decision, replica start and stop is kept (``record()``), with times in perf_counter_ns;
-the harness writes them as ``autoscale.json`` and as the ``deployment`` series of
-``telemetry.parquet`` (``harness.autoscale``).
+Every decision, failed read, replica start and stop is kept (``record()``), with times in
+perf_counter_ns; ``paid_intervals()`` gives what each start and stop was paid for (a start
+from its decision to its joining the router, or to its failure; a drain from its leaving the
+router to its stop), which ``metrics.autoscale_bill`` bills.  The harness writes them as
+``autoscale.json`` and as the ``deployment`` series of ``telemetry.parquet``
+(``harness.autoscale_record``).
 """
 
 from __future__ import annotations
@@ -37,10 +50,20 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 
-from engines.autoscaling import Autoscaler, ScalingPolicy
+from engines.autoscale_policy import Autoscaler, ScalingPolicy
 from engines.base import EngineError
 
 perf_ns = time.perf_counter_ns
+MAX_BACKOFF = 8  # intervals: the longest wait after failed reads or failed scale-ups
+
+
+class ReadFailed(Exception):
+    """The policy's signal could not be read (the reason is the message)."""
+
+
+def backoff_s(policy: ScalingPolicy, failures: int) -> float:
+    """The wait after the ``failures``-th failure in a row: interval_s x 2^failures, capped."""
+    return policy.interval_s * min(2 ** failures, MAX_BACKOFF)
 
 
 class CounterWindow:
@@ -67,17 +90,23 @@ class CounterWindow:
         return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
 
 
-def routed_requests(deployment) -> float | None:
-    """The router's count of requests routed so far (None: its metrics page did not answer)."""
-    return deployment.router.requests_total()
+def routed_requests(deployment) -> tuple[float | None, str | None]:
+    """The router's count of requests routed so far, ``(value, None)``; ``(None, why)`` where its
+    metrics page did not answer; ``(0.0, why)`` where it answered without the counter
+    (``Router.requests_read``)."""
+    return deployment.router.requests_read()
 
 
 def in_flight(deployment) -> float:
-    """Requests running or waiting, summed over the replicas serving (their engines' ``/metrics``)."""
+    """Requests running or waiting, summed over the replicas serving (their engines' ``/metrics``);
+    ReadFailed naming the replica whose page did not answer or has no running count."""
     total = 0.0
     for r in list(deployment.replicas):
         values = r.server_metrics() if r.server_metric_map else {}
-        total += values.get("running", 0.0) + values.get("waiting", 0.0)
+        if "running" not in values:
+            raise ReadFailed(f"replica {r.replica}: no running count from its /metrics (the page did not answer, "
+                             "or lacks the engine's running-requests gauge)")
+        total += values["running"] + values.get("waiting", 0.0)
     return total
 
 
@@ -91,7 +120,8 @@ class LiveScaler:
 
     def __init__(self, deployment, policy: ScalingPolicy, drain_timeout_s: float = 60.0,
                  on_serving: Callable | None = None, on_leaving: Callable | None = None,
-                 on_count: Callable | None = None, arrivals: Callable[[], float | None] | None = None,
+                 on_count: Callable | None = None,
+                 arrivals: Callable[[], float | tuple[float | None, str | None] | None] | None = None,
                  queue: Callable[[], float] | None = None):
         self.deployment = deployment
         self.policy = policy
@@ -109,6 +139,12 @@ class LiveScaler:
         self.starts: list[dict] = []      # every replica start: requested/process/healthy/ready/added ns
         self.stops: list[dict] = []       # every replica stop: requested/removed/drained/stopped ns
         self.errors: list[str] = []
+        self.failed_reads: list[dict] = []  # every read that failed: t_ns, signal, error, retry_in_s
+        self.read_failures = 0            # failed reads in a row
+        self.read_at_ns = 0               # no read before (the back-off after failed reads)
+        self.up_failures = 0              # failed scale-ups in a row
+        self.up_at_ns = 0                 # no scale-up before (the back-off after a failed one)
+        self._retry: list[str] = []       # names of replicas whose start failed, to retry under
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
         self._workers: list[threading.Thread] = []
@@ -132,37 +168,75 @@ class LiveScaler:
         else:
             t0 = perf_ns()
         self.origin_ns = t0
-        self._read(t0)
+        try:
+            self._read(t0)
+        except Exception as e:  # noqa: BLE001 - the window's base is read again at the next decision
+            self._failed_read(t0, _why(e))
         self.on_count(t0, len(self.deployment.replicas), self.wanted)
-        due = t0 / 1e9 + self.policy.interval_s
+        due = max(t0 / 1e9 + self.policy.interval_s, self.read_at_ns / 1e9)
         while not self._stop.wait(max(due - perf_ns() / 1e9, 0.0)):
-            due += self.policy.interval_s
             try:
                 self.tick(perf_ns())
             except Exception as e:  # noqa: BLE001 - one bad reading must not end the scaling
                 self.errors.append(f"{type(e).__name__}: {e}")
                 print(f"autoscale: {e}", file=sys.stderr, flush=True)
+            due = max(due + self.policy.interval_s, self.read_at_ns / 1e9)
 
     def _read(self, now_ns: int) -> float:
-        """The policy's signal now (requests/s over the window, or requests in flight)."""
+        """The policy's signal now (requests/s over the window, or requests in flight); ReadFailed
+        where it could not be read."""
         if self.policy.signal == "queue":
-            return float(self.queue())
-        count = self.arrivals()
-        if count is not None:
-            self.window.add(now_ns / 1e9, float(count))
+            value = self.queue()
+            if value is None:
+                raise ReadFailed("requests in flight: no reading")
+            return float(value)
+        got = self.arrivals()
+        count, why = got if isinstance(got, tuple) else (got, None)
+        if count is None:
+            raise ReadFailed(why or "the router's request counter: no reading")
+        if why is not None and self.window.readings:
+            # the page answered without the counter after the first reading: renamed or gone,
+            # not "nothing routed" (a zero here would read as no arrivals and never scale up)
+            raise ReadFailed(why)
+        self.window.add(now_ns / 1e9, float(count))
         return self.window.rate()
 
+    def _failed_read(self, now_ns: int, why: str) -> float:
+        self.read_failures += 1
+        wait = backoff_s(self.policy, self.read_failures)
+        self.read_at_ns = now_ns + int(wait * 1e9)
+        self.failed_reads.append({"t_ns": now_ns, "signal": self.policy.signal, "error": why, "retry_in_s": wait})
+        print(f"autoscale: the {self.policy.signal} signal could not be read ({why}); decision held, next read in "
+              f"{wait:g} s", file=sys.stderr, flush=True)
+        return wait
+
     def tick(self, now_ns: int) -> int:
-        """One decision: read the signal, decide, start or stop replicas (in their own threads)."""
-        value = self._read(now_ns)
+        """One decision: read the signal, decide, start or stop replicas (in their own threads).
+        A failed read holds the decision (module doc)."""
+        try:
+            value, held = self._read(now_ns), None
+            self.read_failures = 0
+        except Exception as e:  # noqa: BLE001 - any failed read holds the decision, none ends the scaling
+            value, held = None, _why(e)
+            self._failed_read(now_ns, held)
         with self._lock:
             staying = [r for r in self.deployment.replicas if r.replica not in self._leaving]
             serving, starting = len(staying), len(self.deployment.starting) + self._asked
             current = serving + starting
-            to = self.autoscaler.decide((now_ns - (self.origin_ns or now_ns)) / 1e9, value, current)
-            self.wanted = to
-            self.decisions.append({"t_ns": now_ns, "from": current, "to": to, "value": value,
-                                   "serving": serving, "starting": starting, "leaving": len(self._leaving)})
+            if held is not None:
+                to = current
+            else:
+                to = self.autoscaler.decide((now_ns - (self.origin_ns or now_ns)) / 1e9, value, current)
+                self.wanted = to
+                if to > current and now_ns < self.up_at_ns:
+                    held = (f"scale-up to {to} held: backing off after {self.up_failures} failed start(s), "
+                            f"until {(self.up_at_ns - now_ns) / 1e9:.3g} s from now")
+                    to = current
+            decision = {"t_ns": now_ns, "from": current, "to": to, "value": value,
+                        "serving": serving, "starting": starting, "leaving": len(self._leaving)}
+            if held is not None:
+                decision.update(held=held, wanted=self.wanted)
+            self.decisions.append(decision)
             if to != current:
                 unit = " req/s" if self.policy.signal == "utilisation" else " in flight"
                 print(f"autoscale: {current} -> {to} replicas ({self.policy.signal} signal {value:.3g}{unit}, "
@@ -191,33 +265,54 @@ class LiveScaler:
         self.starts.append(event)
         with self._lock:  # from asked to starting in one step: no decision counts it twice, nor misses it
             self._asked -= 1
+            name = self._retry.pop(0) if self._retry else None
             try:
-                eng = dep.new_replica()
+                eng = dep.new_replica(name) if name is not None else dep.new_replica()
             except EngineError as e:
                 event["error"] = str(e)
                 self.errors.append(str(e))
+                self._start_failed(event, name)
                 return
         event["replica"] = eng.replica
+        if name is not None:
+            event["retry"] = self.up_failures  # the failed starts before this one, in a row
         event["slot"] = asdict(dep.slot(eng.replica))
         if self.policy.provision_s > 0 and self._stop.wait(self.policy.provision_s):
             event["cancelled"] = "the load ended before provision_s was over: never started"
             dep.cancel(eng)
+            event["cancelled_ns"] = perf_ns()
             return
         try:
             dep.start_replica(eng)
             event.update(process_started_ns=eng.started_ns, healthy_ns=eng.healthy_ns, ready_ns=eng.ready_ns)
-            dep.join(eng)
+            added = dep.join(eng)
         except (EngineError, OSError) as e:
             event["error"] = str(e).splitlines()[0]
             self.errors.append(f"replica {eng.replica} did not start: {e}")
             print(f"autoscale: replica {eng.replica} did not start: {e}", file=sys.stderr, flush=True)
             if eng in dep.starting:  # started but not taken by the router
                 dep.cancel(eng)
+            with self._lock:
+                self._start_failed(event, eng.replica)
             return
-        event["added_ns"] = perf_ns()
+        # the serving log's own time (Deployment.join), so the start ends where serving begins
+        event["added_ns"] = added if isinstance(added, int) else perf_ns()
+        with self._lock:
+            self.up_failures, self.up_at_ns = 0, 0
         self.on_serving(eng)
         self.on_count(event["added_ns"], len(dep.replicas), self.wanted)
         print(f"autoscale: replica {eng.replica} serving ({len(dep.replicas)} serving)", flush=True)
+
+    def _start_failed(self, event: dict, name: str | None) -> None:
+        """A start failed (under the lock): paid until now, retried under its name after the back-off."""
+        now = perf_ns()
+        event["failed_ns"] = now
+        self.up_failures += 1
+        wait = backoff_s(self.policy, self.up_failures)
+        self.up_at_ns = now + int(wait * 1e9)
+        event["retry_in_s"] = wait
+        if name is not None:
+            self._retry.append(name)
 
     def _scale_down(self, requested_ns: int, eng) -> None:
         dep = self.deployment
@@ -225,8 +320,9 @@ class LiveScaler:
         self.stops.append(event)
         try:
             self.on_leaving(eng)
-            dep.leave(eng)
-            event["removed_ns"] = perf_ns()
+            removed = dep.leave(eng)
+            # the serving log's own time (Deployment.leave), so the drain begins where serving ends
+            event["removed_ns"] = removed if isinstance(removed, int) else perf_ns()
             self.on_count(event["removed_ns"], len(dep.replicas), self.wanted)
             event["drained"] = dep.drain(eng, self.drain_timeout_s)
             event["drained_ns"] = perf_ns()
@@ -235,6 +331,7 @@ class LiveScaler:
             print(f"autoscale: replica {eng.replica} stopped ({len(dep.replicas)} serving)", flush=True)
         except (EngineError, OSError) as e:
             event["error"] = str(e).splitlines()[0]
+            event["failed_ns"] = perf_ns()
             self.errors.append(f"replica {eng.replica} was not scaled down: {e}")
             print(f"autoscale: replica {eng.replica} was not scaled down: {e}", file=sys.stderr, flush=True)
         finally:
@@ -250,11 +347,32 @@ class LiveScaler:
         for t in list(self._workers):
             t.join()
 
+    def paid_intervals(self, end_ns: int | None = None) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """``(starting, draining)``: ``(from_ns, to_ns)`` of every replica start (its decision to
+        its joining the router, its failure or its cancellation) and every drain (its leaving
+        the router to its stop, or the stop's failure); one still open ends at ``end_ns`` (now)."""
+        end = end_ns if end_ns is not None else perf_ns()
+
+        def first(e: dict, keys) -> int:
+            return next((e[k] for k in keys if e.get(k) is not None), end)
+
+        starting = [(e["requested_ns"], first(e, ("added_ns", "failed_ns", "cancelled_ns")))
+                    for e in list(self.starts)]
+        draining = [(e["removed_ns"], first(e, ("stopped_ns", "failed_ns")))
+                    for e in list(self.stops) if e.get("removed_ns") is not None]
+        return starting, draining
+
     def record(self) -> dict:
-        """What happened, times in perf_counter_ns (``harness.autoscale`` makes them relative)."""
+        """What happened, times in perf_counter_ns (``harness.autoscale_record`` makes them relative)."""
         return {"policy": asdict(self.policy), "drain_timeout_s": self.drain_timeout_s,
                 "origin_ns": self.origin_ns, "decisions": list(self.decisions), "starts": list(self.starts),
-                "stops": list(self.stops), "errors": list(self.errors)}
+                "stops": list(self.stops), "errors": list(self.errors), "failed_reads": list(self.failed_reads),
+                "backoff": f"after the k-th failure in a row (a read, or a scale-up): interval_s x 2^k, at most "
+                           f"{MAX_BACKOFF} x interval_s = {MAX_BACKOFF * self.policy.interval_s:g} s"}
+
+
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, ReadFailed) else f"{type(e).__name__}: {e}"
 
 
 def _newest_first(eng) -> int:

@@ -1,4 +1,4 @@
-"""engines/scaling.py: the live loop's decisions against a deployment that records what is done
+"""engines/live_scaler.py: the live loop's decisions against a deployment that records what is done
 to it (a replica on its way is not started twice; a replica scaled down leaves the router, is
 drained, then stopped; never the last one), the counter window of the utilisation signal, and
 the whole loop against fake workers behind the real vllm-router.  No timing assertions: the
@@ -12,8 +12,8 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from engines.autoscaling import ScalingPolicy
-from engines.scaling import CounterWindow, LiveScaler, in_flight
+from engines.autoscale_policy import ScalingPolicy
+from engines.live_scaler import CounterWindow, LiveScaler, in_flight
 from tests.engines.test_routers import REPLICA, cfg, completions, needs, post
 from tests.fake_server import FakeServer
 
@@ -26,10 +26,11 @@ class Replica:
         self.base_url = f"http://{name}"
         self.server_metric_map = {"running": ("vllm:num_requests_running", None)}
         self.running = in_flight
+        self.page_up = True  # False: its /metrics does not answer (server_metrics gives {})
         self.started_ns = self.healthy_ns = self.ready_ns = None
 
     def server_metrics(self) -> dict:
-        return {"running": self.running, "waiting": 0.0}
+        return {"running": self.running, "waiting": 0.0} if self.page_up else {}
 
 
 class Deployment:
@@ -47,9 +48,11 @@ class Deployment:
         self.next = replicas
         self.router = None
 
-    def new_replica(self) -> Replica:
-        eng = Replica(f"r{self.next}")
-        self.next += 1
+    def new_replica(self, name: str | None = None) -> Replica:
+        if name is None:
+            name = f"r{self.next}"
+            self.next += 1
+        eng = Replica(name)
         self.starting.append(eng)
         self.log.append(("new", eng.replica))
         return eng
@@ -177,6 +180,95 @@ def test_a_scale_up_that_fails_is_recorded_and_its_replica_stopped():
     sc.stop()
     assert dep.starting == [] and [r.replica for r in dep.retired] == ["r1"]
     assert "exited with code 1" in sc.starts[0]["error"] and sc.errors
+
+
+class Router:
+    """A router's request counter as ``Router.requests_read`` (and ``requests_total``) give it."""
+
+    def __init__(self):
+        self.reading: tuple[float | None, str | None] = (0.0, None)
+
+    def requests_read(self):
+        return self.reading
+
+    def requests_total(self):
+        return self.reading[0]
+
+
+def test_a_failed_scrape_holds_the_decision_and_backs_off():
+    dep = Deployment(2)
+    dep.replicas[1].page_up = False  # r1's /metrics does not answer: in flight is unknown, not 0
+    sc = LiveScaler(dep, queue_policy(interval_s=1.0))
+    sc.origin_ns = 0
+    try:
+        assert [sc.tick(k * S) for k in (1, 2, 3, 4)] == [2, 2, 2, 2]  # held: no scale-down
+        assert not [e for e in dep.log if e[0] == "leave"]
+        # the k-th failure in a row waits interval_s x 2^k, at most 8 intervals
+        assert [f["retry_in_s"] for f in sc.failed_reads] == [2.0, 4.0, 8.0, 8.0]
+        assert sc.read_at_ns == 4 * S + 8 * S
+        assert "replica r1" in sc.failed_reads[0]["error"] and sc.failed_reads[0]["signal"] == "queue"
+        assert all(d["held"] and d["value"] is None and d["to"] == d["from"] == 2 for d in sc.decisions)
+        dep.replicas[1].page_up = True  # read again: 0 in flight, one replica is enough
+        assert sc.tick(12 * S) == 1 and sc.read_failures == 0 and "held" not in sc.decisions[-1]
+        wait_for(lambda: ("stopped", "r1") in dep.log, "r1 stopped")
+    finally:
+        sc.stop()
+    assert [e["t_ns"] for e in sc.record()["failed_reads"]] == [S, 2 * S, 3 * S, 4 * S]
+
+
+def test_a_missing_router_counter_is_a_failed_read_not_zero_arrivals():
+    dep = Deployment(1)
+    dep.router = Router()
+    sc = LiveScaler(dep, ScalingPolicy(signal="utilisation", target=1.0, capacity_rps=1.0, window_s=10.0,
+                                       interval_s=1.0, max_replicas=2))
+    sc.origin_ns = 0
+    absent = (0.0, "router=vllm metrics page has no vllm_router_requests_total series")
+    dep.router.reading = absent  # the first reading, before anything is routed: a zero, the window's base
+    assert sc.tick(0) == 1 and sc.failed_reads == []
+    assert sc.tick(1 * S) == 1  # still absent once the load runs: renamed, not "no arrivals"
+    assert sc.failed_reads[0]["error"] == absent[1] and sc.decisions[-1]["held"] == absent[1]
+    dep.router.reading = (None, "router=vllm metrics page: HTTP 503")
+    assert sc.tick(2 * S) == 1 and sc.failed_reads[-1]["error"].endswith("HTTP 503")
+    assert [f["retry_in_s"] for f in sc.failed_reads] == [2.0, 4.0]
+    dep.router.reading = (30.0, None)  # 30 routed in 3 s: 10 req/s, more than 2 replicas' capacity
+    assert sc.tick(3 * S) == 2 and sc.read_failures == 0
+    sc.stop()
+
+
+def test_a_failed_scale_up_is_retried_under_its_name_after_a_back_off():
+    from engines.base import EngineError
+
+    dep = Deployment(1)
+    tries = []
+
+    def start(eng):
+        tries.append(eng.replica)
+        if len(tries) == 1:
+            raise EngineError("engine=vllm exited with code 1 before it was healthy")
+        eng.started_ns = eng.healthy_ns = eng.ready_ns = time.perf_counter_ns()
+
+    dep.start_replica = start
+    sc = LiveScaler(dep, queue_policy(max_replicas=2, interval_s=10.0), queue=lambda: 4.0)
+    sc.origin_ns = 0
+    try:
+        t1 = time.perf_counter_ns()
+        assert sc.tick(t1) == 2
+        wait_for(lambda: sc.starts and "failed_ns" in sc.starts[0], "the first start failed")
+        failed = sc.starts[0]
+        assert failed["replica"] == "r1" and failed["retry_in_s"] == 20.0  # 2 x interval_s
+        assert sc.up_at_ns == failed["failed_ns"] + 20 * S
+        # paid from the decision until it failed, not to the window's end
+        assert sc.paid_intervals(end_ns=failed["failed_ns"] + 3600 * S)[0] == [(t1, failed["failed_ns"])]
+        assert sc.tick(failed["failed_ns"] + 1) == 1  # within the back-off: held, nothing started
+        assert "backing off" in sc.decisions[-1]["held"] and sc.decisions[-1]["wanted"] == 2
+        assert len(sc.starts) == 1
+        assert sc.tick(sc.up_at_ns) == 2  # the back-off is over: the same replica again
+        wait_for(lambda: len(dep.replicas) == 2, "r1 joined")
+    finally:
+        sc.stop()
+    assert tries == ["r1", "r1"] and [r.replica for r in dep.replicas] == ["r0", "r1"]
+    assert [e for e in dep.log if e[0] == "new"] == [("new", "r1"), ("new", "r1")]
+    assert sc.starts[1]["retry"] == 1 and sc.up_failures == 0
 
 
 def test_the_decisions_and_counts_are_reported():

@@ -1,0 +1,115 @@
+"""One formula per metric, shown and judged (issue 31, item 3), and a baseline of zero judged by
+its absolute difference (item 2): ``metrics.comparison.compare_tables`` and
+``metrics.statistics.ratio_difference``."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+
+from metrics.comparison import absolute_margin, compare_tables
+from metrics.statistics import ratio_difference, verdict
+
+
+def runs(label="rate=4", **cols) -> pa.Table:
+    n = len(next(iter(cols.values())))
+    return pa.table({"label": [label] * n, **cols})
+
+
+def test_the_cost_difference_is_judged_on_the_ratio_of_totals_it_shows():
+    # baseline: 1.0 per M good tokens in every run.  Newest: cheap runs with many tokens and dear
+    # runs with few: per run 0.5/0.2 = 2.5 and 1.5/2.0 = 0.75 per M, whose mean 1.625 is +62.5 %,
+    # while the ratio of totals (the value shown) is 4 x 2.0 / (4 x 2.2) = 0.90909: -9.09 %
+    base = runs(cost_total=[1.0] * 8, good_output_tokens=[1e6] * 8, cost_per_mtok_good=[1.0] * 8)
+    new = runs(cost_total=[0.5, 1.5] * 4, good_output_tokens=[0.2e6, 2.0e6] * 4,
+               cost_per_mtok_good=[2.5, 0.75] * 4)
+    (p,) = compare_tables({"a": base, "b": new}, ["cost_per_mtok_good"], "a", paired=False)
+    e = p["metrics"]["cost_per_mtok_good"]
+    assert e["per_config"]["b"]["value"] == pytest.approx(2.0 / 2.2)
+    rel = e["vs_baseline"]["b"]["difference"]["relative"]
+    assert rel["value"] == pytest.approx(2.0 / 2.2 - 1)  # -9.09 %, the shown values' ratio, not +62.5 %
+    assert rel["method"].startswith("ratio of totals")
+    # the interval is of the same quantity: the shown value's change lies inside it
+    assert rel["low"] < 2.0 / 2.2 - 1 < rel["high"] and rel["high"] < 0.625
+
+
+def test_ratio_difference_by_hand():
+    # A: 1/1, 1/1 -> R_A = 1, influences 0, 0.  B: 1.2/1, 1.0/1 -> R_B = 1.1,
+    # u = (1.2 - 1.1, 1.0 - 1.1)/(1 x 1.1) = +-0.090909; s_u^2 = 0.016529, /2 = 0.0082645;
+    # se(ln) = 0.090909, Welch dof 1, t(0.975, 1) = 12.7062: ln 1.1 = 0.09531 -+ 1.15511
+    d = ratio_difference([1, 1], [1, 1], [1.2, 1.0], [1, 1], paired=False, scale=1e6)
+    assert d.relative.value == pytest.approx(0.1)
+    assert d.relative.low == pytest.approx(math.exp(0.0953102 - 1.1551090) - 1, abs=1e-5)   # -0.65347
+    assert d.relative.high == pytest.approx(math.exp(0.0953102 + 1.1551090) - 1, abs=1e-4)  # +2.49181
+    assert d.absolute.value == pytest.approx(0.1e6) and d.b.value == pytest.approx(1.1e6)
+    # no good tokens on B: an infinite cost, no interval, and the note says why
+    d = ratio_difference([1, 1], [1, 1], [1, 1], [0, 0], paired=False)
+    assert d.b.value == math.inf and math.isnan(d.relative.low) and "denominators sum to 0" in d.note
+    assert verdict(d).outcome == "insufficient_data"
+
+
+def test_an_error_rate_that_was_zero_is_judged_by_its_absolute_difference():
+    base = runs(error_rate=[0.0] * 4, output_throughput=[50.0, 50.5, 49.5, 50.0])
+    new = runs(error_rate=[0.30, 0.35, 0.40, 0.35], output_throughput=[50.0, 50.5, 49.5, 50.0])
+    (p,) = compare_tables({"a": base, "b": new}, ["error_rate", "output_throughput"], "a", paired=False)
+    vs = p["metrics"]["error_rate"]["vs_baseline"]["b"]
+    # +0.35 [0.35 -+ t(0.975, 3) x 0.040825/sqrt(4)] = [0.28504, 0.41496], beyond 0.02 (2 points)
+    assert vs["judged"] == "absolute" and vs["margin"] == 0.02
+    assert vs["verdict"] == "a_better"
+    ab = vs["difference"]["absolute"]
+    assert ab["value"] == pytest.approx(0.35)
+    assert ab["low"] == pytest.approx(0.35 - 3.182446 * 0.0408248 / 2, abs=1e-6)
+    assert "absolute difference is judged" in vs["text"]
+    assert p["metrics"]["output_throughput"]["vs_baseline"]["b"]["verdict"] == "equivalent"
+
+
+def test_zero_on_both_sides_is_equivalent_not_missing_data():
+    zero = runs(error_rate=[0.0] * 3)
+    (p,) = compare_tables({"a": zero, "b": zero}, ["error_rate"], "a", paired=False)
+    vs = p["metrics"]["error_rate"]["vs_baseline"]["b"]
+    assert (vs["judged"], vs["verdict"]) == ("absolute", "equivalent")
+
+
+def test_the_absolute_margin():
+    assert absolute_margin("error_rate", 0.02, 0.35) == 0.02          # 2 points for a rate
+    assert absolute_margin("task_completion_rate", 0.05, 0.5) == 0.05
+    assert absolute_margin("replica_load_imbalance", 0.02, 0.5) == pytest.approx(0.01)  # 2 % of the side not 0
+
+
+def test_an_error_rate_that_fell_to_zero_is_no_certain_improvement():
+    # one error in one run of the baseline (0.025 of 40 requests), none in the newest: the relative
+    # difference is -100 % with a zero-width interval (B never varies); the absolute one is
+    # -0.005 [-0.005 -+ t(0.975, 4) x 0.0111803/sqrt(5)] = [-0.01888, +0.00888]: inside 2 points
+    base = runs(error_rate=[0.025, 0, 0, 0, 0])
+    new = runs(error_rate=[0.0] * 5)
+    (p,) = compare_tables({"a": base, "b": new}, ["error_rate"], "a", paired=False)
+    vs = p["metrics"]["error_rate"]["vs_baseline"]["b"]
+    assert (vs["judged"], vs["verdict"]) == ("absolute", "equivalent")
+    assert vs["difference"]["absolute"]["low"] == pytest.approx(-0.005 - 2.776445 * 0.0111803 / 5 ** 0.5, abs=1e-6)
+
+
+def test_launches_as_replicates_mean_the_repeats_and_sum_the_ratio_totals():
+    from metrics.comparison import launch_replicates
+
+    t = pa.table({"label": ["p"] * 4, "block": [0, 0, 1, 1], "p99_ttft_ms": [10.0, 20.0, 30.0, 50.0],
+                  "cost_total": [1.0, 1.0, 2.0, 2.0], "good_output_tokens": [1e6, 3e6, 1e6, 1e6]})
+    out, collapsed = launch_replicates(t, ["p99_ttft_ms", "cost_per_mtok_good"])
+    assert collapsed and out.num_rows == 2
+    assert out.column("p99_ttft_ms").to_pylist() == [15.0, 40.0]
+    assert out.column("cost_total").to_pylist() == [2.0, 4.0]          # summed: the ratio of totals is kept
+    assert out.column("good_output_tokens").to_pylist() == [4e6, 2e6]
+    assert out.column("repeats").to_pylist() == [2, 2]
+    # one launch: the repeats stay the replicates
+    same, collapsed = launch_replicates(t.slice(0, 2), ["p99_ttft_ms"])
+    assert not collapsed and same.num_rows == 2
+
+
+def test_cost_per_good_answer_token_is_a_ratio_of_totals_across_repeats():
+    # two repeats: 1.0 over 0.5 M answer tokens (2.0 per M) and 3.0 over 2.5 M (1.2 per M): the mean of
+    # the per-run figures is 1.6, the ratio of totals 4.0 / 3.0 M = 1.3333 per M
+    t = runs(cost_total=[1.0, 3.0], good_answer_tokens=[0.5e6, 2.5e6], cost_per_mtok_good_answer=[2.0, 1.2])
+    (p,) = compare_tables({"a": t, "b": t}, ["cost_per_mtok_good_answer"], "a", paired=False)
+    e = p["metrics"]["cost_per_mtok_good_answer"]
+    assert e["per_config"]["a"]["value"] == pytest.approx(4.0 / 3.0)
