@@ -36,6 +36,7 @@ from metrics.engine_counters import PHASES, engine_summary, replica_engine_summa
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.summary import summarize
+from metrics.token_accounting import mismatch_line
 from protocols.sweep.load_points import RunSpec, offered_load
 
 perf_ns = time.perf_counter_ns
@@ -227,6 +228,8 @@ def summarise(s, p: PointRun) -> None:
     capacity, why = steady_capacity(p.spec.load)
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
                         max_schedule_lag_ms=float(s.cfg.client.max_schedule_lag_ms),
+                        token_mismatch_tolerance=int(s.cfg.client.token_mismatch_tolerance),
+                        token_mismatch_threshold=float(s.cfg.client.token_mismatch_threshold),
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
                         cost_replicas=int(s.topology().get("replicas") or 1),
@@ -391,6 +394,13 @@ def print_point(s, p: PointRun) -> None:
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
     print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
           f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    if mismatch_line(m):
+        print("  " + mismatch_line(m), flush=True)
+    if m.get("cached_tokens_rows"):
+        print(f"  prefix cache: {m['cache_hit_rate']:.1%} of prompt tokens cached (server usage, "
+              f"{m['cached_tokens_rows']} requests); engine counters "
+              f"{m.get('engine_prefix_cache_hit_rate', float('nan')):.1%} (warm-up included; rows: "
+              f"{m['cache_hit_rate_all']:.1%})", flush=True)
     if m.get("num_tasks"):
         slo = (f", {m['task_slo_attainment']:.0%} within slo.task_s={m['task_slo_s']:g} s"
                if m.get("task_slo_attainment") is not None else "")
