@@ -24,7 +24,8 @@ def words(text: str) -> int:
 
 
 def _stream(chunks: list[dict], usage_chunk: dict) -> list:
-    return [HEAD_CHUNKED, *(chunk(event(c)) for c in chunks), chunk(event(usage_chunk)), chunk(b"data: [DONE]\n\n"), END]
+    return [HEAD_CHUNKED, *(chunk(event(c)) for c in chunks), chunk(event(usage_chunk)),
+            chunk(b"data: [DONE]\n\n"), END]
 
 
 # (texts streamed, usage.prompt_tokens, cached_tokens, usage.completion_tokens) per request
@@ -72,8 +73,8 @@ def _send(script, n: int, replica: str, tmp_path=None) -> list[RequestRecord]:
 
         async def go():
             async with StreamingClient(c) as client:
-                return [await client.send(RequestRecord(request_id=f"{replica}-{i}", scheduled_ns=0, prefix_group=i % 2),
-                                          client.body("hi", 4)) for i in range(n)]
+                return [await client.send(RequestRecord(request_id=f"{replica}-{i}", scheduled_ns=0,
+                                                        prefix_group=i % 2), client.body("hi", 4)) for i in range(n)]
 
         recs = asyncio.run(go())
     for r in recs:
