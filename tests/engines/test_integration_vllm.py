@@ -224,6 +224,11 @@ def test_rows_cached_tokens_equal_the_engine_counters(vllm_on, tmp_path):
     (s,) = summaries(run(over))
     t = pq.read_table(next((tmp_path / "out").glob("*/requests.parquet")))
     cached = t.column("cached_tokens").to_pylist()
+    print("token truth:", {k: s[k] for k in ("cache_hit_rate", "engine_prefix_cache_hit_rate",
+                                             "engine_prefix_cache_hits", "engine_prefix_cache_queries",
+                                             "cache_hit_rate_by_prefix_group", "token_mismatch_rate",
+                                             "token_mismatch_mean_abs", "token_mismatch_max_abs",
+                                             "token_mismatch_mean")})
     assert s["completed"] == n and None not in cached and s["cached_tokens_rows"] == n
     assert sum(cached) == s["engine_prefix_cache_hits"] > 0
     assert sum(t.column("prompt_tokens").to_pylist()) == s["engine_prefix_cache_queries"]
@@ -233,8 +238,3 @@ def test_rows_cached_tokens_equal_the_engine_counters(vllm_on, tmp_path):
     # the server's usage against the tokenizer's count of the text: every completed row compared
     assert t.column("server_output_tokens").to_pylist() == [8] * n
     assert s["token_counts_compared"] == n and s["token_mismatch_max_abs"] >= 0
-    print("token truth:", {k: s[k] for k in ("cache_hit_rate", "engine_prefix_cache_hit_rate",
-                                             "engine_prefix_cache_hits", "engine_prefix_cache_queries",
-                                             "cache_hit_rate_by_prefix_group", "token_mismatch_rate",
-                                             "token_mismatch_mean_abs", "token_mismatch_max_abs",
-                                             "token_mismatch_mean")})
