@@ -49,6 +49,7 @@ class SharedFeatures:
     kv_cache_dtype: Optional[str] = None
     quantization: Optional[str] = None
     speculative: Any = None  # {method, draft_model, num_tokens, ...}: checked by engines/features.py
+    lora: Any = None  # {adapters: {NAME: PATH}, max_rank: R}: LoRA adapters served beside the model (vLLM)
     tensor_parallel_size: Optional[int] = _f(None, ge=1)
     enforce_eager: Optional[bool] = None
     attention_backend: Optional[str] = None
@@ -182,7 +183,7 @@ class Placement:
 
 @dataclass
 class Autoscale:
-    """How a deployment=replicas grows and shrinks with its load (engines/autoscaling.py): the
+    """How a deployment=replicas grows and shrinks with its load (engines/autoscale_policy.py): the
     same policy drives the harness's live scaling of real replicas (``enabled``) and the fleet
     simulation of ``tokenfactory plan``, so a plan can be checked against a real replay."""
     enabled: bool = False                     # live: the harness starts and stops replicas during the load
@@ -290,6 +291,16 @@ class TraceStress:
 
 
 @dataclass
+class LoraMix:
+    """``workload.lora``: which LoRA adapter each request names as its ``model`` (the names the
+    engine serves them under: vLLM's ``--lora-modules NAME=PATH``); loadgen/workloads/lora.py."""
+    adapters: List[str] = field(default_factory=list)  # empty: every request to the base model
+    shares: Optional[List[float]] = None     # one weight per adapter (normalised); null: from dist
+    dist: str = _f("uniform", choices=("uniform", "zipf"))  # zipf: share of rank r (from 1) ~ 1 / r^zipf_s
+    zipf_s: float = _f(1.0, gt=0)
+
+
+@dataclass
 class SyntheticWorkload:
     name: str = "synthetic"
     input_tokens: int = _f(128, ge=1)         # exact prompt length, in tokens of engine.tokenizer
@@ -298,6 +309,7 @@ class SyntheticWorkload:
     output_dist: LengthDist = field(default_factory=LengthDist)
     prefix_groups: PrefixGroups = field(default_factory=PrefixGroups)
     stress: SyntheticStress = field(default_factory=SyntheticStress)
+    lora: LoraMix = field(default_factory=LoraMix)
     seed: int = 0
 
 
@@ -346,6 +358,7 @@ class TraceWorkload:
     think_dist: str = _f("fixed", choices=("fixed", "exponential"))  # exponential: mean think_s
     task: TaskRule = field(default_factory=TaskRule)  # task workloads (task_id on the lines)
     stress: TraceStress = field(default_factory=TraceStress)  # burst: factor x rate over [start_s, end_s)
+    lora: LoraMix = field(default_factory=LoraMix)
     seed: int = 0
 
 
@@ -688,6 +701,7 @@ class Slo:
     ttft_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     tpot_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     e2el_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    ttfa_ms: Optional[float] = _f(None, gt=0)  # time to first answer token (reasoning left out), as ttft_ms
     task_s: Optional[float] = _f(None, gt=0)   # per-task SLO: a completed task's time (inclusive); null: not checked
     # run-level check: the SLO holds when this percentile of each metric is within it
     percentile: float = _f(99.0, gt=0, lt=100)

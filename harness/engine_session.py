@@ -266,10 +266,10 @@ class EngineSession:
 
     def run_point(self, spec, last: bool, steps=None):
         """Run one load point's steps (default ``harness.point.POINT_STEPS``); returns its ``PointRun``."""
-        from harness.point import POINT_STEPS, PointRun
+        from harness.point import POINT_STEPS, PointInputs, PointRun
 
         point = PointRun(spec=spec, run_dir=self.out / spec.subdir if spec.subdir else self.out, last=last,
-                         window_open_ns=self.window_open_ns)
+                         window_open_ns=self.window_open_ns, inputs=PointInputs.from_config(self.cfg))
         for step in steps or POINT_STEPS:
             step(self, point)
         self.window_open_ns = point.window_close_ns

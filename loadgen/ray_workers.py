@@ -237,7 +237,7 @@ class _Worker:
                                      session_id=it.session_id, turn=it.turn, prefix_group=it.prefix_group,
                                      warmup=i < warmup,
                                      expected_prompt_tokens=it.prompt_tokens, max_tokens=it.max_tokens,
-                                     status="cancelled", error=why, worker=self.w,
+                                     lora=it.model, status="cancelled", error=why, worker=self.w,
                                      worker_host=self.info.get("host")))
         return out
 

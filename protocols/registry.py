@@ -18,11 +18,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.errors import UserError
-from harness.experiment import Experiment
 from harness.experiment_record import ProtocolRecord
 from protocols.ablation.record import ABLATION_RECORD
 from protocols.compare.record import COMPARISON_RECORD
 from protocols.designs import DESIGNS, Design
+from protocols.experiment import Experiment
 from protocols.plan.run import run_plan
 from protocols.profile.run import run_profile
 from protocols.promote.run import run_promotion

@@ -7,8 +7,8 @@ import math
 import time
 from pathlib import Path
 
-from harness.report import data as report_data
 from harness.report import (
+    adapters,
     deployment,
     figures_ablation,
     figures_load,
@@ -20,9 +20,10 @@ from harness.report import (
     style,
     tables,
 )
+from harness.report import data as report_data
 from harness.report import workload as workload_section
 from harness.report.requests_view import read_runs
-from harness.results_io import read_json, write_atomic
+from harness.results_io import PROVENANCE, read_json, write_atomic
 from metrics.token_accounting import mismatch_line
 
 
@@ -101,8 +102,8 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     engines = []
     for s in d.series:
         r = next((x for x in d.ours if x.series == s), None)
-        if r is not None and (r.dir / "provenance.json").exists():
-            eng = read_json(r.dir / "provenance.json").get("engine") or {}
+        if r is not None and (r.dir / PROVENANCE).exists():
+            eng = read_json(r.dir / PROVENANCE).get("engine") or {}
             engines.append(f"{s}: {eng.get('engine')} {eng.get('engine_version') or ''} · model {eng.get('model')}")
     lines += engines
     emulated = [r for r in d.runs if r.summary.get("emulated")]
@@ -168,6 +169,7 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
         ("latency", "Latency", fig("Latency")),
         ("distributions", "Latency distributions", fig("Latency distributions")),
         ("deployment", "Deployment: TTFT by phase and replicas", fig("Deployment") + deployment.replica_table(d)),
+        ("adapters", "LoRA adapters", adapters.adapter_table(d)),
         ("cost", "Cost and energy", fig("Cost and energy")),
         ("ablation", "Ablation", fig("Ablation") + tables.ablation_table(d)),
         ("timeline", "Runs over time", fig("Runs over time")),

@@ -2,13 +2,21 @@
 
 The transport hands over body bytes with the time they arrived; this module cuts them into
 server-sent events (``sse``) and reads each JSON event: the response ``id``, output text
-(``choices[0].text`` or ``delta.content``/``reasoning_content``), ``finish_reason``,
+(``choices[0].text`` or ``delta.content``, ``delta.reasoning`` / ``delta.reasoning_content``, or
+``delta.tool_calls``), ``finish_reason``,
 ``usage`` (per chunk with ``continuous_usage_stats``, else in the final event; with its
 ``prompt_tokens_details.cached_tokens``, the prompt tokens served from the prefix cache) and error
 events.  A chunk counts as output only when it carries text: a role-only or empty chunk is
 not an output chunk (TTFT's definition).  Per output chunk the record keeps its time, its
 text and the cumulative ``usage.completion_tokens`` it carried (-1: none); how many tokens
 each chunk carried is decided from these in ``metrics.token_attribution``.
+
+Each output chunk also gets a kind (``chunk_kind``): ``reasoning`` (``delta.reasoning``, vLLM >=
+0.11's name, or the older ``delta.reasoning_content``), ``tool_call`` (``delta.tool_calls``: the
+function names and argument fragments are its text; it is output, so it counts for TTFT) or
+``answer`` (``content``, or the completions API's ``text``, which never separates reasoning).  A
+delta carrying content and reasoning at once is an ``answer`` chunk (its tokens are not split).
+``first_answer_ns`` is the first chunk that is not reasoning; ``first_token_ns`` the first of any kind.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from loadgen.client.sse import SSEDecoder
 from loadgen.records import RequestRecord
 
 NO_USAGE = -1
+# chunk kinds (RequestRecord.chunk_kind; the same strings in metrics.token_attribution)
+ANSWER, REASONING, TOOL_CALL = "answer", "reasoning", "tool_call"
 
 
 def _wrong(what: str, value) -> ValueError:
@@ -96,11 +106,15 @@ class OpenAIStream:
         if delta is not None:
             if delta.__class__ is not dict:
                 raise _wrong("choices[0].delta", delta)
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            what = "choices[0].delta.content"
+            text, kind, what = delta.get("content"), ANSWER, "choices[0].delta.content"
+            if not text:
+                text = delta.get("reasoning") or delta.get("reasoning_content")
+                if text:
+                    kind, what = REASONING, "choices[0].delta.reasoning"
+                elif delta.get("tool_calls"):
+                    text, kind, what = _tool_text(delta["tool_calls"]), TOOL_CALL, "choices[0].delta.tool_calls"
         else:
-            text = c0.get("text")
-            what = "choices[0].text"
+            text, kind, what = c0.get("text"), ANSWER, "choices[0].text"
         if text and text.__class__ is not str:
             raise _wrong(what, text)
         fr = c0.get("finish_reason")
@@ -110,8 +124,11 @@ class OpenAIStream:
             rec.chunk_ns.append(now)
             rec.chunk_text.append(text)
             rec.chunk_usage.append(NO_USAGE if cum is None else cum)
+            rec.chunk_kind.append(kind)
             if rec.first_token_ns is None:
                 rec.first_token_ns = now
+            if rec.first_answer_ns is None and kind != REASONING:
+                rec.first_answer_ns = now
             rec.end_ns = now
         if fr:
             rec.finish_reason = fr
@@ -140,6 +157,24 @@ class OpenAIStream:
         if not (self.saw_done or rec.finish_reason):
             return "truncated", "stream closed before a finish_reason or [DONE]"
         return "ok", None
+
+
+def _tool_text(calls) -> str:
+    """A ``delta.tool_calls`` fragment's text: each call's function name and arguments piece."""
+    if calls.__class__ is not list:
+        raise _wrong("choices[0].delta.tool_calls", calls)
+    parts = []
+    for c in calls:
+        fn = c.get("function") if c.__class__ is dict else None
+        if fn.__class__ is not dict:
+            continue  # a fragment without a function part (only its index or id): no text
+        for key in ("name", "arguments"):
+            v = fn.get(key)
+            if v:
+                if v.__class__ is not str:
+                    raise _wrong(f"choices[0].delta.tool_calls[].function.{key}", v)
+                parts.append(v)
+    return "".join(parts)
 
 
 def _worker_id(nvext) -> str | None:

@@ -402,9 +402,9 @@ class StreamingClient:
         self._all.clear()
         await asyncio.sleep(0)
 
-    def body(self, prompt, max_tokens: int) -> bytes:
+    def body(self, prompt, max_tokens: int, model: str | None = None) -> bytes:
         """The JSON request body for one prompt (framed into HTTP by ``start``)."""
-        return self.dialect.body(prompt, max_tokens)
+        return self.dialect.body(prompt, max_tokens, model)
 
     def _request(self, payload: bytes) -> bytes:
         return self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload

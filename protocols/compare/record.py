@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from harness.experiment_record import ProtocolRecord, search_results
@@ -30,7 +31,6 @@ from metrics.comparison import (
 )
 from metrics.emulation import kind_of_runs, refusal
 from metrics.quality_gate import gate_search
-from protocols.sweep.load_points import split_repeat
 
 
 def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -> dict:
@@ -56,8 +56,8 @@ COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
     """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
     replicate of a point, and its fixed conditions."""
-    if (path / "runs.parquet").exists():
-        table = _replicate_labels(pq.read_table(path / "runs.parquet"))
+    if (path / results_io.RUNS_TABLE).exists():
+        table = _replicate_labels(pq.read_table(path / results_io.RUNS_TABLE))
     else:
         rows = experiment_record.run_rows(path)
         if not rows:
@@ -67,10 +67,10 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
         table = table.filter(pc.equal(table.column("role"), "point"))
     if not table.num_rows:
         raise ValueError(f"{path}: no finished load point to compare")
-    record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
+    record = results_io.read_json(path / results_io.EXPERIMENT, {})
     fixed = record.get("fixed_conditions") or {}
     if not fixed:
-        for d in sorted(path.rglob("run.json")):
+        for d in sorted(path.rglob(results_io.RUN_META)):
             meta = results_io.read_json(d)
             fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
     return table, fixed
@@ -127,7 +127,7 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:
     """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
-    the point's label, and the repeat in ``repeat`` (``protocols.sweep.load_points.split_repeat``)."""
+    the point's label, and the repeat in ``repeat`` (``conf.load_point.split_repeat``)."""
     if "label" not in table.column_names:
         return table
     split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]

@@ -18,7 +18,6 @@ is one launch of the config with its own runs, the unit the experiment randomise
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import yaml
 
+from harness import results_io
 from harness.errors import UserError
 from metrics.slo import SLO, good_mask, percentiles_missed, run_meets_slo
 
@@ -172,12 +171,12 @@ def read_experiment(folder: str | Path) -> list[ConfigCapacity]:
     """Every config of a finished experiment (its runs.parquet, each run's requests and
     config), as measured capacity."""
     root = Path(folder)
-    runs_path = root / "runs.parquet"
+    runs_path = root / results_io.RUNS_TABLE
     if not runs_path.is_file():
         raise UserError(f"{root}: not a finished experiment (no runs.parquet); give the folder a "
                         "`tokenfactory run protocol=sweep|compare ...` wrote")
     runs = pq.read_table(runs_path).to_pylist()
-    exp = _json(root / "experiment.json")
+    exp = results_io.read_json(root / results_io.EXPERIMENT, {})
     by_config: dict[str, list[dict]] = {}
     for r in runs:
         if r.get("role") not in (None, "", "measure", "point", "search"):
@@ -202,16 +201,16 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         if r.get("load_kind") not in ("poisson", "constant", "gamma", "trace"):
             notes.append(f"{run}: load {r.get('load_kind')} is closed-loop (a concurrency, not a rate): left out")
             continue
-        cfg = _yaml(run / "config.yaml")
+        cfg = results_io.read_yaml(run / results_io.CONFIG, {})
         dep = cfg.get("deployment") or {}
         size = int(dep.get("replicas", 1)) if dep.get("kind", "single") != "disaggregated" else \
             int(dep.get("prefill", 1)) + int(dep.get("decode", 1))
         if dep.get("kind") == "disaggregated":
             notes.append(f"{run}: a prefill/decode deployment is planned as {size} replicas of its whole")
-        summary = _json(run / "summary.json")
+        summary = results_io.read_json(run / results_io.SUMMARY, {})
         if summary.get("emulated"):
             emulated.add(str(summary.get("timing_source")))
-        req_path = run / "requests.parquet"
+        req_path = run / results_io.REQUESTS
         if not req_path.is_file():
             notes.append(f"{run}: no requests.parquet: left out")
             continue
@@ -252,18 +251,3 @@ def _column(values: list, keep: np.ndarray, dtype) -> np.ndarray:
     fill = np.nan if dtype is np.float64 else 0
     return np.asarray([fill if v is None else v for v in picked], dtype=dtype)
 
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except ValueError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
-
-
-def _yaml(path: Path) -> dict:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        return {}

@@ -32,7 +32,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from conf.schema import Autoscale, Slo, typed
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million
@@ -149,8 +149,7 @@ def candidates(p) -> list[ConfigCapacity]:
     out = []
     for folder in p.experiments:
         caps = read_experiment(folder)
-        exp = results_io.read_json(Path(folder) / "experiment.json") if (Path(folder) / "experiment.json").is_file() \
-            else {}
+        exp = results_io.read_json(Path(folder) / results_io.EXPERIMENT, {})
         out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
     out += estimated(p)
     names = [c.name for c in out]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocols.sweep.load_points import RunSpec
+from conf.load_point import RunSpec
 
 PREFILL, DECODE = "prefill", "decode"
 

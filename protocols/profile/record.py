@@ -24,7 +24,7 @@ COLUMNS = ("status", "warmup", "ttft_s", "prompt_tokens", "output_tokens", "firs
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "requests.parquet"
+    path = run_dir / results_io.REQUESTS
     if not path.exists():
         return []
     table = pq.read_table(path)

@@ -25,6 +25,7 @@ from harness.finish import finish_run
 from harness.multirun import default_output_dir
 from harness.parent_run import start_parent
 from loadgen.dispatch import LoadSpec
+from protocols.designs import design_of
 from protocols.profile import record as profile_record
 from protocols.profile.plan import Step, describe, profile_steps
 
@@ -48,17 +49,17 @@ def plan(cfg: DictConfig) -> list[Step]:
 def _write_experiment(cfg, out: Path, steps: list[Step], overrides: list[str], status: str) -> list[dict]:
     rows = run_rows(out)
     if rows:
-        tmp = out / "runs.parquet.partial"
+        tmp = out / f"{results_io.RUNS_TABLE}.partial"
         pq.write_table(runs_table(rows), tmp)
-        tmp.replace(out / "runs.parquet")
+        tmp.replace(out / results_io.RUNS_TABLE)
     record = experiment_record(
         cfg, status=status, out=out, overrides=overrides, configs={"": []}, baseline="",
-        steps=seven_steps(cfg, bool(rows), points=len(steps), configs=1),
+        steps=seven_steps(cfg, design_of(cfg), bool(rows), points=len(steps), configs=1),
         load_points=[{"label": s.spec.label, "phase": s.phase, "load": s.spec.load, "workload": s.workload,
                       "repeats": 1} for s in steps],
         runs_planned=len(steps), runs_finished=len(rows), record_files=[profile_record.PROFILE_FILE,
                                                                         profile_record.MOCKER_FILE])
-    results_io.write_json(out / "experiment.json", record)
+    results_io.write_json(out / results_io.EXPERIMENT, record)
     return rows
 
 
@@ -74,7 +75,7 @@ def run_profile(cfg: DictConfig, overrides: list[str]) -> Path:
                                      and not results_io.run_failed(out / s.spec.subdir))]
     if len(todo) < len(steps):
         print(f"resuming {out}: {len(steps) - len(todo)} of {len(steps)} runs already complete", flush=True)
-    results_io.write_yaml(out / "config.yaml", results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
+    results_io.write_yaml(out / results_io.CONFIG, results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
     _write_experiment(cfg, out, steps, overrides, "running" if todo else "complete")
     mlflow = start_parent(cfg, out) if todo else None
     status = "FAILED"
@@ -103,7 +104,7 @@ def run_profile(cfg: DictConfig, overrides: list[str]) -> Path:
     record = profile_record.write_profile(out, steps, int(cfg.protocol.resolution), str(cfg.protocol.source))
     print(summary_lines(record), flush=True)
     return finish_run(cfg, out, mlflow, metrics=profile_record.parent_metrics(record),
-                      artifacts=("experiment.json", "runs.parquet", profile_record.PROFILE_FILE,
+                      artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE, profile_record.PROFILE_FILE,
                                  profile_record.MOCKER_FILE), end="FINISHED" if mlflow else None)
 
 

@@ -5,7 +5,7 @@ that add up, and extrapolation flagged."""
 import numpy as np
 import pytest
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan.capacity import ConfigCapacity
 from protocols.plan.fleet import FleetSimulation, ReplicaModel
