@@ -780,6 +780,9 @@ class Client:
     workers: int = _f(1, ge=1)                    # load-generator processes sharing one schedule
     backend: str = _f("local", choices=("local", "ray"))  # workers forked here, or Ray actors (client.ray)
     max_clock_error_ms: float = _f(1.0, gt=0)     # ray: a worker's clock error above this flags client-limited
+    # metrics.token_accounting: a request's server usage.completion_tokens against the tokenizer's count of its text
+    token_mismatch_tolerance: int = _f(1, ge=0)          # tokens the two may differ by (an EOS never sent as text)
+    token_mismatch_threshold: float = _f(0.01, ge=0, le=1)  # share of requests past it that flags the run
     ray: ClientRay = field(default_factory=ClientRay)
     # Requests are prepared off the send loop (loadgen/prepare.py): all before the window opens,
     # streamed by a producer thread prepare_ahead_s ahead, or auto: all while within prepare_max_mb.

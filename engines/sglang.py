@@ -28,7 +28,8 @@ class SGLang(EngineAdapter):
     launch_flags = {"model": "--model-path", "served_model_name": "--served-model-name",
                     "max_model_len": "--context-length", "revision": "--revision", "device": "--device",
                     "seed": "--random-seed"}
-    always_flags = ("--enable-metrics",)
+    # --enable-cache-report: usage.prompt_tokens_details.cached_tokens (requests.parquet's cached_tokens)
+    always_flags = ("--enable-metrics", "--enable-cache-report")
     takes_exact_output = True
     reset_path = "/flush_cache"   # refused (HTTP 400) while requests run or wait: retried
     server_metric_map = {

@@ -24,6 +24,8 @@ class VLLM(EngineAdapter):
     supported_features = SHARED_KNOBS | {LORA_KNOB}
     takes_exact_output = True
     reset_path = "/reset_prefix_cache"
+    # usage.prompt_tokens_details.cached_tokens on every response (requests.parquet's cached_tokens)
+    always_flags = ("--enable-prompt-tokens-details",)
     server_metric_map = {
         "running": ("vllm:num_requests_running", None),
         "waiting": ("vllm:num_requests_waiting", None),

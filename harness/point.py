@@ -41,6 +41,7 @@ from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.speculative import spec_agreement
 from metrics.summary import summarize
+from metrics.token_accounting import mismatch_line
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.
@@ -58,6 +59,8 @@ class PointInputs:
     backend: str                         # client.backend: local or ray
     max_schedule_lag_ms: float
     max_clock_error_ms: float
+    token_mismatch_tolerance: int        # client.token_mismatch_tolerance (metrics.token_accounting)
+    token_mismatch_threshold: float      # client.token_mismatch_threshold
     prepare: str                         # client.prepare: auto, all or stream
     prepare_cache: bool
     prepare_ahead_s: float
@@ -82,6 +85,8 @@ class PointInputs:
             cache_state=str(cfg.engine.cache_state), on_failure=str(cfg.engine.on_failure),
             workers=int(c.workers), backend=str(c.get("backend", "local")),
             max_schedule_lag_ms=float(c.max_schedule_lag_ms), max_clock_error_ms=float(c.max_clock_error_ms),
+            token_mismatch_tolerance=int(c.token_mismatch_tolerance),
+            token_mismatch_threshold=float(c.token_mismatch_threshold),
             prepare=str(c.prepare), prepare_cache=bool(c.prepare_cache), prepare_ahead_s=float(c.prepare_ahead_s),
             prepare_max_bytes=int(c.prepare_max_mb * 2**20), progress=bool(cfg.progress),
             kill_at_s=sc.get("kill_at_s"), kill_signal=str(sc.get("kill_signal") or "SIGKILL"),
@@ -281,6 +286,8 @@ def summarise(s, p: PointRun) -> None:
     scaled = autoscale.figures(s, p)  # empty unless autoscaled
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
                         max_schedule_lag_ms=p.inputs.max_schedule_lag_ms,
+                        token_mismatch_tolerance=p.inputs.token_mismatch_tolerance,
+                        token_mismatch_threshold=p.inputs.token_mismatch_threshold,
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
                         cost_replicas=int(s.topology().get("replicas") or 1),
@@ -449,6 +456,13 @@ def print_point(s, p: PointRun) -> None:
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
     print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
           f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    if mismatch_line(m):
+        print("  " + mismatch_line(m), flush=True)
+    if m.get("cached_tokens_rows"):
+        print(f"  prefix cache: {m['cache_hit_rate']:.1%} of prompt tokens cached (server usage, "
+              f"{m['cached_tokens_rows']} requests); engine counters "
+              f"{m.get('engine_prefix_cache_hit_rate', float('nan')):.1%} (warm-up included; rows: "
+              f"{m['cache_hit_rate_all']:.1%})", flush=True)
     if m.get("num_tasks"):
         slo = (f", {m['task_slo_attainment']:.0%} within slo.task_s={m['task_slo_s']:g} s"
                if m.get("task_slo_attainment") is not None else "")

@@ -147,7 +147,7 @@ class Dispatcher:
     def _record(self, item: WorkItem, scheduled_ns: int, warmup: bool) -> RequestRecord:
         # slot_ns = scheduled_ns unless the request has to wait for a max_concurrency slot
         rec = RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, slot_ns=scheduled_ns,
-                            session_id=item.session_id, turn=item.turn, warmup=warmup,
+                            session_id=item.session_id, turn=item.turn, prefix_group=item.prefix_group, warmup=warmup,
                             expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens,
                             lora=item.model)
         if item.task_id is not None:

@@ -234,7 +234,8 @@ class _Worker:
             due = sched is None or self.dead_at_ns is None or sched <= self.dead_at_ns
             why = ("in flight or due" if due else "not sent yet") + f" when {reason}"
             out.append(RequestRecord(request_id=it.request_id, scheduled_ns=sched, slot_ns=sched,
-                                     session_id=it.session_id, turn=it.turn, warmup=i < warmup,
+                                     session_id=it.session_id, turn=it.turn, prefix_group=it.prefix_group,
+                                     warmup=i < warmup,
                                      expected_prompt_tokens=it.prompt_tokens, max_tokens=it.max_tokens,
                                      lora=it.model, status="cancelled", error=why, worker=self.w,
                                      worker_host=self.info.get("host")))

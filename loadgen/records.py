@@ -40,6 +40,7 @@ class RequestRecord:
     response_id: str | None = _col(pa.string())
     session_id: str | None = _col(pa.string())
     turn: int = _col(pa.int32(), 0)
+    prefix_group: int | None = _col(pa.int32())   # workload.prefix_groups: the shared prefix it starts with
     scheduled_ns: int | None = _col(pa.int64())
     slot_ns: int | None = _col(pa.int64())        # got its concurrency slot (= scheduled_ns when nothing caps it)
     sent_ns: int | None = _col(pa.int64())
@@ -52,6 +53,13 @@ class RequestRecord:
     expected_prompt_tokens: int | None = _col(pa.int64())
     max_tokens: int | None = _col(pa.int64())
     output_tokens: int | None = _col(pa.int64())
+    # Token truth (metrics.token_accounting): the prompt tokens the server says it served from its
+    # prefix cache (usage.prompt_tokens_details.cached_tokens; null: not reported), the server's
+    # usage.completion_tokens, and the served model's tokenizer count of the whole text received
+    # (null: no usage / no tokenizer).
+    cached_tokens: int | None = _col(pa.int64())
+    server_output_tokens: int | None = _col(pa.int64())
+    client_output_tokens: int | None = _col(pa.int64())
     tokens_source: str = _col(pa.string(), "none")  # usage_continuous | usage | usage+tokenizer_split | tokenizer | ...
     status: str = _col(pa.string(), "cancelled")
     http_status: int | None = _col(pa.int32())

@@ -22,6 +22,9 @@ Per replica (``replicas: {r0: {...}, ...}`` in ``summary.json``):
 - ``output_tokens``: output tokens of its completed measured rows.
 - ``ttft_p50_ms``: median TTFT of its completed measured rows (the client's clock).
 - ``prefix_cache_hit_rate``: its engine's Δ hits / Δ queries over the run.
+- ``cache_hit_rate``: from its rows, warm-up included (the requests its engine's counters saw):
+  sum(cached_tokens) / sum(prompt_tokens) over those that report ``cached_tokens``
+  (``metrics.token_accounting.hit_rate``); NaN when none does.
 - ``waiting_mean`` / ``waiting_max``: its engine's queue depth (requests waiting), mean and max
   over the telemetry samples during the run.
 - ``kv_cache_usage_mean`` / ``kv_cache_usage_max``: its engine's KV-cache usage (0-1), likewise.
@@ -49,6 +52,7 @@ import numpy as np
 import pyarrow as pa
 
 from metrics.percentiles import percentile
+from metrics.token_accounting import hit_rate
 
 # requests.parquet's replica of a row nobody said which replica served (DESIGN.md's contract;
 # loadgen.records writes it: metrics reads results and imports no loadgen)
@@ -136,6 +140,9 @@ def replica_summary(requests: pa.Table, engine: dict[str, dict] | None = None,
     ttft = np.asarray(requests.column("ttft_s").to_pylist(), dtype=np.float64)
     out_tok = np.asarray([x if x is not None else np.nan for x in requests.column("output_tokens").to_pylist()],
                          dtype=np.float64)
+    cached, prompt = (np.asarray([np.nan if x is None else x for x in requests.column(c).to_pylist()]
+                                 if c in requests.column_names else np.full(requests.num_rows, np.nan),
+                                 dtype=np.float64) for c in ("cached_tokens", "prompt_tokens"))
     n_measured = int(measured.sum())
     names = sorted(named | set(engine), key=replica_order)
     per: dict[str, dict] = {}
@@ -145,7 +152,8 @@ def replica_summary(requests: pa.Table, engine: dict[str, dict] | None = None,
         row = {"requests": n,
                "load_share": n / n_measured if n_measured else math.nan,
                "output_tokens": int(np.nansum(out_tok[mine & ok])),
-               "ttft_p50_ms": percentile(ttft[mine & ok], 50) * 1e3}
+               "ttft_p50_ms": percentile(ttft[mine & ok], 50) * 1e3,
+               "cache_hit_rate": hit_rate(cached[mine], prompt[mine])}
         eng = engine.get(r, {})
         for key, src in ENGINE_KEYS.items():
             if src in eng:

@@ -32,6 +32,8 @@ Definitions:
   server's backlog, never the client's; ``num_connects`` and ``connect_*_ms`` count the sends
   that had to open a connection and how long that took (included in their lag).
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
+- prefix-cache hits from the rows (``cache_hit_rate`` ...) and client-server token counts
+  (``token_mismatch_rate`` ...): ``metrics/token_accounting.py``.
 - ``per_adapter`` (rows with a ``lora`` adapter: workload.lora): per adapter, the formulas
   above over its own measured rows (``adapter_summary``); throughputs and goodput divide by
   the run's ``duration_s`` (the adapters share one window), so they add up to the run's.
@@ -60,6 +62,7 @@ from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s,
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
 from metrics.speculative import spec_summary
 from metrics.tasks import task_cost, task_summary
+from metrics.token_accounting import cache_summary, mismatch_summary
 
 
 def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
@@ -93,7 +96,8 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
               cost_cfg=None, energy_j: float | None = None, max_schedule_lag_ms: float = 10.0,
               telemetry=None, steady_capacity: int | None = None, steady_reason: str = "",
               expected_turns: dict | None = None, cost_replicas: int = 1,
-              cost_replica_seconds: float | None = None) -> dict:
+              cost_replica_seconds: float | None = None, token_mismatch_tolerance: int = 1,
+              token_mismatch_threshold: float = 0.01) -> dict:
     """The run's metrics from its per-request table (see module doc for definitions).
 
     ``telemetry`` (the run's ``telemetry.parquet`` table) gives the energy block; without
@@ -101,6 +105,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     ``steady_capacity`` is the batch capacity of the steady-state rule (``metrics.energy``).
     ``cost_replica_seconds`` (a deployment whose replicas changed in the window): the cost
     counts those replica-seconds (``metrics.cost.fleet_cost``), not ``cost_replicas`` x window.
+    ``token_mismatch_tolerance`` / ``_threshold``: ``client.token_mismatch_*`` (``metrics.token_accounting``).
     """
     measured = table.filter(pc.invert(table.column("warmup")))
     status = measured.column("status").to_numpy(zero_copy_only=False).astype(str)
@@ -141,6 +146,8 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["request_throughput"] = rate(out["completed"])
     out["output_throughput"] = rate(total_out)
     out["total_token_throughput"] = rate(total_in + total_out)
+    out.update(cache_summary(table))
+    out.update(mismatch_summary(table, token_mismatch_tolerance, token_mismatch_threshold))
 
     ttft, tpot, e2el = _col(done, "ttft_s"), _col(done, "tpot_s"), _col(done, "e2el_s")
     add_latency_stats(out, "ttft", ttft)

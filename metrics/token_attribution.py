@@ -21,6 +21,9 @@ From what the stream said (``loadgen.client.openai_stream``): the cumulative
   tokenizer, or counts on some chunks only), ``tokenizer`` (no usage: each chunk's text
   counted, at least 1), ``chunks`` (no usage, no tokenizer: one a chunk).
 The prompt's tokens are ``usage.prompt_tokens``, else the count the workload built.
+``server_output_tokens`` is the final ``usage.completion_tokens`` (null without usage);
+``client_output_tokens`` the tokenizer's count of the whole text received, joined (null without a
+tokenizer): the two counts ``metrics.token_accounting`` reconciles.
 
 By chunk kind (``chunk_kind``: ``answer``, ``reasoning``, ``tool_call``, set by the stream reader):
 ``reasoning_tokens`` = sum of ``chunk_tokens`` over reasoning chunks, ``tool_call_tokens`` = sum over
@@ -53,6 +56,9 @@ def _attribute(rec, count_tokens) -> None:
     rec.prompt_tokens = rec.usage_prompt_tokens if rec.usage_prompt_tokens is not None else rec.expected_prompt_tokens
     n_chunks = len(rec.chunk_ns)
     total = rec.usage_completion_tokens
+    rec.server_output_tokens = total
+    # the whole text counted once (per-chunk counts overcount words a chunk boundary splits)
+    rec.client_output_tokens = count_tokens("".join(rec.chunk_text)) if count_tokens is not None else None
 
     def weights(lo: int, hi: int) -> list[int]:
         if count_tokens is None:

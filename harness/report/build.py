@@ -24,6 +24,7 @@ from harness.report import data as report_data
 from harness.report import workload as workload_section
 from harness.report.requests_view import read_runs
 from harness.results_io import PROVENANCE, read_json, write_atomic
+from metrics.token_accounting import mismatch_line
 
 
 def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[style.Fig]:
@@ -34,6 +35,7 @@ def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[styl
             figures_load.latency(d, "itl", "Inter-token latency percentiles vs offered load", colours),
             deployment.ttft_phases(d),
             figures_requests.latency_cdfs(d, views, colours),
+            figures_requests.ttft_vs_cached_share(d, views, colours),
             figures_load.cost(d, colours), figures_load.energy(d, colours),
             figures_ablation.ablation_chart(d, colours),
             figures_requests.timelines(d, views, colours),
@@ -113,6 +115,12 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     if stamps:  # how the load generator timed chunks (loadgen/client/stamped_socket.py)
         names = {"kernel": "the kernel's receive stamps", "read": "read times"}
         lines.append("chunk times: " + ", ".join(names.get(s, s) for s in stamps))
+    disagree = [r for r in d.ours if r.summary.get("token_counts_disagree")]
+    if disagree:  # first screen: output-token counts the client cannot confirm (metrics.token_accounting)
+        lines.append(page.Note(
+            f"TOKEN COUNTS DISAGREE in {len(disagree)} of {len(d.ours)} runs: the server's usage and the "
+            "client's tokenizer count of the text received differ beyond client.token_mismatch_threshold",
+            [mismatch_line(r.summary) or "" for r in disagree]))
     stopped = saturation_note(d)
     if stopped is not None:
         lines.append(stopped)

@@ -136,3 +136,48 @@ def timelines(data: ReportData, views: dict[object, RunView], colours: dict) -> 
     if not has_power:
         notes.append("No GPU power in these runs (no NVML/DCGM source: see the energy note in the provenance).")
     return style.Fig("timeline", "Runs over time", title, fig, wide=True, notes=notes, height_in=1.1 * len(rows))
+
+
+CACHE_BINS = 10  # cached share of the prompt in tenths
+
+
+def ttft_vs_cached_share(data: ReportData, views: dict, colours: dict) -> style.Fig | None:
+    """Median and p90 TTFT per tenth of the prompt served from the prefix cache (rows'
+    ``cached_tokens`` / ``prompt_tokens``), each series' completed measured requests pooled;
+    None when no run's rows report cached tokens."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    edges = np.linspace(0, 1, CACHE_BINS + 1)
+    for series in data.series:
+        got = [views[r.dir].cache_ttft for r in data.ours if r.series == series and views.get(r.dir)
+               and views[r.dir].cache_ttft is not None]
+        if not got:
+            continue
+        share = np.concatenate([g[0] for g in got])
+        ttft = np.concatenate([g[1] for g in got]) * 1e3
+        idx = np.clip(np.searchsorted(edges, share, side="right") - 1, 0, CACHE_BINS - 1)  # 1.0 in the last bin
+        xs, med, p90, ns = [], [], [], []
+        for b in range(CACHE_BINS):
+            v = ttft[idx == b]
+            if v.size:
+                xs.append((edges[b] + edges[b + 1]) / 2 * 100)
+                med.append(float(np.median(v)))
+                p90.append(float(np.percentile(v, 90)))
+                ns.append(int(v.size))
+        who = style.text(series)
+        for ys, dash, what in ((med, "solid", "median"), (p90, "dot", "p90")):
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", customdata=ns, name=f"{who} {what}",
+                                     line=dict(color=colours[series], dash=dash, width=1.6),
+                                     hovertemplate=f"{who}<br>{what} TTFT %{{y:.4g}} ms at %{{x:.0f}}% cached"
+                                                   "<br>%{customdata} requests<extra></extra>"))
+    if not fig.data:
+        return None
+    title = "TTFT against the cached share of the prompt"
+    style.base_layout(fig, title, "prompt tokens served from the prefix cache (%)", "TTFT (ms)")
+    fig.update_xaxes(range=[0, 100])
+    notes = ["Completed, measured requests whose server reported usage.prompt_tokens_details.cached_tokens, "
+             "pooled per series over its runs, in tenths of cached_tokens / prompt_tokens (a fully cached "
+             "prompt in the last); solid: median, dotted: p90."]
+    return style.Fig("ttft_vs_cached_share", "Latency distributions", title, fig, notes=notes)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.report.data import Run
+from metrics.token_accounting import cached_share
 
 # Probabilities of the CDF grid: every percent to p90, finer in the tail, then the maximum.
 PROBS = np.unique(np.concatenate([np.linspace(0, 0.9, 91), np.linspace(0.9, 0.99, 46), np.linspace(0.99, 0.999, 19),
@@ -47,6 +48,8 @@ class RunView:
     timeline: Timeline | None
     errors: list                       # (text, count), most frequent first
     n: int
+    # completed, measured rows that report cached_tokens: (cached share of the prompt, TTFT in s)
+    cache_ttft: tuple | None = None
 
 
 def _num_chunks(pf: pq.ParquetFile) -> int:
@@ -151,7 +154,8 @@ def read_run(run: Run, timeline: bool = True) -> RunView | None:
     pf = pq.ParquetFile(path)
     have = set(pf.schema_arrow.names)
     exact = timeline and {"chunk_ns", "chunk_tokens"} <= have and _num_chunks(pf) <= MAX_CHUNKS
-    cols = [c for c in COLUMNS if c in have] + (["chunk_ns", "chunk_tokens"] if exact else [])
+    cols = [c for c in COLUMNS + ["cached_tokens", "prompt_tokens"] if c in have] + (
+        ["chunk_ns", "chunk_tokens"] if exact else [])
     t = pf.read(columns=cols)
     measured = t.filter(pc.invert(t.column("warmup"))) if "warmup" in have else t
     status = measured.column("status").to_numpy(zero_copy_only=False).astype(str)
@@ -159,7 +163,12 @@ def read_run(run: Run, timeline: bool = True) -> RunView | None:
     lat = {c: (v[np.isfinite(v)] if (v := _np(done, c)).size else v) for c, _ in LATENCIES if c in have}
     errors = Counter(e for e in measured.column("error").to_pylist() if e) if "error" in have else Counter()
     tl = _timeline(run, t, t.select(["chunk_ns", "chunk_tokens"]) if exact else None) if timeline else None
-    return RunView(lat, tl, errors.most_common(3), measured.num_rows)
+    cache_ttft = None
+    if {"cached_tokens", "prompt_tokens"} <= have and "ttft_s" in have:
+        share, ttft = cached_share(_np(done, "cached_tokens"), _np(done, "prompt_tokens")), _np(done, "ttft_s")
+        keep = np.isfinite(share) & np.isfinite(ttft)
+        cache_ttft = (share[keep], ttft[keep]) if keep.any() else None
+    return RunView(lat, tl, errors.most_common(3), measured.num_rows, cache_ttft)
 
 
 def read_runs(runs: list[Run]) -> dict:

@@ -4,7 +4,8 @@ The transport hands over body bytes with the time they arrived; this module cuts
 server-sent events (``sse``) and reads each JSON event: the response ``id``, output text
 (``choices[0].text`` or ``delta.content``, ``delta.reasoning`` / ``delta.reasoning_content``, or
 ``delta.tool_calls``), ``finish_reason``,
-``usage`` (per chunk with ``continuous_usage_stats``, else in the final event) and error
+``usage`` (per chunk with ``continuous_usage_stats``, else in the final event; with its
+``prompt_tokens_details.cached_tokens``, the prompt tokens served from the prefix cache) and error
 events.  A chunk counts as output only when it carries text: a role-only or empty chunk is
 not an output chunk (TTFT's definition).  Per output chunk the record keeps its time, its
 text and the cumulative ``usage.completion_tokens`` it carried (-1: none); how many tokens
@@ -85,6 +86,15 @@ class OpenAIStream:
                 if cum.__class__ is not int:
                     raise _wrong("usage.completion_tokens", cum)
                 rec.usage_completion_tokens = cum
+            details = usage.get("prompt_tokens_details")
+            if details:  # vLLM (--enable-prompt-tokens-details), SGLang (--enable-cache-report), Dynamo
+                if details.__class__ is not dict:
+                    raise _wrong("usage.prompt_tokens_details", details)
+                cached = details.get("cached_tokens")
+                if cached is not None:
+                    if cached.__class__ is not int:
+                        raise _wrong("usage.prompt_tokens_details.cached_tokens", cached)
+                    rec.cached_tokens = cached
         if not choices:
             return
         if choices.__class__ is not list:

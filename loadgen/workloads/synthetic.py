@@ -115,7 +115,7 @@ def synthetic_items(cfg, builder: PromptBuilder, n: int | None, max_model_len: i
             if g >= 0:
                 prefix = group_prefix_ids(builder, w.seed, int(g), plen)[:max(int(a) - builder.overhead, 0)]
             yield WorkItem(request_id=f"r{idx:07d}", prompt=builder.prompt(int(a), prefix_ids=prefix),
-                           prompt_tokens=int(a), max_tokens=int(b))
+                           prompt_tokens=int(a), max_tokens=int(b), prefix_group=int(g) if g >= 0 else None)
 
 
 def group_prefix_ids(builder: PromptBuilder, seed: int, group: int, n: int) -> np.ndarray:

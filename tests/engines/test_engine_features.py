@@ -141,3 +141,10 @@ def test_credentials_never_reach_recorded_commands():
     from harness.experiment_record import _redact_override
     assert _redact_override("workload.input_tokens=512") == "workload.input_tokens=512"
     assert _redact_override("engine.api_key=sk-1") == "engine.api_key=***redacted***"
+
+
+def test_engines_always_ask_for_cached_prompt_tokens(tmp_path):
+    """requests.parquet's cached_tokens needs the server to report usage.prompt_tokens_details:
+    vLLM only with --enable-prompt-tokens-details, SGLang only with --enable-cache-report."""
+    assert _engine("vllm", tmp_path).launch_command().count("--enable-prompt-tokens-details") == 1
+    assert _engine("sglang", tmp_path).launch_command().count("--enable-cache-report") == 1

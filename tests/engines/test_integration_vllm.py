@@ -208,3 +208,33 @@ def test_launched_without_prefix_caching_then_killed(tmp_path):
     second = __import__("json").loads((out / "01-concurrency=2" / "summary.json").read_text())
     assert second["engine_alive_after"] is False and second["num_connection_error"] == status.count("connection_error")
     assert group_members(killed["pgid"]) == []
+
+
+def test_rows_cached_tokens_equal_the_engine_counters(vllm_on, tmp_path):
+    """Each row's usage.prompt_tokens_details.cached_tokens (the adapter starts vLLM with
+    --enable-prompt-tokens-details) summed over the run equals the engine's prefix-cache hit
+    counter delta, and the rows' prompt tokens its query counter (both count tokens): the two hit
+    rates agree exactly (tolerance 0; one request at a time, cold cache, no warm-up)."""
+    n = 8
+    over = external(vllm_on) + [
+        "workload.input_tokens=400", "workload.prefix_groups.count=2", "workload.prefix_groups.prefix_tokens=256",
+        "workload.output_tokens=8", "load=concurrency", "load.concurrency=1", f"load.num_requests={n}",
+        "load.warmup_requests=0", "report.enabled=false", "progress=false", "engine.cache_state=cold",
+        "protocol.load_points=[1]", f"output_dir={tmp_path}/out", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"]
+    (s,) = summaries(run(over))
+    t = pq.read_table(next((tmp_path / "out").glob("*/requests.parquet")))
+    cached = t.column("cached_tokens").to_pylist()
+    print("token truth:", {k: s[k] for k in ("cache_hit_rate", "engine_prefix_cache_hit_rate",
+                                             "engine_prefix_cache_hits", "engine_prefix_cache_queries",
+                                             "cache_hit_rate_by_prefix_group", "token_mismatch_rate",
+                                             "token_mismatch_mean_abs", "token_mismatch_max_abs",
+                                             "token_mismatch_mean")})
+    assert s["completed"] == n and None not in cached and s["cached_tokens_rows"] == n
+    assert sum(cached) == s["engine_prefix_cache_hits"] > 0
+    assert sum(t.column("prompt_tokens").to_pylist()) == s["engine_prefix_cache_queries"]
+    assert s["cache_hit_rate_all"] == s["cache_hit_rate"] == s["engine_prefix_cache_hit_rate"]
+    groups = t.column("prefix_group").to_pylist()
+    assert set(groups) <= {0, 1} and set(s["cache_hit_rate_by_prefix_group"]) == {str(g) for g in set(groups)}
+    # the server's usage against the tokenizer's count of the text: every completed row compared
+    assert t.column("server_output_tokens").to_pylist() == [8] * n
+    assert s["token_counts_compared"] == n and s["token_mismatch_max_abs"] >= 0

@@ -26,7 +26,8 @@ def _entries(n, size=100, built=None, delay_s=0.0):
             time.sleep(delay_s)
         if built is not None:
             built.append(i)
-        yield Prepared(i, WorkItem(f"r{i}", "p", 3, 2), i * 1_000_000, b"x" * size)
+        yield Prepared(i, WorkItem(f"r{i}", "p", 3, 2, prefix_group=i % 3 if i % 4 else None), i * 1_000_000,
+                       b"x" * size)
 
 
 def _drain(source):
@@ -93,6 +94,9 @@ def test_cache_hit_skips_the_build_and_restores_the_builders_state(tmp_path):
     a, b = [first.pop_ready() for _ in range(20)], [again.pop_ready() for _ in range(20)]
     assert [(p.index, p.item.request_id, p.offset_ns, p.payload) for p in a] == \
            [(p.index, p.item.request_id, p.offset_ns, p.payload) for p in b]
+    # the row's prefix_group survives the cache (the per-group hit rate reads it)
+    assert [p.item.prefix_group for p in b] == [p.item.prefix_group for p in a] == \
+           [i % 3 if i % 4 else None for i in range(20)]
     other = prepare(_entries(20, built=built), PrepareOptions(mode="all", cache=cache("b")))
     assert not other.stats.cached and len(built) == 20
 

@@ -85,6 +85,9 @@ def test_prefix_groups_synthetic(tok):
     enc = [ids(tok, it.prompt) for it in items]
     for it, e in zip(items, enc):
         assert len(e) == it.prompt_tokens
+    assert [it.prefix_group for it in items] == groups.tolist()  # the row's prefix_group (per-group hit rate)
+    assert {it.prefix_group for it in synthetic_items(OmegaConf.merge(cfg, {"prefix_groups": {"count": 0}}), b, 5)} \
+        == {None}
     for i in range(30):
         for j in range(i + 1, 30):
             c = common(enc[i], enc[j])
