@@ -12,6 +12,12 @@ single-worker replay per replica.
   ``input_length`` = prompt tokens, ``output_length`` = output tokens, ``hash_ids`` =
   ceil(prompt / block_size) ids of its own (the plan's traffic says nothing of shared
   prefixes, so no request reuses another's blocks).
+- The profile's ``prefill_ttft_ms`` is a measured TTFT (``metrics.profile``: the first token
+  included), but the mocker emits a request's first token at the end of the decode step after
+  its prefill, so its TTFT is the table's plus one step.  The replay is given the table less
+  that step (``first_token_table``: prefill_ttft_ms(L) - decode_itl(KV = L, context = L), the
+  step of one sequence of L tokens, bilinear in the grid as the mocker reads it; floored at
+  0), so that a request alone gets the profile's TTFT back.
 - Back, per request: ``TTFT = ttft_ms / 1e3``; ``TPOT = (e2e_latency_ms - ttft_ms) / 1e3 /
   (output tokens - 1)`` (the harness's TPOT, ``metrics.request_metrics``); a request the
   replay did not complete has none (counted as failed).
@@ -147,6 +153,19 @@ def read_records(path: Path, arrival_s, prompt_tokens, output_tokens) -> tuple[n
     return ttft, tpot
 
 
+def first_token_table(tables: dict) -> dict:
+    """The mocker's arrays with ``prefill_ttft_ms`` less one decode step of a sequence of that
+    prompt length (module doc)."""
+    kv, ctx, itl = (np.asarray(tables[k], dtype=np.float64)
+                    for k in ("decode_active_kv_tokens", "decode_context_length", "decode_itl"))
+    isl = np.asarray(tables["prefill_isl"], dtype=np.float64)
+    # decode_itl[i, j] is the step at kv[i], ctx[j]: along KV first, then along the context
+    step = np.array([np.interp(x, ctx, [np.interp(x, kv, itl[:, j]) for j in range(ctx.size)]) for x in isl])
+    out = {k: np.asarray(v) for k, v in tables.items()}
+    out["prefill_ttft_ms"] = np.maximum(np.asarray(tables["prefill_ttft_ms"], dtype=np.float64) - step, 0.0)
+    return out
+
+
 @dataclass
 class SchedulerModel:
     """What a replica is under the scheduler model: the profile, the engine's knobs, the
@@ -156,8 +175,8 @@ class SchedulerModel:
     knobs: dict = field(default_factory=dict)
     timeout_s: float = 3600.0
 
-    def engine_args(self) -> dict:
-        return {**self.knobs, "planner_profile_data": str(self.profile)}
+    def engine_args(self, table: Path | None = None) -> dict:
+        return {**self.knobs, "planner_profile_data": str(table or self.profile)}
 
     def describe(self) -> dict:
         return {"profile": str(self.profile), "engine_args": self.engine_args(), "python": str(self.python)}
@@ -176,8 +195,11 @@ class SchedulerModel:
                 write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16))
                 jobs.append({"trace": str(tr), "report": str(rep), "num_workers": 1, "k": k})
             if jobs:
+                table = Path(tmp) / "perf_data.npz"
+                with np.load(self.profile) as z:
+                    np.savez(table, **first_token_table({k: z[k] for k in z.files}))
                 spec = Path(tmp) / "job.json"
-                spec.write_text(json.dumps({"engine_args": self.engine_args(), "jobs": jobs}), encoding="utf-8")
+                spec.write_text(json.dumps({"engine_args": self.engine_args(table), "jobs": jobs}), encoding="utf-8")
                 env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
                 env.setdefault("RUST_LOG", "warn")
                 p = subprocess.run([str(self.python), str(WORKER), str(spec)], capture_output=True, text=True,

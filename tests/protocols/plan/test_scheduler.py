@@ -73,6 +73,18 @@ def test_model_choice(tmp_path):
         sched.choose("queue", npz, py)
 
 
+TABLES = {"prefill_isl": np.array([100.0, 1100.0]), "prefill_ttft_ms": np.array([30.0, 80.0]),
+          "decode_active_kv_tokens": np.array([0.0, 1000.0]), "decode_context_length": np.array([1.0, 1001.0]),
+          # step = 5 + KV/100 ms: 6 ms at KV 100, 16 ms at KV 1100 (context plays no part)
+          "decode_itl": np.array([[5.0, 5.0], [15.0, 15.0]])}
+
+
+def test_first_token_table_takes_one_step_off_the_prefill():
+    got = sched.first_token_table(TABLES)
+    assert got["prefill_ttft_ms"] == pytest.approx([30.0 - 6.0, 80.0 - 16.0])
+    assert (got["decode_itl"] == TABLES["decode_itl"]).all() and TABLES["prefill_ttft_ms"][0] == 30.0
+
+
 FAKE = textwrap.dedent('''
     import json, sys
     job = json.load(open(sys.argv[-1]))
@@ -101,6 +113,7 @@ def test_fleet_served_by_a_fake_replay(tmp_path):
     arr = np.cumsum(rng.exponential(0.1, 300))
     tr = Traffic(arr, np.full(300, 100), np.full(300, 21), float(arr[-1]) + 1, "test")
     pol = ScalingPolicy(capacity_rps=4.0, min_replicas=1, max_replicas=4, cold_start_s=1.0, window_s=5.0)
+    np.savez(tmp_path / "perf_data.npz", **TABLES)
     model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8})
     sim = FleetSimulation(tr, capacity(), pol, SLO(), scheduler=model)
     res = sim.run()
