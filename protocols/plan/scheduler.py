@@ -16,7 +16,7 @@ single-worker replay per replica.
   included), but the mocker emits a request's first token at the end of the decode step after
   its prefill, so its TTFT is the table's plus one step.  The replay is given the table less
   that step (``first_token_table``: prefill_ttft_ms(L) - decode_itl(KV = L, context = L), the
-  step of one sequence of L tokens, bilinear in the grid as the mocker reads it; floored at
+  step of one sequence of L tokens, bilinear in the grid, clamped at its edges; floored at
   0), so that a request alone gets the profile's TTFT back.
 - Back, per request: ``TTFT = ttft_ms / 1e3``; ``TPOT = (e2e_latency_ms - ttft_ms) / 1e3 /
   (output tokens - 1)`` (the harness's TPOT, ``metrics.request_metrics``); a request the

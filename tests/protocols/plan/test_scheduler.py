@@ -74,9 +74,9 @@ def test_model_choice(tmp_path):
 
 
 TABLES = {"prefill_isl": np.array([100.0, 1100.0]), "prefill_ttft_ms": np.array([30.0, 80.0]),
-          "decode_active_kv_tokens": np.array([0.0, 1000.0]), "decode_context_length": np.array([1.0, 1001.0]),
+          "decode_active_kv_tokens": np.array([0.0, 2000.0]), "decode_context_length": np.array([1.0, 1001.0]),
           # step = 5 + KV/100 ms: 6 ms at KV 100, 16 ms at KV 1100 (context plays no part)
-          "decode_itl": np.array([[5.0, 5.0], [15.0, 15.0]])}
+          "decode_itl": np.array([[5.0, 5.0], [25.0, 25.0]])}
 
 
 def test_first_token_table_takes_one_step_off_the_prefill():
