@@ -55,3 +55,36 @@ def test_heavy_load_queues(model):
     assert res["completed"] == 400
     assert np.percentile(heavy.ttft, 90) > 3 * np.percentile(light.ttft, 90)
     assert np.median(heavy.tpot) > 1.5 * np.median(light.tpot)   # prefills run between its decode steps
+
+
+def test_plan_names_the_model_per_candidate(tmp_path, model):
+    """``tokenfactory plan`` with a profile: each candidate on the scheduler, said in plan.json
+    and on the page; processor sharing asked for: said too."""
+    import json
+
+    from conf.compose import compose_config
+    from protocols.registry import Invocation, run_protocol
+    from tests.protocols.plan.test_plan_run import _trace
+    from tests.synthetic_experiment import write_experiment
+
+    exp = write_experiment(tmp_path / "exp", requests=40, rates=(5.0, 10.0, 20.0))
+    docs = {}
+    for mode in ("scheduler", "processor_sharing"):
+        cfg = compose_config(["protocol=plan", f"protocol.experiments=[{exp}]", "workload=mooncake",
+                              f"workload.path={_trace(tmp_path / 'trace.jsonl', duration=60.0)}",
+                              "deployment=replicas", "router=vllm", "deployment.autoscale.cold_start_s=5",
+                              "deployment.autoscale.max_replicas=4", "protocol.workers=1", "protocol.resamples=2",
+                              f"protocol.replica_model={mode}", f"protocol.profile={model.profile}",
+                              f"protocol.dynamo_python={model.python}", f"output_dir={tmp_path / mode}"])
+        out = run_protocol(cfg, Invocation(explicit=frozenset()))
+        docs[mode] = json.loads((out / "plan.json").read_text())
+        page = (out / "plan.html").read_text()
+    sch, ps = docs["scheduler"], docs["processor_sharing"]
+    assert {c["replica_model"]["model"] for c in sch["candidates"].values()} == {"scheduler"}
+    assert {c["replica_model"]["model"] for c in ps["candidates"].values()} == {"processor_sharing"}
+    assert "processor sharing (fitted slowdown curve): protocol.replica_model=processor_sharing" in page
+    # the same requests, the same policy: the scheduler's TTFT is the profile's (~30 ms at 256 tokens)
+    for name, e in sch["plans"][0]["configs"].items():
+        assert e["replica_model"]["model"] == "scheduler"
+        assert e["metrics"]["replicas_max"]["value"] == ps["plans"][0]["configs"][name]["metrics"]["replicas_max"]["value"]
+        assert 20.0 < e["metrics"]["p50_ttft_ms"]["value"] < 40.0
