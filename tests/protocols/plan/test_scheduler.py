@@ -114,9 +114,27 @@ def test_fleet_served_by_a_fake_replay(tmp_path):
     tr = Traffic(arr, np.full(300, 100), np.full(300, 21), float(arr[-1]) + 1, "test")
     pol = ScalingPolicy(capacity_rps=4.0, min_replicas=1, max_replicas=4, cold_start_s=1.0, window_s=5.0)
     np.savez(tmp_path / "perf_data.npz", **TABLES)
-    model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8})
+    model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8}, cache_dir=tmp_path / "c")
     sim = FleetSimulation(tr, capacity(), pol, SLO(), scheduler=model)
     res = sim.run()
     assert np.all(sim.ttft == pytest.approx(0.05)) and np.all(sim.tpot == pytest.approx(0.01))
     assert res["completed"] == 300 and res["p99_ttft_ms"] == pytest.approx(50.0)
     assert res["replicas_max"] >= 2          # the policy scaled as it does under processor sharing
+
+
+def test_same_streams_replayed_once(tmp_path):
+    """A second serve of the same streams (a resample routed as the full plan) starts no replay."""
+    np.savez(tmp_path / "perf_data.npz", **TABLES)
+    count = tmp_path / "count"
+    py = tmp_path / "py.sh"
+    worker = tmp_path / "worker.py"
+    worker.write_text(FAKE)
+    py.write_text(f"#!/bin/sh\necho x >> {count}\nexec {sys.executable} {worker} \"$@\"\n")
+    py.chmod(0o755)
+    model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8}, cache_dir=tmp_path / "cache")
+    s = [(np.array([0.0, 1.0]), np.array([10, 20]), np.array([5, 3]))]
+    a, b = model.serve(s), model.serve(s)
+    other = model.serve([(np.array([0.0, 2.0]), np.array([10, 20]), np.array([5, 3]))])
+    assert count.read_text().count("x") == 2
+    assert a[0][1] == pytest.approx([0.01, 0.01]) and b[0][1] == pytest.approx([0.01, 0.01])
+    assert other[0][0] == pytest.approx([0.05, 0.05])
