@@ -530,13 +530,15 @@ def print_plan(doc: dict) -> None:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
             m = e["metrics"]
+            on_sched = (e.get("replica_model") or {}).get("model") == "scheduler"
+            sched_mark = "  [replicas: the engine's scheduler]" if on_sched else ""
             mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "
                   f"{_est(m, 'cost_per_mtok_good', '{:.4g}')} per M good tok, replicas peak "
                   f"{m['replicas_max']['value']} mean {_est(m, 'replicas_mean', '{:.2f}')}"
-                  f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}")
+                  f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}{sched_mark}")
         for name, why in plan["skipped"].items():
             print(f"  {name}: not planned: {why}")
         print(f"  -> {plan['cheapest']['verdict']}")
