@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan import scheduler as sched
 from protocols.plan.fleet import FleetSimulation

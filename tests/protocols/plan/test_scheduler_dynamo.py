@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from metrics.profile import mocker_tables
 from metrics.slo import SLO
 from protocols.plan import scheduler as sched
