@@ -562,6 +562,13 @@ class PlanProtocol:
     # calibrate each candidate's slowdown curve so that simulating its runs reproduces their mean
     # TTFT and TPOT (protocols/plan/fleet.py calibrate); false: the curve as measured
     calibrate: bool = True
+    # a replica's model: scheduler (each replica's requests replayed by the engine's scheduler,
+    # Dynamo's replay, timed by protocol.profile), processor_sharing (the fitted slowdown curve), or
+    # auto: scheduler where a profile and the Dynamo venv are at hand, else processor sharing
+    replica_model: str = _f("auto", choices=("auto", "scheduler", "processor_sharing"))
+    profile: Optional[str] = None             # a tokenfactory profile folder or its perf_data.npz
+    # the Dynamo venv's Python; null: $TOKENFACTORY_DYNAMO_PYTHON, else ~/.cache/tokenfactory/dynamo-venv
+    dynamo_python: Optional[str] = None
     # a real replay's run folder (load=trace, deployment.autoscale.enabled): the plan's error against it
     validate: Optional[str] = None
     seed: int = 0

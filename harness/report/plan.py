@@ -201,6 +201,15 @@ def figures(doc: dict) -> list[style.Fig]:
     return figs
 
 
+def replica_model_text(c: dict) -> str:
+    """Which model served a candidate's replicas in the plan, and why (plan.json's
+    ``candidates[NAME].replica_model``; a plan from before it: processor sharing)."""
+    m = c.get("replica_model") or {"model": "processor_sharing", "reason": "not recorded"}
+    name = ("the engine's scheduler (Dynamo's replay)" if m["model"] == "scheduler"
+            else "processor sharing (fitted slowdown curve)")
+    return f"{name}: {m.get('reason', '')}"
+
+
 def write_plan_page(folder: str | Path) -> Path:
     folder = Path(folder)
     doc = read_json(folder / "plan.json")
@@ -213,7 +222,8 @@ def write_plan_page(folder: str | Path) -> Path:
            f"(mean {fmt(t['mean_rps'])} req/s, peak {fmt(t['peak_rps'])} req/s).",
            Note(f"{len(doc['candidates'])} candidate(s); {doc['resamples']} block resamples at most; router "
                 f"{doc['routing']}.", [f"{n}: {c['source']} from {c['origin']}, sizes {c['sizes']}, cold start "
-                                        f"{[round(x, 1) for x in c['cold_start_s']]} s" for n, c in
+                                        f"{[round(x, 1) for x in c['cold_start_s']]} s; replica model: "
+                                        f"{replica_model_text(c)}" for n, c in
                                         doc["candidates"].items()])]
     warn = "".join(f"<li>{esc(w)}</li>" for w in doc.get("warnings", []))
     sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),

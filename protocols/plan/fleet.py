@@ -161,11 +161,14 @@ class FleetSimulation:
 
     def __init__(self, traffic: Traffic, capacity: ConfigCapacity, policy: ScalingPolicy, slo: SLO,
                  routing: str = "round_robin", initial: int = 1, seed: int = 0, timeline_s: float | None = None,
-                 models: dict[int, ReplicaModel] | None = None):
+                 models: dict[int, ReplicaModel] | None = None, scheduler=None):
         if routing not in ROUTINGS:
             raise ValueError(f"protocol.routing={routing!r}: expected one of {', '.join(ROUTINGS)}")
         self.traffic, self.capacity, self.policy, self.slo = traffic, capacity, policy, slo
         self.routing = routing
+        # a protocols.plan.scheduler.SchedulerModel: each replica's requests served by the engine's
+        # scheduler (Dynamo's replay) instead of processor sharing; the policy and router as here
+        self.scheduler = scheduler
         self.initial = max(policy.min_replicas, min(policy.max_replicas, int(initial)))
         self.rng = np.random.default_rng(seed)
         corr = capacity.corrections or {}
@@ -200,7 +203,18 @@ class FleetSimulation:
         env.process(self.arrive())
         env.process(self.control())
         env.run()
+        if self.scheduler is not None:
+            self.reserve()
         return self.result()
+
+    def reserve(self) -> None:
+        """Each replica's requests (as the router sent them) served again by the scheduler model:
+        their TTFT and TPOT are the replay's (``protocols.plan.scheduler``)."""
+        t = self.traffic
+        which = [np.flatnonzero(self.served_by == r.index) for r in self.replicas]
+        got = self.scheduler.serve([(self.arrived[i], t.prompt_tokens[i], t.output_tokens[i]) for i in which])
+        for i, (ttft, tpot) in zip(which, got):
+            self.ttft[i], self.tpot[i] = ttft, tpot
 
     def add_replica(self, ready: bool = False) -> Replica:
         env = self.env

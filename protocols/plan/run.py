@@ -38,6 +38,7 @@ from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million
 from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
+from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
 from protocols.plan.traffic import Traffic, build_traffic
@@ -55,6 +56,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     if p.calibrate:
         for c in cands:
             c.corrections = calibrate(c, seed=int(p.seed))
+    models = replica_models(p, cands)
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
@@ -77,14 +79,17 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                     plan["skipped"][cap.name] = why
                     warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
                     continue
-                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source}
+                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source,
+                                             "replica_model": models[cap.name][0]}
                 warnings += check_inputs(cap, traffic, policy, capacity)
                 # the policy's capacity is the measured one unless set: each resample measures its own
                 sized = auto.capacity_rps is None
-                jobs.append(Job(len(plans), cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized))
+                jobs.append(Job(len(plans), cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized,
+                                models[cap.name][1]))
                 for blocks, w in resamples(cap.blocks, int(p.resamples), int(p.seed)):
                     if len(cap.blocks) > 1:
-                        jobs.append(Job(len(plans), cap.name, blocks, w, cap, policy, slo, slo_cfg, sized))
+                        jobs.append(Job(len(plans), cap.name, blocks, w, cap, policy, slo, slo_cfg, sized,
+                                        models[cap.name][1]))
             plans.append(plan)
     if not any(pl["configs"] for pl in plans):
         raise UserError("no candidate can be planned:\n  " + "\n  ".join(warnings))
@@ -123,7 +128,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     doc = {"kind": "plan", "output_dir": str(out), "created_unix": started, "elapsed_s": None,
            "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
            "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
-           "candidates": {c.name: describe_candidate(c) for c in cands},
+           "candidates": {c.name: {**describe_candidate(c), "replica_model": models[c.name][0]} for c in cands},
            "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
            "warnings": sorted(set(warnings)),
            "overrides": list(overrides or [])}
@@ -235,6 +240,49 @@ def merge_sizes(folder: str, caps: list[ConfigCapacity], overrides: dict) -> lis
         merged.cold_start_s = list(smallest.cold_start_s)
         out.append(merged)
     return out
+
+
+def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sched.SchedulerModel | None]]:
+    """Per candidate, its replica model (``protocol.replica_model``; ``protocols.plan.scheduler``):
+    ({"model", "reason", and for the scheduler its profile and engine args}, the scheduler
+    model or None for processor sharing).  The profile: ``protocol.profile``, else a
+    ``perf_data.npz`` in the candidate's experiment folder (a ``tokenfactory profile``'s)."""
+    python = sched.dynamo_python(p.dynamo_python)
+    given = sched.find_profile(p.profile)
+    if p.profile and given is None:
+        raise UserError(f"protocol.profile={p.profile}: no {sched.PROFILE_NPZ} there (a tokenfactory profile "
+                        "folder or its perf_data.npz)")
+    out = {}
+    for c in cands:
+        profile = given or (sched.find_profile(c.origin) if c.source != "estimated" else None)
+        try:
+            model, why = sched.choose(str(p.replica_model), profile, python)
+        except ValueError as e:
+            raise UserError(f"{c.name}: {e}") from None
+        if model == "processor_sharing":
+            out[c.name] = ({"model": model, "reason": why}, None)
+            continue
+        knobs = candidate_knobs(c)
+        s = sched.SchedulerModel(python, profile, knobs)
+        out[c.name] = ({"model": model, "reason": why, **s.describe(),
+                        "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
+                        "routing_note": "replica start, drain and bill times, and least-loaded routing, follow "
+                                        "the processor-sharing model; each replica's requests are served by the "
+                                        "scheduler"}, s)
+    return out
+
+
+def candidate_knobs(c: ConfigCapacity) -> dict:
+    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
+    for pts in c.points.values():
+        for pt in pts:
+            f = Path(pt.run_dir) / "provenance.json" if pt.run_dir else None
+            if f is not None and f.is_file():
+                try:
+                    return sched.engine_knobs(json.loads(f.read_text(encoding="utf-8")))
+                except (OSError, ValueError):
+                    continue
+    return {}
 
 
 def assign_costs(cands: list[ConfigCapacity], cfg) -> None:
@@ -439,6 +487,7 @@ class Job:
     slo: SLO
     slo_cfg: dict
     sized: bool                         # the policy's capacity_rps is the measured one
+    scheduler: sched.SchedulerModel | None = None   # None: processor sharing
 
 
 def _simulate(job: Job) -> dict:
@@ -451,7 +500,7 @@ def _simulate(job: Job) -> dict:
             if measured > 0:
                 policy = dataclasses.replace(policy, capacity_rps=measured)
     sim = FleetSimulation(_STATE["traffic"], cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
-                          _STATE["seed"])
+                          _STATE["seed"], scheduler=job.scheduler)
     return sim.run()
 
 
@@ -481,13 +530,15 @@ def print_plan(doc: dict) -> None:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
             m = e["metrics"]
+            on_sched = (e.get("replica_model") or {}).get("model") == "scheduler"
+            sched_mark = "  [replicas: the engine's scheduler]" if on_sched else ""
             mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "
                   f"{_est(m, 'cost_per_mtok_good', '{:.4g}')} per M good tok, replicas peak "
                   f"{m['replicas_max']['value']} mean {_est(m, 'replicas_mean', '{:.2f}')}"
-                  f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}")
+                  f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}{sched_mark}")
         for name, why in plan["skipped"].items():
             print(f"  {name}: not planned: {why}")
         print(f"  -> {plan['cheapest']['verdict']}")
