@@ -276,11 +276,11 @@ def candidate_knobs(c: ConfigCapacity) -> dict:
     """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
     for pts in c.points.values():
         for pt in pts:
-            f = Path(pt.run_dir) / "provenance.json" if pt.run_dir else None
+            f = Path(pt.run_dir) / results_io.PROVENANCE if pt.run_dir else None
             if f is not None and f.is_file():
                 try:
-                    return sched.engine_knobs(json.loads(f.read_text(encoding="utf-8")))
-                except (OSError, ValueError):
+                    return sched.engine_knobs(results_io.read_json(f))
+                except (OSError, ValueError):  # ResultsFileError is a ValueError: try the next run
                     continue
     return {}
 
