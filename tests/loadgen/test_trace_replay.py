@@ -33,8 +33,8 @@ class RecordingClient:
         self.fail = set(fail)
         self.prompts: dict[str, str] = {}
 
-    def body(self, prompt, max_tokens):
-        return json.dumps({"prompt": prompt, "max_tokens": max_tokens}).encode()
+    def body(self, prompt, max_tokens, model=None):
+        return json.dumps({"prompt": prompt, "max_tokens": max_tokens, "model": model}).encode()
 
     async def send(self, rec: RequestRecord, payload: bytes):
         import time
