@@ -24,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness import results_io  # noqa: E402 - the repository is on the path now
+
 KEYS = ["request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
         "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms"]
 
@@ -50,7 +52,7 @@ def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
     with initialize_config_module("conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     protocol_experiment(cfg).run()
-    return json.loads((out / "summary.json").read_text())
+    return json.loads((out / results_io.SUMMARY).read_text())
 
 
 def run_vllm_bench(python: str, base_url: str, model: str, a, out: Path) -> dict:
@@ -75,7 +77,7 @@ def stream_stats_tokenfactory(run_dir: Path) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
 
-    rows = [r for r in pq.read_table(run_dir / "requests.parquet").to_pylist()
+    rows = [r for r in pq.read_table(run_dir / results_io.REQUESTS).to_pylist()
             if not r["warmup"] and r["status"] == "ok"]
     gaps = np.concatenate([np.diff(np.asarray(r["chunk_ns"], dtype=np.int64)) / 1e6 for r in rows])
     return {"tokens_per_chunk": sum(r["output_tokens"] for r in rows) / sum(len(r["chunk_ns"]) for r in rows),

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from harness import results_io
+
 BLOCK = 512  # tokens per Mooncake hash id
 
 
@@ -29,7 +31,7 @@ def affinity(run: Path, trace: list[dict], blocks: int, min_blocks: int) -> tupl
     """(repeats, those sent to the first holder's replica, predicted hit rate): the share of
     prompt tokens that repeat a prefix an earlier request brought to the same replica (the
     hash blocks it shares, clipped to its prompt), with this run's placement of requests."""
-    rows = [r for r in pq.read_table(run / "requests.parquet").to_pylist() if not r["warmup"]]
+    rows = [r for r in pq.read_table(run / results_io.REQUESTS).to_pylist() if not r["warmup"]]
     index = {r["request_id"]: int(re.findall(r"\d+", r["request_id"])[-1]) for r in rows}
     owner: dict[tuple, str] = {}
     cached: dict[str, set] = {}
@@ -65,7 +67,7 @@ def main() -> None:
     trace = [json.loads(line) for line in a.trace.open()]
     print(f"{'run':28s} {'repeats':>7s} {'same replica':>12s} {'predicted hit':>13s} {'engines hit':>11s} "
           f"{'TTFT p50 ms':>11s}")
-    for summary in sorted(a.results.rglob("summary.json")):
+    for summary in sorted(a.results.rglob(results_io.SUMMARY)):
         run = summary.parent
         m = json.loads(summary.read_text())
         repeats, same, predicted = affinity(run, trace, a.blocks, a.min_blocks)

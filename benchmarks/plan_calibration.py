@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from metrics.fleet import request_metrics
 from metrics.slo import SLO
 from protocols.plan.capacity import read_experiment

@@ -52,6 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 import loadgen_fidelity as lf  # noqa: E402 - the truth server, the client role, the error arithmetic
 
+from harness import results_io  # noqa: E402 - the repository is on the path now
+
 ARMS = ("direct", "rollback", "canary", "shadow")
 
 
@@ -167,7 +169,7 @@ def run_arm(arm: str, p, a, tmp: str, rnd: int) -> dict:
     e["cpu"] = cstats["cpu_s"] / cstats["load_s"]
     e["req_per_s"] = len(t["status"]) / cstats["load_s"]
     if arm != "direct":
-        e["res"] = residence(out, os.path.join(tmp, f"proxy-{tag}", "requests.parquet"))
+        e["res"] = residence(out, os.path.join(tmp, f"proxy-{tag}", results_io.REQUESTS))
         e["proxy_cpu"] = proxy_cpu
     return e
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness import results_io
 from harness.report.build import render
 from tests.synthetic_experiment import write_experiment
 
@@ -39,7 +40,7 @@ def main() -> int:
     per_run = a.requests // runs
     out = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="report-scale-")) / "experiment"
     try:
-        if not (a.reuse and (out / "experiment.json").exists()):
+        if not (a.reuse and (out / results_io.EXPERIMENT).exists()):
             if out.exists():
                 shutil.rmtree(out)
             names = [f"config{i}" for i in range(a.configs)]

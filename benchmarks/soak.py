@@ -47,6 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from harness import results_io  # noqa: E402 - the repository is on the path now
+
 TRACE = ROOT.parent / "shared" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
 
 
@@ -296,7 +299,7 @@ def main() -> None:
               f"<= {a.max_output} output tokens, a row every {a.every:g} min, idle_close_s {a.idle_close_s:g}; "
               f"pid {os.getpid()}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            rows = client(a, port, os.path.join(tmp, "requests.parquet"))
+            rows = client(a, port, os.path.join(tmp, results_io.REQUESTS))
     finally:
         srv.terminate()
         srv.wait(10)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from harness import results_io
 from loadgen.workloads.table import path_segments
 from loadgen.workloads.traces.readers import read_trace
 
@@ -83,9 +84,9 @@ def shared(a: list, b: list) -> int:
 
 
 def predict(run: Path, block: int) -> dict:
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg = yaml.safe_load((run / results_io.CONFIG).read_text())
     calls, tree, context = call_table(cfg)
-    rows = [r for r in pq.read_table(run / "requests.parquet").to_pylist() if r["task_id"] and r["sent_ns"]]
+    rows = [r for r in pq.read_table(run / results_io.REQUESTS).to_pylist() if r["task_id"] and r["sent_ns"]]
     rows_of = {(r["task_id"], r["attempt"], r["node"]): r for r in rows}
     cache: dict[str, list] = {}
     low = high = queries = 0
@@ -102,7 +103,7 @@ def predict(run: Path, block: int) -> dict:
         high += min(sent, total - 1) // block * block
         queries += total
         mine.append((r["first_token_ns"], segs))
-    s = json.loads((run / "summary.json").read_text())
+    s = json.loads((run / results_io.SUMMARY).read_text())
     tasks = {r["task_id"] for r in rows}
     independent = sum(sum(tree[p] for p in path_segments(calls[k][0])) for k in calls if k[0] in tasks and calls[k][0])
     on_tree = sum(tree[p] for p in {p for k in calls if k[0] in tasks and calls[k][0]
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="+", type=Path)
     ap.add_argument("--block-size", type=int, default=128)
     a = ap.parse_args(argv)
-    runs = sorted({p.parent for d in a.dirs for p in d.rglob("requests.parquet")})
+    runs = sorted({p.parent for d in a.dirs for p in d.rglob(results_io.REQUESTS)})
     for run in runs:
         print(json.dumps(predict(run, a.block_size)))
     return 0

@@ -49,6 +49,7 @@ class SharedFeatures:
     kv_cache_dtype: Optional[str] = None
     quantization: Optional[str] = None
     speculative: Any = None  # {method, draft_model, num_tokens, ...}: checked by engines/features.py
+    lora: Any = None  # {adapters: {NAME: PATH}, max_rank: R}: LoRA adapters served beside the model (vLLM)
     tensor_parallel_size: Optional[int] = _f(None, ge=1)
     enforce_eager: Optional[bool] = None
     attention_backend: Optional[str] = None
@@ -71,7 +72,7 @@ class TransformersFeatures:
 
 @dataclass
 class EngineBase:
-    name: str = MISSING                       # the adapter: transformers | vllm | sglang | openai (engine=NAME)
+    name: str = MISSING  # the adapter: transformers | vllm | sglang | dynamo | openai (engine=NAME)
     # false: drive a server already up at base_url (scraped, reset, described; not started or stopped)
     launch: bool = True
     model: Optional[str] = None              # null: the embedded tiny random-weight Llama, built once and cached
@@ -131,6 +132,42 @@ class OpenAIEngine(EngineBase):
     features: Dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class DynamoMocker:
+    """``engine.mocker.*``: how Dynamo's mocker workers (``python -m dynamo.mocker``) emulate an
+    engine and time it; null leaves the mocker's own default (engines/dynamo.py)."""
+    engine_type: str = _f("vllm", choices=("vllm", "sglang", "trtllm"))  # whose scheduler it emulates
+    speedup_ratio: float = _f(1.0, ge=0)      # emulated time / this (0: no delays at all)
+    decode_speedup_ratio: Optional[float] = _f(None, gt=0)
+    # timing: a measured profile's folder (--planner-profile-data), else aiconfigurator's model
+    # (--aic-perf-model, needs aiconfigurator-core beside Dynamo) for aic_system, else Dynamo's polynomial
+    planner_profile_data: Optional[str] = None
+    aic_system: Optional[str] = None          # e.g. h200_sxm
+    aic_backend: Optional[str] = _f(None, choices=("vllm", "sglang", "trtllm"))
+    aic_backend_version: Optional[str] = None
+    aic_tp_size: Optional[int] = _f(None, ge=1)
+    num_gpu_blocks: Optional[int] = _f(None, ge=1)   # KV blocks per worker (--num-gpu-blocks-override)
+    block_size: Optional[int] = _f(None, ge=1)
+    preemption_mode: Optional[str] = _f(None, choices=("lifo", "fifo"))
+    startup_time_s: Optional[float] = _f(None, ge=0)  # an emulated engine start (--startup-time)
+    kv_transfer_bandwidth: Optional[float] = _f(None, ge=0)  # GB/s, disaggregated (0: no transfer delay)
+    # reasoning output: {start_thinking_token_id, end_thinking_token_id, thinking_ratio}
+    reasoning: Optional[Dict[str, Any]] = None
+
+
+@dataclass
+class DynamoEngine(EngineBase):
+    """``engine=dynamo``: Dynamo's frontend and its workers, each a process (engines/dynamo.py)."""
+    features: SharedFeatures = field(default_factory=SharedFeatures)
+    worker: str = _f("mocker", choices=("mocker", "vllm", "sglang", "trtllm"))  # python -m dynamo.<worker>
+    workers: int = _f(1, ge=1)                # aggregated workers (deployment=disaggregated: its prefill/decode)
+    router_mode: str = _f("round-robin", choices=("round-robin", "random", "power-of-two", "kv", "least-loaded"))
+    planner: bool = False                     # Dynamo's planner (refused: not driven by tokenfactory yet)
+    frontend_args: List[str] = field(default_factory=list)  # flags appended to the frontend's command
+    worker_args: List[str] = field(default_factory=list)    # flags appended to every worker's command
+    mocker: DynamoMocker = field(default_factory=DynamoMocker)
+
+
 # ------------------------------------------------------------------------------------ deployment
 @dataclass
 class Placement:
@@ -146,7 +183,7 @@ class Placement:
 
 @dataclass
 class Autoscale:
-    """How a deployment=replicas grows and shrinks with its load (engines/autoscaling.py): the
+    """How a deployment=replicas grows and shrinks with its load (engines/autoscale_policy.py): the
     same policy drives the harness's live scaling of real replicas (``enabled``) and the fleet
     simulation of ``tokenfactory plan``, so a plan can be checked against a real replay."""
     enabled: bool = False                     # live: the harness starts and stops replicas during the load
@@ -254,6 +291,16 @@ class TraceStress:
 
 
 @dataclass
+class LoraMix:
+    """``workload.lora``: which LoRA adapter each request names as its ``model`` (the names the
+    engine serves them under: vLLM's ``--lora-modules NAME=PATH``); loadgen/workloads/lora.py."""
+    adapters: List[str] = field(default_factory=list)  # empty: every request to the base model
+    shares: Optional[List[float]] = None     # one weight per adapter (normalised); null: from dist
+    dist: str = _f("uniform", choices=("uniform", "zipf"))  # zipf: share of rank r (from 1) ~ 1 / r^zipf_s
+    zipf_s: float = _f(1.0, gt=0)
+
+
+@dataclass
 class SyntheticWorkload:
     name: str = "synthetic"
     input_tokens: int = _f(128, ge=1)         # exact prompt length, in tokens of engine.tokenizer
@@ -262,6 +309,7 @@ class SyntheticWorkload:
     output_dist: LengthDist = field(default_factory=LengthDist)
     prefix_groups: PrefixGroups = field(default_factory=PrefixGroups)
     stress: SyntheticStress = field(default_factory=SyntheticStress)
+    lora: LoraMix = field(default_factory=LoraMix)
     seed: int = 0
 
 
@@ -310,6 +358,7 @@ class TraceWorkload:
     think_dist: str = _f("fixed", choices=("fixed", "exponential"))  # exponential: mean think_s
     task: TaskRule = field(default_factory=TaskRule)  # task workloads (task_id on the lines)
     stress: TraceStress = field(default_factory=TraceStress)  # burst: factor x rate over [start_s, end_s)
+    lora: LoraMix = field(default_factory=LoraMix)
     seed: int = 0
 
 
@@ -383,6 +432,8 @@ class CompareProtocol(SweepProtocol):
     # the verdicts of one load point are a family: bonferroni holds `confidence` for all of them
     # together (each difference's interval at 1 - (1 - confidence)/number of metrics)
     adjust: str = _f("none", choices=("none", "bonferroni"))
+    # an emulated config (engine=dynamo with mocker workers) beside a measured one: refused unless true
+    allow_emulated: bool = False
 
 
 @dataclass
@@ -403,6 +454,7 @@ class AblationProtocol(SweepProtocol):
     min_effect: float = _f(0.02, ge=0, lt=1)
     confidence: float = _f(0.95, gt=0, lt=1)
     adjust: str = _f("none", choices=("none", "bonferroni"))
+    allow_emulated: bool = False              # as protocol=compare's: an emulated arm beside measured ones
 
 
 TUNE_OBJECTIVES = ("cost_per_mtok_good", "goodput_per_dollar")
@@ -519,6 +571,52 @@ class PlanProtocol:
 
 
 @dataclass
+class ProfileProtocol:
+    """``protocol=profile``: an engine's prefill time against prompt length and decode step time
+    against batch size and context length, through its API (protocols/profile/; the formulas:
+    metrics/profile.py).  Writes profile.json and the Dynamo mocker's perf_data.npz."""
+    name: str = "profile"
+    load_points: List[Any] = field(default_factory=list)  # (unused: the ladders are the load points)
+    repeats: int = _f(1, ge=1)                # (unused: each length's requests are its repeats)
+    dry_run: bool = False
+    # prefill ladder: prompt lengths, each at concurrency 1 with one output token
+    prefill_lengths: List[int] = _f(factory=lambda: [64, 128, 256, 512, 1024, 1792], each={"ge": 1})
+    prefill_requests: int = _f(4, ge=1)       # requests at each length, one at a time
+    # decode ladders: every prompt length at every concurrency, outputs of decode_output_tokens
+    decode_prompt_lengths: List[int] = _f(factory=lambda: [128, 1024], each={"ge": 1})
+    decode_concurrency: List[int] = _f(factory=lambda: [1, 2, 4, 8, 16], each={"ge": 1})
+    decode_output_tokens: int = _f(64, ge=2)
+    decode_waves: int = _f(2, ge=1)           # requests at each concurrency: concurrency x waves
+    warmup_requests: int = _f(1, ge=0)        # each run's warm-up requests (outside its figures)
+    resolution: int = _f(50, ge=2)            # points per axis of the mocker's tables
+    # whose figures the mocker's tables come from: the client's (TTFT, ITL: what a user waits
+    # for, the serving path included) or the engine's phase histograms (vLLM; the serving path
+    # left out, for an emulator behind a frontend of its own).  Both are fitted where both exist.
+    source: str = _f("client", choices=("client", "engine"))
+
+
+@dataclass
+class TrackProtocol:
+    """``tokenfactory track NAME``: a tracked benchmark's history (every experiment run with
+    ``track=NAME`` into the MLflow store, mlflow.tracking_uri), the newest against its baseline
+    metric by metric, and a regression gate (protocols/track/); track.json and track.html go to
+    output_dir (default: results/track/NAME)."""
+    name: str = "track"
+    track: str = MISSING                      # the tracked benchmark (its experiments ran with track=NAME)
+    gate: bool = False                        # exit 1 on a regression beyond the margin, 3 when one cannot be judged
+    baseline: str = "previous"                # previous, window:N (the N accepted before the newest, pooled), or a name
+    keep_rejected: bool = False               # window:N pools the experiments the gate rejected too
+    at: Optional[str] = None                  # judge this experiment as the history stood then; null: the newest
+    metrics: List[str] = field(default_factory=list)  # empty: the usual set (COMPARED_METRICS the runs have)
+    # smallest relative change that counts; where a side's mean is 0, the smallest absolute one (points for a rate)
+    margin: float = _f(0.02, ge=0, lt=1)
+    confidence: float = _f(0.95, gt=0, lt=1)  # level of the intervals
+    # bonferroni: the confidence holds for every verdict judged together (metrics x load points); none: for each
+    adjust: str = _f("bonferroni", choices=("bonferroni", "none"))
+    allow: List[str] = field(default_factory=list)  # track conditions allowed to differ
+
+
+@dataclass
 class PromoteStage:
     """One stage of a promotion (protocols/promote/plan.py): the proxy's mode and the candidate's share
     while it lasts; its gate runs once it has ``min_requests`` candidate requests and
@@ -603,6 +701,7 @@ class Slo:
     ttft_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     tpot_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
     e2el_ms: Optional[float] = _f(None, gt=0)  # per-request SLO for goodput (inclusive); null: not checked
+    ttfa_ms: Optional[float] = _f(None, gt=0)  # time to first answer token (reasoning left out), as ttft_ms
     task_s: Optional[float] = _f(None, gt=0)   # per-task SLO: a completed task's time (inclusive); null: not checked
     # run-level check: the SLO holds when this percentile of each metric is within it
     percentile: float = _f(99.0, gt=0, lt=100)
@@ -852,14 +951,16 @@ class Root:
 
 # group -> {option name -> schema}; the YAML of each option names its schema in `defaults`.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine},
+    "engine": {"schema": SharedEngine, "transformers_schema": TransformersEngine, "openai_schema": OpenAIEngine,
+               "dynamo_schema": DynamoEngine},
     "deployment": {"schema": Deployment},
     "router": {"schema": Router},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
     "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
                  "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol,
-                 "plan_schema": PlanProtocol},
+                 "plan_schema": PlanProtocol, "profile_schema": ProfileProtocol,
+                 "track_schema": TrackProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},

@@ -405,6 +405,14 @@ def count_cpus(cpus: str) -> int:
     return n
 
 
+def emulation(engine) -> dict:
+    """Whether ``engine``'s timings are emulated (Dynamo's mocker workers, ``engines.dynamo``) and
+    by what: ``emulated`` and ``timing_source`` (``measured`` for a real engine); an emulating
+    engine adds how (its ``emulation()``)."""
+    emu = getattr(engine, "emulation", None)
+    return emu() if emu is not None else {"emulated": False, "timing_source": "measured"}
+
+
 def plain(v):
     """An OmegaConf node as plain Python (dicts and lists), anything else unchanged."""
     try:

@@ -11,7 +11,7 @@ the middleware that names it in every response header (``x-tokenfactory-replica`
 request row says which replica served it.  The router (``engines.routers``) starts once
 every replica is healthy, in front of their URLs.
 
-With live autoscaling (``deployment.autoscale.enabled``, ``engines.scaling``) the replicas
+With live autoscaling (``deployment.autoscale.enabled``, ``engines.live_scaler``) the replicas
 change while a load runs: ``new_replica`` makes one more (the next name, the first free
 placement entry), ``start_replica`` / ``join`` start it and put it behind the router,
 ``leave`` / ``drain`` / ``retire`` take one out, let its requests finish and stop it.
@@ -46,6 +46,10 @@ def make_served(cfg, run_dir):
     kind = dep.kind if dep is not None else "single"
     router_name = router.name if router is not None else "none"
     check_autoscale(cfg)
+    if cfg.engine.get("name") == "dynamo":  # Dynamo's frontend routes between its own workers
+        engine = make_engine(cfg.engine, run_dir)
+        engine.configure(dep, router_name)
+        return engine
     if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
         if router_name != "none":
             raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "
@@ -70,7 +74,7 @@ def check_autoscale(cfg) -> None:
     auto = dep.get("autoscale") if dep is not None else None
     if auto is None or not auto.get("enabled"):
         return
-    from engines.autoscaling import ScalingPolicy
+    from engines.autoscale_policy import ScalingPolicy
 
     kind = dep.kind
     router = cfg.get("router")
@@ -211,7 +215,7 @@ class Deployment:
         self.ready_ns: int | None = None
         self.replica_ready_ns: dict[str, int] = {}
         self.prepared = False
-        # live autoscaling (engines.scaling): the replicas stopped, and the serving count over time
+        # live autoscaling (engines.live_scaler): the replicas stopped, and the serving count over time
         self.retired: list[EngineAdapter] = []
         self.starting: list[EngineAdapter] = []
         self.serving_log: list[tuple[int, int]] = []   # (perf_counter_ns, replicas serving from then)
@@ -401,7 +405,7 @@ class Deployment:
         for r in self.replicas + self.starting:
             r.kill()
 
-    # --- live autoscaling (engines.scaling) ---------------------------------------------------
+    # --- live autoscaling (engines.live_scaler) ------------------------------------------------
     def serving_now(self, t_ns: int | None = None) -> int:
         """Note the serving count from ``t_ns`` (now) on; returns the time noted."""
         t = t_ns or time.perf_counter_ns()

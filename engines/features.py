@@ -17,6 +17,10 @@ The shared names, with what they mean:
 - ``enforce_eager`` (bool): no CUDA graphs / compiled graphs.
 - ``attention_backend`` (str): the attention kernel family.
 - ``dtype`` (str): weights and activations' type.
+
+Beside them, ``lora`` (mapping, vLLM only): ``adapters`` ({name: local adapter folder}) served
+beside the model under those names, ``max_rank`` (the largest adapter rank, default 16);
+``workload.lora`` sends requests to them by name.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ SHARED_KNOBS = frozenset({
     "quantization", "speculative", "tensor_parallel_size", "enforce_eager", "attention_backend", "dtype",
 })
 SPECULATIVE_KEYS = ("method", "draft_model", "num_tokens")
+LORA_KNOB = "lora"
+LORA_DEFAULT_RANK = 16  # vLLM's own --max-lora-rank default
 
 _BOOL = ("prefix_caching", "chunked_prefill", "enforce_eager")
 _INT = ("max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size")
@@ -76,4 +82,22 @@ def normalize(feats: dict) -> dict:
         if "num_tokens" in spec:
             spec["num_tokens"] = as_int("speculative.num_tokens", spec["num_tokens"])
         out["speculative"] = spec
+    if LORA_KNOB in out:
+        out[LORA_KNOB] = _lora(out[LORA_KNOB])
     return out
+
+
+def _lora(lora) -> dict:
+    """``engine.features.lora`` checked: ``{adapters: {name: path}, max_rank: int}``."""
+    adapters = lora.get("adapters") if isinstance(lora, dict) else None
+    if not isinstance(adapters, dict) or not adapters:
+        raise FeatureError("engine.features.lora must be a mapping like {adapters: {a: /path/to/a, b: /path/to/b}, "
+                           "max_rank: 8}")
+    unknown = sorted(set(lora) - {"adapters", "max_rank"})
+    if unknown:
+        raise FeatureError(f"engine.features.lora.{unknown[0]}: not a key (known: adapters, max_rank)")
+    for name, path in adapters.items():
+        if not str(name).strip() or "=" in str(name) or not path:
+            raise FeatureError(f"engine.features.lora.adapters.{name}={path!r}: a name (without '=') and a path")
+    rank = as_int("lora.max_rank", lora["max_rank"]) if lora.get("max_rank") is not None else LORA_DEFAULT_RANK
+    return {"adapters": {str(k): str(v) for k, v in adapters.items()}, "max_rank": rank}

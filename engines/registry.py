@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engines.base import EngineAdapter, EngineError
+from engines.dynamo import Dynamo
 from engines.openai_compat import OpenAICompatible
 from engines.sglang import SGLang
 from engines.transformers_serve import TransformersServe
@@ -13,6 +14,7 @@ ADAPTERS: dict[str, type[EngineAdapter]] = {
     "openai": OpenAICompatible,
     "vllm": VLLM,
     "sglang": SGLang,
+    "dynamo": Dynamo,
 }
 
 

@@ -18,7 +18,7 @@ the flags still exist there):
   ``--worker-startup-check-interval 1`` (the default, 30 s, makes a router started next to a
   replica that is still loading wait half a minute after it is up).
 
-Workers added and removed while it runs (live autoscaling, ``engines.scaling``): vllm-router
+Workers added and removed while it runs (live autoscaling, ``engines.live_scaler``): vllm-router
 ``POST /add_worker?url=URL`` and ``POST /remove_worker?url=URL`` (200, "Successfully added
 worker: URL"); sglang-router 0.3 (sgl-model-gateway) answers those with 404 and takes ``POST
 /workers`` with ``{"url": URL}`` (202: queued) and ``DELETE /workers/<id>``, the id being the

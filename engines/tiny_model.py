@@ -196,6 +196,54 @@ def ensure_tiny_model(cache_dir: str | os.PathLike | None = None) -> Path:
     return build_tiny_model(target)
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def build_tiny_lora(out_dir: str | os.PathLike, model_dir: str | os.PathLike, rank: int = 8, seed: int = 0,
+                    alpha: float | None = None, scale: float = 0.05) -> Path:
+    """A random-weight LoRA adapter for the Llama in ``model_dir`` (the tiny model), in peft's
+    format as vLLM's ``--lora-modules NAME=PATH`` loads it: ``adapter_config.json`` and
+    ``adapter_model.safetensors`` with ``base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj
+    .lora_{A,B}.weight`` (A: rank x in, B: out x rank).  B is random, not peft's zeros, so each
+    adapter (another ``seed``) changes the model's output.  Written by hand (numpy, safetensors):
+    no peft dependency."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    head = int(cfg.get("head_dim") or hidden // int(cfg["num_attention_heads"]))
+    kv = int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]) * head
+    q = int(cfg["num_attention_heads"]) * head
+    shapes = {"q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden)}
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for i in range(layers):
+        for m in LORA_TARGETS:
+            fan_in, fan_out = shapes[m]
+            pre = f"base_model.model.model.layers.{i}.self_attn.{m}"
+            tensors[f"{pre}.lora_A.weight"] = (rng.standard_normal((rank, fan_in)) * scale).astype(np.float32)
+            tensors[f"{pre}.lora_B.weight"] = (rng.standard_normal((fan_out, rank)) * scale).astype(np.float32)
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model_dir),
+              "r": rank, "lora_alpha": alpha if alpha is not None else rank, "lora_dropout": 0.0,
+              "target_modules": list(LORA_TARGETS), "bias": "none", "fan_in_fan_out": False,
+              "inference_mode": True, "modules_to_save": None, "use_rslora": False, "use_dora": False,
+              "init_lora_weights": True, "revision": None}
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
 if __name__ == "__main__":  # python -m engines.tiny_model [DIR]
     import sys
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 
 from engines.base import EngineAdapter, EngineError, interpreter_package_version, plain
-from engines.features import SHARED_KNOBS
+from engines.features import LORA_KNOB, SHARED_KNOBS
 
 
 class VLLM(EngineAdapter):
     name = "vllm"
     health_path = "/health"
     module = "vllm.entrypoints.openai.api_server"
-    supported_features = SHARED_KNOBS
+    supported_features = SHARED_KNOBS | {LORA_KNOB}
     takes_exact_output = True
     reset_path = "/reset_prefix_cache"
     server_metric_map = {
@@ -71,6 +71,10 @@ class VLLM(EngineAdapter):
                 argv += [flag, str(f[knob])]
         if "speculative" in f:
             argv += ["--speculative-config", json.dumps(self.speculative_config(f["speculative"]), sort_keys=True)]
+        if LORA_KNOB in f:  # adapters served under their names: a request's model=NAME picks one
+            lora = f[LORA_KNOB]
+            argv += ["--enable-lora", "--lora-modules", *(f"{k}={v}" for k, v in lora["adapters"].items()),
+                     "--max-lora-rank", str(lora["max_rank"]), "--max-loras", str(len(lora["adapters"]))]
         return argv
 
     @staticmethod

@@ -32,7 +32,7 @@ COMMANDS: dict[str, Command] = {
                     "(protocol=plan)"),
     "track": Command("track", ANALYSING, "NAME [--gate] [--baseline previous|window:N|NAME]",
                      "a tracked benchmark's history across versions; the newest against a baseline, "
-                     "regressed / improved / no significant change (--gate: exit 1 on a regression)"),
+                     "regressed / improved / no significant change (--gate: exit 1 on a regression; protocol=track)"),
     "import": Command("import_", ANALYSING, "FILE OUT_DIR",
                       "another tool's result file (vllm bench serve, GuideLLM, AIPerf) as our run folder, for "
                       "report --import"),

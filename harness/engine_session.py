@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from engines.base import EngineAdapter, EngineError
+from engines.base import EngineAdapter, EngineError, emulation
 from engines.deployment import make_served
 from harness import provenance, results_io
 from harness.engine_faults import EngineFaults
@@ -101,6 +101,11 @@ class EngineSession:
         except EngineError as e:
             raise UserError(str(e)) from None
         self.watch_processes()
+        self.refresh_replica_names()
+        emu = emulation(self.engine)
+        if emu["emulated"]:
+            print(f"EMULATED: engine={self.engine.name}'s timings come from {emu['timing_source']}, not from a "
+                  "real engine; every record of this run says so (summary.json emulated, timing_source)", flush=True)
         if tcfg.engine.enabled:  # the engine's own /metrics, once it is up
             self.add_engine_metrics()
         print(f"engine ready at {self.engine.base_url} after "
@@ -133,6 +138,7 @@ class EngineSession:
                     log.write(f"\n=== tokenfactory: engine restarted ({why.splitlines()[0]}) ===\n".encode())
         eng.start(warm_up=not self.cold_start)
         self.watch_processes()
+        self.refresh_replica_names()
         if self.engine_metrics:
             self.add_engine_metrics()
         tel.mark("engine_restarted", eng.ready_ns, why.splitlines()[0][:200])
@@ -169,6 +175,12 @@ class EngineSession:
             api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.timeouts),
             extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"],
             idle_close_s=cfg.client.idle_close_s, **self.replica_fields())
+
+    def refresh_replica_names(self) -> None:
+        """Names an engine learns only once it is up (Dynamo's worker instance ids), for the
+        client's ``replica`` column; the client's config was built before the start."""
+        if self.client_cfg is not None and hasattr(self.engine, "replica_names"):
+            self.client_cfg.replica_names = self.engine.replica_names()
 
     def replica_fields(self) -> dict:
         """How the client names each row's replica: the response header a deployment's replicas
@@ -242,12 +254,22 @@ class EngineSession:
         top = getattr(self.engine, "topology", None)
         return top() if top is not None else {"kind": "single", "replicas": 1, "router": "none"}
 
+    def use_workload(self, fields: dict) -> None:
+        """Run the next points with these workload fields set (a protocol whose points differ in
+        their requests' lengths, not only in load: protocol=profile's ladders); the engine, its
+        prompt builder and the windows stay as they are.  Each run's config.yaml says which."""
+        cfg = self.cfg.copy()
+        cfg.workload = OmegaConf.merge(cfg.workload, fields)
+        self.cfg = cfg
+        self.container = OmegaConf.to_container(cfg, resolve=True)
+        self.safe_config = results_io.redact(self.container)
+
     def run_point(self, spec, last: bool, steps=None):
         """Run one load point's steps (default ``harness.point.POINT_STEPS``); returns its ``PointRun``."""
-        from harness.point import POINT_STEPS, PointRun
+        from harness.point import POINT_STEPS, PointInputs, PointRun
 
         point = PointRun(spec=spec, run_dir=self.out / spec.subdir if spec.subdir else self.out, last=last,
-                         window_open_ns=self.window_open_ns)
+                         window_open_ns=self.window_open_ns, inputs=PointInputs.from_config(self.cfg))
         for step in steps or POINT_STEPS:
             step(self, point)
         self.window_open_ns = point.window_close_ns

@@ -16,12 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conf.load_point import split_repeat
 from harness import results_io
 from harness.quality_gate import format_quality, gate_enabled, judge
 from harness.results_io import HEADERS_KEY, SECRET_KEY
 from metrics.quality_gate import gate_row
-from protocols.designs import design_of
-from protocols.sweep.load_points import split_repeat
 
 RUN_KEYS = ("config", "block", "role", "label", "load_kind", "offered_load", "repeat", "run_dir")
 
@@ -56,11 +55,12 @@ def _redact_override(o: str) -> str:
     return f"{key}=***redacted***" if secret else o
 
 
-def seven_steps(cfg, done: bool, *, points: int, configs: int, promotion_how: str | None = None) -> list[dict]:
+def seven_steps(cfg, design, done: bool, *, points: int, configs: int,
+                promotion_how: str | None = None) -> list[dict]:
     """Which of the seed's seven steps this experiment covered, and why the others not.
-    ``done``: some run finished; ``points``: load points planned; ``configs``: configs compared
-    (or arms); ``promotion_how``: what the promotion did, once it has."""
-    design = design_of(cfg)
+    ``design``: its protocol's (``protocols.designs``); ``done``: some run finished; ``points``:
+    load points planned; ``configs``: configs compared (or arms); ``promotion_how``: what the
+    promotion did, once it has."""
     wl = cfg.workload
     stress = []
     if "stress" in wl and float(wl.stress.long_tail.fraction or 0) > 0:
@@ -71,7 +71,8 @@ def seven_steps(cfg, done: bool, *, points: int, configs: int, promotion_how: st
         (1, done, "fixed conditions recorded with every run (run.json, experiment.json); " + (
             f"quality gate: greedy outputs on {int(cfg.quality.num_prompts)} fixed prompts against the baseline's"
             + (" and an evaluation command" if cfg.quality.eval_command else "") + " (experiment.json quality_gate)"
-            if gate_enabled(cfg) else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")),
+            if gate_enabled(cfg, design)
+            else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")),
         (2, done, f"workload.json per run ({wl.name}); cache state {cfg.engine.cache_state}"
                   + (f"; stress: {', '.join(stress)}" if stress else "; no stress variant configured")),
         (3, done, "provenance.json per run: engine version, flags, effective config, devices, harness commit; "
@@ -142,11 +143,11 @@ def experiment_record(cfg, *, status: str, out: Path, overrides: list[str], conf
 def run_rows(out: Path) -> list[dict]:
     """Every finished run under ``out``: its run.json keys and its summary's scalars.  A load
     point's ``label`` is the same for each of its repeats (``repeat`` says which), also for
-    folders written when each repeat had a label of its own (``protocols.sweep.load_points.split_repeat``)."""
+    folders written when each repeat had a label of its own (``conf.load_point.split_repeat``)."""
     rows = []
-    for d in sorted(p.parent for p in out.rglob("summary.json")):
-        meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
-        summary = results_io.read_json(d / "summary.json")
+    for d in sorted(p.parent for p in out.rglob(results_io.SUMMARY)):
+        meta = results_io.read_json(d / results_io.RUN_META, {})
+        summary = results_io.read_json(d / results_io.SUMMARY)
         load = meta.get("load") or {}
         label, old_repeat = split_repeat(str(meta.get("label", d.name)))
         row = {"config": meta.get("config") or "", "block": int(meta.get("block") or 0),
@@ -193,14 +194,14 @@ def experiment_json(exp, status: str, runs: list[dict]) -> dict:
     """A sweep's, comparison's or ablation's ``experiment.json`` (``experiment_record``)."""
     configs = {s.config: s.overrides for s in exp.sessions if s.config}
     fixed: dict[str, dict] = {}
-    for d in sorted(exp.out.rglob("run.json")):
+    for d in sorted(exp.out.rglob(results_io.RUN_META)):
         meta = results_io.read_json(d)
         fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
     blocks: dict[int, list[str]] = {}
     for s in exp.sessions:
         if s.config:
             blocks.setdefault(s.block, []).append(s.config)
-    steps = seven_steps(exp.cfg, bool(runs), points=len(exp.plan), configs=len(exp.configs))
+    steps = seven_steps(exp.cfg, exp.design, bool(runs), points=len(exp.plan), configs=len(exp.configs))
     return experiment_record(
         exp.cfg, status=status, out=exp.out, overrides=exp.base_overrides, configs=configs or {"": []},
         baseline=exp.baseline if configs else "", steps=steps,
@@ -225,7 +226,7 @@ def _container(node):
 
 def write_plan(exp, status: str) -> None:
     """``experiment.json`` as the plan stands (written before the first run and after the last)."""
-    results_io.write_json(exp.out / "experiment.json", experiment_json(exp, status, run_rows(exp.out)))
+    results_io.write_json(exp.out / results_io.EXPERIMENT, experiment_json(exp, status, run_rows(exp.out)))
 
 
 def search_results(out: Path) -> list[dict]:
@@ -244,14 +245,14 @@ def write_record(exp) -> dict:
     if quality:
         rows = [gate_row(r, quality["configs"].get(r.get("config") or "")) for r in rows]
     table = runs_table(rows)
-    tmp = exp.out / "runs.parquet.partial"
+    tmp = exp.out / f"{results_io.RUNS_TABLE}.partial"
     pq.write_table(table, tmp)
-    tmp.replace(exp.out / "runs.parquet")
+    tmp.replace(exp.out / results_io.RUNS_TABLE)
     record = experiment_json(exp, _status(exp, rows), rows)
     if quality:
         record["quality_gate"] = quality
         print(format_quality(quality), flush=True)
-    results_io.write_json(exp.out / "experiment.json", record)
+    results_io.write_json(exp.out / results_io.EXPERIMENT, record)
     aggregates: dict = {}
     for r in exp.records:
         aggregates.update(r.write(exp, table, record, quality))
@@ -261,7 +262,7 @@ def write_record(exp) -> dict:
 def judge_quality(exp) -> dict | None:
     """The quality gate's verdict per config from the sessions' ``quality.json`` (None when
     the gate is off or no session has outputs yet)."""
-    if not gate_enabled(exp.cfg):
+    if not gate_enabled(exp.cfg, exp.design):
         return None
     sessions = [(s.config or "", s.block, exp.session_dir(s)) for s in exp.sessions]
     q = judge(sessions, exp.baseline if exp.multi else "", exp.cfg.quality)

@@ -1,7 +1,7 @@
 """The end of every protocol's run, after it has written its record: the record's aggregate
 metrics and files on the MLflow parent run, the report (``report.enabled``), the parent run
 ended, a note where MLflow could not be reached, and the results folder printed.  The sweep,
-comparison and ablation (``harness.experiment``), the tune and the promotion all end here."""
+comparison and ablation (``protocols.experiment``), the tune and the promotion all end here."""
 
 from __future__ import annotations
 

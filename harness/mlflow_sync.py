@@ -21,32 +21,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import results_io
 from harness.experiment_record import run_rows, runs_table
 from harness.mlflow_log import MlflowLogger, child_run_name, tracking_uri
 from harness.parent_run import track_tags
 from metrics.comparison import point_aggregates
-from protocols.sweep.load_points import split_repeat
 
-RECORD_FILES = ("experiment.json", "runs.parquet", "comparison.json", "ablation.json", "report.html",
-                "workload.html", "config.yaml")
-
-
-def _yaml(path: Path) -> dict:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
+RECORD_FILES = (results_io.EXPERIMENT, results_io.RUNS_TABLE, "comparison.json", "ablation.json", "report.html",
+                "workload.html", results_io.CONFIG)
 
 
 def _child_params(run_dir: Path) -> dict:
     """As the run logged them (``harness.point.log_mlflow``): its config (written redacted)
     with the engine as it resolved."""
-    params = _yaml(run_dir / "config.yaml")
-    prov = results_io.read_json(run_dir / "provenance.json") if (run_dir / "provenance.json").exists() else {}
+    params = results_io.read_yaml(run_dir / results_io.CONFIG, {})
+    prov = results_io.read_json(run_dir / results_io.PROVENANCE, {})
     eng = prov.get("engine") or {}
     params["engine_resolved"] = {"version": eng.get("engine_version"),
                                  "feature_flags": " ".join(eng.get("feature_flags") or []),
@@ -62,8 +53,8 @@ def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
     runs = results_io.find_run_dirs(out)
     if not runs:
         raise ValueError(f"{out}: no finished run here (a run folder holds a summary.json)")
-    record = results_io.read_json(out / "experiment.json") if (out / "experiment.json").exists() else {}
-    config = _yaml(out / "config.yaml") or _yaml(runs[0] / "config.yaml")
+    record = results_io.read_json(out / results_io.EXPERIMENT, {})
+    config = results_io.read_yaml(out / results_io.CONFIG, {}) or results_io.read_yaml(runs[0] / results_io.CONFIG, {})
     name = str(record.get("experiment") or config.get("experiment") or out.name)
     uri = tracking_uri(uri or (config.get("mlflow") or {}).get("tracking_uri"))
     log = MlflowLogger(uri, name, where=out, strict=True)
@@ -84,8 +75,8 @@ def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
         if d.resolve() in there:
             skipped += 1
             continue
-        meta = results_io.read_json(d / "run.json") if (d / "run.json").exists() else {}
-        summary = results_io.read_json(d / "summary.json")
+        meta = results_io.read_json(d / results_io.RUN_META, {})
+        summary = results_io.read_json(d / results_io.SUMMARY)
         label, old_repeat = split_repeat(str(meta.get("label") or summary.get("label") or d.name))
         repeat = int(meta.get("repeat") or old_repeat or 0)
         repeats = int(meta.get("repeats") or (2 if old_repeat is not None else 1))  # (older folders: "... #r")

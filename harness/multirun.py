@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness import results_io
+
 
 def swept_keys(argv: list[str]) -> frozenset[str]:
     """Override keys that a multirun sweeps: a top-level comma in the value, or a sweep function."""
@@ -92,7 +94,6 @@ def write_job(out, status: str) -> None:
     import sys
     import time
 
-    from harness import results_io
 
     hc = _hydra()
     if hc is None:
@@ -113,7 +114,7 @@ def gather(root) -> dict:
     A job folder without ``job.json`` is reported as failed or not on a shared filesystem."""
     from pathlib import Path
 
-    from harness import experiment_record, results_io
+    from harness import experiment_record
 
     root = Path(root)
     jobs = []
@@ -128,8 +129,8 @@ def gather(root) -> dict:
         table = experiment_record.runs_table(rows)
         import pyarrow.parquet as pq
 
-        pq.write_table(table, root / "runs.parquet.partial")
-        (root / "runs.parquet.partial").replace(root / "runs.parquet")
+        pq.write_table(table, root / f"{results_io.RUNS_TABLE}.partial")
+        (root / f"{results_io.RUNS_TABLE}.partial").replace(root / results_io.RUNS_TABLE)
     out = {"root": str(root), "jobs": jobs, "runs": len(rows),
            "hosts": sorted({j.get("host") for j in jobs if j.get("host")}),
            "launchers": sorted({j.get("launcher") for j in jobs if j.get("launcher")}),

@@ -3,8 +3,9 @@
 Each step is ``step(session, point)``: ``session`` is the ``EngineSession`` (engine,
 telemetry, client config, prompt builder), ``point`` the ``PointRun`` that carries what
 earlier steps made.  A protocol can run its own list (skip the cache reset, add a fault
-between dispatch and the window's close, ...).  ``summary.json`` is written last of the
-files: a folder without it is not a finished run.
+between dispatch and the window's close, ...).  What a point reads of the config is read
+once, typed (``PointInputs``); ``summary.json`` is assembled in one step (``summarise``) and
+written last of the files: a folder without it is not a finished run.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engines.base import EngineError
+from conf.load_point import RunSpec, offered_load
+from engines.base import EngineError, emulation
 from engines.tiny_model import cache_root
-from harness import autoscale, results_io, workload_describe
+from harness import autoscale_record as autoscale  # (point.py has its own autoscale_record step)
+from harness import results_io, workload_describe
 from harness.errors import UserError
 from harness.mlflow_log import child_run_name
 from harness.otlp_export import run_attributes
@@ -35,12 +39,57 @@ from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
+from metrics.speculative import spec_agreement
 from metrics.summary import summarize
-from protocols.sweep.load_points import RunSpec, offered_load
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.
 PREPARE_CODE = source_hash("loadgen.workloads", "loadgen.client.dialect", "loadgen.prepare", "loadgen.dispatch")
+
+
+@dataclass(frozen=True)
+class PointInputs:
+    """What a point's steps read of the config, typed, read once when the point is made
+    (``from_config``); the groups another module takes whole (the workload, ``client.ray``)
+    stay config nodes."""
+    cache_state: str                     # engine.cache_state: warm, cold or primed
+    on_failure: str                      # engine.on_failure: stop or restart
+    workers: int                         # client.workers
+    backend: str                         # client.backend: local or ray
+    max_schedule_lag_ms: float
+    max_clock_error_ms: float
+    prepare: str                         # client.prepare: auto, all or stream
+    prepare_cache: bool
+    prepare_ahead_s: float
+    prepare_max_bytes: int               # client.prepare_max_mb, in bytes
+    progress: bool
+    kill_at_s: float | None              # scenario.kill_at_s (None: no kill)
+    kill_signal: str
+    recovery_window: int | None
+    first_window_s: float | None
+    min_attainment: float | None         # slo.min_attainment
+    experiment: str
+    protocol: str | None
+    track: str | None                    # the track's name, if the run is one of a track's
+    workload: Any                        # the workload group (loadgen.workloads.build.make_workload)
+    ray: Any                             # client.ray (loadgen.ray_workers.RaySettings.from_config)
+
+    @classmethod
+    def from_config(cls, cfg) -> PointInputs:
+        c, sc = cfg.client, cfg.get("scenario") or {}
+        recovery, first, attain = sc.get("recovery_window"), sc.get("first_window_s"), cfg.slo.get("min_attainment")
+        return cls(
+            cache_state=str(cfg.engine.cache_state), on_failure=str(cfg.engine.on_failure),
+            workers=int(c.workers), backend=str(c.get("backend", "local")),
+            max_schedule_lag_ms=float(c.max_schedule_lag_ms), max_clock_error_ms=float(c.max_clock_error_ms),
+            prepare=str(c.prepare), prepare_cache=bool(c.prepare_cache), prepare_ahead_s=float(c.prepare_ahead_s),
+            prepare_max_bytes=int(c.prepare_max_mb * 2**20), progress=bool(cfg.progress),
+            kill_at_s=sc.get("kill_at_s"), kill_signal=str(sc.get("kill_signal") or "SIGKILL"),
+            recovery_window=int(recovery) if recovery is not None else None,
+            first_window_s=float(first) if first is not None else None,
+            min_attainment=float(attain) if attain is not None else None,
+            experiment=str(cfg.experiment), protocol=cfg.protocol.get("name"), track=cfg.get("track"),
+            workload=cfg.workload, ray=c.ray)
 
 
 @dataclass
@@ -49,6 +98,7 @@ class PointRun:
     run_dir: Path
     last: bool                           # the engine is stopped when this point ends
     window_open_ns: int                  # this point's observation window opened here
+    inputs: PointInputs                  # what it reads of the config
     load: LoadSpec | None = None
     items: object = None                 # the workload's iterator of WorkItems
     workload_stats: dict = field(default_factory=dict)
@@ -63,7 +113,7 @@ class PointRun:
     progress: object = None              # the point's progress bars (dispatch)
     faults: list = field(default_factory=list)   # engine faults during the point (engines.watchdog.EngineFault)
     failure: object = None               # the fault that failed the point (None: it did not fail)
-    scaler: object = None                # live autoscaling during the load (harness.autoscale)
+    scaler: object = None                # live autoscaling during the load (harness.autoscale_record)
 
 
 # ---------------------------------------------------------------------------------- steps
@@ -72,7 +122,7 @@ def prepare_folder(s, p: PointRun) -> None:
     p.run_dir.mkdir(parents=True, exist_ok=True)
     if results_io.run_failed(p.run_dir):  # a failed attempt runs again; what it measured is kept apart
         results_io.keep_failed_attempt(p.run_dir)
-    for stale in ("summary.json", "requests.parquet"):
+    for stale in (results_io.SUMMARY, results_io.REQUESTS):
         (p.run_dir / stale).unlink(missing_ok=True)
     p.load = LoadSpec.from_load(p.spec.load)
 
@@ -80,7 +130,7 @@ def prepare_folder(s, p: PointRun) -> None:
 def reset_cache(s, p: PointRun) -> None:
     """``engine.cache_state=cold``: empty the engine's prefix cache before the load; ``primed``:
     empty it, then put every shared prefix in it (``harness.scenarios.prime_prefixes``)."""
-    state = s.cfg.engine.cache_state
+    state = p.inputs.cache_state
     if state not in ("cold", "primed"):
         return
     try:
@@ -102,7 +152,7 @@ def engine_counters_start(s, p: PointRun) -> None:
 
 def build_workload(s, p: PointRun) -> None:
     try:
-        p.items = make_workload(s.cfg.workload, s.builder, p.load.num_requests, s.engine.max_model_len())
+        p.items = make_workload(p.inputs.workload, s.builder, p.load.num_requests, s.engine.max_model_len())
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -125,7 +175,7 @@ def describe_workload(s, p: PointRun) -> None:
 
 def dispatch(s, p: PointRun) -> None:
     """Send the load and record every request (one process, or ``client.workers`` of them)."""
-    p.writer = RecordWriter(p.run_dir / "requests.parquet")
+    p.writer = RecordWriter(p.run_dir / results_io.REQUESTS)
     p.progress = _Progress(s, p)
     on_done = p.progress.on_done
     followup = getattr(p.items, "followup", None)
@@ -147,13 +197,13 @@ def dispatch(s, p: PointRun) -> None:
                 s.faults.detach()
 
     _event_loop_policy()
-    n_workers = int(s.cfg.client.workers)
+    n_workers = p.inputs.workers
     _arm_faults(s, p, n_workers)
-    single = n_workers <= 1 and s.cfg.client.backend != "ray"
+    single = n_workers <= 1 and p.inputs.backend != "ray"
     autoscale.start(s, p, (lambda: dispatchers[0].t0 if dispatchers else None) if single else None)
     try:
         try:
-            if s.cfg.client.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
+            if p.inputs.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
                 p.stats = _ray_dispatch(s, p, on_done, followup)
             elif n_workers > 1:  # one shared schedule over forked load-generator processes
                 p.stats = run_workers(n_workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
@@ -167,7 +217,7 @@ def dispatch(s, p: PointRun) -> None:
     except BaseException:
         p.writer.abort()
         # kept beside requests.parquet.partial, under a name that never reads as complete
-        s.telemetry.write_window(p.run_dir / "telemetry.parquet.partial", p.window_open_ns, perf_ns())
+        s.telemetry.write_window(p.run_dir / f"{results_io.TELEMETRY}.partial", p.window_open_ns, perf_ns())
         p.progress.close()
         raise
     p.client_cpu_s = p.stats["cpu_s"]  # from t0 on: building requests ahead is reported apart
@@ -190,7 +240,7 @@ def settle_faults(s, p: PointRun) -> None:
         p.failure = exit_fault(s.engine.name, proc.poll(), proc.tail(), s.window_open_ns, perf_ns())
         p.faults.append(p.failure)
     if p.faults:
-        attribute(p.run_dir / "requests.parquet", p.faults)
+        attribute(p.run_dir / results_io.REQUESTS, p.faults)
     if p.last or p.failure is not None:
         s.faults.stop_watch()  # the engine is stopped next, on purpose
 
@@ -215,24 +265,28 @@ def close_window(s, p: PointRun) -> None:
     tel.mark("load_start", p.stats["start_ns"], p.spec.title)
     tel.mark("load_end", p.stats["end_ns"], p.spec.title)
     keep = [s.idle_interval] if s.idle_interval else []
-    p.telemetry_path = Path(tel.write_window(p.run_dir / "telemetry.parquet", p.window_open_ns, p.window_close_ns,
+    p.telemetry_path = Path(tel.write_window(p.run_dir / results_io.TELEMETRY, p.window_open_ns, p.window_close_ns,
                                              also=keep))
     tel.forget_before(p.window_close_ns, keep=keep)
 
 
 def summarise(s, p: PointRun) -> None:
-    """``summary.json``'s numbers, from requests.parquet, the window and its telemetry."""
-    p.requests = read_requests(p.run_dir / "requests.parquet")
+    """``summary.json``, assembled here alone: the request metrics over the window and its
+    telemetry (``metrics.summary.summarize``), the run's own keys, its engine faults' and
+    scenarios' figures (``fault_figures``) and live autoscaling's replica figures
+    (``harness.autoscale_record.figures``)."""
+    p.requests = read_requests(p.run_dir / results_io.REQUESTS)
     telemetry = pq.read_table(p.telemetry_path)
     capacity, why = steady_capacity(p.spec.load)
+    scaled = autoscale.figures(s, p)  # empty unless autoscaled
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
-                        max_schedule_lag_ms=float(s.cfg.client.max_schedule_lag_ms),
+                        max_schedule_lag_ms=p.inputs.max_schedule_lag_ms,
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
                         cost_replicas=int(s.topology().get("replicas") or 1),
                         # autoscaled: the replica-seconds paid in the window (starting, serving and
                         # draining), not replicas x window
-                        cost_replica_seconds=autoscale.figures(s, p).get("paid_replica_seconds"))
+                        cost_replica_seconds=scaled.get("paid_replica_seconds"))
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),
@@ -240,7 +294,7 @@ def summarise(s, p: PointRun) -> None:
         "chunk_timestamps": p.stats.get("timestamp_source", "read"),  # kernel receive stamps or read times
         "engine_alive_after": p.engine_alive,
         "engine_startup_s": (s.engine.ready_ns - s.engine.started_ns) / 1e9,
-        "cache_state": s.cfg.engine.cache_state,
+        "cache_state": p.inputs.cache_state,
         # stopped early as over-saturated (loadgen.saturation): its latencies are not a steady state's
         "saturated": bool(p.stats.get("saturated")), "saturation_reason": p.stats.get("saturated"),
         "saturated_after_s": p.stats.get("saturated_after_s"),
@@ -248,13 +302,16 @@ def summarise(s, p: PointRun) -> None:
         # num_requests stays vLLM's: the requests in the run
         **planned_keys(p.load, p.stats),
     })
-    summary.update(_clock_keys(s, p.stats))
+    summary.update(_clock_keys(p.inputs, p.stats))
+    emu = emulation(s.engine)  # an emulated engine's numbers are never read as measured ones
+    summary.update(emulated=emu["emulated"], timing_source=emu["timing_source"])
     prep = p.stats.get("prepare") or {}  # requests built off the send loop (loadgen/prepare.py)
     summary.update({f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",
                                                            "streamed")})
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
+        summary.update(spec_agreement(summary))  # the rows' tokens per step against the engine's counters
     # per replica of a deployment (nothing for a single engine): metrics.replicas
     per_replica = replica_engine_summaries(telemetry) if s.engine_metrics else None
     # a deployment's pools (prefill, decode): each pool's shares and imbalance apart
@@ -267,6 +324,8 @@ def summarise(s, p: PointRun) -> None:
     with np.errstate(invalid="ignore"):
         summary["prompt_tokens_mismatch"] = int(np.nansum(exp.astype(float) != got.astype(float)))
     p.summary = summary
+    fault_figures(s, p)
+    p.summary.update(scaled)
 
 
 def planned_keys(load: LoadSpec, stats: dict) -> dict:
@@ -292,11 +351,12 @@ def point_line(title: str, m: dict) -> str:
         after = m.get("saturated_after_s")
         done += (f"; STOPPED as over-saturated{f' after {after:.1f} s' if after is not None else ''}: {of} "
                  "(saturation_reason in summary.json)")
-    return f"  {title}: {done}, "
+    emulated = f" [EMULATED: {m.get('timing_source')}]" if m.get("emulated") else ""
+    return f"  {title}{emulated}: {done}, "
 
 
 def fault_figures(s, p: PointRun) -> None:
-    """Engine faults and scenarios in ``summary.json``: whether the point failed and why, the
+    """Engine faults and scenarios in ``summary.json`` (part of ``summarise``): whether the point failed and why, the
     failure-recovery figures of a ``scenario.kill_at_s`` point (``metrics.recovery``), and
     the cold-start figures of a session's first point (``metrics.cold_start``)."""
     m, f = p.summary, p.failure
@@ -327,15 +387,16 @@ def fault_figures(s, p: PointRun) -> None:
 
         m["scenario_cold_start"] = True
         m.update(cold_start_figures(p.requests, s.engine_launch[0], s.engine_launch[1], p.stats["start_ns"],
-                                    float(s.cfg.scenario.first_window_s)))
+                                    p.inputs.first_window_s))
     if s.restarted_before_s is not None:  # engine.on_failure=restart: this window holds the restart
         m["engine_restart_before_s"] = s.restarted_before_s
         s.restarted_before_s = None
 
 
 def autoscale_record(s, p: PointRun) -> None:
-    """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json`` and the summary's
-    replica keys (``harness.autoscale``, ``metrics.autoscale``)."""
+    """Live autoscaling (``deployment.autoscale.enabled``): ``autoscale.json``
+    (``harness.autoscale_record``, ``metrics.autoscale_bill``; its replica figures are in the summary, by
+    ``summarise``)."""
     autoscale.record(s, p)
 
 
@@ -348,10 +409,10 @@ def write_results(s, p: PointRun) -> None:
                 "status": "failed" if p.failure is not None else "ok",
                 "error": p.failure.error() if p.failure is not None else None,
                 "engine_faults": [x.as_dict() for x in p.faults]}
-    results_io.write_json(p.run_dir / "run.json", run_meta)
-    results_io.write_yaml(p.run_dir / "config.yaml", {**s.safe_config, "load": p.spec.load})
-    results_io.write_json(p.run_dir / "provenance.json", s.engine_prov)
-    results_io.write_json(p.run_dir / "summary.json", p.summary)  # last: marks the run complete
+    results_io.write_json(p.run_dir / results_io.RUN_META, run_meta)
+    results_io.write_yaml(p.run_dir / results_io.CONFIG, {**s.safe_config, "load": p.spec.load})
+    results_io.write_json(p.run_dir / results_io.PROVENANCE, s.engine_prov)
+    results_io.write_json(p.run_dir / results_io.SUMMARY, p.summary)  # last: marks the run complete
 
 
 def log_mlflow(s, p: PointRun) -> None:
@@ -375,8 +436,8 @@ def export_otlp(s, p: PointRun) -> None:
         return
     eng = s.engine_prov.get("engine") or {}
     s.otlp.export_run(p.summary, run_attributes(
-        experiment=str(s.cfg.experiment), folder=s.experiment_dir.name, protocol=s.cfg.protocol.get("name"),
-        track=s.cfg.get("track"), config=s.name, block=s.block, label=p.spec.label, repeat=p.spec.repeat,
+        experiment=p.inputs.experiment, folder=s.experiment_dir.name, protocol=p.inputs.protocol,
+        track=p.inputs.track, config=s.name, block=s.block, label=p.spec.label, repeat=p.spec.repeat,
         role=p.spec.tags.get("role", "point"), engine=eng.get("engine"), engine_version=eng.get("engine_version")))
 
 
@@ -427,7 +488,7 @@ def engine_survived(s, p: PointRun) -> None:
         s.faults.degraded = []
         names = ", ".join(f.extra["replica"] for f in lost)
         why = f"replica {names} failed during {p.spec.title} (the point finished on the others)"
-        if s.cfg.engine.on_failure == "restart":
+        if p.inputs.on_failure == "restart":
             print(f"{why}\nengine.on_failure=restart: starting the deployment again for the next point",
                   file=sys.stderr, flush=True)
             s.faults.stop_watch()
@@ -444,7 +505,7 @@ def engine_survived(s, p: PointRun) -> None:
     where = f"{p.spec.title} failed: {p.failure.error()}\nits requests are in {p.run_dir / 'requests.parquet'}"
     resume = (f"\nto resume, rerun the same command with output_dir={s.experiment_dir}: finished points are kept "
               "and this one runs again")
-    if s.cfg.engine.on_failure == "restart" and not p.last and s.engine.launched:
+    if p.inputs.on_failure == "restart" and not p.last and s.engine.launched:
         print(f"{where}\nengine.on_failure=restart: starting the engine again for the next point", file=sys.stderr,
               flush=True)
         try:
@@ -457,7 +518,7 @@ def engine_survived(s, p: PointRun) -> None:
 
 
 POINT_STEPS = (prepare_folder, reset_cache, engine_counters_start, build_workload, describe_workload, dispatch,
-               settle_faults, engine_counters_end, close_window, summarise, fault_figures, autoscale_record,
+               settle_faults, engine_counters_end, close_window, summarise, autoscale_record,
                write_results, log_mlflow, export_otlp,
                print_point, engine_survived)
 
@@ -470,8 +531,8 @@ def prebuild(s, specs) -> int:
     of an experiment paid (in its engine's window, so its cost) for the prompts every later
     config read from the cache.  Stops at a multi-turn workload (its later turns depend on
     replies, and so does the builder's state after it).  Returns the points built."""
-    c = s.cfg.client
-    if not c.prepare_cache or c.prepare == "stream" or int(c.workers) > 1:
+    inputs = PointInputs.from_config(s.cfg)
+    if not inputs.prepare_cache or inputs.prepare == "stream" or inputs.workers > 1:
         return 0
     from loadgen.client.dialect import RequestDialect
 
@@ -480,7 +541,8 @@ def prebuild(s, specs) -> int:
     built = 0
     try:
         for spec in specs:
-            p = PointRun(spec=spec, run_dir=s.out, last=False, window_open_ns=0, load=LoadSpec.from_load(spec.load))
+            p = PointRun(spec=spec, run_dir=s.out, last=False, window_open_ns=0, inputs=inputs,
+                         load=LoadSpec.from_load(spec.load))
             build_workload(s, p)
             if getattr(p.items, "followup", None) is not None:
                 break
@@ -503,15 +565,14 @@ _COUNTED = ("prefix_cache_", "spec_decode_", "preemptions", "prompt_tokens", "ge
 
 def _arm_faults(s, p: PointRun, n_workers: int) -> None:
     """The scenario's kill for this point (load points only, not probes or searches)."""
-    sc = s.cfg.get("scenario") or {}
-    kill_at = sc.get("kill_at_s") if p.spec.tags.get("role", "point") == "point" else None
-    if kill_at is not None and (n_workers > 1 or s.cfg.client.get("backend", "local") != "local"):
+    kill_at = p.inputs.kill_at_s if p.spec.tags.get("role", "point") == "point" else None
+    if kill_at is not None and (n_workers > 1 or p.inputs.backend != "local"):
         raise UserError("scenario.kill_at_s times the kill from the load's start in this process: use "
                         "client.workers=1 (and client.backend=local)")
     if kill_at is not None and not s.engine.launched:
         raise UserError(f"scenario.kill_at_s kills an engine tokenfactory launched; engine={s.engine.name} "
                         "has launch=false")
-    s.faults.arm(kill_at, str(sc.get("kill_signal") or "SIGKILL"))
+    s.faults.arm(kill_at, p.inputs.kill_signal)
 
 
 def _recovery_keys(s, p: PointRun, inj) -> dict:
@@ -529,8 +590,8 @@ def _recovery_keys(s, p: PointRun, inj) -> dict:
                 "engine_fault_detected_s": (fault.detected_ns - inj.kill_ns) / 1e9 if fault is not None else None,
                 # restart begun -> healthy again (the harness's warm-up request after it is not counted)
                 "engine_restart_s": ((back - fault.restart_started_ns) / 1e9 if back is not None else None)})
-    out.update(recovery_figures(p.requests, s.slo, inj.kill_ns, back, int(s.cfg.scenario.recovery_window),
-                                s.cfg.slo.get("min_attainment")))
+    out.update(recovery_figures(p.requests, s.slo, inj.kill_ns, back, p.inputs.recovery_window,
+                                p.inputs.min_attainment))
     out.update(outage_cost(p.summary, inj.kill_ns, back))
     if back is not None and not (p.stats["end_ns"] > back):
         out["recovery_note"] = "the load ended before the engine was back: raise load.duration_s or load.num_requests"
@@ -580,7 +641,7 @@ class _Progress:
     """tqdm bars (``progress=true``): the requests being built ahead, then those finished."""
 
     def __init__(self, s, p: PointRun):
-        self.on = bool(s.cfg.progress)
+        self.on = p.inputs.progress
         self.label = f"[{p.spec.index + 1}/{s.total_points}] {p.spec.title}"
         self.total = p.load.num_requests
         self.bars: list = []
@@ -616,7 +677,7 @@ class _Progress:
 def _prepare_options(s, p: PointRun, followup) -> PrepareOptions:
     """``client.prepare*`` as the dispatcher takes them, with the on-disk cache where it applies:
     not for sessions (their later turns depend on the replies) and only when building ahead."""
-    c = s.cfg.client
+    c = p.inputs
     cache = None
     if c.prepare_cache and followup is None and c.prepare != "stream":
         items = p.items
@@ -635,7 +696,7 @@ def _prepare_options(s, p: PointRun, followup) -> PrepareOptions:
             "client": {k: getattr(s.client_cfg, k) for k in ("model", "api", "extra_body", "continuous_usage",
                                                               "exact_output")},
             "rng": s.builder.rng.bit_generator.state, "code": PREPARE_CODE}, end_state, on_hit)
-    return PrepareOptions(mode=c.prepare, ahead_s=float(c.prepare_ahead_s), max_bytes=int(c.prepare_max_mb * 2**20),
+    return PrepareOptions(mode=c.prepare, ahead_s=c.prepare_ahead_s, max_bytes=c.prepare_max_bytes,
                           cache=cache, progress=p.progress.preparing)
 
 
@@ -658,17 +719,17 @@ def _ray_dispatch(s, p: PointRun, on_done, followup) -> dict:
     except ImportError as e:
         raise UserError(f"client.backend=ray needs Ray ({e}): pip install -e '.[ray]'") from None
     finalize = functools.partial(complete_record, slo=s.slo, count_tokens=_CountTokens(s.tokenizer))
-    return run_ray_workers(int(s.cfg.client.workers), s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
-                           followup=followup, settings=RaySettings.from_config(s.cfg.client.ray))
+    return run_ray_workers(p.inputs.workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
+                           followup=followup, settings=RaySettings.from_config(p.inputs.ray))
 
 
-def _clock_keys(s, stats: dict) -> dict:
+def _clock_keys(inputs: PointInputs, stats: dict) -> dict:
     """Ray workers: each one's clock error on the driver's clock; a run whose largest exceeds
     ``client.max_clock_error_ms`` is client-limited (its timings are not trusted to that
     precision); a worker that died leaves the run incomplete."""
     if stats.get("backend") != "ray":
         return {}
-    err, limit = float(stats["clock_error_ms"]), float(s.cfg.client.max_clock_error_ms)
+    err, limit = float(stats["clock_error_ms"]), inputs.max_clock_error_ms
     out = {"client_backend": "ray", "client_workers": stats["workers"], "clock_error_ms": err,
            "clock_workers": stats["clock"], "clock_limited": not err <= limit,
            "incomplete": bool(stats.get("incomplete")), "incomplete_reason": stats.get("incomplete_reason")}

@@ -32,13 +32,14 @@ from pathlib import Path
 
 from harness import results_io
 from metrics.quality_gate import verdicts
-from protocols.designs import design_of
 
 QUALITY_FILE = "quality.json"
-def gate_enabled(cfg) -> bool:
+def gate_enabled(cfg, design) -> bool:
+    """``quality.enabled``, else the protocol's default: ``design.quality_gate`` (the caller's
+    protocol design, ``protocols.designs``: the machinery imports no protocol)."""
     q = cfg.quality.enabled
     if q is None:
-        return design_of(cfg).quality_gate
+        return design.quality_gate
     return bool(q)
 
 
@@ -172,7 +173,7 @@ def _builder(session):
 
 def _load(folder: Path) -> dict | None:
     path = folder / QUALITY_FILE
-    return results_io.read_json(path) if path.exists() else None
+    return results_io.read_json(path, None)
 
 
 def judge(sessions: list[tuple[str, int, Path]], baseline: str, qcfg) -> dict:

@@ -1,7 +1,10 @@
-"""Where runs are written, and how: every file lands under a temp name and is renamed.
+"""Run and experiment folders: the one module that names their files, reads them and writes
+them.  Every file lands under a temp name and is renamed.
 
 A run folder is complete when its ``summary.json`` exists; it is written last.  Secrets
-never reach a file: config values under keys that look like credentials are redacted.
+never reach a file: config values under keys that look like credentials are redacted.  A
+file read here that is missing (where it must be there), unreadable or corrupt is one
+``ResultsFileError`` naming its path.
 """
 
 from __future__ import annotations
@@ -16,14 +19,32 @@ from pathlib import Path
 
 import yaml
 
+from harness.errors import UserError
+
 SECRET_KEY = re.compile(r"(api_key|token|secret|password|authorization)$", re.I)
 # Every value of a map of HTTP headers (export.otlp_headers): an exporter's key goes in one, under
 # whatever name its vendor chose (x-api-key, api-key, x-honeycomb-team, ...)
 HEADERS_KEY = re.compile(r"headers$", re.I)
 REDACTED = "***redacted***"
+# The files of a run folder (harness.point writes them, summary.json last) and of an
+# experiment's folder: named here only.
 SUMMARY = "summary.json"
+REQUESTS = "requests.parquet"
+RUN_META = "run.json"
+CONFIG = "config.yaml"
+PROVENANCE = "provenance.json"
+TELEMETRY = "telemetry.parquet"
+WORKLOAD = "workload.json"
+EXPERIMENT = "experiment.json"
+RUNS_TABLE = "runs.parquet"
 # What a load point writes into its run folder besides summary.json (harness.point).
-RUN_FILES = ("requests.parquet", "run.json", "config.yaml", "provenance.json", "telemetry.parquet", "workload.json")
+RUN_FILES = (REQUESTS, RUN_META, CONFIG, PROVENANCE, TELEMETRY, WORKLOAD)
+_REQUIRED = object()
+
+
+class ResultsFileError(UserError, ValueError):
+    """A results file missing (where it must be there), unreadable or corrupt; the message
+    names its path.  (A ``ValueError`` too, as a corrupt file's JSON error was.)"""
 
 
 def new_run_id() -> str:
@@ -89,8 +110,44 @@ def write_yaml(path, obj) -> None:
     write_atomic(path, yaml.safe_dump(obj, sort_keys=False))
 
 
-def read_json(path) -> dict:
-    return json.loads(Path(path).read_text())
+def _read_text(path: Path, required: bool) -> str | None:
+    """The file's text; None where it is missing and not ``required``."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        if required:
+            raise ResultsFileError(f"{path}: missing") from None
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResultsFileError(f"{path}: unreadable ({e})") from None
+
+
+def read_json(path, default=_REQUIRED):
+    """A JSON file of a run or experiment folder; a missing one is ``default`` where one is
+    given (e.g. ``{}``: a record an older run did not write), else a ``ResultsFileError``, as
+    is an unreadable or corrupt one."""
+    path = Path(path)
+    text = _read_text(path, default is _REQUIRED)
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ResultsFileError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_yaml(path, default=_REQUIRED):
+    """A YAML file of a run or experiment folder (its ``config.yaml``), ``{}`` when empty; a
+    missing one is ``default`` where one is given, else a ``ResultsFileError``, as is an
+    unreadable or corrupt one."""
+    path = Path(path)
+    text = _read_text(path, default is _REQUIRED)
+    if text is None:
+        return default
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ResultsFileError(f"{path}: not valid YAML ({e})") from None
 
 
 def run_complete(run_dir) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from conf.schema import Load, typed
-from harness.results_io import write_atomic, write_json
+from harness.results_io import WORKLOAD, write_atomic, write_json
 from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.workloads.characterise import characterise, replay_lengths
 from loadgen.workloads.synthetic import prefix_group_spec, synthetic_blocks
@@ -24,7 +24,7 @@ from loadgen.workloads.table import WorkloadTable
 from loadgen.workloads.task_shape import task_arrays
 from loadgen.workloads.traces.readers import FORMATS
 
-JSON_NAME, HTML_NAME = "workload.json", "workload.html"
+JSON_NAME, HTML_NAME = WORKLOAD, "workload.html"
 
 
 def synthetic_table(wcfg, load: Load, n: int) -> WorkloadTable:

@@ -148,7 +148,8 @@ class Dispatcher:
         # slot_ns = scheduled_ns unless the request has to wait for a max_concurrency slot
         rec = RequestRecord(request_id=item.request_id, scheduled_ns=scheduled_ns, slot_ns=scheduled_ns,
                             session_id=item.session_id, turn=item.turn, warmup=warmup,
-                            expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens)
+                            expected_prompt_tokens=item.prompt_tokens, max_tokens=item.max_tokens,
+                            lora=item.model)
         if item.task_id is not None:
             rec.task_id, rec.node, rec.parents, rec.attempt = item.task_id, item.node, list(item.parents), item.attempt
             rec.tool_s, rec.task_calls, rec.check = item.tool_s, item.task_calls, item.check
@@ -203,7 +204,7 @@ class Dispatcher:
         if nxt is None or isinstance(nxt, list):
             return None
         item, think_s = nxt
-        return item, think_s, self.client.body(item.prompt, item.max_tokens)
+        return item, think_s, self.client.body(item.prompt, item.max_tokens, item.model)
 
     def _build_calls(self, rec: RequestRecord) -> list:
         """On the turns thread: what ``rec``'s end made ready (a task's calls, or a session's next
@@ -212,7 +213,7 @@ class Dispatcher:
         if nxt is None:
             return []
         pairs = nxt if isinstance(nxt, list) else [nxt]
-        return [(item, wait_s, self.client.body(item.prompt, item.max_tokens)) for item, wait_s in pairs]
+        return [(item, wait_s, self.client.body(item.prompt, item.max_tokens, item.model)) for item, wait_s in pairs]
 
     async def _next_turn(self, rec: RequestRecord) -> None:
         """Open loop: what ``rec``'s end made ready: the session's next turn ``think_s`` after, or a
@@ -345,8 +346,8 @@ class Dispatcher:
         body = self.client.body
 
         def entry(i: int, it: WorkItem, off) -> Prepared:
-            return Prepared(i, it, off, body(it.prompt, it.max_tokens),
-                            tuple((c, body(c.prompt, c.max_tokens)) for c in it.companions))
+            return Prepared(i, it, off, body(it.prompt, it.max_tokens, it.model),
+                            tuple((c, body(c.prompt, c.max_tokens, c.model)) for c in it.companions))
         if plan is not None:
             return (entry(i, it, off) for i, it, off in plan)
         if spec.kind == "concurrency":

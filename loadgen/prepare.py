@@ -350,10 +350,12 @@ class PrepareCache:
             return None
         meta = json.loads(table.schema.metadata[b"tokenfactory"])
         d = table.to_pydict()
+        models = d.get("model") or [None] * table.num_rows  # a file from before workload.lora
         entries = [Prepared(index=d["index"][i],
                             item=WorkItem(request_id=d["request_id"][i], prompt="", prompt_tokens=d["prompt_tokens"][i],
                                           max_tokens=d["max_tokens"][i], arrival_s=d["arrival_s"][i],
-                                          session_id=d["session_id"][i], turn=d["turn"][i]),
+                                          session_id=d["session_id"][i], turn=d["turn"][i],
+                                          model=models[i]),
                             offset_ns=d["offset_ns"][i], payload=d["payload"][i])
                    for i in range(table.num_rows)]
         os.utime(self.path)  # recently used: kept longest
@@ -367,10 +369,12 @@ class PrepareCache:
                 "prompt_tokens": [p.item.prompt_tokens for p in entries],
                 "max_tokens": [p.item.max_tokens for p in entries], "arrival_s": [p.item.arrival_s for p in entries],
                 "session_id": [p.item.session_id for p in entries], "turn": [p.item.turn for p in entries],
+                "model": [p.item.model for p in entries],
                 "offset_ns": [p.offset_ns for p in entries], "payload": [p.payload for p in entries]}
         schema = pa.schema([("index", pa.int64()), ("request_id", pa.string()), ("prompt_tokens", pa.int64()),
                             ("max_tokens", pa.int64()), ("arrival_s", pa.float64()), ("session_id", pa.string()),
-                            ("turn", pa.int32()), ("offset_ns", pa.int64()), ("payload", pa.binary())],
+                            ("turn", pa.int32()), ("model", pa.string()), ("offset_ns", pa.int64()),
+                            ("payload", pa.binary())],
                            metadata={"tokenfactory": json.dumps({"end_state": self.end_state()})})
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + f".{os.getpid()}.partial")

@@ -236,7 +236,7 @@ class _Worker:
             out.append(RequestRecord(request_id=it.request_id, scheduled_ns=sched, slot_ns=sched,
                                      session_id=it.session_id, turn=it.turn, warmup=i < warmup,
                                      expected_prompt_tokens=it.prompt_tokens, max_tokens=it.max_tokens,
-                                     status="cancelled", error=why, worker=self.w,
+                                     lora=it.model, status="cancelled", error=why, worker=self.w,
                                      worker_host=self.info.get("host")))
         return out
 

@@ -61,6 +61,13 @@ class RequestRecord:
     tpot_s: float | None = _col(pa.float64())
     e2el_s: float | None = _col(pa.float64())
     connect_s: float | None = _col(pa.float64())  # opening a connection for this request (null: a pooled one)
+    # Reasoning models (loadgen.client.openai_stream's chunk kinds): output tokens that came as
+    # reasoning / as tool-call deltas (both part of output_tokens; 0: none came), the first output
+    # chunk that is not reasoning, and the time to it (metrics.request_metrics.ttfa_s).
+    reasoning_tokens: int | None = _col(pa.int64())
+    tool_call_tokens: int | None = _col(pa.int64())
+    first_answer_ns: int | None = _col(pa.int64())
+    ttfa_s: float | None = _col(pa.float64())
     slo_ok: bool = _col(pa.bool_(), False)
     warmup: bool = _col(pa.bool_(), False)
     # Set by the promotion proxy (harness/proxy): which endpoint served the row, and whether its
@@ -73,6 +80,8 @@ class RequestRecord:
     # client is told to read (loadgen.client.config.ClientConfig.replica_header), else the
     # client's default_replica (a single engine: r0), else UNKNOWN_REPLICA.
     replica: str = _col(pa.string(), UNKNOWN_REPLICA)
+    # the LoRA adapter the request named as its model (workload.lora; null: the engine's model)
+    lora: str | None = _col(pa.string())
     # A call of a task (a DAG of calls, loadgen.workloads.tasks): which task and node, the
     # nodes it waited for, its attempt (from 1; 0: not a task), the tool time it waited after
     # its last parent ended, the calls in the task's DAG, and (a sink: a call no other waits
@@ -87,6 +96,7 @@ class RequestRecord:
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).
     chunk_text: list = field(default_factory=list)     # text of each output chunk
     chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)
+    chunk_kind: list = field(default_factory=list)     # answer | reasoning | tool_call, per output chunk
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     text: str = ""  # generated text; kept for multi-turn prompts

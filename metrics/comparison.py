@@ -37,6 +37,7 @@ METRICS = {
     "output_throughput": (True, "tok/s"), "request_throughput": (True, "req/s"),
     "goodput_rps": (True, "req/s"), "good_output_throughput": (True, "tok/s"), "slo_attainment": (True, ""),
     "cost_per_mtok_good": (False, "per M good tok"), "cost_per_mtok_all": (False, "per M tok"),
+    "cost_per_mtok_good_answer": (False, "per M good answer tok"),  # reasoning left out (metrics.summary)
     "energy_per_good_token_j": (False, "J/tok"), "error_rate": (False, ""), "max_load_under_slo": (True, "load"),
     "engine_prefix_cache_hit_rate": (True, ""),
     # a deployment's replicas (metrics.replicas): evener is better
@@ -50,6 +51,7 @@ METRICS = {
 # Ratios across repeats are ratios of totals (BCa bootstrap), not means of per-run ratios.
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
           "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6),
+          "cost_per_mtok_good_answer": ("cost_total", "good_answer_tokens", 1e6),
           "cost_per_completed_task": ("cost_total", "completed_tasks", 1.0),
           "cost_per_task_attempt": ("cost_total", "task_attempts", 1.0),
           "attempts_per_completed_task": ("task_attempts", "completed_tasks", 1.0),

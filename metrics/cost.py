@@ -19,7 +19,7 @@ already covers every device the telemetry sees.
 
 A deployment whose replica count changes during the window (live autoscaling, or a plan's
 simulated fleet): the per-replica lines count replica-hours, ``paid_replica_seconds / 3600``
-(replicas starting, serving and draining over the window: ``metrics.autoscale``,
+(replicas starting, serving and draining over the window: ``metrics.autoscale_bill``,
 ``metrics.fleet``), not replicas x window; the ``extra_hourly`` lines still count the whole
 window once (``fleet_cost``).  ``cost_replica_seconds`` is the replica-seconds billed.
 

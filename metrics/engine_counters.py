@@ -7,6 +7,8 @@ Definitions (per run; per replica, and over the whole deployment):
 - ``engine_prefix_cache_hit_rate`` = Δ prefix_cache_hits / Δ prefix_cache_queries (tokens
   found in the prefix cache over prompt tokens looked up); NaN when nothing was looked up.
 - ``engine_spec_decode_acceptance_rate`` = Δ accepted draft tokens / Δ draft tokens.
+- ``engine_spec_decode_mean_accepted_length`` = 1 + Δ accepted draft tokens / Δ drafts (tokens a
+  drafting step delivered; ``metrics.speculative`` compares it with the rows' tokens per step).
 - ``engine_<counter>`` = end - start, for every counter the engine exposes.
 - ``engine_<gauge>_max`` / ``_mean``: over the timer's samples during the run.
 - ``engine_mean_<phase>_ms`` (``PHASES``: queue, prefill, decode, inference, kv_transfer) =
@@ -30,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metrics.speculative import engine_accept_length
 from metrics.telemetry.engine import ENGINE_SOURCE, is_engine_source, source_replica
 
 PHASES = ("queue", "prefill", "decode", "inference", "kv_transfer")
@@ -61,6 +64,9 @@ def counter_deltas(start: dict | None, end: dict | None, gauges: dict | None = N
         if "engine_spec_decode_draft_tokens" in out and "engine_spec_decode_accepted_tokens" in out:
             out["engine_spec_decode_acceptance_rate"] = _ratio(out["engine_spec_decode_accepted_tokens"],
                                                                out["engine_spec_decode_draft_tokens"])
+        if "engine_spec_decode_drafts" in out and "engine_spec_decode_accepted_tokens" in out:
+            out["engine_spec_decode_mean_accepted_length"] = engine_accept_length(
+                out["engine_spec_decode_accepted_tokens"], out["engine_spec_decode_drafts"])
         for p in PHASES:
             s, n = out.get(f"engine_{p}_time_sum"), out.get(f"engine_{p}_time_count")
             if s is not None and n is not None:

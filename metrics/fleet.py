@@ -17,7 +17,7 @@ replica count as a step function over the window ``[0, window_s]``:
   integral of the replicas starting (from the policy's decision to serving: provision_s and
   the cold start), serving (taking requests) and draining (taken out, finishing their
   requests) over the window; ``paid_replica_seconds`` = their sum, what the cost bills (the
-  names a live run's autoscale.json and summary use, ``metrics.autoscale``);
+  names a live run's autoscale.json and summary use, ``metrics.autoscale_bill``);
 - ``replicas_max``, ``replicas_mean`` (= paid_replica_seconds / window_s) of the paid count;
 - ``idle_replica_seconds``: replica time with no request in service;
 - ``overprovisioned_replica_seconds`` = integral of max(0, paid - needed) with needed(t) =

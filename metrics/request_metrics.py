@@ -23,6 +23,23 @@ def ttft_s(sent_ns, first_token_ns):
     return (first - sent) / NS
 
 
+def ttfa_s(sent_ns, first_answer_ns):
+    """Time to first answer token: TTFA = first output chunk that is not reasoning (an answer or
+    tool-call chunk, ``first_answer_ns``) - sent_ns (seconds); NaN where none arrived (all
+    reasoning).  Without reasoning it equals TTFT; TTFT counts the first token of any kind."""
+    return ttft_s(sent_ns, first_answer_ns)
+
+
+def ttfa_or_ttft(ttfa, ttft, reasoning_tokens):
+    """Per row, the TTFA an SLO and the summary read: ``ttfa_s``; where it is NaN and the row never
+    counted reasoning (``reasoning_tokens`` null: an imported or older row, a proxy's), ``ttft_s``
+    (nothing told reasoning apart, so the first token is the first answer token).  A row that
+    counted reasoning and got no answer token keeps NaN (it misses a TTFA limit)."""
+    ttfa = np.asarray(ttfa, dtype=np.float64)
+    unknown = np.isnan(np.asarray(reasoning_tokens, dtype=np.float64))
+    return np.where(np.isnan(ttfa) & unknown, np.asarray(ttft, dtype=np.float64), ttfa)
+
+
 def e2el_s(sent_ns, end_ns):
     """E2EL = last output chunk - sent_ns (seconds); ``end_ns`` is the last output chunk."""
     return (np.asarray(end_ns, dtype=np.float64) - np.asarray(sent_ns, dtype=np.float64)) / NS
@@ -106,7 +123,9 @@ def complete_record(rec, slo=None, count_tokens=None) -> None:
 
 
 def finalize_record(rec, slo=None) -> None:
-    """Fill a record's derived columns (ttft_s, tpot_s, e2el_s, slo_ok) from its timestamps."""
+    """Fill a record's derived columns (ttft_s, ttfa_s, tpot_s, e2el_s, slo_ok) from its timestamps."""
+    if rec.first_answer_ns is not None and rec.sent_ns is not None:
+        rec.ttfa_s = float(ttfa_s(rec.sent_ns, rec.first_answer_ns))
     if rec.first_token_ns is not None and rec.sent_ns is not None:
         rec.ttft_s = float(ttft_s(rec.sent_ns, rec.first_token_ns))
         rec.e2el_s = float(e2el_s(rec.sent_ns, rec.end_ns))
@@ -114,8 +133,9 @@ def finalize_record(rec, slo=None) -> None:
         rec.tpot_s = None if np.isnan(t) else t
     if slo is not None:
         nan = float("nan")
-        rec.slo_ok = bool(good_mask(slo, [rec.status], [rec.ttft_s if rec.ttft_s is not None else nan],
-                                    [rec.tpot_s if rec.tpot_s is not None else nan],
-                                    [rec.e2el_s if rec.e2el_s is not None else nan])[0])
+        val = lambda v: [nan if v is None else v]  # noqa: E731
+        rec.slo_ok = bool(good_mask(slo, [rec.status], val(rec.ttft_s), val(rec.tpot_s), val(rec.e2el_s),
+                                    ttfa_s=ttfa_or_ttft(val(rec.ttfa_s), val(rec.ttft_s),
+                                                        val(rec.reasoning_tokens)))[0])
     else:
         rec.slo_ok = rec.status == "ok"

@@ -1,9 +1,11 @@
 """SLOs and goodput: which requests are good, and how often each SLO holds.
 
 A request is good when it completed (status ``ok``) and every configured per-request SLO
-holds, inclusively (``ttft <= slo.ttft_ms``).  ``task_s`` bounds a task's completion time, not a
-request's (``metrics.tasks``).  TPOT is undefined for one-token outputs; such a
-request passes the TPOT SLO, as in ``vllm bench serve``'s goodput.
+holds, inclusively (``ttft <= slo.ttft_ms``).  ``ttfa_ms`` bounds the time to the first answer
+token (``metrics.request_metrics.ttfa_s``: reasoning left out); a caller without that column (a
+simulation of a model that does not reason) passes none and TTFT stands for it.  ``task_s``
+bounds a task's completion time, not a request's (``metrics.tasks``).  TPOT is undefined for
+one-token outputs; such a request passes the TPOT SLO, as in ``vllm bench serve``'s goodput.
 
 A run meets the SLO (``run_meets_slo``, the one run-level check: the SLO search, the plan's
 capacity, the report and tune all read it) when it was not stopped as over-saturated, every
@@ -25,7 +27,7 @@ from conf.schema import Slo
 from metrics.percentiles import percentile as _percentile
 
 # SLO name -> the per-request column (seconds) it bounds.
-SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s"}
+SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s", "ttfa_ms": "ttfa_s"}
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class SLO:
     tpot_ms: float | None = None
     e2el_ms: float | None = None
     percentile: float = Slo.percentile
-    task_s: float | None = None  # last: callers build SLO(ttft, tpot, e2el, percentile) by position
+    task_s: float | None = None  # after the four: callers build SLO(ttft, tpot, e2el, percentile) by position
+    ttfa_ms: float | None = None
 
     @classmethod
     def from_config(cls, cfg) -> SLO:
@@ -47,6 +50,7 @@ class SLO:
             e2el_ms=_opt_float(get("e2el_ms")),
             percentile=float(get("percentile") if get("percentile") is not None else cls.percentile),
             task_s=_opt_float(get("task_s")),
+            ttfa_ms=_opt_float(get("ttfa_ms")),
         )
 
     def limits(self) -> dict[str, float]:
@@ -69,20 +73,20 @@ def slo_pass(slo: SLO, name: str, values_s) -> np.ndarray:
     return ok
 
 
-def good_mask(slo: SLO, status, ttft_s, tpot_s, e2el_s) -> np.ndarray:
-    """Good = completed and every configured SLO holds."""
+def good_mask(slo: SLO, status, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> np.ndarray:
+    """Good = completed and every configured SLO holds (``ttfa_s`` None: TTFT stands for it)."""
     ok = np.asarray(status) == "ok"
-    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s}
+    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s, "ttfa_ms": ttft_s if ttfa_s is None else ttfa_s}
     for name in slo.limits():
         ok &= slo_pass(slo, name, cols[name])
     return ok
 
 
-def percentiles_missed(slo: SLO, ttft_s, tpot_s, e2el_s) -> list[str]:
-    """The configured SLOs (``ttft``, ``tpot``, ``e2el``) whose ``slo.percentile``-th percentile over
-    the completed requests' values (NaN left out) is above the limit; one with no value misses,
-    except TPOT (one-token outputs, module doc)."""
-    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s}
+def percentiles_missed(slo: SLO, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> list[str]:
+    """The configured SLOs (``ttft``, ``tpot``, ``e2el``, ``ttfa``: ``ttfa_s`` None, TTFT stands for it)
+    whose ``slo.percentile``-th percentile over the completed requests' values (NaN left out) is
+    above the limit; one with no value misses, except TPOT (one-token outputs, module doc)."""
+    cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s, "ttfa_ms": ttft_s if ttfa_s is None else ttfa_s}
     missed = []
     for name, limit in slo.limits().items():
         pv = _percentile(cols[name], slo.percentile) * 1e3

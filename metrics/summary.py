@@ -32,6 +32,17 @@ Definitions:
   server's backlog, never the client's; ``num_connects`` and ``connect_*_ms`` count the sends
   that had to open a connection and how long that took (included in their lag).
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
+- ``per_adapter`` (rows with a ``lora`` adapter: workload.lora): per adapter, the formulas
+  above over its own measured rows (``adapter_summary``); throughputs and goodput divide by
+  the run's ``duration_s`` (the adapters share one window), so they add up to the run's.
+- reasoning (``metrics.token_attribution``'s chunk kinds): ``total_reasoning_tokens`` and
+  ``total_tool_call_tokens`` over completed requests; TTFA (``mean_ttfa_ms``, ``p99_ttft_ms``'s
+  sibling ``p99_ttfa_ms`` ...) beside TTFT; ``good_answer_tokens`` = sum over good requests of
+  (output_tokens - reasoning_tokens); ``cost_per_mtok_good_answer`` = 1e6 x cost_total /
+  good_answer_tokens.  A row that never told reasoning apart (``reasoning_tokens`` null: an older
+  file, an import) counts 0 reasoning tokens and its TTFA is its TTFT
+  (``metrics.request_metrics.ttfa_or_ttft``).
+- speculative decoding (tokens per decode step from the rows): ``metrics/speculative.py``.
 """
 
 from __future__ import annotations
@@ -45,13 +56,26 @@ import pyarrow.compute as pc
 from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
 from metrics.percentiles import add_latency_stats, describe
-from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s
+from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s, ttfa_or_ttft
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
+from metrics.speculative import spec_summary
 from metrics.tasks import task_cost, task_summary
 
 
 def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
     return t.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def _col_or(t: pa.Table, name: str, fallback: str | float) -> np.ndarray:
+    """Column ``name``; a file written before it: column ``fallback``, or that constant."""
+    if name in t.column_names:
+        return _col(t, name)
+    return _col(t, fallback) if isinstance(fallback, str) else np.full(t.num_rows, fallback, dtype=np.float64)
+
+
+def _ttfa(t: pa.Table) -> np.ndarray:
+    """TTFA per row (``metrics.request_metrics.ttfa_or_ttft``: TTFT where nothing told reasoning apart)."""
+    return ttfa_or_ttft(_col_or(t, "ttfa_s", math.nan), _col(t, "ttft_s"), _col_or(t, "reasoning_tokens", math.nan))
 
 
 def itl_values(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -122,15 +146,21 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     add_latency_stats(out, "ttft", ttft)
     add_latency_stats(out, "tpot", tpot)
     add_latency_stats(out, "e2el", e2el)
+    add_latency_stats(out, "ttfa", _ttfa(done))
+    out["total_reasoning_tokens"] = int(np.nansum(_col_or(done, "reasoning_tokens", 0.0)))
+    out["total_tool_call_tokens"] = int(np.nansum(_col_or(done, "tool_call_tokens", 0.0)))
     itl, raw_gaps = itl_values(done)
     add_latency_stats(out, "itl", itl)
     add_latency_stats(out, "chunk_gap", raw_gaps)
 
     # Goodput: recomputed here from the columns, not trusted from slo_ok.
-    good = good_mask(slo, status, _col(measured, "ttft_s"), _col(measured, "tpot_s"), _col(measured, "e2el_s"))
+    good = good_mask(slo, status, _col(measured, "ttft_s"), _col(measured, "tpot_s"), _col(measured, "e2el_s"),
+                     ttfa_s=_ttfa(measured))
     good_out = float(np.nansum(np.where(good, _col(measured, "output_tokens"), 0.0)))
+    good_answer = good_out - float(np.nansum(np.where(good, _col_or(measured, "reasoning_tokens", 0.0), 0.0)))
     out["good_requests"] = int(good.sum())
     out["good_output_tokens"] = int(good_out)
+    out["good_answer_tokens"] = int(good_answer)
     out["goodput_rps"] = rate(int(good.sum()))
     out["request_goodput"] = out["goodput_rps"]  # vLLM's name for the same quantity
     out["good_output_throughput"] = rate(good_out)
@@ -139,13 +169,17 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         if getattr(slo, name) is None:
             continue
         short = name[:-3]
-        passed = ok & slo_pass(slo, name, _col(measured, col))
+        pick = _ttfa if col == "ttfa_s" else (lambda t, c=col: _col(t, c))
+        passed = ok & slo_pass(slo, name, pick(measured))
         out[f"slo_attainment_{short}"] = passed.sum() / n_all if n_all else math.nan
-        vals = _col(done, col)
+        vals = pick(done)
         pv = describe(vals, (slo.percentile,))[f"p{slo.percentile:g}"] * 1e3
         out[f"slo_{short}_p{slo.percentile:g}_ms"] = pv
         out[f"slo_{short}_met"] = bool(pv <= getattr(slo, name)) if not math.isnan(pv) else False
     out["slo_percentile"] = slo.percentile
+    out.update(spec_summary(done.column("chunk_tokens").to_pylist(),
+                            done.column("tokens_source").to_pylist() if "tokens_source" in done.column_names
+                            else [None] * done.num_rows))
 
     scheduled = _col(measured, "scheduled_ns")
     slot = _col(measured, "slot_ns") if "slot_ns" in measured.column_names else scheduled
@@ -183,6 +217,9 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     else:  # energy measured by the caller: the per-token figures still come from metrics.energy
         out.update({"energy_available": not math.isnan(energy_j), "energy_j": energy_j, "energy_source": "caller",
                     **token_figures(energy_j, good_out, all_tokens)})
+    adapters = adapter_summary(measured, status, good, duration)
+    if adapters:
+        out["per_adapter"] = adapters
     sessions = _sessions(measured, status, expected_turns, table)
     out.update(sessions)
     tasks = task_summary(table, slo)
@@ -193,6 +230,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
              else fleet_cost(cost_cfg, cost_replica_seconds, window_s, energy))
         out.update(c)
         out["cost_per_mtok_good"] = per_million(c["cost_total"], good_out)
+        out["cost_per_mtok_good_answer"] = per_million(c["cost_total"], good_answer)
         out["cost_per_mtok_all"] = per_million(c["cost_total"], all_tokens)
         out["cost_per_good_request"] = per_unit(c["cost_total"], good_n)
         if sessions["num_sessions"]:
@@ -201,6 +239,43 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         if good_out <= 0:
             out["cost_per_mtok_good_reason"] = "no good output tokens in the window: the cost was paid for nothing"
     return out
+
+
+ADAPTER_LATENCIES = ("ttft", "tpot", "e2el")
+
+
+def adapter_summary(measured: pa.Table, status: np.ndarray, good: np.ndarray, duration: float) -> dict:
+    """``{adapter: keys}`` over the measured rows of each LoRA adapter (``lora`` column; {} when
+    no row names one).  Per adapter: ``num_requests``, ``completed``, ``total_output_tokens``
+    (completed rows), ``request_throughput`` = completed / D, ``output_throughput`` = output
+    tokens / D, ``goodput_rps`` = good / D, ``good_output_throughput`` = good rows' output
+    tokens / D (D: the run's ``duration_s``), ``slo_attainment`` = good / num_requests, and
+    ``add_latency_stats`` of TTFT, TPOT and E2EL over its completed rows (the run's keys)."""
+    if "lora" not in measured.column_names:
+        return {}
+    lora = np.asarray(measured.column("lora").to_pylist(), dtype=object)
+    names = sorted({a for a in lora if a is not None})
+    if not names:
+        return {}
+    ok = status == "ok"
+    out_tok = _col(measured, "output_tokens")
+    rate = (lambda x: x / duration) if duration and duration > 0 else (lambda x: math.nan)
+    lat = {k: _col(measured, f"{k}_s") for k in ADAPTER_LATENCIES}
+    per: dict = {}
+    for name in names:
+        mine = lora == name
+        n, done, g = int(mine.sum()), mine & ok, mine & good
+        toks = float(np.nansum(np.where(done, out_tok, 0.0)))
+        good_toks = float(np.nansum(np.where(g, out_tok, 0.0)))
+        row = {"num_requests": n, "completed": int(done.sum()), "total_output_tokens": int(toks),
+               "request_throughput": rate(int(done.sum())), "output_throughput": rate(toks),
+               "good_requests": int(g.sum()), "goodput_rps": rate(int(g.sum())),
+               "good_output_throughput": rate(good_toks),
+               "slo_attainment": int(g.sum()) / n if n else math.nan}
+        for k in ADAPTER_LATENCIES:
+            add_latency_stats(row, k, lat[k][done])
+        per[name] = row
+    return per
 
 
 def _sessions(measured: pa.Table, status: np.ndarray, expected_turns: dict | None = None,

@@ -21,6 +21,11 @@ From what the stream said (``loadgen.client.openai_stream``): the cumulative
   tokenizer, or counts on some chunks only), ``tokenizer`` (no usage: each chunk's text
   counted, at least 1), ``chunks`` (no usage, no tokenizer: one a chunk).
 The prompt's tokens are ``usage.prompt_tokens``, else the count the workload built.
+
+By chunk kind (``chunk_kind``: ``answer``, ``reasoning``, ``tool_call``, set by the stream reader):
+``reasoning_tokens`` = sum of ``chunk_tokens`` over reasoning chunks, ``tool_call_tokens`` = sum over
+tool-call chunks (both 0 when none came; both are part of ``output_tokens``, so the answer's
+tokens are ``output_tokens - reasoning_tokens``).  A record without kinds leaves them null.
 """
 
 from __future__ import annotations
@@ -30,9 +35,21 @@ from collections.abc import Callable
 NO_USAGE = -1
 
 
+REASONING, TOOL_CALL = "reasoning", "tool_call"  # chunk kinds (loadgen.client.openai_stream)
+
+
 def attribute_tokens(rec, count_tokens: Callable[[str], int] | None = None) -> None:
-    """Fill ``rec.chunk_tokens``, ``rec.output_tokens``, ``rec.tokens_source`` and
-    ``rec.prompt_tokens`` from the stream's raw counts (see module doc)."""
+    """Fill ``rec.chunk_tokens``, ``rec.output_tokens``, ``rec.tokens_source``,
+    ``rec.prompt_tokens``, ``rec.reasoning_tokens`` and ``rec.tool_call_tokens`` from the stream's
+    raw counts (see module doc)."""
+    _attribute(rec, count_tokens)
+    kinds = getattr(rec, "chunk_kind", None)
+    if kinds is not None and len(kinds) == len(rec.chunk_tokens):
+        rec.reasoning_tokens = sum(k for k, kind in zip(rec.chunk_tokens, kinds) if kind == REASONING)
+        rec.tool_call_tokens = sum(k for k, kind in zip(rec.chunk_tokens, kinds) if kind == TOOL_CALL)
+
+
+def _attribute(rec, count_tokens) -> None:
     rec.prompt_tokens = rec.usage_prompt_tokens if rec.usage_prompt_tokens is not None else rec.expected_prompt_tokens
     n_chunks = len(rec.chunk_ns)
     total = rec.usage_completion_tokens

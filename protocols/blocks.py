@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from protocols.sweep.load_points import RunSpec
+from conf.load_point import RunSpec
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """What the machinery needs to know of a protocol's plan (``protocol.name`` -> its design):
 whether its configs run in blocks and which is the baseline, whether the quality gate is on by
 default, and whether it ablates or promotes (what experiment.json's steps say it covered).
-Pure and below the machinery; what each protocol runs and the records it writes are found
-through ``protocols.registry``, whose protocols carry these designs.
+Pure; the machinery imports no protocol, so a protocol's run hands its design to the
+machinery that asks (``harness.quality_gate.gate_enabled``, ``experiment_record.seven_steps``);
+what each protocol runs and the records it writes are found through ``protocols.registry``,
+whose protocols carry these designs.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ DESIGNS: dict[str, Design] = {d.name: d for d in (
     Design("tune", quality_gate=True),
     Design("promote", promotion=True),
     Design("plan"),
+    Design("profile"),
+    Design("track"),
 )}
 
 

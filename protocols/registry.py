@@ -18,14 +18,16 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.errors import UserError
-from harness.experiment import Experiment
 from harness.experiment_record import ProtocolRecord
 from protocols.ablation.record import ABLATION_RECORD
 from protocols.compare.record import COMPARISON_RECORD
 from protocols.designs import DESIGNS, Design
+from protocols.experiment import Experiment
 from protocols.plan.run import run_plan
+from protocols.profile.run import run_profile
 from protocols.promote.run import run_promotion
 from protocols.sweep.record import SWEEP_RECORD
+from protocols.track.run import run_track_protocol
 from protocols.tune.run import Tuner
 
 
@@ -72,11 +74,25 @@ def _plan(cfg: DictConfig, inv: Invocation) -> Path:
     return run_plan(cfg, inv.overrides, inv.explicit)
 
 
+def _profile(cfg: DictConfig, inv: Invocation) -> Path:
+    if inv.swept_keys:
+        raise UserError("protocol=profile runs its ladders on one engine; drop -m (it sweeps "
+                        f"{', '.join(sorted(inv.swept_keys))}) and profile each engine config on its own")
+    return run_profile(cfg, inv.overrides)
+
+
 def _tune(cfg: DictConfig, inv: Invocation) -> Path:
     if inv.swept_keys:
         raise UserError("protocol=tune suggests its own configs (an Optuna study over protocol.space), one trial at "
                         f"a time; drop -m (it sweeps {', '.join(sorted(inv.swept_keys))})")
     return Tuner(cfg, inv.overrides).run()
+
+
+def _track(cfg: DictConfig, inv: Invocation) -> Path:
+    if inv.swept_keys:
+        raise UserError("protocol=track judges one track's newest experiment; drop -m (it sweeps "
+                        f"{', '.join(sorted(inv.swept_keys))}) and run one command a track")
+    return run_track_protocol(cfg)
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
@@ -88,6 +104,9 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),
     Protocol("promote", "a candidate behind the proxy: shadow, canary stages, gates, rollback", _promotion),
     Protocol("plan", "a fleet sized and priced for a traffic source from finished experiments' capacity", _plan),
+    Protocol("profile", "an engine's prefill time against prompt length and decode step time against batch and "
+             "context (the plan's and the mocker's timing)", _profile),
+    Protocol("track", "a tracked benchmark's newest experiment against its baseline; a regression gate", _track),
 )}
 assert set(PROTOCOLS) == set(DESIGNS), "every protocol has a design, and every design a protocol"
 

@@ -14,6 +14,12 @@ import pytest
 NO_BROWSER = "/nonexistent/chromium-for-static-figures"
 os.environ.setdefault("BROWSER_PATH", NO_BROWSER)
 
+# benchmarks/mutation.py runs the property tests once per mutant (--hypothesis-profile=mutation):
+# a failure found is enough there, shrinking it to the smallest example costs minutes a mutant.
+from hypothesis import Phase, settings  # noqa: E402
+
+settings.register_profile("mutation", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
 
 @pytest.fixture(scope="session")
 def tiny_model() -> str:

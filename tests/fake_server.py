@@ -11,8 +11,11 @@ Without a script the server is an OpenAI-compatible engine (``openai_script``): 
 behaviour is chosen by its prompt text, its model name or a ``fake`` request field:
 ``mode:NAME`` (see ``MODES``), optionally ``k=`` tokens per chunk, ``n=`` chunks, ``gap_ms=``
 between them, ``ttft_ms=`` to the first one, ``word=`` the output's word and ``knee_rps=`` a
-capacity knee.  It logs, per response id, the ``perf_counter_ns()`` at which it wrote each token
-chunk (``truth``).
+capacity knee; ``ks=1.3.2`` tokens per chunk chunk by chunk (a speculative engine's steps; the
+last value repeats); chat only: ``mode:reasoning`` sends its first ``r=`` chunks as reasoning deltas
+in field ``field=reasoning`` (vLLM >= 0.11; ``reasoning_content`` before), ``mode:tool_call`` sends
+its chunks as ``delta.tool_calls`` (the function name first, then argument pieces).  It logs,
+per response id, the ``perf_counter_ns()`` at which it wrote each token chunk (``truth``).
 
 The server runs on its own thread and event loop, so blocking code (worker processes) can use
 it and the client under test does not share a loop with it; it records every request's body
@@ -73,16 +76,20 @@ def plain(status: str, body: bytes, ctype: str = "text/plain; charset=utf-8") ->
 
 # --- the OpenAI-compatible engine ----------------------------------------------------------
 MODES = ("ok", "http500", "http429", "stall_first", "stall_mid", "disconnect", "badjson",
-         "truncated", "no_output", "role_only_first", "error_event", "coalesced")
+         "truncated", "no_output", "role_only_first", "error_event", "coalesced", "reasoning", "tool_call")
 
 
 def _params(text: str, ttft_ms: float = 10.0) -> dict:
     out = {"mode": "ok", "k": 1, "n": 5, "gap_ms": 5.0, "ttft_ms": ttft_ms, "word": "tok"}
     for key, val in re.findall(r"(\w+)[:=]([\w.]+)", text):
-        if key in ("mode", "word"):  # word: the output text's word (a config whose outputs differ)
+        if key in ("mode", "word", "field"):  # word: the output text's word (a config whose outputs differ)
             out[key] = val
         elif key in ("k", "n"):
             out[key] = int(val)
+        elif key == "r" and val.isdigit():
+            out[key] = int(val)
+        elif key == "ks" and all(x.isdigit() for x in val.split(".")):
+            out[key] = [int(x) for x in val.split(".")]
         elif key in ("gap_ms", "ttft_ms", "knee_rps"):
             out[key] = float(val)
     return out
@@ -113,20 +120,25 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
                 p["ttft_ms"] = 300.0
             arrivals.append(now)
         rid = "fake-" + uuid.uuid4().hex[:12]
-        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode}
+        rec = truth[rid] = {"chunk_ns": [], "tokens": [], "mode": mode, "model": body.get("model")}
         if mode == "http500":
             return [plain("500 Internal Server Error", b"internal error: out of memory")]
         if mode == "http429":
             return [plain("429 Too Many Requests", b"too many requests")]
         chat = "messages" in body
 
-        def data(text, cum=None, finish=None, usage=None) -> bytes:
+        def data(text, cum=None, finish=None, usage=None, key="content") -> bytes:
             choice = {"index": 0, "finish_reason": finish}
-            if chat:
-                choice["delta"] = {"content": text} if text is not None else {}
+            if chat and key == "tool_calls":
+                fn = {"name": "get_weather", "arguments": ""} if text is None else {"arguments": text}
+                choice["delta"] = {"tool_calls": [{"index": 0, "type": "function", "function": fn}]}
+            elif chat:
+                choice["delta"] = {key: text} if text is not None else {}
             else:
                 choice["text"] = text or ""
             obj = {"id": rid, "object": "chunk", "choices": [choice]}
+            if body.get("model") is not None:  # echoed, as an engine does (a LoRA adapter's name)
+                obj["model"] = body["model"]
             if usage is not None:
                 obj["usage"] = usage
             elif cum is not None and continuous_usage:
@@ -151,9 +163,17 @@ def openai_script(truth: dict, continuous_usage: bool = True, knee_rps: float | 
                             chunk(event(b"[DONE]")), END]
         cum = 0
         pending = b""
+        ks = p.get("ks")
         for i in range(n):
+            per = ks[min(i, len(ks) - 1)] if ks else p["k"]
             cum += per
-            piece = data(f"{p['word']} " * per, cum=cum)
+            key = "content"
+            if mode == "reasoning" and i < p.get("r", 3):
+                key = p.get("field", "reasoning")
+            elif mode == "tool_call":
+                key = "tool_calls"
+            text = None if key == "tool_calls" and i == 0 else f"{p['word']} " * per
+            piece = data(text, cum=cum, key=key)
             if mode == "coalesced":
                 pending += piece  # written together with the next one: one network read
                 if i % 2 == 0 and i != n - 1:

@@ -87,9 +87,9 @@ def main() -> None:
     # What a run imports, once (the children share it).
     import harness.cli
     import harness.engine_session
-    import harness.experiment
     import harness.point  # noqa: F401
     import loadgen.workloads.prompts  # noqa: F401
+    import protocols.experiment  # noqa: F401
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

@@ -77,3 +77,207 @@ def recovery_by_hand(run_dir) -> float:
         if sum(good(r) for r in window) / n >= need - 1e-12:
             return (end(post[i]) - kill) / 1e9
     return math.nan
+
+
+# ------------------------------------------------------------------------------------------------
+# A second, deliberately plain implementation of the headline numbers (issue 31): loops over rows,
+# sorted lists and the formulas as DESIGN.md and the metrics/ docstrings state them.  It imports
+# nothing from metrics/ (scipy only for Student-t quantiles), so a slip on either side shows.
+
+def _num(v) -> float:
+    """A record's number, None -> NaN."""
+    return math.nan if v is None else float(v)
+
+
+def plain_percentile(xs, q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, vLLM's): rank q/100 x (n-1)."""
+    xs = sorted(x for x in xs if not math.isnan(x))
+    if not xs:
+        return math.nan
+    pos = q / 100 * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def plain_mean(xs) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return math.fsum(xs) / len(xs) if xs else math.nan
+
+
+def plain_itl(chunk_ns, chunk_tokens) -> list[float]:
+    """Per-token ITL of one request whose every chunk carries tokens (request_metrics.itl_per_token_s):
+    the first chunk's other tokens 0 each, every later chunk of k tokens k values of gap / k."""
+    out = [0.0] * (chunk_tokens[0] - 1)
+    for i in range(1, len(chunk_ns)):
+        out += [(chunk_ns[i] - chunk_ns[i - 1]) / 1e9 / chunk_tokens[i]] * chunk_tokens[i]
+    return out
+
+
+def plain_good(row, slo: dict) -> bool:
+    """Completed and every configured SLO holds, inclusively; NaN fails, except TPOT (one token)."""
+    if row["status"] != "ok":
+        return False
+    for limit, col, nan_passes in (("ttft_ms", "ttft_s", False), ("tpot_ms", "tpot_s", True),
+                                   ("e2el_ms", "e2el_s", False)):
+        if slo.get(limit) is None:
+            continue
+        v = _num(row[col])
+        if math.isnan(v):
+            if not nan_passes:
+                return False
+        elif not v * 1e3 <= slo[limit]:
+            return False
+    return True
+
+
+def plain_rental_cost(cost: dict, window_s: float, replica_seconds: float | None = None) -> float:
+    """hours x (per-replica hourly lines) x replicas + hours x extra_hourly lines (metrics/cost.py doc)."""
+    per_replica = (cost.get("hourly_per_gpu", 0) * cost.get("num_gpus", 0)
+                   + cost.get("hourly_per_host", 0) * cost.get("num_hosts", 1))
+    rep_s = window_s if replica_seconds is None else replica_seconds
+    return rep_s / 3600 * per_replica + window_s / 3600 * sum((cost.get("extra_hourly") or {}).values())
+
+
+def summary_by_hand(rows: list[dict], slo: dict, window_start_ns: int, window_end_ns: int,
+                    cost: dict | None = None) -> dict:
+    """summary.json's headline numbers from request rows (dicts, as ``Table.to_pylist()`` gives)."""
+    m = [r for r in rows if not r["warmup"]]
+    n = len(m)
+    done = [r for r in m if r["status"] == "ok"]
+    good = [r for r in m if plain_good(r, slo)]
+    sent = [r["sent_ns"] for r in m if r["sent_ns"] is not None]
+    ends = [r["done_ns"] if r["done_ns"] is not None else r["end_ns"] for r in m]
+    ends = [e for e in ends if e is not None]
+    duration = (max(ends) - min(sent)) / 1e9 if sent and ends else math.nan
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: math.nan)
+    tokens = lambda rs: math.fsum(r["output_tokens"] or 0 for r in rs)  # noqa: E731
+    out = {"num_requests": n, "completed": len(done), "good_requests": len(good),
+           "duration_s": duration, "window_s": (window_end_ns - window_start_ns) / 1e9,
+           "completion_rate": len(done) / n if n else math.nan,
+           "error_rate": 1 - len(done) / n if n else math.nan,
+           "slo_attainment": len(good) / n if n else math.nan,
+           "request_throughput": per_s(len(done)), "output_throughput": per_s(tokens(done)),
+           "goodput_rps": per_s(len(good)), "good_output_throughput": per_s(tokens(good)),
+           "good_output_tokens": tokens(good), "all_output_tokens": tokens(m)}
+    for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        if slo.get(name) is not None:
+            passed = [r for r in done if plain_good({**r, "status": "ok"}, {name: slo[name]})]
+            out[f"slo_attainment_{name[:-3]}"] = len(passed) / n if n else math.nan
+    lat = {k: [_num(r[f"{k}_s"]) * 1e3 for r in done] for k in ("ttft", "tpot", "e2el")}
+    lat["itl"] = [g * 1e3 for r in done if r["chunk_ns"] and len(r["chunk_ns"]) > 1
+                  for g in plain_itl(r["chunk_ns"], r["chunk_tokens"])]
+    for k, xs in lat.items():
+        out[f"mean_{k}_ms"] = plain_mean(xs)
+        out[f"median_{k}_ms"] = plain_percentile(xs, 50)
+        for q in (90, 99):
+            out[f"p{q}_{k}_ms"] = plain_percentile(xs, q)
+    if cost is not None:
+        total = plain_rental_cost(cost, out["window_s"])
+        out["cost_total"] = total
+        out["cost_per_mtok_good"] = 1e6 * total / out["good_output_tokens"] if out["good_output_tokens"] else math.inf
+        out["cost_per_mtok_all"] = 1e6 * total / out["all_output_tokens"] if out["all_output_tokens"] else math.inf
+    return out
+
+
+# -------------------------------------------------------------------- comparison.json, by hand
+
+def _t(confidence: float, dof: float) -> float:
+    from scipy import stats
+    return float(stats.t.ppf(0.5 + confidence / 2, dof))
+
+
+def _sd(xs) -> float:
+    mu = math.fsum(xs) / len(xs)
+    return math.sqrt(math.fsum((x - mu) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def plain_mean_interval(xs, confidence: float) -> tuple[float, float, float]:
+    """(mean, low, high): mean ± t(n-1) · s/√n; NaN bounds below two values; the point without spread."""
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return (math.nan,) * 3
+    mu = math.fsum(xs) / len(xs)
+    if len(xs) < 2:
+        return mu, math.nan, math.nan
+    h = _t(confidence, len(xs) - 1) * _sd(xs) / math.sqrt(len(xs))
+    return mu, mu - h, mu + h
+
+
+def plain_ratio_of_totals(num, den, scale: float = 1.0) -> float:
+    """scale x Σ num / Σ den over the repeats that have both; inf when the cost bought nothing."""
+    pairs = [(a, b) for a, b in zip(num, den) if not (math.isnan(a) or math.isnan(b))]
+    if not pairs:
+        return math.nan
+    n, d = math.fsum(a for a, _ in pairs), math.fsum(b for _, b in pairs)
+    if d == 0:
+        return math.inf if n > 0 else math.nan
+    return scale * n / d
+
+
+def plain_paired(a: dict, b: dict, confidence: float) -> dict:
+    """B - A over the blocks both have (block -> value): the mean difference with its t interval,
+    and the relative difference (``plain_relative``)."""
+    blocks = [k for k in a if k in b and not (math.isnan(a[k]) or math.isnan(b[k]))]
+    aa, bb = [a[k] for k in blocks], [b[k] for k in blocks]
+    return {"n": len(blocks), "absolute": plain_mean_interval([y - x for x, y in zip(aa, bb)], confidence),
+            "relative": plain_relative(aa, bb, confidence),
+            "means": (math.fsum(aa) / len(aa) if aa else math.nan, math.fsum(bb) / len(bb) if bb else math.nan)}
+
+
+def plain_judged(p: dict, metric: str, margin: float) -> tuple[tuple, float]:
+    """(the difference a verdict judges, its margin): where either side's mean is exactly 0 and the
+    absolute difference has an interval, B - A, its margin in points for a share (a rate, an
+    attainment) else margin x the larger mean; otherwise the relative difference and ``margin``."""
+    ma, mb = p["means"]
+    lo, hi = p["absolute"][1:]
+    if (ma == 0 or mb == 0) and not (math.isnan(lo) or math.isnan(hi)):
+        share = metric.endswith(("_rate", "attainment"))
+        return p["absolute"], margin if share else margin * max(abs(ma), abs(mb))
+    return p["relative"], margin
+
+
+def plain_verdict(rel: tuple, n: int, margin: float, higher_is_better: bool) -> str:
+    """Winner when the interval excludes 0 and |r| > margin; equivalent inside ±margin; else no
+    significant difference; insufficient data below two blocks or without an interval."""
+    v, lo, hi = rel
+    if n < 2 or any(x is None or math.isnan(x) for x in (v, lo, hi)):
+        return "insufficient_data"
+    if (lo > 0 or hi < 0) and abs(v) > margin:
+        return "b_better" if (v > 0) == higher_is_better else "a_better"
+    if lo >= -margin and hi <= margin:
+        return "equivalent"
+    return "no_significant_difference"
+
+
+def plan_costs_by_hand(cost: dict | None, replica_seconds: float, window_s: float, good_tokens: float,
+                       overprovisioned_s: float) -> dict:
+    """plan.json's costs of one simulated window (rental): the replicas paid for x their hourly lines,
+    the window x the extra lines; per million good tokens (inf without any); the headroom is the
+    overprovisioned replica-hours x one replica's hourly lines."""
+    if not cost:
+        return {"cost_total": math.nan, "cost_per_mtok_good": math.nan, "headroom_cost": math.nan}
+    total = plain_rental_cost(cost, window_s, replica_seconds)
+    one = plain_rental_cost({**cost, "extra_hourly": {}}, 3600.0)
+    return {"cost_total": total, "cost_per_mtok_good": 1e6 * total / good_tokens if good_tokens > 0 else math.inf,
+            "headroom_cost": overprovisioned_s / 3600 * one}
+
+
+def plain_relative(a: list[float], b: list[float], confidence: float) -> tuple[float, float, float]:
+    """compare's relative difference of paired blocks (all complete): the geometric mean of b_i/a_i
+    minus 1 with a t interval on the logs when every value is positive; else the delta method,
+    r = b̄/ā, (r - 1) ± t(n-1) · max(s_e, s_d)/(√n ā), e_i = b_i - r a_i, d_i = b_i - a_i; NaN
+    without a positive ā.  One block: the point, no interval."""
+    n = len(a)
+    if n and all(x > 0 for x in a + b):
+        g, lo, hi = plain_mean_interval([math.log(y / x) for x, y in zip(a, b)], confidence)
+        return math.exp(g) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+    ma = math.fsum(a) / n if n else math.nan
+    if not ma > 0:
+        return (math.nan,) * 3
+    r = math.fsum(b) / n / ma
+    if n < 2:
+        return r - 1, math.nan, math.nan
+    s = max(_sd([y - r * x for x, y in zip(a, b)]), _sd([y - x for x, y in zip(a, b)]))
+    h = _t(confidence, n - 1) * s / (math.sqrt(n) * ma)
+    return r - 1, r - 1 - h, r - 1 + h

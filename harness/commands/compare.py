@@ -1,4 +1,4 @@
-"""``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--out FILE]``: equal-SLO comparison of
+"""``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--allow-emulated] [--out FILE]``: equal-SLO comparison of
 finished experiments (unpaired), written to comparison.json (the current folder unless ``--out``);
 the comparison itself is ``compare_experiments``."""
 
@@ -22,6 +22,9 @@ def main(argv: list[str]) -> int:
                                            "else sqlite:///results/mlflow.db)")
     ap.add_argument("--allow", default="", help="fixed conditions allowed to differ (comma-separated: "
                                                 + ", ".join(FIXED_KEYS) + ")")
+    ap.add_argument("--allow-emulated", action="store_true",
+                    help="compare an emulated experiment (engine=dynamo with mocker workers) with a measured one "
+                         "(refused without it)")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
@@ -37,11 +40,14 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust,
-                                         tracking_uri=a.tracking_uri)
+                                         tracking_uri=a.tracking_uri, allow_emulated=a.allow_emulated)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_comparison(comparison), flush=True)
+    emulated = {n: k for n, k in comparison["kinds"].items() if k != "measured"}
+    if emulated:  # never read as measured: say which side's numbers are a model's
+        print("EMULATED: " + "; ".join(f"{n} is {k}" for n, k in emulated.items()), flush=True)
     out = Path(a.out)
     try:
         results_io.write_json(out, comparison)

@@ -38,10 +38,10 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from harness.results_io import find_run_dirs, read_json
+    from harness.results_io import SUMMARY, find_run_dirs, read_json
 
     for d in find_run_dirs(out):
-        s = read_json(d / "summary.json")
+        s = read_json(d / SUMMARY)
         print(f"{d}: {s.get('source_tool')} · {s.get('num_requests')} requests, {s.get('completed')} completed, "
               f"{len(s.get('definition_notes') or [])} definition note(s) in summary.json")
     print(f"show it beside an experiment: tokenfactory report EXPERIMENT_DIR --import {out}")

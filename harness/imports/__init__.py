@@ -28,7 +28,7 @@ from harness.imports.common import ImportedRun, ImportFormatError, write_run
 from harness.results_io import write_json
 from metrics.slo import SLO
 
-__all__ = ["EXPECTED", "ImportFormatError", "detect_tool", "import_result", "load"]
+__all__ = ["EXPECTED", "IMPORTERS", "ImportFormatError", "detect_tool", "import_result", "importer", "load"]
 
 EXPECTED = ("a `vllm bench serve` result JSON (--save-result, per request with --save-detailed), a GuideLLM "
             "benchmarks.json (benchmarks[].requests), an AIPerf profile_export.jsonl (one record a request) "
@@ -62,19 +62,33 @@ def detect_tool(path) -> str:
     return kind
 
 
+def _vllm_bench(content, path: Path, slo: SLO | None) -> list[ImportedRun]:
+    objs = content if isinstance(content, list) else [content]
+    return [vllm_bench.parse(o, path, slo, label=None if len(objs) == 1 else f"line {i + 1}")
+            for i, o in enumerate(objs)]
+
+
+# The registry: a detected kind (``detect_tool``) -> its importer, ``(content, path, slo)`` -> runs.
+IMPORTERS = {
+    "vllm_bench": _vllm_bench,
+    "guidellm": guidellm.parse,
+    "aiperf_records": lambda content, path, slo: [aiperf.parse_records(content, path, slo)],
+    "aiperf_aggregate": lambda content, path, slo: [aiperf.parse_aggregate(content, path)],
+}
+
+
+def importer(kind: str):
+    """The importer of ``kind``; an unknown one is an ``ImportFormatError`` listing the known kinds."""
+    if kind not in IMPORTERS:
+        raise ImportFormatError(f"{kind}: no importer of that kind (known: {', '.join(IMPORTERS)})")
+    return IMPORTERS[kind]
+
+
 def load(path, slo: SLO | None = None) -> list[ImportedRun]:
     """The file's benchmarks as imported runs (not written)."""
     path = Path(path)
     kind, content = _read(path)
-    if kind == "vllm_bench":
-        objs = content if isinstance(content, list) else [content]
-        return [vllm_bench.parse(o, path, slo, label=None if len(objs) == 1 else f"line {i + 1}")
-                for i, o in enumerate(objs)]
-    if kind == "guidellm":
-        return guidellm.parse(content, path, slo)
-    if kind == "aiperf_records":
-        return [aiperf.parse_records(content, path, slo)]
-    return [aiperf.parse_aggregate(content, path)]
+    return importer(kind)(content, path, slo)
 
 
 def _read(path: Path):

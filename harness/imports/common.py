@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.errors import UserError
-from harness.results_io import write_json
+from harness.results_io import REQUESTS, SUMMARY, write_json
 from loadgen.records import SCHEMA, RequestRecord
 from metrics.request_metrics import finalize_record
 from metrics.slo import SLO
@@ -245,9 +245,9 @@ def write_run(run: ImportedRun, out_dir: Path, source_file: Path, slo: SLO | Non
                     "source_benchmark": run.label, "definition_notes": notes,
                     "source_metrics": run.source_metrics, "source_comparison": comparison,
                     "source_equivalents": run.equivalents})
-    tmp = out_dir / "requests.parquet.partial"
+    tmp = out_dir / f"{REQUESTS}.partial"
     pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, out_dir / "requests.parquet")
+    os.replace(tmp, out_dir / REQUESTS)
     write_json(out_dir / "source.json", {**provenance, "definition_notes": notes})
-    write_json(out_dir / "summary.json", summary)
+    write_json(out_dir / SUMMARY, summary)
     return out_dir

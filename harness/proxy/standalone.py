@@ -67,7 +67,7 @@ class StandaloneProxy:
         self.out.mkdir(parents=True, exist_ok=True)
         self.pairs = PairBook(tokenizer)
         self.agreements = []
-        self.server = build_server(pcfg, cfg.slo, self.out / "requests.parquet", on_row=self.on_row)
+        self.server = build_server(pcfg, cfg.slo, self.out / results_io.REQUESTS, on_row=self.on_row)
         self.placed = place(pcfg)
 
     def on_row(self, row) -> None:
@@ -79,7 +79,8 @@ class StandaloneProxy:
     def serve(self) -> Path:
         """Serve until SIGINT or SIGTERM, then write ``proxy_summary.json``; returns its path."""
         cfg, pcfg, server, placed = self.cfg, self.pcfg, self.server, self.placed
-        results_io.write_yaml(self.out / "config.yaml", results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
+        results_io.write_yaml(self.out / results_io.CONFIG,
+                             results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
         try:
             import uvloop
 

@@ -7,8 +7,8 @@ import math
 import time
 from pathlib import Path
 
-from harness.report import data as report_data
 from harness.report import (
+    adapters,
     deployment,
     figures_ablation,
     figures_load,
@@ -20,9 +20,10 @@ from harness.report import (
     style,
     tables,
 )
+from harness.report import data as report_data
 from harness.report import workload as workload_section
 from harness.report.requests_view import read_runs
-from harness.results_io import read_json, write_atomic
+from harness.results_io import PROVENANCE, read_json, write_atomic
 
 
 def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[style.Fig]:
@@ -99,10 +100,15 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     engines = []
     for s in d.series:
         r = next((x for x in d.ours if x.series == s), None)
-        if r is not None and (r.dir / "provenance.json").exists():
-            eng = read_json(r.dir / "provenance.json").get("engine") or {}
+        if r is not None and (r.dir / PROVENANCE).exists():
+            eng = read_json(r.dir / PROVENANCE).get("engine") or {}
             engines.append(f"{s}: {eng.get('engine')} {eng.get('engine_version') or ''} · model {eng.get('model')}")
     lines += engines
+    emulated = [r for r in d.runs if r.summary.get("emulated")]
+    if emulated:  # first screen: an emulated engine's numbers are never read as measured ones
+        sources = ", ".join(sorted({str(r.summary.get("timing_source")) for r in emulated}))
+        lines.insert(0, f"EMULATED: {len(emulated)} of {len(d.runs)} runs ran on an emulated engine (timing: "
+                        f"{sources}): their latencies and throughputs come from a model, not a measurement")
     stamps = sorted({str(r.summary.get("chunk_timestamps")) for r in d.ours if r.summary.get("chunk_timestamps")})
     if stamps:  # how the load generator timed chunks (loadgen/client/stamped_socket.py)
         names = {"kernel": "the kernel's receive stamps", "read": "read times"}
@@ -155,6 +161,7 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
         ("latency", "Latency", fig("Latency")),
         ("distributions", "Latency distributions", fig("Latency distributions")),
         ("deployment", "Deployment: TTFT by phase and replicas", fig("Deployment") + deployment.replica_table(d)),
+        ("adapters", "LoRA adapters", adapters.adapter_table(d)),
         ("cost", "Cost and energy", fig("Cost and energy")),
         ("ablation", "Ablation", fig("Ablation") + tables.ablation_table(d)),
         ("timeline", "Runs over time", fig("Runs over time")),

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from harness.results_io import find_run_dirs, read_json
+from conf.load_point import offered_load, run_title, split_repeat
+from harness.results_io import EXPERIMENT, RUN_META, SUMMARY, find_run_dirs, read_json
 from metrics.slo import slo_holds
 from metrics.statistics import mean_ci, ratio_ci
-from protocols.sweep.load_points import offered_load, run_title, split_repeat
 
 # summary key -> (numerator, denominator, scale): ratios of totals across repeats, never means of ratios
 RATIOS = {"cost_per_mtok_good": ("cost_total", "good_output_tokens", 1e6),
           "cost_per_mtok_all": ("cost_total", "all_output_tokens", 1e6),
+          "cost_per_mtok_good_answer": ("cost_total", "good_answer_tokens", 1e6),
           "energy_per_good_token_j": ("energy_j", "good_output_tokens", 1.0),
           "steady_energy_per_token_j": ("steady_energy_j", "steady_output_tokens", 1.0)}
 # The kinds of offered load an x axis can show.
@@ -252,9 +253,9 @@ def _imported_series(summary: dict, source: dict, d: Path) -> str:
 
 def read_run(d: Path) -> Run:
     """One complete run folder."""
-    summary = read_json(d / "summary.json")
+    summary = read_json(d / SUMMARY)
     if (d / "source.json").exists() or summary.get("source_tool"):
-        source = read_json(d / "source.json") if (d / "source.json").exists() else {}
+        source = read_json(d / "source.json", {})
         kind, x, words = imported_load(summary, source)
         if not summary.get("num_requests") and summary.get("source_equivalents"):
             # an aggregate-only file (no per-request records): the tool's own numbers, where its
@@ -265,7 +266,7 @@ def read_run(d: Path) -> Run:
         label = f"{words}" + (f" ({bench})" if bench else "")
         return Run(d, summary, label, _imported_series(summary, source, d), kind=kind, x=x,
                    source={**source, "load_words": words})
-    meta = read_json(d / "run.json") if (d / "run.json").exists() else {}
+    meta = read_json(d / RUN_META, {})
     load = meta.get("load") or {}
     fixed = meta.get("fixed_conditions") or {}
     config = str(meta.get("config") or "")
@@ -286,7 +287,7 @@ def _experiment_home(d: Path, root: Path) -> Path | None:
     except ValueError:
         return None
     for p in [d, *d.parents][:depth + 1]:
-        if (p / "experiment.json").exists():
+        if (p / EXPERIMENT).exists():
             return p
     return None
 
@@ -314,7 +315,7 @@ def name_series(root: Path, runs: list[Run]) -> None:
     ours = [r for r in runs if not r.imported]
     homes = {r.dir: _experiment_home(r.dir, root) for r in ours}
     folders = sorted({h for h in homes.values() if h is not None})
-    names = {f: str(read_json(f / "experiment.json").get("experiment") or f.name) for f in folders}
+    names = {f: str(read_json(f / EXPERIMENT).get("experiment") or f.name) for f in folders}
     seen = Counter(names.values())
     for f in folders:
         if seen[names[f]] > 1:
@@ -329,7 +330,7 @@ def name_series(root: Path, runs: list[Run]) -> None:
 
 
 def _json_or_empty(path: Path) -> dict:
-    return read_json(path) if path.exists() else {}
+    return read_json(path, {})
 
 
 def load(root, extra: list | tuple = ()) -> ReportData:
@@ -342,7 +343,7 @@ def load(root, extra: list | tuple = ()) -> ReportData:
     if not runs:
         raise ValueError(f"{root}: no complete run (no summary.json) to report on")
     name_series(root, runs)
-    return ReportData(root, runs, _json_or_empty(root / "experiment.json"), _json_or_empty(root / "comparison.json"),
+    return ReportData(root, runs, _json_or_empty(root / EXPERIMENT), _json_or_empty(root / "comparison.json"),
                       _json_or_empty(root / "ablation.json"))
 
 

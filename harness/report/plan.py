@@ -9,12 +9,12 @@ measurements" came from a simulation that served some requests beyond every meas
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.report import style
 from harness.report.page import Note, document, figure_html
 from harness.report.tables import esc, fmt, table
+from harness.results_io import read_json
 
 PAGE = "plan.html"
 ROWS = (("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput req/s"),
@@ -51,7 +51,8 @@ def plan_tables(doc: dict) -> str:
     out = []
     for plan in doc["plans"]:
         names = list(plan["configs"])
-        head = ["metric"] + [n + (" (estimated)" if plan["configs"][n].get("source") == "estimated" else
+        head = ["metric"] + [n + (f" ({plan['configs'][n]['source']})"
+                                  if plan["configs"][n].get("source") in ("estimated", "emulated") else
                                   " (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
                              for n in names]
         rows = [[esc(label)] + [esc(_est(_metric(plan["configs"][n]["metrics"], k))) for n in names]
@@ -202,7 +203,7 @@ def figures(doc: dict) -> list[style.Fig]:
 
 def write_plan_page(folder: str | Path) -> Path:
     folder = Path(folder)
-    doc = json.loads((folder / "plan.json").read_text())
+    doc = read_json(folder / "plan.json")
     figs = figures(doc)
     by = {}
     for f in figs:

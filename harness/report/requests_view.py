@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from harness import results_io
 from harness.report.data import Run
 
 # Probabilities of the CDF grid: every percent to p90, finer in the tail, then the maximum.
@@ -136,7 +137,7 @@ def _timeline(run: Run, t: pa.Table, chunks: pa.Table | None) -> Timeline | None
         per_bin = _spread_tokens(_np(t, "first_token_ns"), _np(t, "end_ns"), _np(t, "output_tokens"), edges)
     tl = Timeline(t=[round(float(c - t0) / 1e9, 4) for c in centres], in_flight=in_flight.tolist(),
                   out_tps=[round(float(v), 3) for v in per_bin / (width / 1e9)], tps_exact=chunks is not None)
-    tel_path = run.dir / "telemetry.parquet"
+    tel_path = run.dir / results_io.TELEMETRY
     if tel_path.exists():
         _telemetry(tl, tel_path, t0, width, n)
     return tl
@@ -144,7 +145,7 @@ def _timeline(run: Run, t: pa.Table, chunks: pa.Table | None) -> Timeline | None
 
 def read_run(run: Run, timeline: bool = True) -> RunView | None:
     """The run's requests reduced (None when it has no ``requests.parquet``)."""
-    path = run.dir / "requests.parquet"
+    path = run.dir / results_io.REQUESTS
     if not path.exists():
         return None
     pf = pq.ParquetFile(path)

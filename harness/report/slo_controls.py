@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
 from harness.report import slo_histogram, style
 from harness.report.data import ReportData, Run, number
 from harness.report.figures_load import x_title
 from harness.report.page import script_json
 from harness.report.tables import esc, table
+from harness.results_io import CONFIG, REQUESTS, read_yaml
 from metrics.cost import devices_per_replica
 
 METRICS = (("attainment", "SLO attainment (%)"), ("goodput", "goodput (good requests/s)"),
@@ -191,7 +190,7 @@ def _runs(d: ReportData) -> list:
     out = []
     for g in d.groups():
         for r in g.runs:
-            h = slo_histogram.read(r.dir / "requests.parquet")
+            h = slo_histogram.read(r.dir / REQUESTS)
             if h is not None and h["n"]:
                 out.append((r, h))
     return out
@@ -213,10 +212,7 @@ def device_seconds(run: Run) -> float | None:
         replica_s = None if window is None else (number(s.get("cost_replicas")) or 1.0) * window
     if replica_s is None:
         return None
-    try:
-        cfg = yaml.safe_load((run.dir / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        cfg = {}
+    cfg = read_yaml(run.dir / CONFIG, {})
     cost = cfg.get("cost") if isinstance(cfg, dict) else None
     gpus = number(cost.get("num_gpus")) if isinstance(cost, dict) else None
     return devices_per_replica(int(gpus or 0)) * replica_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.results_io import find_run_dirs, read_json
+from harness.results_io import EXPERIMENT, RUN_META, RUNS_TABLE, SUMMARY, find_run_dirs, read_json
 
 MLFLOW_DOWNLOADS = Path("results") / "mlflow-reports"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -82,14 +82,14 @@ def download_mlflow(name: str, dest: Path, tracking_uri: str | None = None, log=
     for run in children:
         rname = run.info.run_name or run.info.run_id
         folder = dest.joinpath(*[safe_part(p) for p in rname.split("/") if p not in ("", ".", "..")])
-        if (folder / "summary.json").exists():
+        if (folder / SUMMARY).exists():
             continue
         folder.mkdir(parents=True, exist_ok=True)
         client.download_artifacts(run.info.run_id, "", str(folder))
         fetched += 1
     if parent is not None:
         for art in client.list_artifacts(parent.info.run_id):
-            if not art.is_dir and art.path in ("experiment.json", "comparison.json", "ablation.json", "runs.parquet"):
+            if not art.is_dir and art.path in (EXPERIMENT, "comparison.json", "ablation.json", RUNS_TABLE):
                 client.download_artifacts(parent.info.run_id, art.path, str(dest))
     log(f"downloaded {fetched} run(s) to {dest} ({len(children) - fetched} already there)")
     return dest
@@ -101,12 +101,12 @@ def slo_of(root):
 
     root = Path(root)
     slo = {}
-    if (root / "experiment.json").exists():
-        slo = read_json(root / "experiment.json").get("slo") or {}
+    if (root / EXPERIMENT).exists():
+        slo = read_json(root / EXPERIMENT).get("slo") or {}
     if not slo:
         for d in find_run_dirs(root):
-            if (d / "run.json").exists():
-                slo = (read_json(d / "run.json").get("fixed_conditions") or {}).get("slo") or {}
+            if (d / RUN_META).exists():
+                slo = (read_json(d / RUN_META).get("fixed_conditions") or {}).get("slo") or {}
                 if slo:
                     break
     return SLO.from_config(slo) if slo else None

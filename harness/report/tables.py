@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 
+from harness import results_io
 from harness.report.data import Group, ReportData, Run, number
 
 NA = "n/a"
@@ -245,9 +246,9 @@ def provenance_table(data: ReportData, read) -> str:
     rows = []
     for s in data.series:
         r = _first([x for x in data.ours if x.series == s])
-        if r is None or not (r.dir / "provenance.json").exists():
+        if r is None or not (r.dir / results_io.PROVENANCE).exists():
             continue
-        p = read(r.dir / "provenance.json")
+        p = read(r.dir / results_io.PROVENANCE)
         eng, hw, host, gpus = p.get("engine") or {}, p.get("hardware") or {}, p.get("host") or {}, p.get("gpus") or {}
         devs = ", ".join(f"{d.get('name')} (driver {d.get('driver') or d.get('driver_version') or '?'})"
                          for d in gpus.get("devices") or []) or (gpus.get("reason") or "none")

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from harness.report import style
 from harness.report.data import ReportData
-from harness.results_io import read_json
+from harness.results_io import REQUESTS, read_json
 from harness.workload_describe import JSON_NAME, figures, html_table, with_nans
 from loadgen.workloads.table import WorkloadTable
 
@@ -28,7 +28,7 @@ def section(data: ReportData) -> tuple[str, list[style.Fig]]:
             f"(<code>{html.escape(str(where))}</code>); every run's own description is its "
             "<code>workload.json</code>.</p>")
     table = head + html_table(with_nans(stats))
-    path = run.dir / "requests.parquet"
+    path = run.dir / REQUESTS
     if not path.exists():
         return table, []
     t = pq.read_table(path, columns=["scheduled_ns", "prompt_tokens", "output_tokens", "status"])

@@ -26,9 +26,12 @@ class RequestDialect:
         # min_tokens = max_tokens makes every output exactly max_tokens long where the engine takes it
         self._min_tokens = cfg.exact_output and "min_tokens" in cfg.extra_body
 
-    def body(self, prompt, max_tokens: int) -> bytes:
-        """The JSON body for one prompt (text for /v1/completions, text or messages for chat)."""
+    def body(self, prompt, max_tokens: int, model: str | None = None) -> bytes:
+        """The JSON body for one prompt (text for /v1/completions, text or messages for chat);
+        ``model``: a LoRA adapter's name instead of the configured model."""
         b = dict(self._base)
+        if model is not None:
+            b["model"] = model
         if self._chat:
             b["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
         else:

@@ -2,12 +2,20 @@
 
 The transport hands over body bytes with the time they arrived; this module cuts them into
 server-sent events (``sse``) and reads each JSON event: the response ``id``, output text
-(``choices[0].text`` or ``delta.content``/``reasoning_content``), ``finish_reason``,
+(``choices[0].text`` or ``delta.content``, ``delta.reasoning`` / ``delta.reasoning_content``, or
+``delta.tool_calls``), ``finish_reason``,
 ``usage`` (per chunk with ``continuous_usage_stats``, else in the final event) and error
 events.  A chunk counts as output only when it carries text: a role-only or empty chunk is
 not an output chunk (TTFT's definition).  Per output chunk the record keeps its time, its
 text and the cumulative ``usage.completion_tokens`` it carried (-1: none); how many tokens
 each chunk carried is decided from these in ``metrics.token_attribution``.
+
+Each output chunk also gets a kind (``chunk_kind``): ``reasoning`` (``delta.reasoning``, vLLM >=
+0.11's name, or the older ``delta.reasoning_content``), ``tool_call`` (``delta.tool_calls``: the
+function names and argument fragments are its text; it is output, so it counts for TTFT) or
+``answer`` (``content``, or the completions API's ``text``, which never separates reasoning).  A
+delta carrying content and reasoning at once is an ``answer`` chunk (its tokens are not split).
+``first_answer_ns`` is the first chunk that is not reasoning; ``first_token_ns`` the first of any kind.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from loadgen.client.sse import SSEDecoder
 from loadgen.records import RequestRecord
 
 NO_USAGE = -1
+# chunk kinds (RequestRecord.chunk_kind; the same strings in metrics.token_attribution)
+ANSWER, REASONING, TOOL_CALL = "answer", "reasoning", "tool_call"
 
 
 def _wrong(what: str, value) -> ValueError:
@@ -27,7 +37,7 @@ def _wrong(what: str, value) -> ValueError:
 
 
 class OpenAIStream:
-    __slots__ = ("rec", "sse", "saw_done", "events", "first_bytes")
+    __slots__ = ("rec", "sse", "saw_done", "events", "first_bytes", "worker_said")
 
     def __init__(self, rec: RequestRecord):
         self.rec = rec
@@ -35,6 +45,7 @@ class OpenAIStream:
         self.saw_done = False
         self.events = 0          # data events seen (none: the body is not an SSE stream)
         self.first_bytes = b""   # the body's start, for the error when it is not an SSE stream
+        self.worker_said: str | None = None  # Dynamo's nvext.worker_id: the worker that served it
 
     def feed(self, data: bytes, now: int) -> None:
         """Body bytes received at ``now``; every event they complete gets that time."""
@@ -56,6 +67,8 @@ class OpenAIStream:
         if rec.response_id is None and obj.get("id") is not None:
             rec.response_id = str(obj["id"])
         choices = obj.get("choices")
+        if self.worker_said is None and "nvext" in obj:
+            self.worker_said = _worker_id(obj["nvext"])
         if "error" in obj and not choices:
             raise ValueError(f"error event in stream: {str(obj['error'])[:500]}")
         usage = obj.get("usage")
@@ -83,11 +96,15 @@ class OpenAIStream:
         if delta is not None:
             if delta.__class__ is not dict:
                 raise _wrong("choices[0].delta", delta)
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            what = "choices[0].delta.content"
+            text, kind, what = delta.get("content"), ANSWER, "choices[0].delta.content"
+            if not text:
+                text = delta.get("reasoning") or delta.get("reasoning_content")
+                if text:
+                    kind, what = REASONING, "choices[0].delta.reasoning"
+                elif delta.get("tool_calls"):
+                    text, kind, what = _tool_text(delta["tool_calls"]), TOOL_CALL, "choices[0].delta.tool_calls"
         else:
-            text = c0.get("text")
-            what = "choices[0].text"
+            text, kind, what = c0.get("text"), ANSWER, "choices[0].text"
         if text and text.__class__ is not str:
             raise _wrong(what, text)
         fr = c0.get("finish_reason")
@@ -97,8 +114,11 @@ class OpenAIStream:
             rec.chunk_ns.append(now)
             rec.chunk_text.append(text)
             rec.chunk_usage.append(NO_USAGE if cum is None else cum)
+            rec.chunk_kind.append(kind)
             if rec.first_token_ns is None:
                 rec.first_token_ns = now
+            if rec.first_answer_ns is None and kind != REASONING:
+                rec.first_answer_ns = now
             rec.end_ns = now
         if fr:
             rec.finish_reason = fr
@@ -127,6 +147,34 @@ class OpenAIStream:
         if not (self.saw_done or rec.finish_reason):
             return "truncated", "stream closed before a finish_reason or [DONE]"
         return "ok", None
+
+
+def _tool_text(calls) -> str:
+    """A ``delta.tool_calls`` fragment's text: each call's function name and arguments piece."""
+    if calls.__class__ is not list:
+        raise _wrong("choices[0].delta.tool_calls", calls)
+    parts = []
+    for c in calls:
+        fn = c.get("function") if c.__class__ is dict else None
+        if fn.__class__ is not dict:
+            continue  # a fragment without a function part (only its index or id): no text
+        for key in ("name", "arguments"):
+            v = fn.get(key)
+            if v:
+                if v.__class__ is not str:
+                    raise _wrong(f"choices[0].delta.tool_calls[].function.{key}", v)
+                parts.append(v)
+    return "".join(parts)
+
+
+def _worker_id(nvext) -> str | None:
+    """The worker Dynamo's frontend says served the request (``nvext.worker_id``, asked for with
+    ``nvext.extra_fields=["worker_id"]``): its decode worker (the prefill one where none decodes)."""
+    wid = nvext.get("worker_id") if nvext.__class__ is dict else None
+    if wid.__class__ is not dict:
+        return None
+    said = wid.get("decode_worker_id", wid.get("prefill_worker_id"))
+    return None if said is None else str(said)
 
 
 def finish_text(rec: RequestRecord) -> None:

@@ -286,6 +286,9 @@ class _Conn(asyncio.Protocol):
             self.client._active.pop(id(rec), None)
             rec.done_ns = perf_ns()
             finish_text(rec)
+            said = self.stream.worker_said if self.stream is not None else None
+            if said is not None:  # Dynamo names its worker in the stream, not in a header
+                rec.replica = self.client.replica_names.get(said, said)
             if status is None:
                 status, error = self.stream.outcome()
             key = self.client.cfg.api_key
@@ -399,9 +402,9 @@ class StreamingClient:
         self._all.clear()
         await asyncio.sleep(0)
 
-    def body(self, prompt, max_tokens: int) -> bytes:
+    def body(self, prompt, max_tokens: int, model: str | None = None) -> bytes:
         """The JSON request body for one prompt (framed into HTTP by ``start``)."""
-        return self.dialect.body(prompt, max_tokens)
+        return self.dialect.body(prompt, max_tokens, model)
 
     def _request(self, payload: bytes) -> bytes:
         return self._head + str(len(payload)).encode() + b"\r\n\r\n" + payload

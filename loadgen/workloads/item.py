@@ -15,6 +15,7 @@ class WorkItem:
     arrival_s: float | None = None  # offset from the start of the load, when the workload fixes it (traces)
     session_id: str | None = None
     turn: int = 0
+    model: str | None = None  # a LoRA adapter's name sent as the request's model (None: the engine's model)
     # a call of a task (loadgen.workloads.tasks): the record's task columns, the sink's success
     # rule, and the task's other roots (sent at the same time as this, its first root)
     task_id: str | None = None

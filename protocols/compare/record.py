@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from harness.experiment_record import ProtocolRecord, search_results
@@ -28,8 +29,8 @@ from metrics.comparison import (
     fixed_differences,
     format_comparison,
 )
+from metrics.emulation import kind_of_runs, refusal
 from metrics.quality_gate import gate_search
-from protocols.sweep.load_points import split_repeat
 
 
 def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -> dict:
@@ -41,6 +42,9 @@ def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -
         searches = [gate_search(s, quality["configs"].get(s.get("config") or "")) for s in searches]
     comparison = compare_runs(table, exp.cfg.protocol, record, searches, baseline=exp.baseline,
                               quality=quality)
+    if "config" in table.column_names:  # each config's kind of numbers: measured, or emulated (how)
+        comparison["kinds"] = {c: kind_of_runs(table.filter(pc.equal(table.column("config"), c)))
+                               for c in comparison["configs"]}
     results_io.write_json(exp.out / "comparison.json", comparison)
     print(format_comparison(comparison), flush=True)
     return comparison.get("mlflow_metrics", {})
@@ -52,8 +56,8 @@ COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
     """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
     replicate of a point, and its fixed conditions."""
-    if (path / "runs.parquet").exists():
-        table = _replicate_labels(pq.read_table(path / "runs.parquet"))
+    if (path / results_io.RUNS_TABLE).exists():
+        table = _replicate_labels(pq.read_table(path / results_io.RUNS_TABLE))
     else:
         rows = experiment_record.run_rows(path)
         if not rows:
@@ -63,10 +67,10 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
         table = table.filter(pc.equal(table.column("role"), "point"))
     if not table.num_rows:
         raise ValueError(f"{path}: no finished load point to compare")
-    record = results_io.read_json(path / "experiment.json") if (path / "experiment.json").exists() else {}
+    record = results_io.read_json(path / results_io.EXPERIMENT, {})
     fixed = record.get("fixed_conditions") or {}
     if not fixed:
-        for d in sorted(path.rglob("run.json")):
+        for d in sorted(path.rglob(results_io.RUN_META)):
             meta = results_io.read_json(d)
             fixed.setdefault(meta.get("config") or "", meta.get("fixed_conditions") or {})
     return table, fixed
@@ -74,7 +78,7 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
 
 def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | None = None,
                         confidence: float = 0.95, margin: float = 0.02, adjust: str = "none",
-                        tracking_uri: str | None = None) -> dict:
+                        tracking_uri: str | None = None, allow_emulated: bool = False) -> dict:
     """The comparison of experiments run separately (unpaired); each is one group, named by its
     folder (and its config, for a comparison's configs)."""
     groups: dict[str, pa.Table] = {}
@@ -98,6 +102,10 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
             fixed[name] = fx.get(c) or next(iter(fx.values()), {})
     if len(groups) < 2:
         raise ValueError("tokenfactory compare needs at least two experiments (or configs) to compare")
+    kinds = {name: kind_of_runs(t) for name, t in groups.items()}
+    mixed = None if allow_emulated else refusal(kinds, "--allow-emulated")
+    if mixed:
+        raise ValueError(mixed)
     diffs = fixed_differences(fixed)
     refused = {k: v for k, v in diffs.items() if k not in allow}
     if refused:
@@ -113,12 +121,13 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
             "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
                            "another; a load point's replicates are its repeats (or blocks)",
             "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
-            "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow)}
+            "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow),
+            "kinds": kinds, "allow_emulated": allow_emulated}
 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:
     """A ``runs.parquet`` written when each repeat of a point had its own label ("... #r"):
-    the point's label, and the repeat in ``repeat`` (``protocols.sweep.load_points.split_repeat``)."""
+    the point's label, and the repeat in ``repeat`` (``conf.load_point.split_repeat``)."""
     if "label" not in table.column_names:
         return table
     split = [split_repeat(str(v)) for v in table.column("label").to_pylist()]

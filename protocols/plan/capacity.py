@@ -18,7 +18,6 @@ is one launch of the config with its own runs, the unit the experiment randomise
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import yaml
 
+from harness import results_io
 from harness.errors import UserError
 from metrics.slo import SLO, good_mask, percentiles_missed, run_meets_slo
 
@@ -72,7 +71,7 @@ class OperatingPoint:
 class ConfigCapacity:
     """A config's operating points by deployment size, with what the plan needs beside them."""
     name: str
-    source: str                                   # "measured" or "estimated"
+    source: str                                   # "measured", "estimated" or "emulated" (a mocker's runs)
     origin: str                                   # the experiment folder, or the estimator and its inputs
     points: dict[int, list[OperatingPoint]]       # replicas -> runs (every block)
     cold_start_s: list[float] = field(default_factory=list)   # measured engine starts (one per block)
@@ -172,12 +171,12 @@ def read_experiment(folder: str | Path) -> list[ConfigCapacity]:
     """Every config of a finished experiment (its runs.parquet, each run's requests and
     config), as measured capacity."""
     root = Path(folder)
-    runs_path = root / "runs.parquet"
+    runs_path = root / results_io.RUNS_TABLE
     if not runs_path.is_file():
         raise UserError(f"{root}: not a finished experiment (no runs.parquet); give the folder a "
                         "`tokenfactory run protocol=sweep|compare ...` wrote")
     runs = pq.read_table(runs_path).to_pylist()
-    exp = _json(root / "experiment.json")
+    exp = results_io.read_json(root / results_io.EXPERIMENT, {})
     by_config: dict[str, list[dict]] = {}
     for r in runs:
         if r.get("role") not in (None, "", "measure", "point", "search"):
@@ -196,19 +195,22 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
     cold: dict[int, float] = {}
     cost = workload = None
     notes = []
+    emulated: set[str] = set()  # timing sources of runs on an emulated engine (Dynamo's mocker)
     for r in rows:
         run = root / str(r["run_dir"])
         if r.get("load_kind") not in ("poisson", "constant", "gamma", "trace"):
             notes.append(f"{run}: load {r.get('load_kind')} is closed-loop (a concurrency, not a rate): left out")
             continue
-        cfg = _yaml(run / "config.yaml")
+        cfg = results_io.read_yaml(run / results_io.CONFIG, {})
         dep = cfg.get("deployment") or {}
         size = int(dep.get("replicas", 1)) if dep.get("kind", "single") != "disaggregated" else \
             int(dep.get("prefill", 1)) + int(dep.get("decode", 1))
         if dep.get("kind") == "disaggregated":
             notes.append(f"{run}: a prefill/decode deployment is planned as {size} replicas of its whole")
-        summary = _json(run / "summary.json")
-        req_path = run / "requests.parquet"
+        summary = results_io.read_json(run / results_io.SUMMARY, {})
+        if summary.get("emulated"):
+            emulated.add(str(summary.get("timing_source")))
+        req_path = run / results_io.REQUESTS
         if not req_path.is_file():
             notes.append(f"{run}: no requests.parquet: left out")
             continue
@@ -235,7 +237,10 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         workload = workload or cfg.get("workload")
     if not points:
         raise UserError(f"{root}: config {name!r} has no open-loop run with requests to plan from")
-    return ConfigCapacity(name=name, source="measured", origin=str(root), points=points,
+    if emulated:  # marked as estimates are: a model's capacity, not a measurement
+        notes.append(f"{root}: config {name!r} ran on an emulated engine ({', '.join(sorted(emulated))}): "
+                     "its capacity is emulated, not measured")
+    return ConfigCapacity(name=name, source="emulated" if emulated else "measured", origin=str(root), points=points,
                           cold_start_s=[cold[b] for b in sorted(cold)], cost=cost,
                           slo=exp.get("slo"), workload=workload, notes=notes)
 
@@ -246,18 +251,3 @@ def _column(values: list, keep: np.ndarray, dtype) -> np.ndarray:
     fill = np.nan if dtype is np.float64 else 0
     return np.asarray([fill if v is None else v for v in picked], dtype=dtype)
 
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except ValueError as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
-
-
-def _yaml(path: Path) -> dict:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        return {}

@@ -1,6 +1,6 @@
 """The fleet over a whole window, as a discrete-event simulation (SimPy): requests arrive as
 the traffic says, a router spreads them over the serving replicas, each replica serves them
-as its measured operating points say, and the autoscaling policy (``engines.autoscaling``,
+as its measured operating points say, and the autoscaling policy (``engines.autoscale_policy``,
 the one the harness scales real replicas by) starts and stops replicas.
 
 A replica's model (``ReplicaModel``): processor sharing driven by the measured per-replica
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from engines.autoscaling import ArrivalWindow, Autoscaler, ScalingPolicy
+from engines.autoscale_policy import ArrivalWindow, Autoscaler, ScalingPolicy
 from metrics.fleet import needed_replicas, replica_metrics, request_metrics
 from metrics.slo import SLO
 from protocols.plan.capacity import ConfigCapacity, OperatingPoint

@@ -32,7 +32,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from conf.schema import Autoscale, Slo, typed
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million
@@ -149,8 +149,7 @@ def candidates(p) -> list[ConfigCapacity]:
     out = []
     for folder in p.experiments:
         caps = read_experiment(folder)
-        exp = results_io.read_json(Path(folder) / "experiment.json") if (Path(folder) / "experiment.json").is_file() \
-            else {}
+        exp = results_io.read_json(Path(folder) / results_io.EXPERIMENT, {})
         out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
     out += estimated(p)
     names = [c.name for c in out]
@@ -196,7 +195,7 @@ def estimate_checks(p, cands: list[ConfigCapacity]) -> dict:
     from protocols.plan.estimates import estimate_error, measured_counterparts
 
     out = {}
-    measured = [c for c in cands if c.source != "estimated"]
+    measured = [c for c in cands if c.source == "measured"]  # an estimate is checked against measurements only
     for node in p.estimates or []:
         spec = typed(node, PlanEstimate)
         est = next((c for c in cands if c.source == "estimated" and c.name == spec.name), None)
@@ -482,7 +481,7 @@ def print_plan(doc: dict) -> None:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
             m = e["metrics"]
-            mark = ("  [estimated]" if e.get("source") == "estimated" else
+            mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "

@@ -3,7 +3,7 @@ the run folder of a ``load=trace`` run on a real deployment the harness scaled b
 policy (``deployment.autoscale.enabled=true``), and the plan's simulation of the same
 traffic from the same starting replicas.
 
-Both sides go through the same definitions (``metrics.fleet``, ``metrics.autoscale``) over
+Both sides go through the same definitions (``metrics.fleet``, ``metrics.autoscale_bill``) over
 the same window, the trace's span [first arrival, last arrival]: attainment, goodput and good
 output tokens per second, TTFT p50/p90, and the bill under one name each:
 ``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds`` and
@@ -14,14 +14,14 @@ failed (an autoscale.json written before failures were timed: counted 0 s, and s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from harness import results_io
 from harness.errors import UserError
-from metrics.autoscale import BILL_KEYS, replica_figures
+from metrics.autoscale_bill import BILL_KEYS, replica_figures
 from metrics.fleet import request_metrics
 from metrics.slo import SLO
 from protocols.plan.traffic import Traffic
@@ -34,7 +34,7 @@ ROWS = (("slo_attainment", "relative"), ("goodput_rps", "relative"), ("good_outp
 
 def measured(run: Path, slo: SLO) -> dict:
     """The fleet metrics of a real replay's run folder over its trace's span."""
-    req = run / "requests.parquet"
+    req = run / results_io.REQUESTS
     if not req.is_file():
         raise UserError(f"protocol.validate={run}: no requests.parquet there (give a finished run's folder)")
     t = pq.read_table(req, columns=["scheduled_ns", "ttft_s", "tpot_s", "output_tokens", "status", "warmup"]
@@ -52,14 +52,14 @@ def measured(run: Path, slo: SLO) -> dict:
 
 
 def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
-    """The bill over [0, span] from the run's autoscale.json (``metrics.autoscale.replica_figures``):
+    """The bill over [0, span] from the run's autoscale.json (``metrics.autoscale_bill.replica_figures``):
     serving replicas from its ``serving`` log; starting, each replica start from the policy's
     request to its joining the router, its failure or its cancellation; draining, each replica
     scaled down from leaving the router to its stop; as the plan counts them."""
     path = run / "autoscale.json"
     if not path.is_file():
         return {"replicas_note": "no autoscale.json in the run: its replicas are not compared"}
-    a = json.loads(path.read_text())
+    a = results_io.read_json(path)
     shift = (int(a.get("load_start_ns") or t0_ns) - t0_ns) / 1e9   # its clock: the load's start
     out: dict = {"scale_ups": sum(1 for d in a.get("decisions", []) if d.get("to", 0) > d.get("from", 0))}
     log = sorted((max(0.0, float(e["t_s"]) + shift), int(e["replicas"])) for e in a.get("serving", [])

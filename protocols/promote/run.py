@@ -59,6 +59,7 @@ from metrics.promotion_gate import (
     look_confidence,
     metric_kind,
 )
+from protocols.designs import design_of
 from protocols.promote.plan import Stage, StageMachine, plan_stages
 
 perf_ns = time.perf_counter_ns
@@ -192,7 +193,7 @@ class Promotion:
     # ------------------------------------------------------------------------------------ run
     def run(self) -> Path:
         self.out.mkdir(parents=True, exist_ok=True)
-        results_io.write_yaml(self.out / "config.yaml", self.safe_config)
+        results_io.write_yaml(self.out / results_io.CONFIG, self.safe_config)
         self.write_rollback()
         self.write_experiment()
         self.start_mlflow()
@@ -259,7 +260,7 @@ class Promotion:
         st = _Stage(0, first, 0, self.out)
         st.dir.mkdir(parents=True, exist_ok=True)
         self.proxy = ProxyProcess(pcfg, OmegaConf.to_container(self.cfg.slo, resolve=True),
-                                  str(st.dir / "requests.parquet"))
+                                  str(st.dir / results_io.REQUESTS))
         try:
             port = self.proxy.start()
         except RuntimeError as e:
@@ -480,7 +481,7 @@ class Promotion:
         plan = self.machine.stage
         st = _Stage(len(self.ran), plan, 0, self.out)
         st.dir.mkdir(parents=True, exist_ok=True)
-        self.proxy.rotate(st.dir / "requests.parquet")
+        self.proxy.rotate(st.dir / results_io.REQUESTS)
         st.start_ns = self.proxy.set_mode(plan.mode, plan.share, plan.mirror)
         prev.end_ns = st.start_ns
         self.machine.started_s = self.t(st.start_ns)
@@ -493,7 +494,7 @@ class Promotion:
         self.stage.end_ns = at
         self.after = _Stage(len(self.ran), Stage("after_rollback", "rollback", 0, 0, 0, 0, 0), at, self.out)
         self.after.dir.mkdir(parents=True, exist_ok=True)
-        self.proxy.rotate(self.after.dir / "requests.parquet")
+        self.proxy.rotate(self.after.dir / results_io.REQUESTS)
         if "injected_s" in self.fault:
             self.fault.update(rollback_decided_s=d.t_s, rollback_applied_s=self.t(at),
                               fault_to_rollback_s=self.t(at) - self.fault["injected_s"])
@@ -505,7 +506,7 @@ class Promotion:
         self.stage.end_ns = at
         self.after = _Stage(len(self.ran), Stage("after_promotion", "canary", 1.0, 0, 0, 0, 0), at, self.out)
         self.after.dir.mkdir(parents=True, exist_ok=True)
-        self.proxy.rotate(self.after.dir / "requests.parquet")
+        self.proxy.rotate(self.after.dir / results_io.REQUESTS)
         print(f"[{self.t(at):7.1f} s] PROMOTED after stage {plan.name}: every caller on the candidate", flush=True)
 
     def tick(self, t: float, status: dict, n_rows: int) -> None:
@@ -612,7 +613,8 @@ class Promotion:
             "promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
             "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
             **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})},
-            artifacts=("promote.json", "rollback.json", "experiment.json", "config.yaml"), report=self.render_report,
+            artifacts=("promote.json", "rollback.json", results_io.EXPERIMENT, results_io.CONFIG),
+            report=self.render_report,
             end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
 
     def render_report(self) -> None:
@@ -640,14 +642,15 @@ class Promotion:
         runs = run_rows(self.out) if self.out.exists() else []
         status = ("complete" if self.promotion and self.promotion["outcome"] in ("promoted", "rolled_back")
                   else ("running" if self.promotion is None else str(self.promotion["outcome"])))
-        steps = seven_steps(self.cfg, bool(runs), points=1, configs=len(SIDES), promotion_how=self.promotion_how)
+        steps = seven_steps(self.cfg, design_of(self.cfg), bool(runs), points=1, configs=len(SIDES),
+                            promotion_how=self.promotion_how)
         rec = experiment_record(
             self.cfg, status=status, out=self.out, overrides=self.overrides,
             configs={s: self.launch[s] if self.launch[s] else [self.urls[s]] for s in SIDES}, baseline=INCUMBENT,
             steps=steps, stages=[s.__dict__ for s in self.stages],
             promotion=None if self.promotion is None else {
                 k: self.promotion[k] for k in ("outcome", "decisions", "fault", "callers", "failovers")})
-        results_io.write_json(self.out / "experiment.json", rec)
+        results_io.write_json(self.out / results_io.EXPERIMENT, rec)
 
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:

@@ -13,7 +13,7 @@ points up to and past it, and find the highest load at which the SLO still holds
   passing end (or ``max_probes`` runs); integer for concurrency.  The answer carries its
   bracket: the true knee lies between the last pass and the first fail.
 
-Pure: numbers in, numbers out; the harness runs the probes (``harness.experiment``).
+Pure: numbers in, numbers out; the harness runs the probes (``protocols.experiment``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a sweep does between its runs, in each config's engine session (a comparison's and an
 ablation's configs too): ``protocol.probe`` places the load points from a probe of the
 saturation, ``protocol.search=slo`` bisects for the highest load under the SLO.  Both run on
-the experiment's skeleton (``harness.experiment``); the math is ``load_search``'s.
+the experiment's skeleton (``protocols.experiment``); the math is ``load_search``'s.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
         spec.subdir, spec.tags = f"search/{key}={value:g}", {"role": "search"}
         d = exp.session_dir(s) / spec.subdir
         if results_io.run_complete(d):
-            summary = results_io.read_json(d / "summary.json")
+            summary = results_io.read_json(d / results_io.SUMMARY)
         else:
             summary = exp.session.run_point(spec, last=False).summary
         ok, why = slo_holds(summary, min_att)
@@ -104,7 +104,7 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
     at = result["max_load_under_slo"]
     hit = next((pr for pr in bis.probes if pr.passed and pr.load == at), None)
     if hit is not None:  # goodput and cost where the SLO still holds
-        m = results_io.read_json(exp.session_dir(s) / hit.run_dir / "summary.json")
+        m = results_io.read_json(exp.session_dir(s) / hit.run_dir / results_io.SUMMARY)
         result.update({k: m.get(k) for k in ("goodput_rps", "good_output_throughput", "cost_per_mtok_good",
                                               "cost_total", "good_output_tokens", "output_throughput")})
     result.update({"config": s.config, "block": s.block, "kind": "concurrency" if closed else "rate"})

@@ -98,15 +98,15 @@ def _entry(client, run, experiment: str, folder: Path) -> TrackEntry | None:
     rid = run.info.run_id
     folder.mkdir(parents=True, exist_ok=True)
     have = {a.path for a in client.list_artifacts(rid)}
-    if "runs.parquet" not in have:
+    if results_io.RUNS_TABLE not in have:
         return None
-    for name in ("runs.parquet", "experiment.json"):
+    for name in (results_io.RUNS_TABLE, results_io.EXPERIMENT):
         if name in have and not (folder / name).exists():
             client.download_artifacts(rid, name, str(folder))
-    table = pq.read_table(folder / "runs.parquet")
+    table = pq.read_table(folder / results_io.RUNS_TABLE)
     if "role" in table.column_names:  # probes and search steps are not replicates of a point
         table = table.filter(pc.equal(table.column("role"), "point"))
-    record = results_io.read_json(folder / "experiment.json") if (folder / "experiment.json").exists() else {}
+    record = results_io.read_json(folder / results_io.EXPERIMENT, {})
     configs = sorted(set(table.column("config").to_pylist())) if "config" in table.column_names else [""]
     notes = []
     if len(configs) > 1:
@@ -134,10 +134,10 @@ def _versions(client, parent, folder: Path) -> tuple[str | None, str | None]:
     name, version = p.get("engine.name"), p.get("engine_resolved.version")
     engine = " ".join(str(x) for x in (name, version) if x and x != "None") or None
     commit = None
-    prov = folder / "provenance.json"
+    prov = folder / results_io.PROVENANCE
     try:
         if not prov.exists():
-            client.download_artifacts(kids[0].info.run_id, "provenance.json", str(folder))
+            client.download_artifacts(kids[0].info.run_id, results_io.PROVENANCE, str(folder))
         commit = (results_io.read_json(prov).get("harness") or {}).get("commit")
     except Exception:  # noqa: BLE001 - an older run without the file: the commit is unknown
         pass

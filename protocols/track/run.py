@@ -1,12 +1,21 @@
-"""``tokenfactory track``'s work: read the history, compare the newest with its baseline, print
-both, draw the page; returns the record (``track.json``)."""
+"""protocol=track (``tokenfactory track NAME``, ``tokenfactory run protocol=track
+protocol.track=NAME``): read the history, compare the newest with its baseline, print both,
+write the record (``track.json``, ``protocols.track.record``) and draw the page; with
+``protocol.gate`` the gate's verdict is the exit code (``gate_code``)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
+from conf.schema import ConfigError, TrackProtocol, typed, validate
+from harness.errors import UserError
+from harness.report.source import safe_part
+from harness.report.track import write_track_page
 from protocols.track.history import load_history
-from protocols.track.page import write_track_page
+from protocols.track.record import TRACK_FILE, track_record, write_track_record
 from protocols.track.verdicts import (
     CANNOT_JUDGE,
     compare_newest,
@@ -35,29 +44,62 @@ def gate_code(doc: dict) -> int:
     return PASSED
 
 
-def run_track(name: str, out: Path, baseline: str = "previous", metrics: list[str] | None = None,
-              margin: float = 0.02, confidence: float = 0.95, allow: set[str] = frozenset(),
-              tracking_uri: str | None = None, adjust: str = "bonferroni", at: str | None = None,
-              keep_rejected: bool = False, log=print) -> dict:
-    if not 0 < confidence < 1:
-        raise ValueError(f"--confidence {confidence}: expected a level in (0, 1)")
-    if not 0 <= margin < 1:
-        raise ValueError(f"--margin {margin}: expected a share in [0, 1)")
-    entries = load_history(name, tracking_uri, cache=out / "runs", log=log)
-    if at is not None:  # the history as it stood when that experiment was the newest
-        entries = entries[:position(entries, at) + 1]
-    metrics = metrics or default_metrics([e.runs for e in entries])
-    hist = history(entries, metrics, confidence, margin, adjust)
-    result = (compare_newest(entries, baseline, metrics, confidence, margin, allow, adjust, keep_rejected)
+def track_options(cfg: DictConfig) -> TrackProtocol:
+    """``cfg.protocol`` as the typed ``TrackProtocol``, checked (ranges, choices) and converted
+    once; UserError naming the key for a bad or missing value."""
+    if OmegaConf.is_missing(cfg.protocol, "track"):
+        raise UserError("protocol.track: which tracked benchmark? (tokenfactory track NAME, or "
+                        "tokenfactory run protocol=track protocol.track=NAME; track=NAME is what an experiment "
+                        "sets to join a track)")
+    try:
+        validate(cfg.protocol, "protocol")
+    except ConfigError as e:
+        raise UserError(str(e)) from e
+    return typed(cfg.protocol, TrackProtocol)
+
+
+def track_folder(cfg: DictConfig, options: TrackProtocol) -> Path:
+    """Where track.json and track.html go: output_dir, else results/track/NAME."""
+    return Path(cfg.output_dir) if cfg.get("output_dir") else Path("results") / "track" / safe_part(options.track)
+
+
+def run_track_protocol(cfg: DictConfig) -> Path:
+    """The registry's entry: judge, write, and with ``protocol.gate`` exit with the gate's code
+    (SystemExit 1 or 3, its message on stderr) when it does not pass."""
+    options = track_options(cfg)
+    out = track_folder(cfg, options)
+    try:
+        doc = run_track(options, out, cfg.mlflow.tracking_uri)
+    except ValueError as e:  # no such track or baseline, conditions that differ: the user's to fix
+        raise UserError(str(e)) from e
+    write_track_record(out, doc)
+    print(f"{TRACK_FILE} and track.html written: {out.resolve()}", flush=True)
+    code = gate_code(doc)
+    if options.gate and code != PASSED:
+        print(doc["gate_message"], file=sys.stderr, flush=True)
+        raise SystemExit(code)
+    return out
+
+
+def run_track(options: TrackProtocol, out: Path, tracking_uri: str | None = None, log=print) -> dict:
+    """The history of ``options.track``, the newest (or ``options.at``) against its baseline,
+    printed and drawn (track.html in ``out``); returns the record (``track.json``)."""
+    entries = load_history(options.track, tracking_uri, cache=out / "runs", log=log)
+    if options.at is not None:  # the history as it stood when that experiment was the newest
+        entries = entries[:position(entries, options.at) + 1]
+    metrics = list(options.metrics) or default_metrics([e.runs for e in entries])
+    allow = {k.strip() for k in options.allow if k.strip()}
+    hist = history(entries, metrics, options.confidence, options.margin, options.adjust)
+    result = (compare_newest(entries, options.baseline, metrics, options.confidence, options.margin, allow,
+                             options.adjust, options.keep_rejected)
               if len(entries) > 1 else None)
     log(format_history(hist, metrics))
     if result:
         log(format_result(result))
     else:
-        log(f"track {name}: one experiment so far; nothing to compare it with")
-    write_track_page(out, name, hist, result, metrics)
-    return {"track": name, "metrics": metrics, "history": hist, "comparison": result,
-            "gate_message": gate_message(result) if result else ""}
+        log(f"track {options.track}: one experiment so far; nothing to compare it with")
+    write_track_page(out, options.track, hist, result, metrics)
+    return track_record(options, metrics, hist, result, gate_message(result) if result else "")
 
 
 def format_history(hist: dict, metrics: list[str]) -> str:

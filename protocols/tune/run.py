@@ -51,12 +51,13 @@ from conf.schema import ConfigError, SweepProtocol, validate
 from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment import Experiment, check_config
 from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
 from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from metrics import tune_verdict
+from protocols.designs import design_of
+from protocols.experiment import Experiment, check_config
 from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan
 
@@ -173,7 +174,7 @@ class Tuner:
         proto.update(name="sweep", search="slo", dry_run=False)
         trial.protocol = OmegaConf.merge(OmegaConf.structured(SweepProtocol), proto)
         trial.output_dir = str(folder)
-        if gate_enabled(cfg):  # each trial's greedy outputs, judged against the reference's
+        if gate_enabled(cfg, design_of(cfg)):  # each trial's greedy outputs, judged against the reference's
             trial.quality.enabled = True
         return trial
 
@@ -183,7 +184,7 @@ class Tuner:
         launched for that alone, in ``OUT/reference/`` (once; a resumed tune reuses it).  Every
         trial's outputs are judged against them."""
         folder = self.out / REFERENCE_DIR
-        if not gate_enabled(self.cfg) or (folder / QUALITY_FILE).exists():
+        if not gate_enabled(self.cfg, design_of(self.cfg)) or (folder / QUALITY_FILE).exists():
             return
         ref = [str(o) for o in (self.cfg.protocol.get("reference") or [])]
         print("quality gate: greedy outputs of the reference config ("
@@ -210,7 +211,8 @@ class Tuner:
             firsts = sorted((t["trial"], self.out / t["folder"]) for t in self.read_trials()
                             if (self.out / t["folder"] / QUALITY_FILE).exists())
             ref = firsts[0][1] if firsts else ref
-        if not gate_enabled(self.cfg) or not (folder / QUALITY_FILE).exists() or not (ref / QUALITY_FILE).exists():
+        gate = gate_enabled(self.cfg, design_of(self.cfg))
+        if not gate or not (folder / QUALITY_FILE).exists() or not (ref / QUALITY_FILE).exists():
             return None, None
         if ref == folder:
             return True, "the reference (the first trial: the config with no knob set did not run)"
@@ -401,11 +403,11 @@ class Tuner:
         current objective and any quality verdict written since)."""
         folder = self.out / trial["folder"]
         path = folder / "search.json"
-        search = results_io.read_json(path) if path.exists() else None
+        search = results_io.read_json(path, None)
         if search and search.get("cost_per_good_request") is None:  # goodput per dollar: from the run there
             at = [pr for pr in search.get("probes") or [] if pr.get("passed")
                   and pr.get("load") == search.get("max_load_under_slo")]
-            summary = folder / (at[0].get("run_dir") or "") / "summary.json" if at else None
+            summary = folder / (at[0].get("run_dir") or "") / results_io.SUMMARY if at else None
             if summary is not None and summary.exists():
                 search["cost_per_good_request"] = results_io.read_json(summary).get("cost_per_good_request")
         passed, reason = quality_verdict(folder)
@@ -458,7 +460,7 @@ class Tuner:
                              for t in front],
         }
         results_io.write_json(self.out / TUNE_FILE, record)
-        results_io.write_json(self.out / "experiment.json", self.experiment_json(record))
+        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json(record))
         self.write_runs(trials)
         return record
 
@@ -498,9 +500,9 @@ class Tuner:
                  **{f"param.{k}": v for k, v in t["params"].items()}}
             rows.append(r)
         if rows:
-            tmp = self.out / "runs.parquet.partial"
+            tmp = self.out / f"{results_io.RUNS_TABLE}.partial"
             pq.write_table(runs_table(rows), tmp)
-            tmp.replace(self.out / "runs.parquet")
+            tmp.replace(self.out / results_io.RUNS_TABLE)
 
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:
@@ -547,14 +549,14 @@ def quality_verdict(folder: Path) -> tuple[bool | None, str | None]:
     experiment.json, the verdicts under its ``quality_gate``, or any of its runs' summaries
     (None: no gate verdict in the record)."""
     verdicts: list[tuple[bool, str | None]] = []
-    path = folder / "experiment.json"
-    rec = results_io.read_json(path) if path.exists() else {}
+    path = folder / results_io.EXPERIMENT
+    rec = results_io.read_json(path, {})
     if isinstance(rec.get("quality_gate_passed"), bool):
         verdicts.append((rec["quality_gate_passed"], rec.get("quality_gate_reason")))
     for v in ((rec.get("quality_gate") or {}).get("configs") or {}).values():
         if isinstance(v, dict) and isinstance(v.get("passed"), bool):
             verdicts.append((v["passed"], v.get("reason")))
-    for s in folder.rglob("summary.json"):
+    for s in folder.rglob(results_io.SUMMARY):
         m = results_io.read_json(s)
         if isinstance(m.get("quality_gate_passed"), bool):
             verdicts.append((m["quality_gate_passed"], m.get("quality_gate_reason")))

@@ -59,10 +59,19 @@ def test_overruled_overrides_are_errors(overrides, needle):
         _apply(overrides)
 
 
-def test_fine_combinations_pass():
-    for o in (["load=gamma", "load.burstiness=0.3"], ["load.duration_s=5", "load.drain_timeout_s=1"],
-              ["load=poisson", "load.max_concurrency=4"], ["workload=azure", "workload.time_scale=2"]):
-        _apply(o)
+@pytest.mark.parametrize("overrides, expect", [
+    (["load=gamma", "load.burstiness=0.3"], {"load.kind": "gamma", "load.burstiness": 0.3}),
+    (["load.duration_s=5", "load.drain_timeout_s=1"], {"load.duration_s": 5.0, "load.drain_timeout_s": 1.0}),
+    (["load=poisson", "load.max_concurrency=4"], {"load.kind": "poisson", "load.max_concurrency": 4}),
+    (["workload=azure", "workload.time_scale=2"], {"workload.time_scale": 2.0}),
+])
+def test_fine_combinations_pass(overrides, expect):
+    """No error, no note, and every value typed is the value that runs."""
+    from omegaconf import OmegaConf
+
+    cfg, notes = _apply(overrides)
+    assert notes == []
+    assert {k: OmegaConf.select(cfg, k) for k in expect} == expect
 
 
 @pytest.mark.slow

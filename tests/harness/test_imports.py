@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from harness.imports import detect_tool, import_result
+from harness.imports import IMPORTERS, ImportFormatError, detect_tool, import_result, importer
 from metrics.request_metrics import itl_per_token_s
 from metrics.slo import SLO
 
@@ -339,6 +339,17 @@ def test_detection():
     assert detect_tool(VLLM) == "vllm_bench"
     assert detect_tool(GUIDE04) == "guidellm" and detect_tool(GUIDE02) == "guidellm"
     assert detect_tool(AIPERF) == "aiperf_records" and detect_tool(AIPERF_AGG) == "aiperf_aggregate"
+
+
+def test_every_detected_kind_has_its_importer_and_an_unknown_one_names_the_choices():
+    # the kinds detect_tool documents, each found through the registry
+    assert list(IMPORTERS) == ["vllm_bench", "guidellm", "aiperf_records", "aiperf_aggregate"]
+    for f in (VLLM, GUIDE04, AIPERF, AIPERF_AGG):
+        assert importer(detect_tool(f)) is IMPORTERS[detect_tool(f)]
+    with pytest.raises(ImportFormatError) as e:
+        importer("locust")
+    assert str(e.value) == ("locust: no importer of that kind "
+                            "(known: vllm_bench, guidellm, aiperf_records, aiperf_aggregate)")
 
 
 @pytest.mark.parametrize("content, why", [

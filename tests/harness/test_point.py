@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.point import planned_keys, point_line
+from conf.compose import compose_config
+from harness.point import PointInputs, planned_keys, point_line
 from loadgen.dispatch import LoadSpec
 
 
@@ -28,3 +29,21 @@ def test_the_console_says_a_point_cancelled_whole():
     m = {"completed": 12, "num_requests": 15, "num_cancelled": 3, "saturated": False}
     assert point_line("poisson rate=1", m) == "  poisson rate=1: 12/15 ok, 3 cancelled, "
     assert point_line("x", {"completed": 5, "num_requests": 5, "num_cancelled": 0}) == "  x: 5/5 ok, "
+
+
+def test_a_point_reads_its_config_once_typed():
+    cfg = compose_config(["client.prepare_max_mb=1.5", "client.workers=3", "scenario.kill_at_s=4",
+                          "engine.cache_state=cold", "engine.on_failure=restart", "experiment=x"])
+    inputs = PointInputs.from_config(cfg)
+    assert inputs.prepare_max_bytes == 1572864 and inputs.workers == 3 and inputs.backend == "local"
+    assert inputs.kill_at_s == 4.0 and inputs.kill_signal == "SIGKILL" and inputs.recovery_window == 20
+    assert (inputs.cache_state, inputs.on_failure, inputs.experiment, inputs.protocol) == (
+        "cold", "restart", "x", "sweep")
+    assert inputs.min_attainment is None and inputs.track is None
+
+
+def test_the_console_says_an_emulated_point():
+    m = {"completed": 20, "num_requests": 20, "num_cancelled": 0, "emulated": True,
+         "timing_source": "mocker-polynomial"}
+    assert point_line("poisson rate=2", m) == "  poisson rate=2 [EMULATED: mocker-polynomial]: 20/20 ok, "
+    assert point_line("x", {**m, "emulated": False}) == "  x: 20/20 ok, "

@@ -239,7 +239,7 @@ def test_config_values_of_any_type_compose_or_name_their_key(config_keys):
     from omegaconf.errors import OmegaConfBaseException
 
     from conf.schema import ConfigError
-    from harness.experiment import check_config, compose_config
+    from protocols.experiment import check_config, compose_config
 
     @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(key=st.sampled_from(config_keys), value=VALUE)

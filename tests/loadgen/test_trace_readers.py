@@ -103,6 +103,7 @@ def test_burstgpt_release1_model_filter(tmp_path):
     np.testing.assert_allclose(t.arrival_s, [0, 113, 120])
     g = read_burstgpt(p, model_filter="ChatGPT")
     assert g.input_tokens.tolist() == [472, 100]
+    assert read_trace("burstgpt", p, "error", "ChatGPT").input_tokens.tolist() == [472, 100]  # via the registry
     np.testing.assert_allclose(g.arrival_s, [0, 120])
     with pytest.raises(TraceError, match="matches no row"):
         read_burstgpt(p, model_filter="Llama")

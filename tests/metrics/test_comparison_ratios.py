@@ -104,3 +104,12 @@ def test_launches_as_replicates_mean_the_repeats_and_sum_the_ratio_totals():
     # one launch: the repeats stay the replicates
     same, collapsed = launch_replicates(t.slice(0, 2), ["p99_ttft_ms"])
     assert not collapsed and same.num_rows == 2
+
+
+def test_cost_per_good_answer_token_is_a_ratio_of_totals_across_repeats():
+    # two repeats: 1.0 over 0.5 M answer tokens (2.0 per M) and 3.0 over 2.5 M (1.2 per M): the mean of
+    # the per-run figures is 1.6, the ratio of totals 4.0 / 3.0 M = 1.3333 per M
+    t = runs(cost_total=[1.0, 3.0], good_answer_tokens=[0.5e6, 2.5e6], cost_per_mtok_good_answer=[2.0, 1.2])
+    (p,) = compare_tables({"a": t, "b": t}, ["cost_per_mtok_good_answer"], "a", paired=False)
+    e = p["metrics"]["cost_per_mtok_good_answer"]
+    assert e["per_config"]["a"]["value"] == pytest.approx(4.0 / 3.0)

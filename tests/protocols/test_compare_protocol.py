@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
+from conf.load_point import RunSpec
 from protocols.blocks import NamedConfig, block_orders, plan_sessions
 from protocols.compare.plan import named_configs
-from protocols.sweep.load_points import RunSpec
 
 
 def test_block_orders_are_seeded_permutations():

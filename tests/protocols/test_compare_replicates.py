@@ -14,9 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conf.load_point import split_repeat
 from harness import results_io
 from harness.cli import main as cli_main
-from protocols.sweep.load_points import runs_from_points, split_repeat
+from protocols.sweep.load_points import runs_from_points
 
 POINT = "poisson rate=20"
 FIXED = {"model": "fake", "tokenizer_sha256": "abc", "workload": {"name": "synthetic"}}

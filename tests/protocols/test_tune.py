@@ -120,7 +120,7 @@ def truth(seqs: int, tokens: int) -> dict:
 
 
 class StubExperiment:
-    """Stands in for harness.experiment.Experiment: writes what a trial's search would find."""
+    """Stands in for protocols.experiment.Experiment: writes what a trial's search would find."""
     runs: list = []
 
     def __init__(self, cfg, explicit=frozenset(), overrides=None, *, records):

@@ -26,22 +26,23 @@ from loadgen.workloads.traces.mooncake import read_mooncake
 from loadgen.workloads.traces.sglang_agentic import read_sglang_agentic
 from loadgen.workloads.traces.sharegpt import read_sharegpt
 
-FORMATS = ("azure", "burstgpt", "mooncake", "sharegpt", "jsonl", "aiperf", "aiperf_dag", "guidellm", "sglang_agentic")
-TASK_READERS = {"aiperf": read_aiperf, "aiperf_dag": read_aiperf_dag, "guidellm": read_guidellm,
-                "sglang_agentic": read_sglang_agentic}
+# The registry: ``workload=NAME`` -> its reader, ``reader(path, on_bad_line)`` (burstgpt's also
+# takes ``model_filter``: only its format records a model a row was served by).
+READERS = {"azure": read_azure, "burstgpt": read_burstgpt, "mooncake": read_mooncake, "sharegpt": read_sharegpt,
+           "jsonl": read_jsonl, "aiperf": read_aiperf, "aiperf_dag": read_aiperf_dag, "guidellm": read_guidellm,
+           "sglang_agentic": read_sglang_agentic}
+FORMATS = tuple(READERS)
+TASK_READERS = {name: READERS[name] for name in ("aiperf", "aiperf_dag", "guidellm", "sglang_agentic")}
+MODEL_FILTERED = ("burstgpt",)
+
+
+def reader(fmt: str):
+    """The reader of ``workload=fmt``; an unknown name is a ``TraceError`` listing the known ones."""
+    if fmt not in READERS:
+        raise TraceError(f"workload={fmt}: unknown trace format (known: {', '.join(FORMATS)}, synthetic)")
+    return READERS[fmt]
 
 
 def read_trace(fmt: str, path, on_bad_line: str = "error", model_filter: str | None = None) -> WorkloadTable:
-    if fmt == "azure":
-        return read_azure(path, on_bad_line)
-    if fmt == "burstgpt":
-        return read_burstgpt(path, on_bad_line, model_filter)
-    if fmt == "mooncake":
-        return read_mooncake(path, on_bad_line)
-    if fmt == "sharegpt":
-        return read_sharegpt(path, on_bad_line)
-    if fmt == "jsonl":
-        return read_jsonl(path, on_bad_line)
-    if fmt in TASK_READERS:
-        return TASK_READERS[fmt](path, on_bad_line)
-    raise TraceError(f"workload={fmt}: unknown trace format (known: {', '.join(FORMATS)}, synthetic)")
+    read = reader(fmt)
+    return read(path, on_bad_line, model_filter) if fmt in MODEL_FILTERED else read(path, on_bad_line)

@@ -127,3 +127,13 @@ def test_a_run_recorded_saturated_is_read_as_past_the_knee(tmp_path):
     cap = read_experiment(exp)[0]
     assert [p.saturated for p in sorted(cap.points[1], key=lambda p: p.rate_rps)] == [False, True]
     assert cap.max_load(slo)["per_block"] == [5.0] and cap.max_load(slo)["first_fail"] == [10.0]
+
+
+def test_a_corrupt_run_file_is_one_error_naming_it(tmp_path):
+    # through results_io, as every reader of a run folder: a corrupt config.yaml was a bare YAMLError
+    exp = write_experiment(tmp_path / "exp", configs={"c": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
+                                                            "power_w": 450}}, rates=(5.0,), blocks=1, requests=20)
+    path = exp / "c" / "block0" / "00-rate5" / "config.yaml"
+    path.write_text("deployment: [replicas: 2\n")
+    with pytest.raises(UserError, match=rf"^{path}: not valid YAML \("):
+        read_experiment(exp)

@@ -21,8 +21,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from conf.compose import compose_config
+from conf.load_point import RunSpec
 from conf.overrides import apply_explicit
 from conf.schema import ConfigError, validate
+from engines.dynamo import emulation_of
 from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
@@ -37,9 +39,10 @@ from harness.report.build import render
 from loadgen.dispatch import LoadSpec
 from loadgen.workloads.traces.replay import check_workload
 from metrics.cost import check_profile
+from metrics.emulation import kind_of, refusal
 from protocols.blocks import SessionPlan, describe_plan, plan_sessions
 from protocols.designs import design_of
-from protocols.sweep.load_points import RunSpec, plan_runs
+from protocols.sweep.load_points import plan_runs
 from protocols.sweep.run import probe_load_points, search_slo
 
 
@@ -125,6 +128,11 @@ class Experiment:
             if [r.load for r in runs] != [r.load for r in self.plan]:
                 raise ValueError(f"protocol.configs.{c.name} changes the load points; every config runs the same ones")
             self.configs[c.name] = sub
+        kinds = {n: kind_of(**{k: v for k, v in emulation_of(sub.engine).items() if k in ("emulated", "timing_source")})
+                 for n, sub in self.configs.items()}
+        refused = None if self.cfg.protocol.get("allow_emulated") else refusal(kinds, "protocol.allow_emulated=true")
+        if refused:  # before any engine starts: an emulated config is never a measured one's rival unasked
+            raise ValueError(refused)
         return plan_sessions(named, self.plan, int(self.cfg.protocol.repeats), int(self.cfg.seed))
 
     # ------------------------------------------------------------------------------------
@@ -167,7 +175,7 @@ class Experiment:
         if len(self.sessions) > 1:
             print(f"plan ({total} runs, {len(self.sessions)} engine launches):\n{self.describe()}", flush=True)
         if total > 1:
-            results_io.write_yaml(self.out / "config.yaml", self.safe_config)
+            results_io.write_yaml(self.out / results_io.CONFIG, self.safe_config)
         experiment_record.write_plan(self, status="running" if left else "complete")
         if not left:
             return self.finish()
@@ -246,7 +254,7 @@ class Experiment:
                                      name=s.config or None, block=s.block, otlp=self.otlp)
         search = self.needs_search(s)
         # after the points (no cold start or cache state disturbed), before the engine stops
-        gate = gate_enabled(self.cfg) and not (self.session_dir(s) / QUALITY_FILE).exists()
+        gate = gate_enabled(self.cfg, self.design) and not (self.session_dir(s) / QUALITY_FILE).exists()
         try:
             self.session.start(points=todo)
             for i, spec in enumerate(todo):
@@ -266,7 +274,8 @@ class Experiment:
         shares (``harness.finish``)."""
         aggregates = experiment_record.write_record(self)
         return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates,
-                          artifacts=("experiment.json", "runs.parquet", *(f for r in self.records for f in r.files)),
+                          artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE,
+                                     *(f for r in self.records for f in r.files)),
                           report=self.render_report)
 
     def render_report(self) -> Path:

@@ -1,4 +1,4 @@
-"""engines/scaling.py: the live loop's decisions against a deployment that records what is done
+"""engines/live_scaler.py: the live loop's decisions against a deployment that records what is done
 to it (a replica on its way is not started twice; a replica scaled down leaves the router, is
 drained, then stopped; never the last one), the counter window of the utilisation signal, and
 the whole loop against fake workers behind the real vllm-router.  No timing assertions: the
@@ -12,8 +12,8 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from engines.autoscaling import ScalingPolicy
-from engines.scaling import CounterWindow, LiveScaler, in_flight
+from engines.autoscale_policy import ScalingPolicy
+from engines.live_scaler import CounterWindow, LiveScaler, in_flight
 from tests.engines.test_routers import REPLICA, cfg, completions, needs, post
 from tests.fake_server import FakeServer
 

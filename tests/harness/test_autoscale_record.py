@@ -1,4 +1,4 @@
-"""harness/autoscale.py: the bill of an autoscaled point (starting, serving, draining and paid
+"""harness/autoscale_record.py: the bill of an autoscaled point (starting, serving, draining and paid
 replica-seconds) in autoscale.json and the summary's keys, from a scaler's record, worked by
 hand; the cost bills what was paid."""
 
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from engines.autoscaling import ScalingPolicy
-from engines.scaling import LiveScaler
-from harness import autoscale
+from engines.autoscale_policy import ScalingPolicy
+from engines.live_scaler import LiveScaler
+from harness import autoscale_record
 from metrics.cost import fleet_cost
 
 S = 1_000_000_000
@@ -50,7 +50,7 @@ def session_and_point(tmp_path):
 
 def test_the_point_bills_starting_serving_and_draining(tmp_path):
     s, p = session_and_point(tmp_path)
-    f = autoscale.figures(s, p)
+    f = autoscale_record.figures(s, p)
     # starting: 40 + 40 + 12 (the failed start, until it failed); serving 300 + 100 + 100; draining 5 + 5
     assert f["starting_replica_seconds"] == pytest.approx(92.0)
     assert f["serving_replica_seconds"] == pytest.approx(500.0)
@@ -63,7 +63,7 @@ def test_the_point_bills_starting_serving_and_draining(tmp_path):
 
 def test_autoscale_json_names_the_bill_and_the_failed_reads(tmp_path):
     s, p = session_and_point(tmp_path)
-    autoscale.record(s, p)
+    autoscale_record.record(s, p)
     a = json.loads((tmp_path / "autoscale.json").read_text())
     assert (a["starting_replica_seconds"], a["serving_replica_seconds"], a["draining_replica_seconds"],
             a["paid_replica_seconds"]) == pytest.approx((92.0, 500.0, 10.0, 602.0))
@@ -74,4 +74,6 @@ def test_autoscale_json_names_the_bill_and_the_failed_reads(tmp_path):
     assert a["failed_reads"] == [{"t_s": 95.0, "signal": "queue", "error": "replica r0: no running count",
                                   "retry_in_s": 10.0}]
     assert "x 2^k" in a["backoff"] and "40 s" in a["backoff"]  # 8 intervals of 5 s at most
-    assert p.summary["paid_replica_seconds"] == pytest.approx(602.0) and p.summary["replicas_max"] == 3
+    # the summary's replica keys are these figures, added by harness.point.summarise alone
+    f = autoscale_record.figures(s, p)
+    assert p.summary == {} and f["paid_replica_seconds"] == pytest.approx(602.0) and f["replicas_max"] == 3

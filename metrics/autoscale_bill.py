@@ -1,5 +1,5 @@
 """A live-autoscaled deployment's replicas over an observation window (``deployment.autoscale.
-enabled``; ``engines.scaling`` scales, ``autoscale.json`` records it): what they served and
+enabled``; ``engines.live_scaler`` scales, ``autoscale.json`` records it): what they served and
 what was paid for them.
 
 Input: the serving log, ``[(t, n), ...]`` in time order: from ``t`` on, ``n`` replicas serve

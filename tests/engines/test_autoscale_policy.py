@@ -3,7 +3,7 @@ the stabilisation window, the arrival window's rate, bad settings named."""
 
 import pytest
 
-from engines.autoscaling import ArrivalWindow, Autoscaler, ScalingPolicy
+from engines.autoscale_policy import ArrivalWindow, Autoscaler, ScalingPolicy
 
 
 def test_wanted_replicas_by_utilisation_and_queue():

@@ -1,5 +1,5 @@
 """Live autoscaling in a load point (``deployment.autoscale.enabled``): the ``LiveScaler``
-(``engines.scaling``) runs while the point's load runs, and what it did reaches the run's files.
+(``engines.live_scaler``) runs while the point's load runs, and what it did reaches the run's files.
 
 - ``start(s, p)`` before the load (decisions timed from the load's start, the dispatcher's
   t0), ``stop(s, p)`` after it (replicas being started or stopped are waited for);
@@ -12,7 +12,7 @@
   start and stop, the bill over the window: ``starting_replica_seconds``,
   ``serving_replica_seconds``, ``draining_replica_seconds`` and their sum
   ``paid_replica_seconds``, times in seconds from the load's start), gives ``summary.json``
-  the same keys (``metrics.autoscale``; its cost bills ``paid_replica_seconds``) and brings
+  the same keys (``metrics.autoscale_bill``; its cost bills ``paid_replica_seconds``) and brings
   the provenance's deployment, replicas and router up to date (the replicas started and
   stopped so far).
 """
@@ -22,11 +22,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-from engines.autoscaling import ScalingPolicy
+from engines.autoscale_policy import ScalingPolicy
 from engines.deployment import Member
-from engines.scaling import LiveScaler
+from engines.live_scaler import LiveScaler
 from harness import results_io
-from metrics.autoscale import replica_figures
+from metrics.autoscale_bill import replica_figures
 
 SOURCE = "deployment"
 perf_ns = time.perf_counter_ns
@@ -75,7 +75,7 @@ def stop(s, p) -> None:
 
 
 def figures(s, p) -> dict:
-    """``metrics.autoscale``'s figures over the point's window (empty: autoscaling is off): the
+    """``metrics.autoscale_bill``'s figures over the point's window (empty: autoscaling is off): the
     replicas serving, and those the point's scaler started and drained, all paid for."""
     if not enabled(s):
         return {}
@@ -96,11 +96,11 @@ def _over_load(s, p) -> dict | None:
 
 
 def record(s, p) -> None:
-    """``autoscale.json`` in the run folder, and the summary's autoscale keys."""
+    """``autoscale.json`` in the run folder (the summary's autoscale keys are ``figures``, which
+    ``harness.point.summarise`` adds)."""
     if not enabled(s):
         return
     fig = figures(s, p)
-    p.summary.update(fig)
     scaler = getattr(p, "scaler", None)
     rec = scaler.record() if scaler is not None else {
         "policy": asdict(ScalingPolicy.from_config(s.cfg.deployment.autoscale)), "decisions": [], "starts": [],

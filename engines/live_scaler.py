@@ -1,6 +1,6 @@
 """Live autoscaling of a real deployment (``deployment.autoscale.enabled``): while a load runs,
 ``LiveScaler`` reads the policy's signal every ``interval_s``, asks ``Autoscaler.decide``
-(``engines.autoscaling``: the same policy the fleet plan simulates) how many replicas to
+(``engines.autoscale_policy``: the same policy the fleet plan simulates) how many replicas to
 have, and starts or stops real replicas of the ``Deployment`` (``engines.deployment``).
 
 Signals, read as an HPA or KEDA on Prometheus reads them:
@@ -36,9 +36,9 @@ replicas that served are never reused: ``r2`` is the replica started after ``r0`
 Every decision, failed read, replica start and stop is kept (``record()``), with times in
 perf_counter_ns; ``paid_intervals()`` gives what each start and stop was paid for (a start
 from its decision to its joining the router, or to its failure; a drain from its leaving the
-router to its stop), which ``metrics.autoscale`` bills.  The harness writes them as
+router to its stop), which ``metrics.autoscale_bill`` bills.  The harness writes them as
 ``autoscale.json`` and as the ``deployment`` series of ``telemetry.parquet``
-(``harness.autoscale``).
+(``harness.autoscale_record``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 
-from engines.autoscaling import Autoscaler, ScalingPolicy
+from engines.autoscale_policy import Autoscaler, ScalingPolicy
 from engines.base import EngineError
 
 perf_ns = time.perf_counter_ns
@@ -363,7 +363,7 @@ class LiveScaler:
         return starting, draining
 
     def record(self) -> dict:
-        """What happened, times in perf_counter_ns (``harness.autoscale`` makes them relative)."""
+        """What happened, times in perf_counter_ns (``harness.autoscale_record`` makes them relative)."""
         return {"policy": asdict(self.policy), "drain_timeout_s": self.drain_timeout_s,
                 "origin_ns": self.origin_ns, "decisions": list(self.decisions), "starts": list(self.starts),
                 "stops": list(self.stops), "errors": list(self.errors), "failed_reads": list(self.failed_reads),

@@ -1,9 +1,9 @@
-"""metrics/autoscale.py: replica-seconds (starting, serving, draining, paid), mean and max
+"""metrics/autoscale_bill.py: replica-seconds (starting, serving, draining, paid), mean and max
 replicas, and scale counts over a window of a serving log, worked by hand."""
 
 import pytest
 
-from metrics.autoscale import replica_figures, serving_at
+from metrics.autoscale_bill import replica_figures, serving_at
 
 S = 1_000_000_000
 

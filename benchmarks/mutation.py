@@ -1,0 +1,185 @@
+"""Mutation testing (cosmic-ray) of the modules every verdict and bill goes through, each against
+the unit tests that cover it: prints, per module, the mutants, killed, survived, incompetent and
+skipped, and the diff of every survivor.
+
+    python benchmarks/mutation.py metrics/cost.py metrics/slo.py        # the ones named
+    python benchmarks/mutation.py                                       # every module below (hours)
+    python benchmarks/mutation.py --operators all metrics/slo.py        # every cosmic-ray operator
+    python benchmarks/mutation.py metrics/cost.py --keep before/        # keep the sessions, then after
+    python benchmarks/mutation.py metrics/cost.py --recheck before/     # new tests: re-run the survivors only
+
+A survivor is a change to the code that no test notices; one that changes a printed number is a
+missing test.  ``--operators sample`` (default) keeps one replacement per binary operator
+(* -> /, / -> *, + -> -, - -> +) and every comparison, number, boolean, unary, loop and exception
+mutation; the other binary replacements (bit operations, shifts, powers, modulo on floats) mostly
+raise at once, and ``|`` in this code base is in type annotations (strings under ``from __future__
+import annotations``): equivalent mutants.  Each module runs in a copy of the repository (the
+tracked and untracked, not ignored files) so an interrupted run never leaves a mutant behind.
+Needs ``pip install cosmic-ray`` (not a harness dependency)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# module -> the unit tests that cover it (fast first: -x stops at the first failure); tests that
+# only move numbers elsewhere (MLflow plumbing, browsers) are left out: they cost seconds per mutant
+MODULES = {
+    "metrics/cost.py": ["tests/metrics/test_cost_exact.py", "tests/metrics/test_recompute_summary.py",
+                        "tests/metrics/test_cost.py",
+                        "tests/metrics/test_summary_cost.py", "tests/protocols/plan/test_recompute_plan.py",
+                        "-k", "not mlflow"],
+    "metrics/slo.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_slo.py",
+                       "tests/metrics/test_metrics.py", "tests/metrics/test_summary_cost.py", "-k", "not mlflow"],
+    "metrics/statistics.py": ["tests/metrics/test_statistics.py", "tests/metrics/test_recompute_comparison.py"],
+    "metrics/summary.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_metrics.py",
+                           "tests/metrics/test_summary_cost.py", "-k", "not mlflow"],
+    "metrics/comparison.py": ["tests/metrics/test_recompute_comparison.py",
+                              "tests/protocols/test_compare_replicates.py"],
+    "metrics/tasks.py": ["tests/metrics/test_tasks.py"],
+    "metrics/fleet.py": ["tests/metrics/test_fleet.py", "tests/protocols/plan/test_fleet.py",
+                         "tests/protocols/plan/test_recompute_plan.py"],
+}
+SAMPLE_EXCLUDE = [
+    r"core/ReplaceBinaryOperator_Mul_(?!Div$)",
+    r"core/ReplaceBinaryOperator_Div_(?!Mul$)",
+    r"core/ReplaceBinaryOperator_Add_(?!Sub$)",
+    r"core/ReplaceBinaryOperator_Sub_(?!Add$)",
+    r"core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|Mod|FloorDiv)_",
+]
+
+
+def tool(name: str) -> str:
+    path = Path(sys.executable).with_name(name)
+    if not path.exists():
+        sys.exit(f"{name} not found beside {sys.executable}: pip install cosmic-ray")
+    return str(path)
+
+
+def copy_repo(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for f in filter(None, files):
+        src = REPO / f
+        if src.is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / f)
+
+
+def config(module: str, tests: list[str], timeout: float, operators: str) -> str:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore",
+           "--hypothesis-profile=mutation", *tests]
+    exclude = SAMPLE_EXCLUDE if operators == "sample" else []
+    quoted = " ".join(json.dumps(c) if " " in c else c for c in cmd)
+    return "\n".join([
+        "[cosmic-ray]", f'module-path = "{module}"', f"timeout = {timeout}", "excluded-modules = []",
+        f"test-command = {json.dumps(quoted)}", "", "[cosmic-ray.distributor]", 'name = "local"', "",
+        "[cosmic-ray.filters.operators-filter]", f"exclude-operators = {json.dumps(exclude)}", ""])
+
+
+def session_name(module: str) -> str:
+    return module.replace("/", "_") + ".sqlite"
+
+
+def survivors_of(session: Path) -> set[tuple[str, int, tuple]]:
+    """(operator, occurrence, start) of every mutant that survived in an earlier session."""
+    out = subprocess.run([tool("cosmic-ray"), "dump", str(session)], check=True, capture_output=True)
+    found = set()
+    for line in out.stdout.decode().splitlines():
+        job, result = json.loads(line)
+        if result and result["test_outcome"] == "survived":
+            m = job["mutations"][0]
+            found.add((m["operator_name"], m["occurrence"], tuple(m["start_pos"])))
+    return found
+
+
+def skip_all_but(session: Path, keep: set) -> None:
+    """Mark every pending mutant not in ``keep`` skipped (what cosmic-ray's own filters do)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            m = item.mutations[0]
+            if (m.operator_name, m.occurrence, tuple(m.start_pos)) not in keep:
+                db.set_result(item.job_id, WorkResult(output="killed in the earlier session",
+                                                      worker_outcome=WorkerOutcome.SKIPPED))
+
+
+def run_module(module: str, timeout: float, operators: str, keep: Path | None, recheck: Path | None = None) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="mutation-"))
+    try:
+        copy_repo(work)
+        (work / "cr.toml").write_text(config(module, MODULES[module], timeout, operators))
+        env = {**os.environ, "PYTHONPATH": str(work)}
+        run = lambda *a: subprocess.run([*a], cwd=work, env=env, check=True, capture_output=True)  # noqa: E731
+        run(tool("cosmic-ray"), "init", "cr.toml", "session.sqlite")
+        run(tool("cr-filter-operators"), "session.sqlite", "cr.toml")
+        if recheck is not None:
+            skip_all_but(work / "session.sqlite", survivors_of(recheck / session_name(module)))
+        t0 = time.monotonic()
+        run(tool("cosmic-ray"), "exec", "cr.toml", "session.sqlite")
+        elapsed = time.monotonic() - t0
+        dump = run(tool("cosmic-ray"), "dump", "session.sqlite").stdout.decode().splitlines()
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(work / "session.sqlite", keep / session_name(module))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    counts, survivors = Counter(), []
+    for line in dump:
+        job, result = json.loads(line)
+        if result is None:
+            counts["not run"] += 1
+        elif result["worker_outcome"] == "skipped":
+            counts["skipped"] += 1
+        else:
+            counts[result["test_outcome"] or result["worker_outcome"]] += 1
+            if result["test_outcome"] == "survived":
+                m = job["mutations"][0]
+                survivors.append((m["operator_name"], m["start_pos"][0], result["diff"]))
+    return {"module": module, "seconds": elapsed, "counts": counts, "survivors": survivors}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", default=list(MODULES), help="modules to mutate (default: all)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
+    ap.add_argument("--operators", choices=("sample", "all"), default="sample")
+    ap.add_argument("--keep", type=Path, help="folder to keep each session's sqlite in (cr-report, cr-html)")
+    ap.add_argument("--recheck", type=Path, help="a --keep folder of an earlier run: re-run only the mutants that "
+                    "survived there (the others count as skipped)")
+    ap.add_argument("--quiet", action="store_true", help="no survivor diffs")
+    args = ap.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        ap.error(f"not a module this script knows: {', '.join(unknown)} (known: {', '.join(MODULES)})")
+    rows = []
+    for module in args.modules:
+        r = run_module(module, args.timeout, args.operators, args.keep, args.recheck)
+        rows.append(r)
+        if not args.quiet:
+            for op, line, diff in r["survivors"]:
+                print(f"--- survived: {module}:{line} {op}\n{diff}")
+    print(f"\n{'module':<24} {'mutants':>7} {'killed':>7} {'survived':>8} {'incompetent':>11} {'skipped':>7} "
+          f"{'seconds':>8}")
+    for r in rows:
+        c = r["counts"]
+        run = c["killed"] + c["survived"] + c["incompetent"]
+        print(f"{r['module']:<24} {run:>7} {c['killed']:>7} {c['survived']:>8} {c['incompetent']:>11} "
+              f"{c['skipped']:>7} {r['seconds']:>8.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
