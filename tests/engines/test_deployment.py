@@ -231,6 +231,7 @@ def test_an_endpoint_that_is_already_a_deployment_is_scraped_per_replica(tmp_pat
         srv.shutdown()
 
 
+@pytest.mark.slow  # starts the router and two fake engines
 @needs_router
 def test_replicas_already_up_get_the_harness_router_and_are_left_running(tmp_path):
     """engine.replica_urls with engine.launch=false: only the router is launched, in front of

@@ -306,6 +306,7 @@ def test_the_counter_window_differences_over_the_trailing_window():
 
 
 # --- the whole loop: fake workers behind the real vllm-router --------------------------------
+@pytest.mark.slow  # the real router in front of fake workers
 @needs("vllm")
 def test_the_loop_scales_a_real_router_up_on_arrivals_and_traffic_reaches_the_new_worker(tmp_path):
     """The utilisation signal read from the router's own counter: arrivals push it over

@@ -126,6 +126,7 @@ def test_a_taken_port_fails_naming_router_port(tmp_path):
             r.start(workers=["http://127.0.0.1:1"])
 
 
+@pytest.mark.slow  # starts the router's process
 @needs("vllm")
 def test_a_router_that_exits_at_start_is_reported_with_its_log(tmp_path):
     r = make_router(cfg("vllm", extra_args=["--log-level", "loud"]), tmp_path)
@@ -136,6 +137,7 @@ def test_a_router_that_exits_at_start_is_reported_with_its_log(tmp_path):
 
 
 # --- the real routers in front of two fake workers -------------------------------------------
+@pytest.mark.slow  # the real router in front of fake workers
 @pytest.mark.parametrize("name", BOTH)
 def test_round_robin_alternates_and_the_workers_header_reaches_the_client(name, tmp_path):
     with FakeServer(response_headers={REPLICA: "a"}) as a, FakeServer(response_headers={REPLICA: "b"}) as b:
@@ -164,6 +166,7 @@ def test_round_robin_alternates_and_the_workers_header_reaches_the_client(name, 
     assert prov["workers"] == [a.url, b.url] and prov["command"][0].endswith(ROUTERS[name].executable)
 
 
+@pytest.mark.slow  # the real router in front of fake workers
 @pytest.mark.parametrize("name", BOTH)
 def test_cache_aware_keeps_a_repeated_long_prompt_on_one_worker(name, tmp_path):
     with FakeServer() as a, FakeServer() as b:
@@ -177,6 +180,7 @@ def test_cache_aware_keeps_a_repeated_long_prompt_on_one_worker(name, tmp_path):
         assert sorted((completions(a), completions(b))) == [0, 6]
 
 
+@pytest.mark.slow  # the real router in front of fake workers
 @pytest.mark.parametrize("name", BOTH)
 def test_a_worker_added_gets_traffic_and_one_removed_gets_none(name, tmp_path):
     """Live autoscaling's router calls, against the real binary: a worker added while the
@@ -237,6 +241,7 @@ def prefill_script(body: dict, k: int) -> list:
     return [plain("200 OK", orjson.dumps(out), "application/json")]
 
 
+@pytest.mark.slow  # the real router in front of fake workers
 @pytest.mark.parametrize("name", BOTH)
 def test_prefill_decode_mode_sends_each_pool_its_part(name, tmp_path):
     with FakeServer(prefill_script, response_headers={REPLICA: "p0"}) as p, \

@@ -66,6 +66,7 @@ def test_malformed_field(tmp_path, run_cli, args, needle):
     assert_no_complete_run(tmp_path)
 
 
+@pytest.mark.slow  # starts an engine process
 def test_engine_that_fails_to_start_shows_its_log(tmp_path, run_cli):
     cmd = f"[{sys.executable},-c,'import sys; print(\"boom: CUDA not found\"); sys.exit(3)']"
     rc, out = run_cli("mlflow.enabled=false", f"engine.command={cmd}", "engine.model=/nonexistent")
@@ -89,6 +90,7 @@ def test_port_already_taken(tmp_path, run_cli):
     assert_no_complete_run(tmp_path)
 
 
+@pytest.mark.slow  # waits out engine.startup_timeout_s=2
 def test_unreachable_base_url(tmp_path, run_cli):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -94,6 +94,7 @@ def test_the_proxy_command_places_itself(tmp_path):
             proc.communicate(timeout=60)
 
 
+@pytest.mark.slow  # starts the proxy's process
 def test_a_proxy_process_that_cannot_place_itself_says_why(tmp_path):
     from harness.proxy.process import ProxyProcess
 

@@ -27,6 +27,14 @@ def experiment(tmp_path_factory):
                             rates=(5.0, 10.0, 20.0), blocks=2, requests=120)
 
 
+@pytest.fixture(scope="module")
+def page(experiment, tmp_path_factory) -> str:
+    """The experiment's page, rendered once for the tests that only read it (seconds a render)."""
+    from harness.report.build import render
+
+    return render(experiment, tmp_path_factory.mktemp("page") / "report.html", static_figures=False).read_text()
+
+
 def _specs(html: str) -> dict[str, dict]:
     """Figure key -> its plotly JSON, read back from the page."""
     out = {}
@@ -35,13 +43,10 @@ def _specs(html: str) -> dict[str, dict]:
     return out
 
 
-def test_page_is_self_contained_escaped_and_carries_plotly_once(experiment, tmp_path):
+def test_page_is_self_contained_escaped_and_carries_plotly_once(page):
     from plotly.offline import get_plotlyjs
 
-    from harness.report.build import render
-
-    path = render(experiment, tmp_path / "report.html", static_figures=False)
-    html = path.read_text()
+    html = page
     assert html.count(get_plotlyjs()[:300]) == 1                    # plotly.js once, workload figures included
     rest = html.replace(get_plotlyjs(), "")
     assert "<script src" not in rest and "http://" not in rest and "https://" not in rest  # nothing fetched
@@ -59,12 +64,11 @@ def test_page_is_self_contained_escaped_and_carries_plotly_once(experiment, tmp_
             assert EVIL not in json.dumps(t)
 
 
-def test_curves_are_means_across_blocks_with_t_intervals(experiment, tmp_path):
-    from harness.report.build import render
+def test_curves_are_means_across_blocks_with_t_intervals(experiment, page):
     from harness.results_io import find_run_dirs, read_json
     from metrics.statistics import mean_ci, ratio_ci
 
-    html = render(experiment, tmp_path / "r.html", static_figures=False).read_text()
+    html = page
     spec = _specs(html)["ttft_vs_load"]
     runs = [read_json(d / "summary.json") | {"cfg": read_json(d / "run.json")["config"]}
             for d in find_run_dirs(experiment)]
@@ -98,11 +102,10 @@ def test_throughput_interactivity_is_the_measured_frontier():
     assert frontier(pts) == [(10.0, 500.0), (15.0, 300.0), (20.0, 300.0), (40.0, 100.0)]
 
 
-def test_comparison_table_holds_comparison_json(experiment, tmp_path):
-    from harness.report.build import render
+def test_comparison_table_holds_comparison_json(experiment, page):
     from harness.report.tables import fmt_est
 
-    html = render(experiment, tmp_path / "r.html", static_figures=False).read_text()
+    html = page
     cmp = json.loads((experiment / "comparison.json").read_text())
     p = next(p for p in cmp["points"] if p["label"] == "poisson rate=10")
     est = p["metrics"]["p50_ttft_ms"]["per_config"]["fast"]

@@ -8,6 +8,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from metrics.engine_counters import counter_deltas, engine_summary, replica_engine_summaries
 from metrics.telemetry.base import SCHEMA
@@ -91,6 +92,7 @@ def _page(queries: float, hits: float, waiting: float, kv: float, qsum: float, q
             f"vllm:request_queue_time_seconds_count{{engine=\"0\"}} {qcount}\n")
 
 
+@pytest.mark.slow  # starts the telemetry process
 def test_two_engines_scraped_at_once_each_labelled(tmp_path):
     # the harness's path: the telemetry process samples both pages in the same rounds
     from engines.vllm import VLLM

@@ -210,6 +210,7 @@ def test_the_plan_reads_an_estimated_capacity_like_a_measured_one(fake_python):
     assert cap.cold_start() == 60.0
 
 
+@pytest.mark.slow  # a whole plan, the stand-in estimator in its own process
 def test_tokenfactory_plan_with_an_estimated_candidate_beside_a_measured_one(fake_python, tmp_path):
     """protocol.estimates end to end: the estimated candidate is planned, marked estimated,
     its points sit beside their roofline bounds in plan.json and the page."""

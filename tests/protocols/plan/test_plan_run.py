@@ -44,6 +44,7 @@ def _plan(tmp_path, experiment, *extra):
     return out, json.loads((out / "plan.json").read_text())
 
 
+@pytest.mark.slow  # a whole plan simulated over a day's trace: tens of seconds
 def test_plan_two_configs_two_slos_and_a_variant(tmp_path, experiment):
     out, doc = _plan(tmp_path, experiment, "protocol.slos=[{ttft_ms: 150}]",
                      "protocol.variants={fast_start: ['cold_start_s=1']}")
@@ -73,6 +74,7 @@ def test_plan_two_configs_two_slos_and_a_variant(tmp_path, experiment):
     assert "What a tighter SLO costs" in page and "fast_start" in page
 
 
+@pytest.mark.slow  # a whole plan simulated over a day's trace: tens of seconds
 def test_an_slo_no_point_meets_is_named_and_skipped(tmp_path, experiment):
     _, doc = _plan(tmp_path, experiment, "protocol.slos=[{ttft_ms: 1}]", "protocol.resamples=0")
     tight = doc["plans"][-1]

@@ -59,8 +59,8 @@ def log_experiment(uri, tmp_path, name, version, ttft_ms, tput, track="nightly",
 
 
 @pytest.fixture()
-def store(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def store(tmp_path, mlflow_uri):
+    uri = mlflow_uri  # a copy of the session's empty store: creating MLflow's tables costs seconds
     # five versions: steady, then a 30 % slower TTFT at the fourth, then back
     for i, (ttft, tput) in enumerate([(100, 50), (101, 50.2), (99.5, 49.8), (130, 50), (100.5, 50.1)]):
         log_experiment(uri, tmp_path, "bench", f"0.{i}", ttft, tput, seed=i)
@@ -106,8 +106,8 @@ def test_the_gate_stops_on_the_slower_version_and_passes_the_others(tmp_path, st
     assert track(tmp_path, store, "--baseline", "bench-0.0") == 0
 
 
-def test_a_baseline_with_other_fixed_conditions_is_refused(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_a_baseline_with_other_fixed_conditions_is_refused(tmp_path, mlflow_uri, capsys):
+    uri = mlflow_uri
     log_experiment(uri, tmp_path, "bench", "0.0", 100, 50)
     log_experiment(uri, tmp_path, "bench", "0.1", 100, 50, fixed={**FIXED, "slo": {"ttft_ms": 200.0}}, seed=1)
     assert track(tmp_path, uri) == 2
@@ -118,10 +118,11 @@ def test_a_baseline_with_other_fixed_conditions_is_refused(tmp_path, capsys):
     assert track(tmp_path, uri) == 2 and "load_points" in capsys.readouterr().err
 
 
-def test_names_and_versions(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert main(["nightly", "--tracking-uri", uri, "--out", str(tmp_path / "o")]) == 2
+def test_names_and_versions(tmp_path, mlflow_uri, capsys):
+    missing = f"sqlite:///{tmp_path}/missing.db"
+    assert main(["nightly", "--tracking-uri", missing, "--out", str(tmp_path / "o")]) == 2
     assert "no MLflow store" in capsys.readouterr().err
+    uri = mlflow_uri
     log_experiment(uri, tmp_path, "bench", "0.0", 100, 50, track="other")
     assert track(tmp_path, uri) == 2
     assert "no experiment in the MLflow store" in (e := capsys.readouterr().err) and "tracks there: other" in e
@@ -135,8 +136,8 @@ def test_names_and_versions(tmp_path, capsys):
     assert track(tmp_path, uri, "--baseline", "window:0") == 2
 
 
-def test_one_run_per_experiment_cannot_be_judged_and_the_gate_fails_closed(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_one_run_per_experiment_cannot_be_judged_and_the_gate_fails_closed(tmp_path, mlflow_uri, capsys):
+    uri = mlflow_uri
     log_experiment(uri, tmp_path, "bench", "0.0", 100, 50, n=1)
     log_experiment(uri, tmp_path, "bench", "0.1", 200, 50, n=1, seed=1)
     assert track(tmp_path, uri, "--gate") == 3  # no interval: no verdict, and that is no pass
@@ -146,8 +147,8 @@ def test_one_run_per_experiment_cannot_be_judged_and_the_gate_fails_closed(tmp_p
     assert track(tmp_path, uri) == 0  # without the gate: a record, exit 0
 
 
-def test_a_dearer_build_fails_the_gate_on_its_cost(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_a_dearer_build_fails_the_gate_on_its_cost(tmp_path, mlflow_uri, capsys):
+    uri = mlflow_uri
     log_experiment(uri, tmp_path, "bench", "0.0", 100, 50)
     log_experiment(uri, tmp_path, "bench", "0.1", 100, 50, seed=1, cost=1.3)
     assert track(tmp_path, uri, "--gate") == 1

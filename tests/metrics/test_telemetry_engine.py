@@ -1,6 +1,10 @@
+"""The engine's /metrics in telemetry (metrics.telemetry.engine) and the run's counter deltas from it
+(metrics.engine_counters)."""
+
 import math
 
 import pyarrow.parquet as pq
+import pytest
 
 from metrics.engine_counters import counter_deltas, engine_summary
 from metrics.telemetry.collector import TelemetryCollector
@@ -55,6 +59,7 @@ def test_sampler_rows_land_in_telemetry(tmp_path):
     assert d["engine_running_max"] == max(between) and d["engine_metrics_complete"] is True
 
 
+@pytest.mark.slow  # starts the telemetry process
 def test_engine_scraped_from_the_telemetry_process(tmp_path):
     # The harness's path: a child process scrapes /metrics; snapshots and samples reach the window.
     from metrics.telemetry.process import TelemetryProcess
