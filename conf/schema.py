@@ -151,8 +151,9 @@ class DynamoMocker:
     preemption_mode: Optional[str] = _f(None, choices=("lifo", "fifo"))
     startup_time_s: Optional[float] = _f(None, ge=0)  # an emulated engine start (--startup-time)
     kv_transfer_bandwidth: Optional[float] = _f(None, ge=0)  # GB/s, disaggregated (0: no transfer delay)
-    # reasoning output: {start_thinking_token_id, end_thinking_token_id, thinking_ratio}
-    reasoning: Optional[Dict[str, Any]] = None
+    # reasoning output: {start_thinking_token_id, end_thinking_token_id, thinking_ratio}; {}: none
+    # (a dict default, not None: OmegaConf cannot merge a command-line dict into a None node)
+    reasoning: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -185,3 +185,19 @@ def test_a_recorded_dynamo_stream_names_its_worker(tmp_path):
     assert rec.replica == "r1"
     with FakeEngine() as fake:  # an id no worker of ours has: kept as Dynamo said it
         assert _recorded(fake, {}).replica == "13305612797827928535"
+
+
+def test_mocker_reasoning_is_set_from_the_command_line():
+    # as +engine.request_extra.KEY: an Optional[Dict] defaulting to None took no key (OmegaConf:
+    # "Unexpected type for root: NoneType"), nor a whole dict ("'NoneType' object has no attribute 'get'")
+    from hydra import compose, initialize_config_module
+
+    from conf.schema import DynamoEngine, typed
+
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "engine=dynamo", "+engine.mocker.reasoning.start_thinking_token_id=3",
+            "+engine.mocker.reasoning.end_thinking_token_id=4", "+engine.mocker.reasoning.thinking_ratio=0.5"])
+    assert dict(cfg.engine.mocker.reasoning) == {"start_thinking_token_id": 3, "end_thinking_token_id": 4,
+                                                 "thinking_ratio": 0.5}
+    assert typed(cfg.engine, DynamoEngine).mocker.reasoning["thinking_ratio"] == 0.5
