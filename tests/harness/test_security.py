@@ -209,11 +209,14 @@ def test_yaml_is_only_loaded_safely_in_the_code():
 
 
 def test_a_python_tag_in_a_results_config_is_not_constructed(tmp_path):
-    from harness.mlflow_sync import _yaml
+    """The one reader of run folders (harness.results_io) loads YAML safely: a python tag is an
+    error naming the file, and nothing it names runs."""
+    from harness.results_io import CONFIG, ResultsFileError, read_yaml
 
     marker = tmp_path / "constructed"
-    (tmp_path / "config.yaml").write_text(f"experiment: !!python/object/apply:os.system ['touch {marker}']\n")
-    assert _yaml(tmp_path / "config.yaml") == {}
+    (tmp_path / CONFIG).write_text(f"experiment: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ResultsFileError, match=str(tmp_path / CONFIG)):
+        read_yaml(tmp_path / CONFIG, {})
     assert not marker.exists()
 
 
