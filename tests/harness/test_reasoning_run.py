@@ -39,10 +39,16 @@ def test_reasoning_run_end_to_end(tmp_path):
     assert t["status"] == ["ok"] * 6 and t["output_tokens"] == [12] * 6
     assert t["reasoning_tokens"] == [6] * 6 and t["tool_call_tokens"] == [0] * 6
     assert all(c[3] == f for c, f in zip(t["chunk_ns"], t["first_answer_ns"]))
-    assert all(a - b >= 0.060 for a, b in zip(t["ttfa_s"], t["ttft_s"]))  # three 20 ms gaps in between
+    # TTFA - TTFT is the time from the first chunk to the first answer chunk, exactly, as received
+    assert [a - b for a, b in zip(t["ttfa_s"], t["ttft_s"])] == pytest.approx(
+        [(c[3] - c[0]) / 1e9 for c in t["chunk_ns"]], abs=1e-6)
+    # three 20 ms gaps in between as sent; a busy client may read two chunks at once, so the median
+    gaps = sorted(a - b for a, b in zip(t["ttfa_s"], t["ttft_s"]))
+    assert (gaps[2] + gaps[3]) / 2 >= 0.050, gaps
     s = json.loads((run / "summary.json").read_text())
     assert s["good_requests"] == 6 and s["total_reasoning_tokens"] == 36
     assert s["good_output_tokens"] == 72 and s["good_answer_tokens"] == 36
     assert s["cost_per_mtok_good_answer"] == pytest.approx(2 * s["cost_per_mtok_good"])
-    assert s["mean_ttfa_ms"] - s["mean_ttft_ms"] >= 60.0 and s["slo_ttfa_met"] is True
+    assert s["mean_ttfa_ms"] - s["mean_ttft_ms"] == pytest.approx(1e3 * sum(gaps) / 6)
+    assert s["slo_ttfa_met"] is True
     assert s["spec_decode_steps"] == 24 and s["spec_tokens_per_step_mean"] == pytest.approx(11 / 4)
