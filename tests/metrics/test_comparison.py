@@ -21,6 +21,7 @@ from metrics.comparison import (
     difference_confidence,
     direction,
     format_comparison,
+    launch_replicates,
     mlflow_metrics,
     point_aggregates,
 )
@@ -128,8 +129,21 @@ def test_the_bonferroni_level_from_a_config_string():
     assert difference_confidence(0.95, 4, runtime("bonferroni")) == pytest.approx(0.9875, abs=1e-15)
     assert difference_confidence(0.95, 4, runtime("none")) == 0.95
     assert difference_confidence(0.95, 1, runtime("bonferroni")) == 0.95
-    with pytest.raises(ValueError, match="protocol.adjust must be bonferroni or none, not 'holm'"):
-        difference_confidence(0.95, 4, "holm")
+    for other in ("holm", "sidak"):  # before and after "none" in string order
+        with pytest.raises(ValueError, match=f"protocol.adjust must be bonferroni or none, not '{other}'"):
+            difference_confidence(0.95, 4, other)
+
+
+def test_launches_are_the_replicates_where_a_point_has_three():
+    # the launch column, not the block, names the launch; NaN repeats are left out of a launch's mean
+    t = pa.table({"label": ["p"] * 6, "block": [0] * 6, "launch": [0, 0, 1, 1, 2, 2], "offered_load": [4.0] * 6,
+                  "p99_ttft_ms": [10.0, 20.0, 30.0, math.nan, math.nan, math.nan]})
+    out, collapsed = launch_replicates(t, ["p99_ttft_ms"])
+    assert collapsed
+    assert out.column("launch").to_pylist() == [0, 1, 2]
+    assert out.column("p99_ttft_ms").to_pylist() == [15.0, 30.0, None]
+    assert out.column("offered_load").to_pylist() == [4.0, 4.0, 4.0]
+    assert launch_replicates(t.slice(0, 0), ["p99_ttft_ms"]) == (t.slice(0, 0), False)
 
 
 # ------------------------------------------------------------------------------ one experiment
@@ -211,8 +225,10 @@ def test_point_aggregates_of_a_sweep():
 
 # ------------------------------------------------------------------------------ the printed table
 def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
-    a = runs(error_rate=[0.123456, 0.123456], output_throughput=[123.456, 123.456], p99_ttft_ms=[1.23456] * 2)
-    points = compare_tables({"A": a, "B": a}, ["error_rate", "output_throughput", "p99_ttft_ms"], "A", paired=False,
+    a = runs(error_rate=[0.123456, 0.123456], output_throughput=[123.456, 123.456], p99_ttft_ms=[1.23456] * 2,
+             replica_load_imbalance=[2.345678] * 2)
+    points = compare_tables({"A": a, "B": a.slice(0, 1)}, ["error_rate", "output_throughput", "p99_ttft_ms",
+                                                          "replica_load_imbalance"], "A", paired=False,
                             adjust="bonferroni")
     # as read back from comparison.json: the strings are made at run time
     comparison = json.loads(json.dumps({"kind": "unpaired", "confidence": 0.95, "baseline": "A", "min_effect": 0.02,
@@ -221,16 +237,17 @@ def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
     lines = format_comparison(comparison).splitlines()
     assert lines[0] == "comparison (unpaired (Welch)), 95% intervals, baseline A, margin 2%"
     assert lines[1] == "  fixed condition workload differs: A=short, B=long"
-    assert lines[3] == "load point rate=4 (replicates: 2 of A, 2 of B)"
-    assert lines[4] == ("  (differences at 98.33% each: Bonferroni over the 3 metrics below, 95% for all of them "
+    assert lines[3] == "load point rate=4 (replicates: 2 of A, 1 of B)"
+    assert lines[4] == ("  (differences at 98.75% each: Bonferroni over the 4 metrics below, 95% for all of them "
                         "together)")
-    # a share to 3 significant digits, anything with a unit (or beyond 1.5) to 4
-    assert lines[5] == "  error_rate               A 0.123 [0.123, 0.123]; B 0.123 [0.123, 0.123]"
-    assert lines[7] == "  output_throughput        A 123.5 [123.5, 123.5]; B 123.5 [123.5, 123.5]"
-    assert lines[9] == "  p99_ttft_ms              A 1.235 [1.235, 1.235]; B 1.235 [1.235, 1.235]"
+    # a share to 3 significant digits, anything with a unit (or beyond 1.5) to 4; one replicate: no bounds
+    assert lines[5] == "  error_rate               A 0.123 [0.123, 0.123]; B 0.123 [n/a, n/a]"
+    assert lines[7] == "  output_throughput        A 123.5 [123.5, 123.5]; B 123.5 [n/a, n/a]"
+    assert lines[9] == "  p99_ttft_ms              A 1.235 [1.235, 1.235]; B 1.235 [n/a, n/a]"
+    assert lines[11] == "  replica_load_imbalance   A 2.346 [2.346, 2.346]; B 2.346 [n/a, n/a]"
     comparison["points"][0]["adjust"] = "none"
     assert format_comparison(comparison).splitlines()[4] == (
-        "  (3 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
+        "  (4 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
         "protocol.adjust=bonferroni holds the level for all of them together)")
     # a comparison.json written before points carried their family: one verdict each, no family line
     del comparison["points"][0]["family"], comparison["points"][0]["adjust"]
