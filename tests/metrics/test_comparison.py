@@ -86,6 +86,12 @@ def test_a_cheaper_good_answer_token_wins():
     assert direction("cost_per_mtok_good_answer") == (False, "per M good answer tok")
 
 
+def test_every_config_but_the_baseline_is_compared_with_it_whatever_the_names_order():
+    t = runs(output_throughput=[10.0, 12.0])
+    (p,) = compare_tables({"a": t, "b": t, "c": t}, ["output_throughput"], "b", paired=False)
+    assert list(p["metrics"]["output_throughput"]["vs_baseline"]) == ["a", "c"]
+
+
 def test_the_bootstrap_seed_defaults_to_zero():
     # the interval of a ratio of totals is a BCa bootstrap: seed 0 unless told, so a rerun prints
     # the same bounds
@@ -182,6 +188,7 @@ def test_compare_runs_pairs_blocks_and_leaves_out_other_roles():
     assert rel["low"] == pytest.approx(-0.9013931975, abs=1e-9)
     assert rel["high"] == pytest.approx(9.1412881688, abs=1e-7)
     assert thr["vs_baseline"]["B"]["verdict"] == "no_significant_difference"  # not gated
+    assert list(thr["vs_baseline"]) == ["B"]  # the baseline is not compared with itself
     # the search point: max load 5 and 5 against 4 and 6, paired
     ml = search["metrics"]["max_load_under_slo"]
     assert ml["per_config"]["A"]["value"] == 5.0 and ml["per_config"]["B"]["value"] == 5.0
@@ -249,6 +256,10 @@ def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
     assert format_comparison(comparison).splitlines()[4] == (
         "  (4 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
         "protocol.adjust=bonferroni holds the level for all of them together)")
+    # one metric: nothing to adjust, no family line
+    one = json.loads(json.dumps({**comparison, "points": compare_tables({"A": a, "B": a}, ["error_rate"], "A",
+                                                                         paired=False, adjust="bonferroni")}))
+    assert format_comparison(one).splitlines()[4].startswith("  error_rate ")
     # a comparison.json written before points carried their family: one verdict each, no family line
     del comparison["points"][0]["family"], comparison["points"][0]["adjust"]
     assert format_comparison(comparison).splitlines()[4].startswith("  error_rate ")
