@@ -20,6 +20,7 @@ from metrics.comparison import (
     compare_tables,
     difference_confidence,
     direction,
+    fixed_differences,
     format_comparison,
     launch_replicates,
     mlflow_metrics,
@@ -135,6 +136,12 @@ def test_the_bonferroni_level_from_a_config_string():
     assert difference_confidence(0.95, 4, runtime("bonferroni")) == pytest.approx(0.9875, abs=1e-15)
     assert difference_confidence(0.95, 4, runtime("none")) == 0.95
     assert difference_confidence(0.95, 1, runtime("bonferroni")) == 0.95
+    # no metric compared: no family, the level as asked (not a division by zero)
+    assert difference_confidence(0.95, 0, runtime("bonferroni")) == 0.95
+    (p,) = compare_tables({"a": runs(x=[1.0])}, [], "a", paired=False, adjust="bonferroni")
+    assert (p["family"], p["difference_confidence"]) == (0, 0.95)
+    text = format_comparison({"kind": "paired", "confidence": 0.95, "baseline": "a", "min_effect": 0.02, "points": [p]})
+    assert text.splitlines()[2:] == ["load point rate=4 (replicates: 1 of a)"]
     for other in ("holm", "sidak"):  # before and after "none" in string order
         with pytest.raises(ValueError, match=f"protocol.adjust must be bonferroni or none, not '{other}'"):
             difference_confidence(0.95, 4, other)
@@ -211,6 +218,7 @@ def test_a_config_that_fails_the_quality_gate_loses_every_good_token_metric():
 def test_fixed_conditions_that_differ_and_the_mlflow_keys():
     c = experiment()
     assert c["fixed_condition_differences"] == {"workload": {"A": "short", "B": "long"}}
+    assert fixed_differences({}) == {} and fixed_differences({"A": {"model": "m"}}) == {}
     keys = c["mlflow_metrics"]
     assert keys["A.p1.output_throughput.value"] == 11.0 and keys["A.p1.output_throughput.n"] == 2.0
     assert keys["B.p0.max_load_under_slo.value"] == 5.0
