@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from metrics.comparison import (
     SEARCH_LABEL,
     absolute_margin,
+    comparable,
     compare_runs,
     compare_tables,
     difference_confidence,
@@ -74,6 +75,21 @@ def test_the_ratio_scale_is_exactly_a_million_for_every_per_m_cost():
         t = runs(cost_total=[1.0, 3.0], **{den: [2.0, 2.0]})
         (p,) = compare_tables({"a": t}, [metric], "a", paired=False)
         assert p["metrics"][metric]["per_config"]["a"]["value"] == pytest.approx(1.0, rel=1e-12), metric
+
+
+def test_which_runs_have_a_metric():
+    plain = ["cost_total", "good_output_tokens"]  # runs without tasks
+    assert comparable("cost_per_mtok_good", plain)                 # by its denominator's column
+    assert not comparable("cost_per_completed_task", plain)        # no completed_tasks: no task metric
+    assert comparable("output_throughput", ["output_throughput"]) and not comparable("output_throughput", plain)
+
+
+def test_a_ratio_metric_without_its_denominator_is_the_mean_of_its_own_column():
+    # cost_total is there but not good_output_tokens: the per-run figures' mean, 1.5
+    t = runs(cost_total=[1.0, 1.0], cost_per_mtok_good=[1.0, 2.0])
+    (p,) = compare_tables({"a": t}, ["cost_per_mtok_good"], "a", paired=False)
+    est = p["metrics"]["cost_per_mtok_good"]["per_config"]["a"]
+    assert (est["value"], est["method"]) == (1.5, "student-t")
 
 
 def test_a_cheaper_good_answer_token_wins():
@@ -241,10 +257,10 @@ def test_point_aggregates_of_a_sweep():
 # ------------------------------------------------------------------------------ the printed table
 def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
     a = runs(error_rate=[0.123456, 0.123456], output_throughput=[123.456, 123.456], p99_ttft_ms=[1.23456] * 2,
-             replica_load_imbalance=[2.345678] * 2)
+             replica_load_imbalance=[2.345678] * 2, slo_attainment=[0.987654] * 2)
     points = compare_tables({"A": a, "B": a.slice(0, 1)}, ["error_rate", "output_throughput", "p99_ttft_ms",
-                                                          "replica_load_imbalance"], "A", paired=False,
-                            adjust="bonferroni")
+                                                          "replica_load_imbalance", "slo_attainment"], "A",
+                            paired=False, adjust="bonferroni")
     # as read back from comparison.json: the strings are made at run time
     comparison = json.loads(json.dumps({"kind": "unpaired", "confidence": 0.95, "baseline": "A", "min_effect": 0.02,
                                         "fixed_condition_differences": {"workload": {"A": "short", "B": "long"}},
@@ -253,16 +269,17 @@ def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
     assert lines[0] == "comparison (unpaired (Welch)), 95% intervals, baseline A, margin 2%"
     assert lines[1] == "  fixed condition workload differs: A=short, B=long"
     assert lines[3] == "load point rate=4 (replicates: 2 of A, 1 of B)"
-    assert lines[4] == ("  (differences at 98.75% each: Bonferroni over the 4 metrics below, 95% for all of them "
+    assert lines[4] == ("  (differences at 99.00% each: Bonferroni over the 5 metrics below, 95% for all of them "
                         "together)")
     # a share to 3 significant digits, anything with a unit (or beyond 1.5) to 4; one replicate: no bounds
     assert lines[5] == "  error_rate               A 0.123 [0.123, 0.123]; B 0.123 [n/a, n/a]"
     assert lines[7] == "  output_throughput        A 123.5 [123.5, 123.5]; B 123.5 [n/a, n/a]"
     assert lines[9] == "  p99_ttft_ms              A 1.235 [1.235, 1.235]; B 1.235 [n/a, n/a]"
     assert lines[11] == "  replica_load_imbalance   A 2.346 [2.346, 2.346]; B 2.346 [n/a, n/a]"
+    assert lines[13] == "  slo_attainment           A 0.988 [0.988, 0.988]; B 0.988 [n/a, n/a]"
     comparison["points"][0]["adjust"] = "none"
     assert format_comparison(comparison).splitlines()[4] == (
-        "  (4 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
+        "  (5 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
         "protocol.adjust=bonferroni holds the level for all of them together)")
     # one metric: nothing to adjust, no family line
     one = json.loads(json.dumps({**comparison, "points": compare_tables({"A": a, "B": a}, ["error_rate"], "A",
