@@ -129,13 +129,15 @@ def skip_all_but(session: Path, keep: set) -> None:
 
 def skip_other_shards(session: Path, shard: tuple[int, int]) -> None:
     """Mark every pending mutant not in shard ``k`` of ``n`` skipped: the n shards, run as n
-    processes, split the mutants between them (by their order in the session)."""
+    processes, split the mutants between them (by their place in the module: each process has a
+    session of its own, whose job ids are random)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     k, n = shard
     with use_db(str(session), WorkDB.Mode.open) as db:
-        items = sorted(db.pending_work_items, key=lambda i: i.job_id)
+        items = sorted(db.pending_work_items, key=lambda i: (tuple(i.mutations[0].start_pos),
+                                                             i.mutations[0].operator_name, i.mutations[0].occurrence))
         for i, item in enumerate(items):
             if i % n != k:
                 db.set_result(item.job_id, WorkResult(output=f"another shard of {n}",
