@@ -536,6 +536,19 @@ class PlanEstimate:
 
 
 @dataclass
+class PlanModelled:
+    """A config never run: a measured candidate (``base``) with other engine knobs, served by the
+    engine's scheduler model with them (protocols/plan/modelled.py; needs the scheduler model:
+    protocol.profile and the Dynamo venv).  Marked modelled wherever it appears, with the model's
+    validated error beside it (protocol.model_error, or the plan's own protocol.validate)."""
+    name: str = MISSING                       # its name in the plan
+    base: str = MISSING                       # the measured candidate it changes (a name in the plan)
+    # the mocker's knob (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill,
+    # enable_prefix_caching, block_size, num_gpu_blocks) or its config key -> the modelled value
+    knobs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class PlanProtocol:
     """``tokenfactory plan``: size and price a fleet for a traffic source from finished
     experiments' measured capacity, by a discrete-event simulation of the deployment's
@@ -576,6 +589,11 @@ class PlanProtocol:
     # configs whose capacity aiconfigurator estimates (hardware not at hand), beside the measured ones
     estimates: List[PlanEstimate] = field(default_factory=list)
     estimator_python: Optional[str] = None    # aiconfigurator's Python; null: ~/.cache/tokenfactory/aiconfigurator-venv
+    # configs never run: a measured candidate with other knobs, on the scheduler model ({name, base, knobs})
+    modelled: List[PlanModelled] = field(default_factory=list)
+    # the scheduler model's validated error beside modelled figures: a plan.json holding a validation
+    # (protocol.validate); null: this plan's own validation, else "not validated"
+    model_error: Optional[str] = None
 
 
 @dataclass
