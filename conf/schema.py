@@ -479,6 +479,19 @@ class TuneProtocol(SweepProtocol):
     # the quality gate's reference: overrides on top of the command's (default: none, the config with
     # no knob set); every trial's greedy outputs are judged against its
     reference: Any = None
+    # model: rank every config of the space's grid on the engine's scheduler model first and measure
+    # only the `finalists` best by the modelled objective, then the winner again to confirm it
+    # (protocols/tune/screen.py); none: the Optuna study measures every suggestion
+    screen: str = _f("none", choices=("none", "model"))
+    finalists: int = _f(3, ge=1)              # screen=model: configs measured after the screen
+    base_experiment: Optional[str] = None     # screen=model: a finished sweep of the config with no knob set
+    profile: Optional[str] = None             # screen=model: a tokenfactory profile; null: perf_data.npz in base_experiment
+    dynamo_python: Optional[str] = None       # screen=model: the Dynamo venv's Python; null: $TOKENFACTORY_DYNAMO_PYTHON
+    screen_requests: int = _f(200, ge=10)     # screen=model: requests replayed at each rate of the ladder
+    confirm: bool = True                      # screen=model: measure the winner a second time (a fresh engine)
+    # screen=model: a plan.json holding a validation of the scheduler model (its error bounds the
+    # model's disagreement with a finalist's measurement); null: not validated
+    model_error: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------------ promotion (step 7)

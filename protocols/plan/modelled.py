@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 
+from harness import results_io
+from harness.errors import UserError
+from metrics.model_error import validated_error
 from protocols.plan.capacity import ConfigCapacity, OperatingPoint, run_requests
-from protocols.plan.scheduler import KNOBS, SchedulerModel
+from protocols.plan.scheduler import KNOBS, SchedulerModel, engine_knobs
 
 # config keys -> the mocker's knob they set (vLLM/SGLang features, transformers' names, the mocker's own)
 CONFIG_KNOBS = {
@@ -64,6 +68,43 @@ def model_knobs(given: dict, where: str) -> dict:
             raise ValueError(f"{where}.{key}: sets {knob} again, to another value ({out[knob]!r} and {value!r})")
         out[knob] = value
     return out
+
+
+def recorded_knobs(c: ConfigCapacity) -> dict:
+    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
+    for pts in c.points.values():
+        for pt in pts:
+            f = Path(pt.run_dir) / results_io.PROVENANCE if pt.run_dir else None
+            if f is not None and f.is_file():
+                try:
+                    return engine_knobs(results_io.read_json(f))
+                except (OSError, ValueError):  # ResultsFileError is a ValueError: try the next run
+                    continue
+    return {}
+
+
+def read_model_error(path: str | None) -> dict | None:
+    """The scheduler model's validated error from ``protocol.model_error`` (a plan.json holding
+    a validation of a candidate on the scheduler model; ``metrics.model_error``)."""
+    if not path:
+        return None
+    f = Path(path)
+    f = f / "plan.json" if f.is_dir() else f
+    if not f.is_file():
+        raise UserError(f"protocol.model_error={path}: no plan.json there")
+    doc = results_io.read_json(f)
+    val = doc.get("validation")
+    if not val:
+        raise UserError(f"protocol.model_error={path}: that plan holds no validation (a plan run with "
+                        "protocol.validate=RUN_DIR)")
+    model = ((doc.get("candidates") or {}).get(val.get("config")) or {}).get("replica_model") or {}
+    if model.get("model") != "scheduler":
+        raise UserError(f"protocol.model_error={path}: its validation is of {val.get('config')} on "
+                        f"{model.get('model', 'processor_sharing')}, not on the scheduler model")
+    err = validated_error(val.get("rows"), f"{f}: {val.get('config')} against {val.get('run')}")
+    if err is None:
+        raise UserError(f"protocol.model_error={path}: its validation has no row of the request metrics")
+    return err
 
 
 def describe_knobs(knobs: dict) -> str:

@@ -41,6 +41,7 @@ from protocols.plan import record
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
+from protocols.plan.modelled import read_model_error, recorded_knobs
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = "plan.json"
@@ -195,32 +196,6 @@ def modelled_candidates(p, cands: list[ConfigCapacity], models: dict) -> list[Co
     return out
 
 
-def read_model_error(path: str | None) -> dict | None:
-    """The scheduler model's validated error from ``protocol.model_error`` (a plan.json holding
-    a validation of a candidate on the scheduler model; ``metrics.model_error``)."""
-    from metrics.model_error import validated_error
-
-    if not path:
-        return None
-    f = Path(path)
-    f = f / PLAN_FILE if f.is_dir() else f
-    if not f.is_file():
-        raise UserError(f"protocol.model_error={path}: no plan.json there")
-    doc = results_io.read_json(f)
-    val = doc.get("validation")
-    if not val:
-        raise UserError(f"protocol.model_error={path}: that plan holds no validation (a plan run with "
-                        "protocol.validate=RUN_DIR)")
-    model = ((doc.get("candidates") or {}).get(val.get("config")) or {}).get("replica_model") or {}
-    if model.get("model") != "scheduler":
-        raise UserError(f"protocol.model_error={path}: its validation is of {val.get('config')} on "
-                        f"{model.get('model', 'processor_sharing')}, not on the scheduler model")
-    err = validated_error(val.get("rows"), f"{f}: {val.get('config')} against {val.get('run')}")
-    if err is None:
-        raise UserError(f"protocol.model_error={path}: its validation has no row of the request metrics")
-    return err
-
-
 def own_model_error(doc: dict) -> dict | None:
     """This plan's validation as the scheduler model's error, where its validated candidate ran on it."""
     from metrics.model_error import validated_error
@@ -368,7 +343,7 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
         if model == "processor_sharing":
             out[c.name] = ({"model": model, "reason": why}, None)
             continue
-        knobs = candidate_knobs(c)
+        knobs = recorded_knobs(c)
         s = sched.SchedulerModel(python, profile, knobs)
         out[c.name] = ({"model": model, "reason": why, **s.describe(),
                         "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
@@ -376,19 +351,6 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
                                         "the processor-sharing model; each replica's requests are served by the "
                                         "scheduler"}, s)
     return out
-
-
-def candidate_knobs(c: ConfigCapacity) -> dict:
-    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
-    for pts in c.points.values():
-        for pt in pts:
-            f = Path(pt.run_dir) / results_io.PROVENANCE if pt.run_dir else None
-            if f is not None and f.is_file():
-                try:
-                    return sched.engine_knobs(results_io.read_json(f))
-                except (OSError, ValueError):  # ResultsFileError is a ValueError: try the next run
-                    continue
-    return {}
 
 
 def assign_costs(cands: list[ConfigCapacity], cfg) -> None:

@@ -122,7 +122,8 @@ def _plan_doc(validation_model="scheduler"):
 def test_validated_error_from_a_plans_validation_or_none(tmp_path):
     from harness.errors import UserError
     from harness.report.plan import modelled_text
-    from protocols.plan.run import mark_modelled, own_model_error, read_model_error
+    from protocols.plan.modelled import read_model_error
+    from protocols.plan.run import mark_modelled, own_model_error
 
     doc = _plan_doc()
     err = own_model_error(doc)
