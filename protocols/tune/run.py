@@ -55,6 +55,7 @@ from harness.experiment_record import experiment_record, run_rows, runs_table, s
 from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
+from harness.report.tune import write_tune_page
 from metrics import model_error, tune_verdict
 from protocols.designs import design_of
 from protocols.experiment import Experiment, check_config
@@ -671,7 +672,8 @@ class Tuner:
                             "tune.best_max_load_under_slo": best["max_load_under_slo"],
                             "tune.best_cost_per_mtok_good": best["cost_per_mtok_good"]})
         return finish_run(self.cfg, self.out, self.mlflow, metrics=metrics, artifacts=(TUNE_FILE,),
-                          end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"))
+                          end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"),
+                          report=lambda: write_tune_page(self.out))
 
 
 def quality_verdict(folder: Path) -> tuple[bool | None, str | None]:

@@ -100,7 +100,7 @@ def _tune(tmp_path, base, py, *extra):
             f"protocol.base_experiment={base}", f"protocol.dynamo_python={py}", "protocol.search_low=1",
             "protocol.search_high=16", "protocol.search_tolerance=0.42", "protocol.screen_requests=20",
             "slo.ttft_ms=1000", "slo.tpot_ms=null", f"output_dir={out}", "mlflow.enabled=false",
-            "report.enabled=false", "progress=false", "quality.enabled=false",
+            "progress=false", "quality.enabled=false",
             "protocol.space={engine.features.max_num_seqs: [4, 8, 16, 32]}", *extra]
     assert main(["run", *argv]) == 0
     return json.loads((out / "tune.json").read_text()), out
@@ -109,7 +109,7 @@ def _tune(tmp_path, base, py, *extra):
 @pytest.mark.slow
 def test_screen_measures_the_finalists_and_confirms_the_winner(tmp_path, setup, capsys):
     base, py, val = setup
-    record, out = _tune(tmp_path, base, py, f"protocol.model_error={val}")
+    record, out = _tune(tmp_path, base, py, f"protocol.model_error={val}", "report.enabled=true")
     s = record["screen"]
     # the ladder: 1 to 16 req/s, each 2^0.5 times the last (tolerance 0.42: ceil(ln 16 / ln 1.42) = 8 steps)
     assert s["rates"] == pytest.approx([2 ** (i / 2) for i in range(9)])
@@ -138,6 +138,11 @@ def test_screen_measures_the_finalists_and_confirms_the_winner(tmp_path, setup, 
         line = next(x for x in printed.splitlines() if x.split()[:2] == [str(by[seqs]["rank"]), str(seqs)])
         assert line.endswith("modelled only, not measured")
     assert "(measured; confirmed by a second measurement" in printed
+    # the page: the result as measured, every screened figure labelled modelled
+    page = (out / "tune.html").read_text()
+    assert "<b>Best (measured): trial 0, engine.features.max_num_seqs=32</b>" in page
+    assert "confirmed by a second measurement" in page and "<b>modelled figures, not measurements</b>" in page
+    assert page.count("modelled only, not measured") == 2 and "the model disagrees with the measurement" in page
     steps = json.loads((out / "experiment.json").read_text())["steps"]
     assert steps[5]["how"].startswith("screened 4 configs on the scheduler model (modelled), measured the 2 finalists")
 
@@ -148,7 +153,8 @@ def test_no_result_without_a_confirmed_measurement(tmp_path, setup, capsys):
     said; without a validated error, no disagreement is judged."""
     base, py, _ = setup
     StubExperiment.confirm_fails = True
-    record, _ = _tune(tmp_path, base, py)
+    record, out = _tune(tmp_path, base, py, "report.enabled=false")
+    assert not (out / "tune.html").exists()
     assert record["best"] is None and record["best_stands_on"] is None
     assert record["best_note"].startswith("trial 0 was the best measured finalist but is not confirmed")
     s = record["screen"]
