@@ -147,3 +147,23 @@ def test_validated_error_from_a_plans_validation_or_none(tmp_path):
     mark_modelled(ps, None)
     assert ps["plans"][0]["configs"]["a4"]["modelled"]["validated"] == "not validated"
     assert "(modelled, never run: not validated;" in ps["plans"][0]["cheapest"]["verdict"]
+
+
+def test_the_console_never_prints_a_modelled_config_as_measured(capsys):
+    from protocols.plan.record import PLAN_METRICS, config_entry
+    from protocols.plan.run import print_plan
+
+    point = {m: 1.0 for m in PLAN_METRICS}
+    common = {"metrics": config_entry(point, [], 0.95), "meets_slo": True, "outside_measurements": False,
+              "replica_model": {"model": "scheduler"}}
+    modelled = {"base": "a", "knobs": {"max_num_seqs": 4, "enable_prefix_caching": False},
+                "validated": "not validated"}
+    doc = {"plans": [{"variant": "base", "slo": {"ttft_ms": 500.0, "percentile": 99},
+                      "configs": {"a": {**common, "source": "measured"},
+                                  "a4": {**common, "source": "modelled", "modelled": modelled}},
+                      "skipped": {}, "cheapest": {"verdict": "v"}}], "warnings": []}
+    print_plan(doc)
+    lines = {x.split(":")[0].strip(): x for x in capsys.readouterr().out.splitlines() if ":" in x}
+    assert lines["a4"].endswith("[modelled, never run: a with max_num_seqs=4, enable_prefix_caching=false; not "
+                                "validated]  [replicas: the engine's scheduler]")
+    assert "modelled" not in lines["a"]
