@@ -153,3 +153,19 @@ def relative_differences(pick: Draws, runner_up: Draws, max_pairs: int = 1_000_0
         ia = rng.choice(na, size=max_pairs, p=pick.weights)
         ib = rng.choice(nb, size=max_pairs, p=runner_up.weights)
         return pick.values[ia] / runner_up.values[ib] - 1.0, np.full(max_pairs, 1.0 / max_pairs)
+
+
+def runner_up_text(verdict: dict) -> str:
+    """A plan verdict's ``runner_up_cheaper`` (``protocols.plan.record.cheapest``) as the console
+    and the page say it; where there is no probability, why (never a NaN printed as a number)."""
+    r = verdict.get("runner_up_cheaper") or {}
+    p = r.get("probability")
+    if p is None:
+        return r.get("why") or "no probability stated"
+    se = r.get("standard_error")
+    cases = r.get("model_error_cases") or {}
+    model = ", ".join(f"{n} {k} case{'s' if k != 1 else ''}" for n, k in cases.items() if k)
+    return (f"chance that {r['runner_up']} is in fact the cheaper at the SLO: {p:.1%}"
+            + (f" ± {se:.1%} (resample error)" if se else "")
+            + (f", over the capacity's resamples and the model's held-out error ({model})" if model
+               else ", over the capacity's resamples alone (no held-out model error)"))
