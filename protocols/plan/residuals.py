@@ -11,7 +11,8 @@ The file is JSON, one of two shapes:
 A record is one metric of one validation case: ``{"case": NAME, "metric": KEY, "predicted": x,
 "measured": y}`` and, where the file gives no model, ``"model"``: the replica model that made
 the prediction (``processor_sharing`` or ``scheduler``, ``protocols.plan.scheduler``).  Other keys
-(``error``, ``error_kind``, ``within``) are ignored: the error is recomputed from the two values.
+(``error``, ``error_kind``, ``within``) are ignored: the error is recomputed from the two values;
+a record whose value is null or NaN (a metric the case could not compute) is left out, with a note.
 A case's cost factor (``metrics.plan_pick.cost_factor``) reads ``paid_replica_seconds`` and the
 first of ``good_output_throughput``, ``goodput_rps``, ``slo_attainment``; latencies are kept for
 the record.  Those metrics need a predicted value above 0 (and a measured one at least 0, above
@@ -104,6 +105,7 @@ def read_residuals(path: str) -> Residuals:
         raise bad("(top)", f"expected an object with `residuals` (a list of records) or a list of records, "
                            f"got {type(doc).__name__}")
     cases: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    skipped: list[str] = []
     for i, r in enumerate(records):
         key = f"residuals[{i}]"
         if not isinstance(r, dict):
@@ -116,12 +118,21 @@ def read_residuals(path: str) -> Residuals:
         for name in ("case", "metric"):
             if not isinstance(r.get(name), str) or not r[name]:
                 raise bad(f"{key}.{name}", "missing" if name not in r else f"expected a name, got {r[name]!r}")
-        vals = []
+        vals, undefined = [], []
         for name in ("predicted", "measured"):
-            v = r.get(name)
+            if name not in r:
+                raise bad(f"{key}.{name}", "missing")
+            v = r[name]
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                undefined.append(name)      # a metric the case could not compute (no TPOT, say)
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise bad(f"{key}.{name}", f"expected a finite number, got {v!r}")
             vals.append(float(v))
+        if undefined:
+            skipped.append(f"{key} (case {r['case']!r}, {r['metric']}): {' and '.join(undefined)} undefined: "
+                           "left out")
+            continue
         metric = r["metric"]
         if metric in (*GOOD_METRICS, PAID_METRIC):
             if vals[0] <= 0:
@@ -134,6 +145,6 @@ def read_residuals(path: str) -> Residuals:
         if metric in got:
             raise bad(key, f"case {r['case']!r} has {metric} twice (model {model})")
         got[metric] = (vals[0], vals[1])
-    notes = [f"case {case!r} ({model}): no good output metric ({', '.join(GOOD_METRICS)}): not in the cost's "
+    notes = skipped + [f"case {case!r} ({model}): no good output metric ({', '.join(GOOD_METRICS)}): not in the cost's "
              "model error" for (model, case), m in cases.items() if cost_factor(m) is None]
     return Residuals(path=str(path), source=source, held_out=held_out, cases=cases, notes=notes)

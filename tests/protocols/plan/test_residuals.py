@@ -63,6 +63,8 @@ def test_the_object_form_gives_the_model_once_and_skips_latency_only_cases(tmp_p
      "residuals[0].case: missing"),
     ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": "x", "measured": 1}]},
      "residuals[0].predicted: expected a finite number"),
+    ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "measured": 1}]},
+     "residuals[0].predicted: missing"),
     ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 0, "measured": 1}]},
      "residuals[0].predicted: 0 must be above 0"),
     ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 1, "measured": -1}]},
@@ -82,3 +84,14 @@ def test_a_bad_file_is_one_error_naming_the_file_and_field(tmp_path, doc, needle
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(UserError, match="protocol.residuals=.*nowhere.json: missing"):
         read_residuals(str(tmp_path / "nowhere.json"))
+
+
+def test_an_undefined_value_leaves_its_record_out_with_a_note(tmp_path):
+    # as a validation script writes a metric it could not compute (json.dump's NaN, or null)
+    path = write(tmp_path, '[{"case": "a", "metric": "p90_tpot_ms", "predicted": NaN, "measured": 3.0, '
+                           '"model": "scheduler"}, {"case": "a", "metric": "goodput_rps", "predicted": null, '
+                           '"measured": 1.0, "model": "scheduler"}, {"case": "a", "metric": "slo_attainment", '
+                           '"predicted": 0.9, "measured": 0.75, "model": "scheduler"}]')
+    r = read_residuals(path)
+    assert r.factors("scheduler").values == pytest.approx([1.2])    # attainment: goodput undefined
+    assert [n.split(" ")[0] for n in r.notes] == ["residuals[0]", "residuals[1]"]
