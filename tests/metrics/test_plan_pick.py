@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metrics.plan_pick import Draws, cost_factor, joint, relative_differences, runner_up_cheaper
 
@@ -123,3 +125,24 @@ def test_too_many_pairs_are_drawn_by_weight_with_a_seed():
 def test_draws_carry_whether_they_are_random():
     assert isinstance(joint([1.0], [1.0], []), Draws)
     assert joint([1.0], [1.0], [], random=True).random is True
+
+
+def _by_hand(a, wa, qa, b, wb, qb) -> float:
+    """P(runner-up cheaper) as the formula reads: every pair of joint resamples, ties half."""
+    ja = [(y * q, w / len(qa or [1.0])) for y, w in zip(a, wa) for q in (qa or [1.0])]
+    jb = [(y * q, w / len(qb or [1.0])) for y, w in zip(b, wb) for q in (qb or [1.0])]
+    num = sum(x * z * (1.0 if yb < ya else 0.5 if yb == ya else 0.0) for ya, x in ja for yb, z in jb)
+    return num / (sum(x for _, x in ja) * sum(z for _, z in jb))
+
+
+costs = st.lists(st.tuples(st.sampled_from([0.5, 1.0, 1.25, 2.0, 3.0]), st.integers(1, 5)), min_size=1, max_size=6)
+facs = st.lists(st.sampled_from([0.8, 1.0, 1.25, 2.0]), max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(costs, facs, costs, facs)
+def test_the_probability_agrees_with_the_formula_by_hand(a, qa, b, qb):
+    ya, wa = [c for c, _ in a], [w / sum(x for _, x in a) for _, w in a]
+    yb, wb = [c for c, _ in b], [w / sum(x for _, x in b) for _, w in b]
+    got = runner_up_cheaper(joint(ya, wa, qa), joint(yb, wb, qb))["probability"]
+    assert got == pytest.approx(_by_hand(ya, wa, qa, yb, wb, qb), abs=1e-12)
