@@ -1,5 +1,5 @@
 """The chance a fleet plan's pick is wrong: its cheapest config at an SLO against the runner-up,
-with the capacity measurements' uncertainty and the model's held-out error together.
+with the capacity measurements' uncertainty and the model's validation error together.
 
 A candidate's cost at the SLO is its plan's ``cost_per_mtok_good`` (``metrics.fleet``,
 ``metrics.cost``).  Two things make it uncertain:
@@ -7,7 +7,7 @@ A candidate's cost at the SLO is its plan's ``cost_per_mtok_good`` (``metrics.fl
 - **the capacity**: the plan's block resamples of the candidate's measured runs
   (``protocols.plan.capacity.resamples``), resample i with cost y_i and weight w_i
   (Σ w_i = 1): the exact bootstrap enumeration, or random draws of equal weight;
-- **the model**: its residuals on held-out validation cases (a real run against the plan's
+- **the model**: its residuals on validation cases (held out, ideally) (a real run against the plan's
   prediction of it), one factor per case c of the candidate's replica model,
 
       q_c = (P_meas / P_pred) x (G_pred / G_meas)          (``cost_factor``)
@@ -167,5 +167,5 @@ def runner_up_text(verdict: dict) -> str:
     model = ", ".join(f"{n} {k} case{'s' if k != 1 else ''}" for n, k in cases.items() if k)
     return (f"chance that {r['runner_up']} is in fact the cheaper at the SLO: {p:.1%}"
             + (f" ± {se:.1%} (resample error)" if se else "")
-            + (f", over the capacity's resamples and the model's held-out error ({model})" if model
-               else ", over the capacity's resamples alone (no held-out model error)"))
+            + (f", over the capacity's resamples and the model's validation residuals ({model})" if model
+               else ", over the capacity's resamples alone (no validation residuals of its model)"))

@@ -58,7 +58,7 @@ def plan_tables(doc: dict) -> str:
                              for n in names]
         rows = [[esc(label)] + [esc(_est(_metric(plan["configs"][n]["metrics"], k))) for n in names]
                 for k, label in ROWS]
-        rows.append([esc("cost / M good tok, with the model's held-out error")] +
+        rows.append([esc("cost / M good tok, with the model's validation residuals")] +
                     [esc(_with_model(plan["configs"][n])) for n in names])
         rows.append([esc("meets the SLO")] + [esc(fmt(plan["configs"][n]["meets_slo"])) for n in names])
         rows.append([esc("scale-ups / downs")] + [esc(f"{plan['configs'][n]['scale_ups']} / "
@@ -80,12 +80,13 @@ def _with_model(entry: dict) -> str:
     me = entry.get("model_error") or {}
     if iv:
         k = len(me.get("cases") or [])
-        return f"[{fmt(iv[0])}, {fmt(iv[1])}] ({k} held-out case{'s' if k != 1 else ''} of {me.get('model')})"
+        return f"[{fmt(iv[0])}, {fmt(iv[1])}] ({k} validation case{'s' if k != 1 else ''} of {me.get('model')})"
     return me.get("why", "")
 
 
 def model_error_html(doc: dict) -> str:
-    """The model's held-out residuals the verdicts folded in (plan.json's ``model_error``)."""
+    """The model's validation residuals the verdicts folded in (plan.json's ``model_error``), and
+    whether they were held out."""
     me = doc.get("model_error")
     if not me:
         return ""
@@ -102,7 +103,7 @@ def model_error_html(doc: dict) -> str:
     notes = "".join(f"<li>{esc(n)}</li>" for n in me.get("notes", []))
     return (f"<p>{esc(me['file'])}: {esc(me.get('source') or 'no source stated')} ({esc(held)}).</p>"
             "<p>Each verdict's interval and its chance that the runner-up is the cheaper are over joint "
-            "resamples: every block resample of a config's capacity times every held-out cost factor of its "
+            "resamples: every block resample of a config's capacity times every validation case's cost factor of its "
             "replica model (measured over predicted cost per good token).</p>"
             + table(["replica model", "case", "cost factor (measured / predicted)",
                      "relative error (predicted - measured) / measured"], rows, "model_error")
@@ -270,7 +271,7 @@ def write_plan_page(folder: str | Path) -> Path:
     sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),
                 ("timeline", "Over the window", "".join(by.get("timeline", []))),
                 ("cost", "Cost", "".join(by.get("cost", []))),
-                ("model_error", "The model's held-out error", model_error_html(doc)),
+                ("model_error", "The model's error on validation", model_error_html(doc)),
                 ("validation", "Validation against a real replay", validation_html(doc)),
                 ("estimates", "Estimated capacity beside the roofline", estimates_html(doc)),
                 ("capacity", "Capacity measurements", "".join(by.get("capacity", []))),

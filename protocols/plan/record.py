@@ -9,7 +9,7 @@ is the capacity's alone).  The cheapest config at an SLO is the one with the low
 million good output tokens among those whose plan meets the SLO, when the relative
 difference to the runner-up over all pairs of their joint resamples has an interval that
 excludes zero and a point estimate beyond ``protocol.min_effect``; else "no significant
-difference".  A joint resample is a block resample times one of the model's held-out cost
+difference".  A joint resample is a block resample times one of the model's validation cost
 factors (``protocol.residuals``, ``protocols.plan.residuals``; none: the capacity's alone),
 and the verdict states the probability that the runner-up is in fact the cheaper at the SLO
 over the same pairs (``metrics.plan_pick``).
@@ -71,7 +71,7 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
              random: dict[str, bool] | None = None) -> dict:
     """The cheapest config meeting the SLO (module doc), with the relative cost difference to
     the runner-up over every pair of joint resamples and the probability that the runner-up is
-    the cheaper.  ``factors``: per config, the model's held-out cost factors (none: no model
+    the cheaper.  ``factors``: per config, the model's validation cost factors (none: no model
     error); ``random``: per config, whether its block resamples are random draws (their
     resample error is stated) rather than the exact enumeration."""
     factors, random = factors or {}, random or {}
@@ -108,7 +108,7 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
     chance = runner_up_cheaper(da, db) if iv is not None else {"probability": None, "standard_error": None}
     out["runner_up_cheaper"] = {
         "pick": a, "runner_up": b, **chance, "model_error_cases": cases,
-        "what": f"the weight of the joint resamples (block resamples x the model's held-out cost factors) in "
+        "what": f"the weight of the joint resamples (block resamples x the model's validation cost factors) in "
                 f"which {b}'s cost_per_mtok_good is below {a}'s, ties half (metrics.plan_pick.runner_up_cheaper)"}
     if chance["probability"] is None:
         out["runner_up_cheaper"]["why"] = "no capacity resamples (protocol.resamples=0 or one block): no probability"
@@ -134,7 +134,7 @@ def _draws(resampled: list[tuple[dict, float]], factors: list[float], random: bo
 def model_error_interval(resampled: list[tuple[dict, float]], factors: list[float],
                          confidence: float) -> list[float] | None:
     """A config's cost per million good tokens over its joint resamples (block resamples x the
-    model's held-out cost factors, ``metrics.plan_pick.joint``); None without factors or resamples."""
+    model's validation cost factors, ``metrics.plan_pick.joint``); None without factors or resamples."""
     if not factors:
         return None
     d = _draws(resampled, factors)
