@@ -121,7 +121,7 @@ def test_no_experiment_is_an_error(tmp_path):
 def test_a_bad_residuals_file_is_named_before_any_simulation(tmp_path, experiment):
     bad = tmp_path / "res.json"
     bad.write_text('{"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 1}]}')
-    with pytest.raises(UserError, match=r"protocol.residuals=.*res.json: residuals\[0\].measured: expected a finite"):
+    with pytest.raises(UserError, match=r"protocol.residuals=.*res.json: residuals\[0\].measured: missing"):
         _plan(tmp_path, experiment, "protocol.resamples=0", f"protocol.residuals={bad}")
 
 
