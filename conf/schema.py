@@ -572,6 +572,12 @@ class PlanProtocol:
     dynamo_python: Optional[str] = None
     # a real replay's run folder (load=trace, deployment.autoscale.enabled): the plan's error against it
     validate: Optional[str] = None
+    # fold the model's held-out error (protocol.residuals) into the cheapest-config verdict beside the
+    # capacity's block resamples; false: the capacity's resamples alone
+    model_error: bool = True
+    # the model's residuals on validation cases (a JSON file, docs/protocols/plan.md); null: the shipped
+    # protocols/plan/residuals.json (the two validation replays of docs/measured/plan.md)
+    residuals: Optional[str] = None
     seed: int = 0
     # configs whose capacity aiconfigurator estimates (hardware not at hand), beside the measured ones
     estimates: List[PlanEstimate] = field(default_factory=list)
