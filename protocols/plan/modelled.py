@@ -18,6 +18,9 @@ sum(E2EL) / (last completion - first arrival) / replicas.  So its capacity under
 (``ConfigCapacity.max_load``) and its fleet simulation come from the model alone, on the same
 loads and blocks the base was measured at.
 
+The knobs the base's runs recorded: ``recorded_knobs``; the validated error beside a modelled
+figure: ``residuals_error`` (the scheduler's cases of ``protocol.residuals``).
+
 The tune's screen (``ladder_capacity``): a request mix (the base's completed requests) replayed
 at a ladder of rates, each rate one point of ``requests`` requests (arrivals evenly spaced for
 ``load=constant``, else Poisson, seeded).
@@ -32,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 from harness import results_io
-from harness.errors import UserError
 from metrics.model_error import validated_error
 from protocols.plan.capacity import ConfigCapacity, OperatingPoint, run_requests
 from protocols.plan.scheduler import KNOBS, SchedulerModel, engine_knobs
@@ -83,28 +85,19 @@ def recorded_knobs(c: ConfigCapacity) -> dict:
     return {}
 
 
-def read_model_error(path: str | None) -> dict | None:
-    """The scheduler model's validated error from ``protocol.model_error`` (a plan.json holding
-    a validation of a candidate on the scheduler model; ``metrics.model_error``)."""
-    if not path:
+def residuals_error(residuals) -> dict | None:
+    """The scheduler model's validated error (``metrics.model_error.validated_error``) from a
+    residuals file's scheduler cases (``protocols.plan.residuals``: per case and metric, error =
+    predicted / measured - 1); None where it has none.  Its source says whether the file calls
+    its cases held out."""
+    if residuals is None:
         return None
-    f = Path(path)
-    f = f / "plan.json" if f.is_dir() else f
-    if not f.is_file():
-        raise UserError(f"protocol.model_error={path}: no plan.json there")
-    doc = results_io.read_json(f)
-    val = doc.get("validation")
-    if not val:
-        raise UserError(f"protocol.model_error={path}: that plan holds no validation (a plan run with "
-                        "protocol.validate=RUN_DIR)")
-    model = ((doc.get("candidates") or {}).get(val.get("config")) or {}).get("replica_model") or {}
-    if model.get("model") != "scheduler":
-        raise UserError(f"protocol.model_error={path}: its validation is of {val.get('config')} on "
-                        f"{model.get('model', 'processor_sharing')}, not on the scheduler model")
-    err = validated_error(val.get("rows"), f"{f}: {val.get('config')} against {val.get('run')}")
-    if err is None:
-        raise UserError(f"protocol.model_error={path}: its validation has no row of the request metrics")
-    return err
+    rows = [{"metric": metric, "error": p / y - 1}
+            for (model, _case), metrics in residuals.cases.items() if model == "scheduler"
+            for metric, (p, y) in metrics.items() if y]
+    held = {True: "held out", False: "not held out"}.get(residuals.held_out, "held out or not: unsaid")
+    cases = sorted({case for model, case in residuals.cases if model == "scheduler"})
+    return validated_error(rows, f"{residuals.path}: {len(cases)} scheduler case(s), {held}")
 
 
 def describe_knobs(knobs: dict) -> str:

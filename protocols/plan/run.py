@@ -10,7 +10,9 @@ source, sized and priced from finished experiments' measured capacity; no engine
    per candidate its capacity under each SLO (the policy's ``capacity_rps`` unless set) and
    its cold start.
 3. One simulation per (SLO or variant, candidate) on every block's runs, and one per block
-   resample (``protocols.plan.capacity.resamples``), in parallel processes.
+   resample (``protocols.plan.capacity.resamples``), in parallel processes.  The verdict folds
+   in the model's held-out error beside them (``protocol.residuals``, ``protocols.plan.residuals``;
+   ``metrics.plan_pick``) and states the chance that the runner-up is the cheaper.
 4. plan.json (``protocols.plan.record``) and plan.html (``harness.report.plan``); with
    ``protocol.validate=RUN_DIR`` also the prediction's error against a real replay
    (``protocols.plan.validation``).
@@ -36,12 +38,15 @@ from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million
+from metrics.plan_pick import runner_up_text
 from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
-from protocols.plan.modelled import read_model_error, recorded_knobs
+from protocols.plan.modelled import recorded_knobs, residuals_error
+from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
+from protocols.plan.residuals import Residuals, read_residuals
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = "plan.json"
@@ -53,13 +58,17 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / ("plan-" + results_io.new_run_id()))
     started = time.time()
     cands = candidates(p)
+    residuals = read_model_error(p)       # a bad file fails before any simulation
     assign_costs(cands, cfg)
     if p.calibrate:
         for c in cands:
             c.corrections = calibrate(c, seed=int(p.seed))
     models = replica_models(p, cands)
     cands += modelled_candidates(p, cands, models)
-    model_err = read_model_error(p.model_error)
+    # the validated error beside modelled configs: the scheduler's cases in the residuals (read for
+    # them even where protocol.model_error=false keeps the verdict on the capacity's resamples alone)
+    model_err = residuals_error(residuals if residuals is not None or not p.modelled else
+                                read_residuals(str(p.residuals) if p.residuals else RESIDUALS_DEFAULT))
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
@@ -129,12 +138,24 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                          timeline=point["timeline"], decisions=point["decisions"],
                          resamples=len(rs), warnings=keep_up(point, entry["policy"]))
             warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
-        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect))
+        factors = {}
+        for name, entry in plan["configs"].items():
+            entry["model_error"] = model_error_for(residuals, entry["replica_model"]["model"])
+            # each block resample's cost and weight: the verdict's probability recomputes from these
+            entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
+            factors[name] = entry["model_error"]["factors"]
+            entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
+                resampled[name], factors[name], float(p.confidence))
+        random = {c.name: random_draws(len(c.blocks), int(p.resamples)) for c in cands}
+        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect),
+                                           factors=factors, random=random)
     doc = {"kind": "plan", "output_dir": str(out), "created_unix": started, "elapsed_s": None,
            "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
            "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
            "candidates": {c.name: {**describe_candidate(c), "replica_model": models[c.name][0]} for c in cands},
            "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
+           "model_error": ({"applied": True, **residuals.describe()} if residuals is not None else
+                           {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
            "warnings": sorted(set(warnings)),
            "overrides": list(overrides or [])}
     if p.validate:
@@ -253,6 +274,34 @@ def candidates(p) -> list[ConfigCapacity]:
                             f"({', '.join(sorted(known))})")
         out = [c for c in out if c.name in want]
     return out
+
+
+def read_model_error(p) -> Residuals | None:
+    """The model's held-out residuals (``protocol.residuals``, null: the shipped default), or None
+    where ``protocol.model_error=false``."""
+    if not p.model_error:
+        return None
+    return read_residuals(str(p.residuals) if p.residuals else RESIDUALS_DEFAULT)
+
+
+def model_error_for(residuals: Residuals | None, model: str) -> dict:
+    """A plan config's model error: its replica model's held-out cases and their cost factors
+    (``metrics.plan_pick.cost_factor``), or why it has none (its verdict then stands on the
+    capacity's resamples alone)."""
+    if residuals is None:
+        return {"model": model, "cases": [], "factors": [], "why": "protocol.model_error=false"}
+    f = residuals.factors(model)
+    out = {"model": model, "cases": f.cases, "factors": f.values, "file": residuals.path,
+           "held_out": residuals.held_out}
+    if not f.values:
+        out["why"] = f"no held-out case of the {model} model in {residuals.path}: the capacity's resamples alone"
+    return out
+
+
+def random_draws(blocks: int, limit: int) -> bool:
+    """Whether ``protocols.plan.capacity.resamples`` draws at random (more distinct multisets of
+    ``blocks`` blocks than ``limit``) rather than enumerating the exact bootstrap."""
+    return blocks > 1 and limit > 0 and math.comb(2 * blocks - 1, blocks) > limit
 
 
 def estimated(p) -> list[ConfigCapacity]:
@@ -606,12 +655,16 @@ def print_plan(doc: dict) -> None:
                     f"  [{modelled_text(e['modelled'])}]" if e.get("source") == "modelled" else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
+            with_model = m["cost_per_mtok_good"].get("interval_with_model_error")
+            model_iv = (f" (with the model's error [{with_model[0]:.4g}, {with_model[1]:.4g}])"
+                        if with_model else "")
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "
-                  f"{_est(m, 'cost_per_mtok_good', '{:.4g}')} per M good tok, replicas peak "
+                  f"{_est(m, 'cost_per_mtok_good', '{:.4g}')}{model_iv} per M good tok, replicas peak "
                   f"{m['replicas_max']['value']} mean {_est(m, 'replicas_mean', '{:.2f}')}"
                   f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}{sched_mark}")
         for name, why in plan["skipped"].items():
             print(f"  {name}: not planned: {why}")
         print(f"  -> {plan['cheapest']['verdict']}")
+        print(f"     {runner_up_text(plan['cheapest'])}")
     for w in doc["warnings"]:
         print(f"warning: {w}")

@@ -59,7 +59,9 @@ from harness.report.tune import write_tune_page
 from metrics import model_error, tune_verdict
 from protocols.designs import design_of
 from protocols.experiment import Experiment, check_config
-from protocols.plan.modelled import read_model_error
+from protocols.plan.modelled import residuals_error
+from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
+from protocols.plan.residuals import read_residuals
 from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan, screen
 from protocols.tune.plan import finalists_table, screen_table
@@ -72,7 +74,7 @@ STUDY_FILE = "study.db"  # Optuna's storage: the study a rerun with the same out
 BASE_FILE = "tune_base.json"
 # Protocol keys that steer the search, not what a trial measures: changing them keeps the trials.
 SEARCH_ONLY = ("space", "trials", "objective", "sampler", "startup_trials", "seed", "dry_run", "screen", "finalists",
-               "base_experiment", "profile", "dynamo_python", "screen_requests", "confirm", "model_error")
+               "base_experiment", "profile", "dynamo_python", "screen_requests", "confirm", "residuals")
 CONFIRM_DIR = "confirm"  # screen=model: the winner measured a second time
 # Keys that change how results are shown or logged, not what is measured.
 PRESENTATION = ("output_dir", "resume", "mlflow", "report", "progress")
@@ -122,7 +124,7 @@ class Tuner:
         if self.screening:  # the budget of measurements: the finalists
             self.trials = min(int(p.finalists), self.grid)
         self.screened: dict | None = None   # screen=model: the model's ranking (protocols.tune.screen)
-        self.model_error: dict | None = None
+        self.validated: dict | None = None
         self.out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / results_io.new_run_id())
         self.space = plan.search_space(self.knobs, grid=self.grid is not None)
         self.sampler = plan.describe_sampler(str(p.sampler), self.seed, p.startup_trials)
@@ -275,7 +277,8 @@ class Tuner:
             print(f"resuming {self.out}: {len(done)} trial(s) already evaluated are read back, not run again",
                   flush=True)
         if self.screening:
-            self.model_error = read_model_error(self.cfg.protocol.model_error)
+            given = self.cfg.protocol.residuals
+            self.validated = residuals_error(read_residuals(str(given) if given else RESIDUALS_DEFAULT))
             self.screened = screen.screen(self.cfg, self.knobs)
             results_io.write_json(self.out / screen.SCREEN_FILE, self.screened)
             print(screen_table(self.screened), flush=True)
@@ -454,7 +457,7 @@ class Tuner:
         measured and confirmed (None where no result stands) and the note on it."""
         p = self.cfg.protocol
         objective = str(p.objective)
-        bound = (self.model_error or {}).get("bound")
+        bound = (self.validated or {}).get("bound")
         tol = float(p.search_tolerance)
         modelled = {_key(c["params"]): c for c in self.screened["configs"]}
         by = {_key(t["params"]): t for t in trials}
@@ -487,7 +490,7 @@ class Tuner:
                                 "not judged: the model is not validated"))
             rows.append(row)
         rec = {k: v for k, v in self.screened.items() if k != "finalists"}
-        rec.update(validated_error=self.model_error, validated=model_error.describe(self.model_error),
+        rec.update(validated_error=self.validated, validated=model_error.describe(self.validated),
                    finalists=rows, disagreeing=[r["trial"] for r in rows if r["disagrees"]])
         best = tune_verdict.best_trial(trials, objective)
         note = None

@@ -82,13 +82,11 @@ def setup(tmp_path, monkeypatch):
     py = tmp_path / "py.sh"
     py.write_text(f"#!/bin/sh\nexec {sys.executable} {worker} \"$@\"\n")
     py.chmod(0o755)
-    # a plan whose validation of the scheduler model is 9 % off at worst
-    val = tmp_path / "validated"
-    val.mkdir()
-    (val / "plan.json").write_text(json.dumps({
-        "candidates": {"a": {"replica_model": {"model": "scheduler"}}},
-        "validation": {"config": "a", "run": "RUN", "rows": [{"metric": "p90_ttft_ms", "error": 0.09},
-                                                              {"metric": "goodput_rps", "error": -0.03}]}}))
+    # residuals of the scheduler model, 9 % off at worst
+    val = tmp_path / "residuals.json"
+    val.write_text(json.dumps({"held_out": True, "residuals": [
+        {"model": "scheduler", "case": "c", "metric": "p90_ttft_ms", "predicted": 109.0, "measured": 100.0},
+        {"model": "scheduler", "case": "c", "metric": "goodput_rps", "predicted": 9.7, "measured": 10.0}]}))
     return base, py, val
 
 
@@ -109,7 +107,7 @@ def _tune(tmp_path, base, py, *extra):
 @pytest.mark.slow
 def test_screen_measures_the_finalists_and_confirms_the_winner(tmp_path, setup, capsys):
     base, py, val = setup
-    record, out = _tune(tmp_path, base, py, f"protocol.model_error={val}", "report.enabled=true")
+    record, out = _tune(tmp_path, base, py, f"protocol.residuals={val}", "report.enabled=true")
     s = record["screen"]
     # the ladder: 1 to 16 req/s, each 2^0.5 times the last (tolerance 0.42: ceil(ln 16 / ln 1.42) = 8 steps)
     assert s["rates"] == pytest.approx([2 ** (i / 2) for i in range(9)])

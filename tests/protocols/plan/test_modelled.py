@@ -119,31 +119,39 @@ def _plan_doc(validation_model="scheduler"):
                                                                   {"metric": "p90_ttft_ms", "error": 0.09}]}}
 
 
-def test_validated_error_from_a_plans_validation_or_none(tmp_path):
-    from harness.errors import UserError
+def test_validated_error_from_the_residuals_or_the_plans_validation(tmp_path):
     from harness.report.plan import modelled_text
-    from protocols.plan.modelled import read_model_error
+    from protocols.plan.modelled import residuals_error
+    from protocols.plan.residuals import read_residuals
     from protocols.plan.run import mark_modelled, own_model_error
 
+    f = tmp_path / "residuals.json"
+    f.write_text(json.dumps({"held_out": True, "residuals": [
+        {"model": "scheduler", "case": "heavy", "metric": "goodput_rps", "predicted": 9.3, "measured": 10.0},
+        {"model": "scheduler", "case": "heavy", "metric": "p90_ttft_ms", "predicted": 110.0, "measured": 100.0},
+        {"model": "processor_sharing", "case": "heavy", "metric": "p90_ttft_ms", "predicted": 160.0,
+         "measured": 100.0}]}))
+    err = residuals_error(read_residuals(str(f)))
+    # the scheduler's cases only: -7 % and +10 %; processor sharing's +60 % is another model's
+    assert err["bound"] == pytest.approx(0.10) and err["metric"] == "p90_ttft_ms"
+    assert err["source"] == f"{f}: 1 scheduler case(s), held out"
     doc = _plan_doc()
-    err = own_model_error(doc)
-    assert err["bound"] == pytest.approx(0.09) and err["metric"] == "p90_ttft_ms"
-    (tmp_path / "plan.json").write_text(json.dumps(doc))
-    assert read_model_error(str(tmp_path)) == {**err, "source": f"{tmp_path / 'plan.json'}: a against RUN"}
     mark_modelled(doc, err)
     m = doc["plans"][0]["configs"]["a4"]["modelled"]
-    assert m["validated"] == "validated error ±9% (worst: p90_ttft_ms; this plan's validation: a against RUN)"
-    assert modelled_text(m) == ("modelled, never run: a with max_num_seqs=4; validated error ±9% (worst: "
-                                "p90_ttft_ms; this plan's validation: a against RUN)")
+    assert m["validated"] == f"validated error ±10% (worst: p90_ttft_ms; {f}: 1 scheduler case(s), held out)"
+    assert modelled_text(m) == f"modelled, never run: a with max_num_seqs=4; {m['validated']}"
     # a cheapest verdict on a config never run says so
     assert doc["plans"][0]["cheapest"]["modelled"] is True
-    assert "(modelled, never run: validated error ±9%" in doc["plans"][0]["cheapest"]["verdict"]
-    # a validation of processor sharing does not validate the scheduler model
+    assert "(modelled, never run: validated error ±10%" in doc["plans"][0]["cheapest"]["verdict"]
+    # without scheduler cases: the plan's own validation of a candidate on the scheduler, else none
+    none = tmp_path / "ps.json"
+    none.write_text(json.dumps([{"model": "processor_sharing", "case": "x", "metric": "goodput_rps",
+                                 "predicted": 1.0, "measured": 2.0}]))
+    assert residuals_error(read_residuals(str(none))) is None and residuals_error(None) is None
+    own = own_model_error(_plan_doc())
+    assert own["bound"] == pytest.approx(0.09) and own["source"] == "this plan's validation: a against RUN"
     ps = _plan_doc("processor_sharing")
-    assert own_model_error(ps) is None
-    (tmp_path / "plan.json").write_text(json.dumps(ps))
-    with pytest.raises(UserError, match="not on the scheduler model"):
-        read_model_error(str(tmp_path))
+    assert own_model_error(ps) is None     # a validation of processor sharing does not validate the scheduler
     mark_modelled(ps, None)
     assert ps["plans"][0]["configs"]["a4"]["modelled"]["validated"] == "not validated"
     assert "(modelled, never run: not validated;" in ps["plans"][0]["cheapest"]["verdict"]
