@@ -249,9 +249,12 @@ class Tuner:
     def describe(self) -> str:
         p = self.cfg.protocol
         closed = self.cfg.load.kind == "concurrency"
-        lines = [f"tune: {self.trials} suggestions ({p.sampler} sampler, seed {self.seed}"
-                 + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
-                    else "") + (f"; the grid has {self.grid} configs" if self.grid else "")
+        how = (f"tune: the grid's {self.grid} configs screened on the scheduler model (modelled), the {self.trials} "
+               f"best measured, the winner measured again (seed {self.seed}" if self.screening else
+               f"tune: {self.trials} suggestions ({p.sampler} sampler, seed {self.seed}"
+               + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
+                  else "") + (f"; the grid has {self.grid} configs" if self.grid else ""))
+        lines = [how
                  + f") over {len(self.knobs)} knob(s); objective {p.objective} "
                  f"({tune_verdict.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
                  + ("users" if closed else "requests/s") + f" in [{p.search_low or 'from the load points'}, "
@@ -260,7 +263,8 @@ class Tuner:
             lines.append(f"  {k.key}: " + (f"{list(k.choices)}" if k.choices is not None else
                                           f"{'int' if k.integer else 'float'} {k.low}..{k.high}"
                                           + (" log" if k.log else "") + (f" step {k.step}" if k.step else "")))
-        lines.append(f"sampler: {self.sampler}; study: {self.out / STUDY_FILE}")
+        lines.append(f"screen: {self.out / screen.SCREEN_FILE}; base {p.base_experiment}" if self.screening else
+                     f"sampler: {self.sampler}; study: {self.out / STUDY_FILE}")
         lines.append(f"would write to {self.out} (trials in {self.out / TRIALS_DIR}/<n>/)")
         return "\n".join(lines)
 
