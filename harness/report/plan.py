@@ -54,6 +54,8 @@ def plan_tables(doc: dict) -> str:
         names = list(plan["configs"])
         head = ["metric"] + [n + (f" ({plan['configs'][n]['source']})"
                                   if plan["configs"][n].get("source") in ("estimated", "emulated") else
+                                  f" ({modelled_text(plan['configs'][n]['modelled'])})"
+                                  if plan["configs"][n].get("source") == "modelled" else
                                   " (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
                              for n in names]
         rows = [[esc(label)] + [esc(_est(_metric(plan["configs"][n]["metrics"], k))) for n in names]
@@ -243,13 +245,20 @@ def figures(doc: dict) -> list[style.Fig]:
     return figs
 
 
+def modelled_text(m: dict) -> str:
+    """A modelled config (plan.json's ``modelled``): never run, its base and knobs, and the
+    scheduler model's validated error or "not validated"."""
+    knobs = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in m["knobs"].items())
+    return f"modelled, never run: {m['base']} with {knobs}; {m.get('validated', 'not validated')}"
+
+
 def replica_model_text(c: dict) -> str:
     """Which model served a candidate's replicas in the plan, and why (plan.json's
     ``candidates[NAME].replica_model``; a plan from before it: processor sharing)."""
     m = c.get("replica_model") or {"model": "processor_sharing", "reason": "not recorded"}
     name = ("the engine's scheduler (Dynamo's replay)" if m["model"] == "scheduler"
             else "processor sharing (fitted slowdown curve)")
-    return f"{name}: {m.get('reason', '')}"
+    return f"{name}: {m.get('reason', '')}" + (f"; {modelled_text(m['modelled'])}" if m.get("modelled") else "")
 
 
 def write_plan_page(folder: str | Path) -> Path:

@@ -44,6 +44,7 @@ from protocols.plan import record
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
+from protocols.plan.modelled import recorded_knobs, residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
 from protocols.plan.residuals import Residuals, read_residuals
 from protocols.plan.traffic import Traffic, build_traffic
@@ -63,6 +64,11 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
         for c in cands:
             c.corrections = calibrate(c, seed=int(p.seed))
     models = replica_models(p, cands)
+    cands += modelled_candidates(p, cands, models)
+    # the validated error beside modelled configs: the scheduler's cases in the residuals (read for
+    # them even where protocol.model_error=false keeps the verdict on the capacity's resamples alone)
+    model_err = residuals_error(residuals if residuals is not None or not p.modelled else
+                                read_residuals(str(p.residuals) if p.residuals else RESIDUALS_DEFAULT))
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
@@ -87,6 +93,8 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                     continue
                 plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source,
                                              "replica_model": models[cap.name][0]}
+                if cap.source == "modelled":
+                    plan["configs"][cap.name]["modelled"] = models[cap.name][0]["modelled"]
                 warnings += check_inputs(cap, traffic, policy, capacity)
                 # the policy's capacity is the measured one unless set: each resample measures its own
                 sized = auto.capacity_rps is None
@@ -153,6 +161,9 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     if p.validate:
         from protocols.plan.validation import validate
         doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]), traffic)
+        if model_err is None:
+            model_err = own_model_error(doc)
+    mark_modelled(doc, model_err)
     doc["elapsed_s"] = time.time() - started
     out.mkdir(parents=True, exist_ok=True)
     results_io.write_json(out / PLAN_FILE, doc)
@@ -161,6 +172,79 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     page = write_plan_page(out)
     print(f"plan: {out / PLAN_FILE}\nreport: {page}", flush=True)
     return out
+
+
+# ------------------------------------------------------------------------------ modelled configs
+def modelled_candidates(p, cands: list[ConfigCapacity], models: dict) -> list[ConfigCapacity]:
+    """``protocol.modelled``: configs never run, each a candidate with other engine knobs served
+    by the scheduler model with them (``protocols.plan.modelled``); ``models`` gets theirs."""
+    from conf.schema import PlanModelled
+    from protocols.plan.modelled import describe_knobs, model_knobs, modelled_capacity
+
+    out = []
+    by_name = {c.name: c for c in cands}
+    for i, node in enumerate(p.modelled or []):
+        key = f"protocol.modelled[{i}]"
+        try:
+            spec = typed(node, PlanModelled)
+            knobs = model_knobs(spec.knobs, f"{key}.knobs")
+        except Exception as e:  # noqa: BLE001 - OmegaConf and model_knobs name the key in their message
+            raise UserError(f"{key}: {e}") from None
+        if not knobs:
+            raise UserError(f"{key}.knobs: give the knob(s) it changes, e.g. {{max_num_seqs: 32}}")
+        base = by_name.get(spec.base)
+        if base is None:
+            raise UserError(f"{key}.base={spec.base}: not among the candidates ({', '.join(by_name)})")
+        if base.source not in ("measured", "emulated"):
+            raise UserError(f"{key}.base={spec.base}: a {base.source} candidate; a modelled config changes a "
+                            "measured (or emulated) one")
+        if spec.name in by_name or spec.name in models:
+            raise UserError(f"{key}.name={spec.name}: already a candidate's name")
+        info, model = models[base.name]
+        if model is None:
+            raise UserError(f"{key}: a modelled config needs the scheduler model for {base.name}, which has "
+                            f"processor sharing ({info['reason']}): give protocol.profile and the Dynamo venv")
+        changed = dataclasses.replace(model, knobs={**model.knobs, **knobs})
+        try:
+            cap = modelled_capacity(spec.name, base, changed, knobs)
+        except (RuntimeError, ValueError) as e:
+            raise UserError(f"{key}: {e}") from None
+        what = {"base": base.name, "knobs": knobs, "base_knobs": dict(model.knobs)}
+        models[spec.name] = ({**info, **changed.describe(), "knobs_from": f"{base.name}'s runs, then {key}.knobs "
+                              f"({describe_knobs(knobs)})", "modelled": what}, changed)
+        by_name[spec.name] = cap
+        out.append(cap)
+    return out
+
+
+def own_model_error(doc: dict) -> dict | None:
+    """This plan's validation as the scheduler model's error, where its validated candidate ran on it."""
+    from metrics.model_error import validated_error
+
+    val = doc["validation"]
+    model = (doc["candidates"].get(val["config"]) or {}).get("replica_model") or {}
+    if model.get("model") != "scheduler":
+        return None
+    return validated_error(val["rows"], f"this plan's validation: {val['config']} against {val['run']}")
+
+
+def mark_modelled(doc: dict, err: dict | None) -> None:
+    """Every modelled candidate and plan entry carries the validated error, or "not validated";
+    a cheapest verdict that falls on a modelled config says it was never run."""
+    from metrics.model_error import describe
+
+    for c in doc["candidates"].values():
+        if c["source"] == "modelled":
+            c["replica_model"]["modelled"].update(validated_error=err, validated=describe(err))
+    for plan in doc["plans"]:
+        for name, e in plan["configs"].items():
+            if e["source"] == "modelled":
+                e["modelled"] = doc["candidates"][name]["replica_model"]["modelled"]
+        pick = plan["cheapest"].get("config")
+        if pick and plan["configs"].get(pick, {}).get("source") == "modelled":
+            plan["cheapest"]["modelled"] = True
+            plan["cheapest"]["verdict"] += (f" (modelled, never run: {describe(err)}; measure it before acting on it, "
+                                            "e.g. protocol=tune)")
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -308,7 +392,7 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
         if model == "processor_sharing":
             out[c.name] = ({"model": model, "reason": why}, None)
             continue
-        knobs = candidate_knobs(c)
+        knobs = recorded_knobs(c)
         s = sched.SchedulerModel(python, profile, knobs)
         out[c.name] = ({"model": model, "reason": why, **s.describe(),
                         "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
@@ -316,19 +400,6 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
                                         "the processor-sharing model; each replica's requests are served by the "
                                         "scheduler"}, s)
     return out
-
-
-def candidate_knobs(c: ConfigCapacity) -> dict:
-    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
-    for pts in c.points.values():
-        for pt in pts:
-            f = Path(pt.run_dir) / results_io.PROVENANCE if pt.run_dir else None
-            if f is not None and f.is_file():
-                try:
-                    return sched.engine_knobs(results_io.read_json(f))
-                except (OSError, ValueError):  # ResultsFileError is a ValueError: try the next run
-                    continue
-    return {}
 
 
 def assign_costs(cands: list[ConfigCapacity], cfg) -> None:
@@ -572,6 +643,8 @@ def _est(m: dict, key: str, fmt: str) -> str:
 
 
 def print_plan(doc: dict) -> None:
+    from harness.report.plan import modelled_text  # the page's words for a modelled config, on the console too
+
     for plan in doc["plans"]:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
@@ -579,6 +652,7 @@ def print_plan(doc: dict) -> None:
             on_sched = (e.get("replica_model") or {}).get("model") == "scheduler"
             sched_mark = "  [replicas: the engine's scheduler]" if on_sched else ""
             mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
+                    f"  [{modelled_text(e['modelled'])}]" if e.get("source") == "modelled" else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
             with_model = m["cost_per_mtok_good"].get("interval_with_model_error")
