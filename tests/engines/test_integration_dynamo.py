@@ -83,6 +83,14 @@ def test_a_sweep_on_two_mocker_workers(tmp_path):
     assert set(s["replicas"]) == {"r0", "r1"}
     assert sum(s["replicas"][w]["requests"] for w in ("r0", "r1")) == 12
     assert all("kv_cache_usage_max" in s["replicas"][w] for w in ("r0", "r1"))
+    # the frontend's own page, sampled beside the workers' (source = router): its counts are the run's
+    assert s["router_metrics_complete"] is True
+    assert s["router_requests"] == 12 and s["router_requests_ok"] == 12 and s["router_output_tokens"] == 12 * OUTPUT
+    assert 0 < s["router_mean_ttft_ms"] <= s["mean_ttft_ms"]  # the frontend's clock starts after the client's
+    tel = pq.read_table(d / "telemetry.parquet").to_pylist()
+    inflight = [r["value"] for r in tel if r["source"] == "router" and r["name"] == "inflight"
+                and r["detail"] == "dynamo_frontend_inflight_requests"]
+    assert inflight and max(inflight) <= 2  # load.concurrency=2
     prov = results_io.read_json(d / "provenance.json")["engine"]
     assert _version(prov["versions"]["ai-dynamo"]) >= (1, 4, 2) and prov["versions"]["ai-dynamo-runtime"]
     assert prov["engine_version"] == prov["versions"]["ai-dynamo"]
