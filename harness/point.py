@@ -565,7 +565,10 @@ def prebuild(s, specs) -> int:
             opts = _prepare_options(s, p, None)
             if opts.cache is None:
                 break
-            Dispatcher(body, None, prepare=opts).prepare_only(p.items, p.load).close()
+            try:  # the workload's items are made as they are built: a bad one is the user's to fix
+                Dispatcher(body, None, prepare=opts).prepare_only(p.items, p.load).close()
+            except ValueError as e:
+                raise UserError(str(e)) from None
             p.progress.close()
             built += 1
     finally:
