@@ -1,9 +1,10 @@
 """Against real NVIDIA Dynamo (its frontend and mocker workers) on the embedded tiny model.
 
 Needs ``TOKENFACTORY_DYNAMO_PYTHON`` (the interpreter of a venv with ai-dynamo; ``.ci/dynamo_venv.sh``
-builds one and prints it).  Two launches of a frontend and two mocker workers (a few seconds
-each, speeded up ten times): a sweep on both workers, then one whose worker r1 is killed
-mid-load while r0 serves on.
+builds one and prints it).  Launches of a frontend and two mocker workers (a few seconds
+each, speeded up ten times): a sweep on both workers (with the frontend's own page sampled),
+one whose worker r1 is killed mid-load while r0 serves on, and SIGTERM to a program that
+launched them and to a harness run on them: no frontend or worker outlives either.
 """
 
 from __future__ import annotations
