@@ -5,8 +5,11 @@ mocker's ``--planner-profile-data`` format (``perf_data.npz`` of ``tokenfactory 
 
 The harness's venv cannot import ``dynamo``: the replay runs in the Dynamo venv's Python
 (``protocol.dynamo_python``, else ``$TOKENFACTORY_DYNAMO_PYTHON``, else the venv
-``.ci/dynamo_venv.sh`` builds) as ``replay_worker.py``, one process per simulation, one
-single-worker replay per replica.
+``.ci/dynamo_venv.sh`` builds) as ``replay_worker.py --serve``: long-lived processes (``workers``,
+one per core by default) each taking one replica's stream at a time, one single-worker replay
+per replica; the venv's Python starts once per plan process, not once per simulation.  The
+trace is written and the records read back as arrays (``write_trace``, ``match_records``):
+``json.dumps`` and ``json.loads`` per request cost about as much as the replay itself.
 
 - Trace (Mooncake jsonl, one line a request, in arrival order): ``timestamp`` = arrival in ms,
   ``input_length`` = prompt tokens, ``output_length`` = output tokens, ``hash_ids`` =
