@@ -3,8 +3,6 @@ it writes read back in the trace's order, the engine's knobs from provenance, th
 and a fake replay (a Python that answers with records) through the fleet simulation."""
 
 import json
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from metrics.slo import SLO
 from protocols.plan import scheduler as sched
 from protocols.plan.fleet import FleetSimulation
 from protocols.plan.traffic import Traffic
+from tests.protocols.plan import fake_replay
 from tests.protocols.plan.capacity_fixtures import capacity
 
 
@@ -85,62 +84,12 @@ def test_first_token_table_takes_one_step_off_the_prefill():
     assert (got["decode_itl"] == TABLES["decode_itl"]).all() and TABLES["prefill_ttft_ms"][0] == 30.0
 
 
-FAKE_REPLAY = textwrap.dedent('''
-    import json, os
-    LOG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "log")
-    with open(LOG, "a") as f:
-        f.write(f"start {os.getpid()}\\n")
-
-    def run_trace_replay(trace, extra_engine_args=None, num_workers=1, router_mode="round_robin",
-                         report_jsonl_path=None):
-        assert extra_engine_args["max_num_seqs"] == 8 and extra_engine_args["planner_profile_data"]
-        rows = [json.loads(x) for x in open(trace)]
-        if rows[0]["input_length"] == 13:
-            raise ValueError("a replay that fails")
-        with open(LOG, "a") as f:
-            f.write(f"replay {os.getpid()} {len(rows)}\\n")
-        t0 = rows[0]["timestamp"]
-        with open(report_jsonl_path, "w") as f:
-            for r in reversed(rows):   # a request: TTFT 50 ms, 10 ms a further token
-                e2e = 50.0 + 10.0 * (r["output_length"] - 1)
-                f.write(json.dumps({"arrival_time_ms": r["timestamp"] - t0, "input_length": r["input_length"],
-                                    "requested_output_length": r["output_length"], "ttft_ms": 50.0,
-                                    "e2e_latency_ms": e2e, "terminal_status": "completed"}) + "\\n")
-        return {}
-''')
-FAKE_MOCKER = textwrap.dedent('''
-    import json
-
-    class MockEngineArgs:
-        @staticmethod
-        def from_json(text):
-            return json.loads(text)
-''')
-
-
 @pytest.fixture
 def fake_python(tmp_path):
-    """A Python whose ``dynamo`` is a fake replay (TTFT 50 ms, TPOT 10 ms): it logs each process
-    start and each replay (with its request count) to ``tmp_path / "log"``."""
-    root = tmp_path / "fake"
-    for mod, text in (("dynamo/__init__.py", ""), ("dynamo/replay/__init__.py", FAKE_REPLAY),
-                      ("dynamo/replay/main.py", "import json\ndef _load_engine_args(t):\n    return json.loads(t)\n"),
-                      ("dynamo/mocker/__init__.py", FAKE_MOCKER)):
-        (root / mod).parent.mkdir(parents=True, exist_ok=True)
-        (root / mod).write_text(text)
-    py = tmp_path / "py.sh"
-    py.write_text(f'#!/bin/sh\nPYTHONPATH="{root}" exec "{sys.executable}" "$@"\n')
-    py.chmod(0o755)
+    """A Python whose ``dynamo`` is a fake replay (``fake_replay``)."""
     np.savez(tmp_path / "perf_data.npz", **TABLES)
-    yield py
+    yield fake_replay.python(tmp_path)
     sched.close_workers()
-
-
-def _log(tmp_path) -> tuple[int, list[int]]:
-    """(processes started, request count of each replay) of the fake replay."""
-    lines = (tmp_path / "log").read_text().split("\n") if (tmp_path / "log").is_file() else []
-    return (sum(x.startswith("start") for x in lines),
-            [int(x.split()[2]) for x in lines if x.startswith("replay")])
 
 
 def test_fleet_served_by_a_fake_replay(tmp_path, fake_python):
@@ -156,7 +105,7 @@ def test_fleet_served_by_a_fake_replay(tmp_path, fake_python):
     assert np.all(sim.ttft == pytest.approx(0.05)) and np.all(sim.tpot == pytest.approx(0.01))
     assert res["completed"] == 300 and res["p99_ttft_ms"] == pytest.approx(50.0)
     assert res["replicas_max"] >= 2          # the policy scaled as it does under processor sharing
-    starts, replays = _log(tmp_path)
+    starts, replays = fake_replay.log(tmp_path)
     assert sum(replays) == 300 and len(replays) == len(sim.replicas)
 
 
@@ -173,7 +122,7 @@ def test_same_streams_replayed_once(tmp_path, fake_python):
     a = model.serve([_stream(0.0, 2), _stream(0.0, 3)])
     b = model.serve([_stream(0.0, 2), _stream(0.0, 3)])
     c = model.serve([_stream(0.0, 3), _stream(5.0, 4), _stream(5.0, 4)])   # one new stream, twice
-    assert _log(tmp_path)[1] == [3, 2, 4]
+    assert fake_replay.log(tmp_path)[1] == [3, 2, 4]
     assert a[1][1] == pytest.approx([0.01] * 3) and b[0][0] == pytest.approx([0.05] * 2)
     assert c[0][0].size == 3 and c[1][0].size == 4 and c[2][1] == pytest.approx([0.01] * 4)
 
@@ -185,12 +134,12 @@ def test_one_worker_process_serves_many_streams(tmp_path, fake_python):
                                  cache_dir=tmp_path / "cache", workers=1)
     for k in range(3):
         model.serve([_stream(10.0 * k, 2 + k)])
-    starts, replays = _log(tmp_path)
+    starts, replays = fake_replay.log(tmp_path)
     assert (starts, replays) == (1, [2, 3, 4])
     sched.close_workers()
     model.workers = 2
     got = model.serve([_stream(100.0, 6), _stream(100.0, 7)])
-    starts, replays = _log(tmp_path)
+    starts, replays = fake_replay.log(tmp_path)
     assert starts == 3 and sorted(replays[3:]) == [6, 7]
     assert [g[0].size for g in got] == [6, 7]
 
