@@ -39,16 +39,12 @@ def engine_args(raw: dict):
 def save_records(report: str, out: str) -> None:
     """The report's fields the plan reads (module doc) as an .npy array."""
     import numpy as np
-    try:
-        from orjson import loads
-    except ImportError:      # the venv's dynamo brings orjson; the standard library's is 5x slower
-        loads = json.loads
     rows = []
     nan = float("nan")
     with open(report, "rb") as f:
         for line in f:
             if line.strip():
-                r = loads(line)
+                r = json.loads(line)
                 rows.append([nan if r.get(k) is None else r[k] for k in FIELDS]
                             + [1.0 if r.get("terminal_status", "completed") == "completed" else 0.0])
     np.save(out, np.array(rows, dtype=np.float64).reshape(len(rows), len(FIELDS) + 1))
