@@ -8,8 +8,8 @@ neighbours than of the work):
   ``dynamo.mocker`` alone (what a worker imports now, once);
 - the trace written by ``json.dumps`` per request against ``scheduler.write_trace``;
 - Dynamo's replay of it (``run_trace_replay``, its report written);
-- the report read by ``json.loads`` per record against ``orjson`` into an array
-  (``replay_worker.save_records``) and ``scheduler.match_records``;
+- the report read by ``json.loads`` into dicts (before) against into an array of the fields
+  the plan reads (``replay_worker.save_records``) matched by ``scheduler.match_records``;
 - the SimPy fleet simulation of the same requests (processor sharing, one replica, a capacity
   of three operating points), which every plan simulation runs before the replay.
 
@@ -127,7 +127,7 @@ def main() -> None:
 
     before, _ = cpu(loads_records)
     now, _ = cpu(lambda: sched.match_records(np.load(records), arr, prompt, out))
-    print(f"  records read: json.loads {before:.2f} s, orjson into an array {r['save_records_cpu_s']:.2f} s "
+    print(f"  records read: json.loads into dicts {before:.2f} s, into an array {r['save_records_cpu_s']:.2f} s "
           f"+ match_records {now:.2f} s CPU")
 
     # three points consistent with Little's law (in flight = rate x (TTFT + 263 TPOT)), the

@@ -7,9 +7,10 @@ The harness's venv cannot import ``dynamo``: the replay runs in the Dynamo venv'
 (``protocol.dynamo_python``, else ``$TOKENFACTORY_DYNAMO_PYTHON``, else the venv
 ``.ci/dynamo_venv.sh`` builds) as ``replay_worker.py --serve``: long-lived processes (``workers``,
 one per core by default) each taking one replica's stream at a time, one single-worker replay
-per replica; the venv's Python starts once per plan process, not once per simulation.  The
-trace is written and the records read back as arrays (``write_trace``, ``match_records``):
-``json.dumps`` and ``json.loads`` per request cost about as much as the replay itself.
+per replica; the venv's Python starts once per plan process, not once per simulation (with the
+replay CLI's module it imported, that start cost twice the CPU of replaying 5,000 requests:
+``benchmarks/plan_replay_profile.py``).  The records come back as an array
+(``match_records``).
 
 - Trace (Mooncake jsonl, one line a request, in arrival order): ``timestamp`` = arrival in ms,
   ``input_length`` = prompt tokens, ``output_length`` = output tokens, ``hash_ids`` =
