@@ -630,11 +630,17 @@ def simulate_all(jobs, traffic: Traffic, routing: str, initial: int, seed: int, 
     if n <= 1 or len(jobs) <= 1:
         _init(traffic, routing, initial, seed)
         return [_report(i, len(jobs), _simulate(j)) for i, j in enumerate(jobs)]
+    procs = min(n, len(jobs))
+    # each process's replays share the cores with the others' (a day's replay holds GBs)
+    per = max(1, (os.cpu_count() or 1) // procs)
+    jobs = [dataclasses.replace(j, scheduler=dataclasses.replace(j.scheduler, workers=per))
+            if j.scheduler is not None and not j.scheduler.workers else j for j in jobs]
     first = [i for i, j in enumerate(jobs) if j.scheduler is not None and j.blocks is None]
-    phases = [first, [i for i in range(len(jobs)) if i not in set(first)]] if first else [list(range(len(jobs)))]
+    rest = [i for i in range(len(jobs)) if i not in set(first)]
+    phases = [first, rest] if first else [rest]
     out: list = [None] * len(jobs)
     done = 0
-    with ProcessPoolExecutor(max_workers=min(n, len(jobs)), initializer=_init,
+    with ProcessPoolExecutor(max_workers=procs, initializer=_init,
                              initargs=(traffic, routing, initial, seed)) as ex:
         for phase in phases:
             for i, r in zip(phase, ex.map(_simulate, [jobs[i] for i in phase])):
