@@ -17,6 +17,7 @@ absent).  Answer: one line of JSON, ``{"ok": true, "wall_s": [...]}`` or ``{"ok"
 """
 
 import json
+import os
 import sys
 import time
 
@@ -66,6 +67,9 @@ def run(job: dict, cache: dict) -> float:
 
 def serve() -> int:
     cache: dict = {}
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)          # anything else written to stdout (the replay's logs) goes to stderr
+    sys.stdout = sys.stderr
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -73,8 +77,8 @@ def serve() -> int:
             answer = {"ok": True, "wall_s": [run(json.loads(line), cache)]}
         except Exception as e:  # noqa: BLE001 - the parent reports it; the worker keeps serving
             answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
     return 0
 
 

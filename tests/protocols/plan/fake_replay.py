@@ -21,6 +21,8 @@ FAKE_REPLAY = textwrap.dedent('''
             raise ValueError("a replay that fails")
         with open(LOG, "a") as f:
             f.write(f"replay {os.getpid()} {len(rows)}\\n")
+        print("a log line on stdout")      # as Rust's logging may write there
+        os.system("echo a log line on stdout from a child")
         t0 = rows[0]["timestamp"]
         with open(report_jsonl_path, "w") as f:
             for r in reversed(rows):   # a request: TTFT 50 ms, 10 ms a further token
