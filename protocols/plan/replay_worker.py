@@ -65,7 +65,20 @@ def run(job: dict, cache: dict) -> float:
     return time.perf_counter() - t0
 
 
+def die_with_parent() -> None:
+    """Linux: SIGTERM to this worker when the process that started it ends, however it ends
+    (killed in the middle of a replay, it would not read the end of its stdin until the
+    replay is over)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):      # not Linux: the end of stdin still stops it
+        pass
+
+
 def serve() -> int:
+    die_with_parent()
     cache: dict = {}
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)          # anything else written to stdout (the replay's logs) goes to stderr

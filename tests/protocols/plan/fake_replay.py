@@ -19,6 +19,9 @@ FAKE_REPLAY = textwrap.dedent('''
         rows = [json.loads(x) for x in open(trace)]
         if rows[0]["input_length"] == 13:
             raise ValueError("a replay that fails")
+        if rows[0]["input_length"] == 7:
+            import time
+            time.sleep(60)            # a long replay
         with open(LOG, "a") as f:
             f.write(f"replay {os.getpid()} {len(rows)}\\n")
         print("a log line on stdout")      # as Rust's logging may write there

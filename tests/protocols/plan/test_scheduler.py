@@ -3,6 +3,7 @@ it writes read back in the trace's order, the engine's knobs from provenance, th
 and a fake replay (a Python that answers with records) through the fleet simulation."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -197,3 +198,35 @@ def test_records_matched_as_one_by_one(tmp_path):
                 want_tpot[i] = (r["e2e_latency_ms"] - r["ttft_ms"]) / 1e3 / (int(out[i]) - 1)
     assert np.array_equal(ttft, want_ttft, equal_nan=True) and np.array_equal(tpot, want_tpot, equal_nan=True)
     assert np.isnan(ttft).sum() == sum(r["terminal_status"] == "failed" for r in recs)
+
+
+@pytest.mark.slow
+def test_worker_ends_with_its_parent(tmp_path, fake_python):
+    """A plan process killed in the middle of a replay leaves no replay worker behind."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, numpy as np; from pathlib import Path; from protocols.plan import scheduler as s\n"
+        f"m = s.SchedulerModel(Path({str(fake_python)!r}), Path({str(tmp_path / 'perf_data.npz')!r}), "
+        f"{{'max_num_seqs': 8}}, cache_dir=Path({str(tmp_path / 'c')!r}), workers=1)\n"
+        "m.serve([(np.arange(3.0), np.full(3, 7), np.full(3, 5))])\n")],   # a prompt of 7: the fake sleeps
+        env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.time() + 30
+    while not fake_replay.log(tmp_path)[0] and time.time() < deadline:
+        time.sleep(0.1)
+    worker = int((tmp_path / "log").read_text().split()[1])
+    time.sleep(0.5)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(50):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail(f"replay worker {worker} still running 5 s after its parent was killed")
