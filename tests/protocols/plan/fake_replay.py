@@ -15,8 +15,9 @@ FAKE_REPLAY = textwrap.dedent('''
 
     def run_trace_replay(trace, extra_engine_args=None, num_workers=1, router_mode="round_robin",
                          report_jsonl_path=None):
-        assert extra_engine_args["max_num_seqs"] == 8 and extra_engine_args["planner_profile_data"]
+        assert extra_engine_args["planner_profile_data"]
         rows = [json.loads(x) for x in open(trace)]
+        ttft = ttft_ms(extra_engine_args, rows)
         if rows[0]["input_length"] == 13:
             raise ValueError("a replay that fails")
         if rows[0]["input_length"] == 7:
@@ -29,9 +30,9 @@ FAKE_REPLAY = textwrap.dedent('''
         t0 = rows[0]["timestamp"]
         with open(report_jsonl_path, "w") as f:
             for r in reversed(rows):   # a request: TTFT 50 ms, 10 ms a further token
-                e2e = 50.0 + 10.0 * (r["output_length"] - 1)
+                e2e = ttft + 10.0 * (r["output_length"] - 1)
                 f.write(json.dumps({"arrival_time_ms": r["timestamp"] - t0, "input_length": r["input_length"],
-                                    "requested_output_length": r["output_length"], "ttft_ms": 50.0,
+                                    "requested_output_length": r["output_length"], "ttft_ms": ttft,
                                     "e2e_latency_ms": e2e, "terminal_status": "completed"}) + "\\n")
         return {}
 ''')
@@ -45,11 +46,18 @@ FAKE_MOCKER = textwrap.dedent('''
 ''')
 
 
-def python(tmp_path: Path) -> Path:
-    """A Python whose ``dynamo`` is a fake replay (TTFT 50 ms, TPOT 10 ms): it logs each process
-    start and each replay (with its request count) to ``tmp_path / "log"``."""
+TTFT_50 = """
+def ttft_ms(engine_args, rows):
+    return 50.0
+"""
+
+
+def python(tmp_path: Path, ttft: str = TTFT_50) -> Path:
+    """A Python whose ``dynamo`` is a fake replay (TTFT by ``ttft``, the source of a function
+    ``ttft_ms(engine_args, rows)``: 50 ms unless given; TPOT 10 ms): it logs each process start
+    and each replay (with its request count) to ``tmp_path / "log"``."""
     root = tmp_path / "fake"
-    for mod, text in (("dynamo/__init__.py", ""), ("dynamo/replay/__init__.py", FAKE_REPLAY),
+    for mod, text in (("dynamo/__init__.py", ""), ("dynamo/replay/__init__.py", FAKE_REPLAY + textwrap.dedent(ttft)),
                       ("dynamo/replay/main.py", "import json\ndef _load_engine_args(t):\n    return json.loads(t)\n"),
                       ("dynamo/mocker/__init__.py", FAKE_MOCKER)):
         (root / mod).parent.mkdir(parents=True, exist_ok=True)
