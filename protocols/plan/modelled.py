@@ -129,7 +129,7 @@ def _split(arrival, prompt, output, size: int) -> list[tuple]:
 
 def modelled_capacity(name: str, base: ConfigCapacity, model: SchedulerModel, knobs: dict) -> ConfigCapacity:
     """``base`` with ``knobs`` changed, its every run replayed by ``model`` (module doc): one
-    replay process for all of them (``SchedulerModel.serve``)."""
+    call for all of them (``SchedulerModel.serve``: its workers replay the streams side by side)."""
     jobs = []   # (size, base point, its streams)
     for size, pts in base.points.items():
         for p in pts:

@@ -622,13 +622,31 @@ def _simulate(job: Job) -> dict:
 
 
 def simulate_all(jobs, traffic: Traffic, routing: str, initial: int, seed: int, workers: int) -> list[dict]:
+    """Every job's simulation, in the jobs' order.  In parallel processes, the point estimates
+    on the engine's scheduler run first, by themselves: a resample that routes as its point
+    estimate did then reads the replays back from the cache (``scheduler.SchedulerModel.serve``)
+    instead of replaying the same streams beside it."""
     n = workers or os.cpu_count() or 1
     if n <= 1 or len(jobs) <= 1:
         _init(traffic, routing, initial, seed)
         return [_report(i, len(jobs), _simulate(j)) for i, j in enumerate(jobs)]
-    with ProcessPoolExecutor(max_workers=min(n, len(jobs)), initializer=_init,
+    procs = min(n, len(jobs))
+    # each process's replays share the cores with the others' (a day's replay holds GBs)
+    per = max(1, (os.cpu_count() or 1) // procs)
+    jobs = [dataclasses.replace(j, scheduler=dataclasses.replace(j.scheduler, workers=per))
+            if j.scheduler is not None and not j.scheduler.workers else j for j in jobs]
+    first = [i for i, j in enumerate(jobs) if j.scheduler is not None and j.blocks is None]
+    rest = [i for i in range(len(jobs)) if i not in set(first)]
+    phases = [first, rest] if first else [rest]
+    out: list = [None] * len(jobs)
+    done = 0
+    with ProcessPoolExecutor(max_workers=procs, initializer=_init,
                              initargs=(traffic, routing, initial, seed)) as ex:
-        return [_report(i, len(jobs), r) for i, r in enumerate(ex.map(_simulate, jobs))]
+        for phase in phases:
+            for i, r in zip(phase, ex.map(_simulate, [jobs[i] for i in phase])):
+                out[i] = _report(done, len(jobs), r)
+                done += 1
+    return out
 
 
 def _report(i: int, n: int, res: dict) -> dict:

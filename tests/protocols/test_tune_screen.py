@@ -7,34 +7,22 @@ measured one."""
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 from protocols.sweep.record import SWEEP_RECORD
+from tests.protocols.plan import fake_replay
 from tests.protocols.plan.test_scheduler import TABLES
 
 # the fake replay: a request's TTFT is 50 ms up to max_num_seqs / 2 req/s, 2 s above; 10 ms a token
-FAKE = textwrap.dedent('''
-    import json, sys
-    job = json.load(open(sys.argv[-1]))
-    knee = job["engine_args"]["max_num_seqs"] / 2
-    for j in job["jobs"]:
-        rows = [json.loads(x) for x in open(j["trace"])]
-        t0 = rows[0]["timestamp"]
-        span = (rows[-1]["timestamp"] - t0) / 1e3
-        rate = (len(rows) - 1) / span if span > 0 else 0.0
-        ttft = 50.0 if rate <= knee * 1.01 else 2000.0
-        with open(j["report"], "w") as f:
-            for r in rows:
-                f.write(json.dumps({"arrival_time_ms": r["timestamp"] - t0, "input_length": r["input_length"],
-                                    "requested_output_length": r["output_length"], "ttft_ms": ttft,
-                                    "e2e_latency_ms": ttft + 10.0 * (r["output_length"] - 1),
-                                    "terminal_status": "completed"}) + "\\n")
-    print(json.dumps({"wall_s": [0.0] * len(job["jobs"])}))
-''')
+TTFT = """
+def ttft_ms(engine_args, rows):
+    knee = engine_args["max_num_seqs"] / 2
+    span = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1e3
+    rate = (len(rows) - 1) / span if span > 0 else 0.0
+    return 50.0 if rate <= knee * 1.01 else 2000.0
+"""
 
 MEASURED_LOAD = {4: 1.0, 8: 4.0, 16: 8.0, 32: 9.0}   # the stub engine's max load under the SLO per max_num_seqs
 
@@ -77,17 +65,15 @@ def setup(tmp_path, monkeypatch):
                                                                  "power_w": 400.0}},
                             requests=40, rates=(2.0, 4.0), blocks=1)
     np.savez(base / "perf_data.npz", **TABLES)   # the profile beside the base experiment
-    worker = tmp_path / "worker.py"
-    worker.write_text(FAKE)
-    py = tmp_path / "py.sh"
-    py.write_text(f"#!/bin/sh\nexec {sys.executable} {worker} \"$@\"\n")
-    py.chmod(0o755)
+    py = fake_replay.python(tmp_path, TTFT)
     # residuals of the scheduler model, 9 % off at worst
     val = tmp_path / "residuals.json"
     val.write_text(json.dumps({"held_out": True, "residuals": [
         {"model": "scheduler", "case": "c", "metric": "p90_ttft_ms", "predicted": 109.0, "measured": 100.0},
         {"model": "scheduler", "case": "c", "metric": "goodput_rps", "predicted": 9.7, "measured": 10.0}]}))
-    return base, py, val
+    yield base, py, val
+    from protocols.plan import scheduler
+    scheduler.close_workers()
 
 
 def _tune(tmp_path, base, py, *extra):

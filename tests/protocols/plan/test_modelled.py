@@ -4,8 +4,6 @@ follows max_num_seqs), the validated error beside it, and a modelled verdict nev
 measured one."""
 
 import json
-import sys
-import textwrap
 
 import numpy as np
 import pyarrow as pa
@@ -15,35 +13,22 @@ import pytest
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, OperatingPoint, run_requests
 from protocols.plan.modelled import model_knobs, modelled_capacity, rate_ladder
+from tests.protocols.plan import fake_replay
 from tests.protocols.plan.test_scheduler import TABLES
 
 # the fake replay: TTFT = 400 / max_num_seqs ms, 10 ms a further token
-FAKE = textwrap.dedent('''
-    import json, sys
-    job = json.load(open(sys.argv[-1]))
-    ttft = 400.0 / job["engine_args"]["max_num_seqs"]
-    for j in job["jobs"]:
-        rows = [json.loads(x) for x in open(j["trace"])]
-        t0 = rows[0]["timestamp"]
-        with open(j["report"], "w") as f:
-            for r in rows:
-                f.write(json.dumps({"arrival_time_ms": r["timestamp"] - t0, "input_length": r["input_length"],
-                                    "requested_output_length": r["output_length"], "ttft_ms": ttft,
-                                    "e2e_latency_ms": ttft + 10.0 * (r["output_length"] - 1),
-                                    "terminal_status": "completed"}) + "\\n")
-    print(json.dumps({"wall_s": [0.0] * len(job["jobs"])}))
-''')
+TTFT = """
+def ttft_ms(engine_args, rows):
+    return 400.0 / engine_args["max_num_seqs"]
+"""
 
 
 @pytest.fixture
 def fake_model(tmp_path):
-    worker = tmp_path / "worker.py"
-    worker.write_text(FAKE)
-    py = tmp_path / "py.sh"
-    py.write_text(f"#!/bin/sh\nexec {sys.executable} {worker} \"$@\"\n")
-    py.chmod(0o755)
     np.savez(tmp_path / "perf_data.npz", **TABLES)
-    return sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8}, cache_dir=tmp_path / "cache")
+    yield sched.SchedulerModel(fake_replay.python(tmp_path, TTFT), tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                               cache_dir=tmp_path / "cache")
+    sched.close_workers()
 
 
 def test_knobs_by_mocker_name_or_config_key():

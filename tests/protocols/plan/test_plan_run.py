@@ -170,3 +170,34 @@ def test_a_candidate_takes_its_replica_models_cases_and_random_draws_are_told_ap
     # 3 blocks: 10 distinct multisets, enumerated under 200 and drawn over 5; 6 blocks: 462 > 200
     assert [random_draws(3, 200), random_draws(3, 5), random_draws(6, 200), random_draws(1, 200)] == \
         [False, True, True, False]
+
+
+def test_resamples_read_back_the_point_estimates_replays(tmp_path):
+    """In parallel processes the point estimate on the scheduler runs first, alone: resamples
+    that route as it did (here a policy of fixed capacity: all of them) replay nothing, and
+    every simulation's requests get the replay's latencies."""
+    from engines.autoscale_policy import ScalingPolicy
+    from metrics.slo import SLO
+    from protocols.plan import scheduler as sched
+    from protocols.plan.capacity import resamples
+    from protocols.plan.run import Job, simulate_all
+    from protocols.plan.traffic import Traffic
+    from tests.protocols.plan import fake_replay
+    from tests.protocols.plan.capacity_fixtures import capacity
+    from tests.protocols.plan.test_scheduler import TABLES
+
+    np.savez(tmp_path / "perf_data.npz", **TABLES)
+    model = sched.SchedulerModel(fake_replay.python(tmp_path), tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    rng = np.random.default_rng(1)
+    arr = np.cumsum(rng.exponential(0.5, 120))
+    traffic = Traffic(arr, np.full(120, 100), np.full(120, 21), float(arr[-1]) + 1, "test")
+    cap = capacity()
+    pol = ScalingPolicy(capacity_rps=1.0, min_replicas=1, max_replicas=3, cold_start_s=1.0, window_s=5.0)
+    jobs = [Job(0, "c", b, w, cap, pol, SLO(), {}, False, model)
+            for b, w in [(None, 1.0)] + resamples(cap.blocks, 3, 0)]
+    got = simulate_all(jobs, traffic, "round_robin", 1, 0, workers=2)
+    streams = fake_replay.log(tmp_path)[1]
+    assert sum(streams) == 120                       # each request replayed once, by the point estimate
+    assert [r["completed"] for r in got] == [120] * 4
+    assert [r["p99_ttft_ms"] for r in got] == pytest.approx([50.0] * 4)
