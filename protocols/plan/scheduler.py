@@ -113,17 +113,27 @@ def choose(mode: str, profile: Path | None, python: Path | None) -> tuple[str, s
     return "processor_sharing", "; ".join(missing)
 
 
-def write_trace(path: Path, arrival_s, prompt_tokens, output_tokens, block_size: int = 16) -> None:
-    """The requests as a Mooncake trace (module doc)."""
+def write_trace(path: Path, arrival_s, prompt_tokens, output_tokens, block_size: int = 16,
+                hash_ids=None) -> None:
+    """The requests as a Mooncake trace (module doc).  ``hash_ids``, where given, are each
+    request's own block ids (ceil(prompt / block_size) of them: requests sharing a leading run
+    share that prefix in the replay's cache); else every block is the request's own."""
     bs = max(int(block_size), 1)
     nxt = 0
+    rows = zip(np.asarray(arrival_s, float), np.asarray(prompt_tokens), np.asarray(output_tokens))
     with open(path, "w", encoding="utf-8") as f:
-        for t, p, o in zip(np.asarray(arrival_s, float), np.asarray(prompt_tokens), np.asarray(output_tokens)):
+        for i, (t, p, o) in enumerate(rows):
             p, o = max(int(p), 1), max(int(o), 1)
             nb = -(-p // bs)
+            if hash_ids is not None:
+                ids = [int(h) for h in hash_ids[i]]
+                if len(ids) != nb:
+                    raise ValueError(f"request {i}: {len(ids)} hash ids for {p} prompt tokens in blocks of {bs}")
+            else:
+                ids = list(range(nxt, nxt + nb))
+                nxt += nb
             f.write(json.dumps({"timestamp": round(float(t) * 1e3, 3), "input_length": p, "output_length": o,
-                                "hash_ids": list(range(nxt, nxt + nb))}) + "\n")
-            nxt += nb
+                                "hash_ids": ids}) + "\n")
 
 
 def read_records(path: Path, arrival_s, prompt_tokens, output_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -185,15 +195,17 @@ class SchedulerModel:
     cache_dir: Path | None = None    # replays kept by their inputs' hash (None: a folder under the temp dir)
 
     def serve(self, streams: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each stream (arrival s, prompt tokens, output tokens; arrival order) replayed on one
-        replica; its requests' (TTFT, TPOT), in its order (module doc).  The replay is
+        """Each stream (arrival s, prompt tokens, output tokens[, each request's block ids];
+        arrival order) replayed on one replica; its requests' (TTFT, TPOT), in its order (module doc).  The replay is
         deterministic: the same profile, knobs and streams (a block resample whose policy
         routed as the full plan's did) are replayed once and read back from the cache."""
         h = hashlib.sha256(json.dumps(self.engine_args(), sort_keys=True).encode())
         h.update(self.profile.read_bytes())
-        for arr, pr, ou in streams:
-            for a in (arr, pr, ou):
+        for stream in streams:
+            for a in stream[:3]:
                 h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            if len(stream) > 3:          # the requests' own block ids (prefix sharing)
+                h.update(json.dumps([[int(x) for x in ids] for ids in stream[3]]).encode())
             h.update(b"|")
         folder = self.cache_dir or Path(tempfile.gettempdir()) / "tokenfactory-replay-cache"
         hit = folder / f"{h.hexdigest()}.npz"
@@ -211,12 +223,14 @@ class SchedulerModel:
         got: list = [None] * len(streams)
         with tempfile.TemporaryDirectory(prefix="tf-replay-") as tmp:
             jobs = []
-            for k, (arr, pr, ou) in enumerate(streams):
+            for k, stream in enumerate(streams):
+                arr, pr, ou = stream[:3]
                 if len(arr) == 0:
                     got[k] = (np.zeros(0), np.zeros(0))
                     continue
                 tr, rep = Path(tmp) / f"trace{k}.jsonl", Path(tmp) / f"report{k}.jsonl"
-                write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16))
+                write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16),
+                            stream[3] if len(stream) > 3 else None)
                 jobs.append({"trace": str(tr), "report": str(rep), "num_workers": 1, "k": k})
             if jobs:
                 table = Path(tmp) / "perf_data.npz"
@@ -233,7 +247,7 @@ class SchedulerModel:
                     raise RuntimeError(f"Dynamo's replay ({self.python}) failed, exit {p.returncode}: "
                                        + " | ".join(tail))
                 for j in jobs:
-                    arr, pr, ou = streams[j["k"]]
+                    arr, pr, ou = streams[j["k"]][:3]
                     got[j["k"]] = read_records(Path(j["report"]), arr, pr, ou)
         return got
 

@@ -25,6 +25,14 @@ def test_trace_is_mooncake_with_own_blocks(tmp_path):
                     {"timestamp": 1250.0, "input_length": 16, "output_length": 1, "hash_ids": [3]}]
 
 
+def test_trace_with_given_blocks_shares_their_prefix(tmp_path):
+    f = tmp_path / "t.jsonl"
+    sched.write_trace(f, [0.0, 1.0], [33, 20], [4, 4], block_size=16, hash_ids=[[7, 8, 9], [7, 5]])
+    assert [json.loads(x)["hash_ids"] for x in f.read_text().splitlines()] == [[7, 8, 9], [7, 5]]
+    with pytest.raises(ValueError, match="request 1: 1 hash ids for 20 prompt tokens in blocks of 16"):
+        sched.write_trace(f, [0.0, 1.0], [33, 20], [4, 4], block_size=16, hash_ids=[[7, 8, 9], [7]])
+
+
 def _rec(arr, inp, out, ttft, e2e, status="completed"):
     return json.dumps({"arrival_time_ms": arr, "input_length": inp, "requested_output_length": out,
                        "ttft_ms": ttft, "e2e_latency_ms": e2e, "terminal_status": status})
@@ -138,3 +146,21 @@ def test_same_streams_replayed_once(tmp_path):
     assert count.read_text().count("x") == 2
     assert a[0][1] == pytest.approx([0.01, 0.01]) and b[0][1] == pytest.approx([0.01, 0.01])
     assert other[0][0] == pytest.approx([0.05, 0.05])
+
+
+def test_streams_with_blocks_are_cached_apart(tmp_path):
+    """The same lengths with other block ids (another prefix sharing) are another replay."""
+    np.savez(tmp_path / "perf_data.npz", **TABLES)
+    count = tmp_path / "count"
+    py = tmp_path / "py.sh"
+    worker = tmp_path / "worker.py"
+    worker.write_text(FAKE)
+    py.write_text(f"#!/bin/sh\necho x >> {count}\nexec {sys.executable} {worker} \"$@\"\n")
+    py.chmod(0o755)
+    model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8, "block_size": 16},
+                                 cache_dir=tmp_path / "cache")
+    base = (np.array([0.0, 1.0]), np.array([10, 20]), np.array([5, 3]))
+    model.serve([(*base, [[1], [1, 2]])])
+    model.serve([(*base, [[1], [1, 2]])])
+    model.serve([(*base, [[1], [3, 4]])])
+    assert count.read_text().count("x") == 2
