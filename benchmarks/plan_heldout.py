@@ -45,15 +45,17 @@ from metrics.slo import SLO
 from protocols.plan import scheduler as sched
 
 MOONCAKE_BLOCK = 512
+OWN_BLOCKS = 10**12     # block ids no trace row uses
 
 
 def read_run(run: Path) -> dict:
     """The run's requests in arrival order (module doc)."""
-    t = pq.read_table(run / results_io.REQUESTS, columns=[
-        "scheduled_ns", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "status", "warmup"]).to_pydict()
+    cols = ["request_id", "scheduled_ns", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "status", "warmup"]
+    t = pq.read_table(run / results_io.REQUESTS, columns=cols).to_pydict()
     order = np.argsort(np.asarray(t["scheduled_ns"], dtype=np.int64), kind="stable")
     sched_ns = np.asarray(t["scheduled_ns"], dtype=np.int64)[order]
     return {"arrival_s": (sched_ns - sched_ns[0]) / 1e9,
+            "request_id": [t["request_id"][i] for i in order],
             "prompt": np.asarray(t["prompt_tokens"], dtype=np.int64)[order],
             "output": np.asarray(t["output_tokens"], dtype=np.int64)[order],
             "ttft": np.asarray(t["ttft_s"], dtype=np.float64)[order],
@@ -63,20 +65,37 @@ def read_run(run: Path) -> dict:
             "provenance": results_io.read_json(run / results_io.PROVENANCE, {}) or {}}
 
 
-def mooncake_blocks(trace: str, prompt: np.ndarray, block_size: int) -> list[list[int]]:
-    """Each request's replay block ids from its trace row (module doc)."""
+def mooncake_blocks(trace: str, request_ids: list[str], prompt: np.ndarray, block_size: int) -> list[list[int]]:
+    """Each request's replay block ids from its trace row (module doc): a trace request's id is
+    ``r<row>`` of the trace sorted by time (``loadgen.workloads.sessions.request_id``), so the
+    run may hold any rows of it (``workload.max_requests``, a window without sampling)."""
     table = read_mooncake(trace)
     if block_size <= 0 or MOONCAKE_BLOCK % block_size:
         raise SystemExit(f"mooncake=: block_size {block_size} does not divide the trace's {MOONCAKE_BLOCK}")
     per = MOONCAKE_BLOCK // block_size
-    if len(prompt) > len(table.input_tokens):
-        raise SystemExit(f"mooncake={trace}: {len(prompt)} requests, the trace has {len(table.input_tokens)} rows")
     out = []
-    for i, p in enumerate(prompt):
-        hs = table.hashes(i)
-        ids = [int(h) * per + j for h in hs for j in range(per)]
-        out.append(ids[:-(-max(int(p), 1) // block_size)])
+    for rid, p in zip(request_ids, prompt):
+        if not (rid.startswith("r") and rid[1:].isdigit()) or int(rid[1:]) >= len(table.input_tokens):
+            raise SystemExit(f"mooncake={trace}: request {rid!r} is not a row of the trace")
+        ids = [int(h) * per + j for h in table.hashes(int(rid[1:])) for j in range(per)]
+        need = -(-max(int(p), 1) // block_size)
+        # a prompt a token longer than its blocks (the tokenizer's BOS): one block of its own
+        out.append((ids + [OWN_BLOCKS + 1000 * len(out) + k for k in range(need)])[:need])
     return out
+
+
+def write_fixture(folder: Path, name: str, run: Path, r: dict, knobs: dict, profile: Path) -> None:
+    """A case as the CI check reads it: ``case.json`` (the requests in arrival order, the
+    engine's knobs) and the profile's ``perf_data.npz``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "perf_data.npz").write_bytes(profile.read_bytes())
+    case = {"case": name, "run": str(run), "knobs": knobs,
+            "arrival_s": [round(float(x), 6) for x in r["arrival_s"]],
+            "prompt_tokens": r["prompt"].tolist(), "output_tokens": r["output"].tolist(),
+            "ttft_s": [None if math.isnan(x) else round(float(x), 6) for x in r["ttft"]],
+            "tpot_s": [None if math.isnan(x) else round(float(x), 6) for x in r["tpot"]],
+            "completed": r["done"].tolist(), "warmup": r["warmup"].tolist()}
+    (folder / "case.json").write_text(json.dumps(case) + "\n", encoding="utf-8")
 
 
 def parse_case(text: str) -> tuple[str, Path, dict, str | None]:
@@ -108,6 +127,8 @@ def main() -> int:
     ap.add_argument("--tpot-ms", type=float, default=100.0)
     ap.add_argument("--dynamo-python", default=None)
     ap.add_argument("--json", default=None, help="write the residuals here")
+    ap.add_argument("--fixture", default=None,
+                    help="write the first case's requests, knobs and the profile here (the CI check's input)")
     a = ap.parse_args()
     profile = sched.find_profile(a.profile)
     py = sched.dynamo_python(a.dynamo_python)
@@ -124,7 +145,7 @@ def main() -> int:
         model = sched.SchedulerModel(py, profile, knobs)
         stream = (r["arrival_s"], r["prompt"], r["output"])
         if trace:
-            stream += (mooncake_blocks(trace, r["prompt"], int(knobs.get("block_size", 16))),)
+            stream += (mooncake_blocks(trace, r["request_id"], r["prompt"], int(knobs.get("block_size", 16))),)
         ttft, tpot = model.serve([stream])[0]
         pred = stats(slo, r, ttft, tpot, ~np.isnan(ttft))
         meas = stats(slo, r, r["ttft"], r["tpot"], r["done"])
@@ -133,6 +154,8 @@ def main() -> int:
             e = read_run(Path(emulated[name]))
             emu = stats(slo, e, e["ttft"], e["tpot"], e["done"])
         rows = residuals(name, pred, meas)
+        if a.fixture and not out:
+            write_fixture(Path(a.fixture), name, run, r, knobs, profile)
         n = int((~r["warmup"]).sum())
         src = f"; prefix blocks from {trace}" if trace else ""
         print(f"\n{name}: {run} ({n} requests measured; knobs {json.dumps(knobs, sort_keys=True)}{src})")
