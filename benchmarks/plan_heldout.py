@@ -8,7 +8,7 @@ measured TTFT and TPOT p50/p90, SLO attainment and goodput (``metrics.prediction
     python benchmarks/plan_heldout.py --profile results/profile \\
         --case light=results/sweep/00-poisson-rate=4 --case seqs8=results/seqs8/00-...:max_num_seqs=8 \\
         [--case on=RUN::mooncake=TRACE] [--emulated light=RUN_OF_THE_MOCKER ...] \\
-        [--ttft-ms 1000 --tpot-ms 100] [--json OUT.json]
+        [--effect seqs8/knee] [--ttft-ms 1000 --tpot-ms 100] [--json OUT.json] [--fixture DIR]
 
 A case is ``NAME=RUN_DIR[:knob=value,...][::mooncake=TRACE]``: knobs override what the
 provenance says (``max_num_seqs``, ``enable_prefix_caching``, ...); ``mooncake=TRACE`` gives
@@ -127,6 +127,8 @@ def main() -> int:
     ap.add_argument("--tpot-ms", type=float, default=100.0)
     ap.add_argument("--dynamo-python", default=None)
     ap.add_argument("--json", default=None, help="write the residuals here")
+    ap.add_argument("--effect", action="append", default=[],
+                    help="A/B: the knob's effect, case A's metrics over case B's, measured and predicted")
     ap.add_argument("--fixture", default=None,
                     help="write the first case's requests, knobs and the profile here (the CI check's input)")
     a = ap.parse_args()
@@ -138,6 +140,7 @@ def main() -> int:
     slo = SLO(ttft_ms=a.ttft_ms, tpot_ms=a.tpot_ms)
     emulated = dict(e.split("=", 1) for e in a.emulated)
     out: list[dict] = []
+    got: dict = {}
     for text in a.case:
         name, run, over, trace = parse_case(text)
         r = read_run(run)
@@ -154,6 +157,7 @@ def main() -> int:
             e = read_run(Path(emulated[name]))
             emu = stats(slo, e, e["ttft"], e["tpot"], e["done"])
         rows = residuals(name, pred, meas)
+        got[name] = (pred, meas)
         if a.fixture and not out:
             write_fixture(Path(a.fixture), name, run, r, knobs, profile)
         n = int((~r["warmup"]).sum())
@@ -172,6 +176,16 @@ def main() -> int:
                                                f"{ee * (1 if unit == ' pp' else 100):>+8.1f}{unit}")
             print(line)
         out += rows
+    for ab in a.effect:
+        x, _, y = ab.partition("/")
+        if x not in got or y not in got:
+            raise SystemExit(f"--effect {ab}: both must be cases ({', '.join(got)})")
+        print(f"\neffect {x} / {y} (a ratio of the two cases' figures; 1 = no effect)")
+        print(f"  {'metric':<16}{'measured':>11}{'predicted':>11}")
+        for m in METRICS:
+            (px, mx), (py_, my) = got[x], got[y]
+            ratio = [u / v if v else math.nan for u, v in ((mx[m], my[m]), (px[m], py_[m]))]
+            print(f"  {m:<16}{ratio[0]:>11.3f}{ratio[1]:>11.3f}")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         print(f"\nresiduals: {a.json} ({len(out)} records, metrics {', '.join(METRICS)})")
