@@ -21,7 +21,8 @@ prediction of the plan: it is printed, not written to the residuals).
 Warm-up requests are replayed (they loaded the engine) and left out of the statistics on both
 sides; the window is the run's span of arrivals.  Prints one table a case and, with ``--json``,
 writes the residuals as a list of ``{case, metric, predicted, measured, error, error_kind,
-within, profile, run}`` records.
+within, model, profile, run}`` records (``model``: ``scheduler``, the replica model that
+predicted; ``protocol.residuals`` of the plan reads such a list).
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ def main() -> int:
         if name in emulated:
             e = read_run(Path(emulated[name]))
             emu = stats(slo, e, e["ttft"], e["tpot"], e["done"])
-        rows = [{**row, "profile": str(a.profile), "run": str(run)} for row in residuals(name, pred, meas)]
+        rows = [{**row, "model": "scheduler", "profile": str(a.profile), "run": str(run)}
+                for row in residuals(name, pred, meas)]
         got[name] = (pred, meas)
         if a.fixture and not out:
             write_fixture(Path(a.fixture), name, run, r, knobs, profile)
