@@ -12,7 +12,8 @@ A record is one metric of one validation case: ``{"case": NAME, "metric": KEY, "
 "measured": y}`` and, where the file gives no model, ``"model"``: the replica model that made
 the prediction (``processor_sharing`` or ``scheduler``, ``protocols.plan.scheduler``).  Other keys
 (``error``, ``error_kind``, ``within``) are ignored: the error is recomputed from the two values;
-a record whose value is null or NaN (a metric the case could not compute) is left out, with a note.
+a record whose value is null or NaN (a metric the case could not compute), or whose good output was
+predicted as 0 (a replay past its capacity: no cost factor), is left out, with a note.
 A case's cost factor (``metrics.plan_pick.cost_factor``) reads ``paid_replica_seconds`` and the
 first of ``good_output_throughput``, ``goodput_rps``, ``slo_attainment``; latencies are kept for
 the record.  Those metrics need a predicted value above 0 (and a measured one at least 0, above
@@ -135,9 +136,12 @@ def read_residuals(path: str) -> Residuals:
             continue
         metric = r["metric"]
         if metric in (*GOOD_METRICS, PAID_METRIC):
-            if vals[0] <= 0:
-                raise bad(f"{key}.predicted", f"{r['predicted']} must be above 0 ({metric} of a prediction "
-                                              "divides the cost factor)")
+            if vals[0] < 0:
+                raise bad(f"{key}.predicted", f"{r['predicted']} must be at least 0")
+            if vals[0] == 0:  # a prediction of no good output (a replay past its capacity): no cost factor
+                skipped.append(f"{key} (case {r['case']!r}, {metric}): predicted 0, which divides the cost "
+                               "factor: left out (the model's error there is not a factor)")
+                continue
             if vals[1] < 0 or (metric == PAID_METRIC and vals[1] == 0):
                 raise bad(f"{key}.measured", f"{r['measured']} must be "
                                              f"{'above' if metric == PAID_METRIC else 'at least'} 0")

@@ -142,11 +142,17 @@ def _ids_text(lo: int, hi: int) -> tuple[bytes, np.ndarray]:
 
 
 def write_trace(path: Path, arrival_s, prompt_tokens, output_tokens, block_size: int = 16,
-                chunk: int = 8192) -> None:
+                chunk: int = 8192, hash_ids=None) -> None:
     """The requests as a Mooncake trace (module doc): each line as ``json.dumps`` writes it
     (``{"timestamp": ms rounded to 3 decimals, "input_length", "output_length", "hash_ids"}``),
-    the ids' text cut from one run built per chunk of lines."""
+    the ids' text cut from one run built per chunk of lines.  ``hash_ids``, where given, are each
+    request's own block ids (ceil(prompt / block_size) of them: requests sharing a leading run
+    share that prefix in the replay's cache), written line by line; else every block is the
+    request's own."""
     bs = max(int(block_size), 1)
+    if hash_ids is not None:
+        _write_trace_with_ids(path, arrival_s, prompt_tokens, output_tokens, bs, hash_ids)
+        return
     prompt = np.maximum(np.asarray(prompt_tokens, dtype=np.int64), 1)
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
     ms = np.asarray(arrival_s, dtype=np.float64) * 1e3
@@ -163,6 +169,19 @@ def write_trace(path: Path, arrival_s, prompt_tokens, output_tokens, block_size:
                 % (repr(round(t, 3)).encode(), p, o, text[x:y - 2])
                 for t, p, o, x, y in zip(ms[a:b].tolist(), prompt[a:b].tolist(), out[a:b].tolist(),
                                          off[start[a:b] - lo].tolist(), off[end[a:b] - lo].tolist())))
+
+
+def _write_trace_with_ids(path: Path, arrival_s, prompt_tokens, output_tokens, bs: int, hash_ids) -> None:
+    rows = zip(np.asarray(arrival_s, float), np.asarray(prompt_tokens), np.asarray(output_tokens))
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (t, p, o) in enumerate(rows):
+            p, o = max(int(p), 1), max(int(o), 1)
+            nb = -(-p // bs)
+            ids = [int(h) for h in hash_ids[i]]
+            if len(ids) != nb:
+                raise ValueError(f"request {i}: {len(ids)} hash ids for {p} prompt tokens in blocks of {bs}")
+            f.write(json.dumps({"timestamp": round(float(t) * 1e3, 3), "input_length": p, "output_length": o,
+                                "hash_ids": ids}) + "\n")
 
 
 RECORD_FIELDS = ("arrival_time_ms", "input_length", "requested_output_length", "ttft_ms", "e2e_latency_ms")
@@ -307,17 +326,19 @@ class SchedulerModel:
         """A stream's cache key: the engine's args, the profile's bytes, the stream's arrays."""
         h = hashlib.sha256(json.dumps(self.engine_args(), sort_keys=True).encode())
         h.update(hashlib.sha256(self.profile.read_bytes()).digest())
-        for a in stream:
+        for a in stream[:3]:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
             h.update(b"|")
+        if len(stream) > 3:              # the requests' own block ids (prefix sharing)
+            h.update(json.dumps([[int(x) for x in ids] for ids in stream[3]]).encode())
         return h.hexdigest()
 
     def serve(self, streams: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each stream (arrival s, prompt tokens, output tokens; arrival order) replayed on one
-        replica; its requests' (TTFT, TPOT), in its order (module doc).  The replay is
-        deterministic, so a stream is replayed once and read back from the cache after (each
-        stream by its own hash: a resample whose policy routed some replicas as another
-        simulation did reuses those); the streams not cached are replayed side by side by
+        """Each stream (arrival s, prompt tokens, output tokens[, each request's block ids];
+        arrival order) replayed on one replica; its requests' (TTFT, TPOT), in its order (module
+        doc).  The replay is deterministic, so a stream is replayed once and read back from the
+        cache after (each stream by its own hash: a resample whose policy routed some replicas as
+        another simulation did reuses those); the streams not cached are replayed side by side by
         long-lived worker processes (``workers``)."""
         folder = self.cache_dir or Path(tempfile.gettempdir()) / "tokenfactory-replay-cache"
         got: list = [None] * len(streams)
@@ -372,10 +393,11 @@ class SchedulerModel:
                     raise
 
             def one(worker: _Worker, k: int) -> None:
-                arr, pr, ou = streams[k]
+                arr, pr, ou = streams[k][:3]
                 tr, rep, rec = (Path(tmp) / f"{w}{k}.{x}" for w, x in (("trace", "jsonl"), ("report", "jsonl"),
                                                                      ("records", "npy")))
-                write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16))
+                write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16),
+                            hash_ids=streams[k][3] if len(streams[k]) > 3 else None)
                 ans = worker.ask({"engine_args": args, "router_mode": "round_robin", "num_workers": 1,
                                   "trace": str(tr), "report": str(rep), "records": str(rec)}, self.timeout_s)
                 if not ans.get("ok"):

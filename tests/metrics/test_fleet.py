@@ -26,6 +26,8 @@ def test_request_metrics_by_hand():
     assert m["good"] == 1 and m["slo_attainment"] == pytest.approx(1 / 4)
     assert m["goodput_rps"] == pytest.approx(0.5) and m["good_output_throughput"] == pytest.approx(5.0)
     assert m["p50_ttft_ms"] == pytest.approx(80.0)  # over the completed ones: 50, 80, 200
+    # TPOT over the completed ones with one: 10, 10, 30 ms; p90 interpolates 10 + 0.8 * 20
+    assert m["p50_tpot_ms"] == pytest.approx(10.0) and m["p90_tpot_ms"] == pytest.approx(26.0)
     assert m["slo_met"] is False
 
 

@@ -6,6 +6,7 @@ shipped default's two cases, and one clear error naming the file and field for e
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,8 +66,8 @@ def test_the_object_form_gives_the_model_once_and_skips_latency_only_cases(tmp_p
      "residuals[0].predicted: expected a finite number"),
     ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "measured": 1}]},
      "residuals[0].predicted: missing"),
-    ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 0, "measured": 1}]},
-     "residuals[0].predicted: 0 must be above 0"),
+    ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": -1, "measured": 1}]},
+     "residuals[0].predicted: -1 must be at least 0"),
     ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 1, "measured": -1}]},
      "residuals[0].measured: -1 must be at least 0"),
     ({"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 1, "measured": 1},
@@ -95,3 +96,19 @@ def test_an_undefined_value_leaves_its_record_out_with_a_note(tmp_path):
     r = read_residuals(path)
     assert r.factors("scheduler").values == pytest.approx([1.2])    # attainment: goodput undefined
     assert [n.split(" ")[0] for n in r.notes] == ["residuals[0]", "residuals[1]"]
+
+
+def test_a_prediction_of_no_good_output_is_left_out_with_a_note(tmp_path):
+    # the held-out vLLM CPU cases where the replay saturated: predicted goodput and attainment 0
+    path = write(tmp_path, {"model": "scheduler", "residuals": [
+        {"case": "knee", "metric": "goodput_rps", "predicted": 0.0, "measured": 1.5},
+        {"case": "knee", "metric": "slo_attainment", "predicted": 0.0, "measured": 0.6},
+        {"case": "light", "metric": "slo_attainment", "predicted": 0.9, "measured": 0.75}]})
+    r = read_residuals(path)
+    assert r.factors("scheduler").values == pytest.approx([1.2])
+    assert [n.split(" ")[0] for n in r.notes][:2] == ["residuals[0]", "residuals[1]"] and "predicted 0" in r.notes[0]
+
+
+def test_the_held_out_vllm_cpu_residuals_are_read():
+    r = read_residuals(str(Path(__file__).parents[2] / "fixtures" / "plan_validation_residuals_vllm_cpu.json"))
+    assert len(r.factors("scheduler").values) >= 1

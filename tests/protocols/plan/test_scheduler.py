@@ -25,6 +25,14 @@ def test_trace_is_mooncake_with_own_blocks(tmp_path):
                     {"timestamp": 1250.0, "input_length": 16, "output_length": 1, "hash_ids": [3]}]
 
 
+def test_trace_with_given_blocks_shares_their_prefix(tmp_path):
+    f = tmp_path / "t.jsonl"
+    sched.write_trace(f, [0.0, 1.0], [33, 20], [4, 4], block_size=16, hash_ids=[[7, 8, 9], [7, 5]])
+    assert [json.loads(x)["hash_ids"] for x in f.read_text().splitlines()] == [[7, 8, 9], [7, 5]]
+    with pytest.raises(ValueError, match="request 1: 1 hash ids for 20 prompt tokens in blocks of 16"):
+        sched.write_trace(f, [0.0, 1.0], [33, 20], [4, 4], block_size=16, hash_ids=[[7, 8, 9], [7]])
+
+
 def _rec(arr, inp, out, ttft, e2e, status="completed"):
     return json.dumps({"arrival_time_ms": arr, "input_length": inp, "requested_output_length": out,
                        "ttft_ms": ttft, "e2e_latency_ms": e2e, "terminal_status": status})
@@ -230,3 +238,14 @@ def test_worker_ends_with_its_parent(tmp_path, fake_python):
     else:
         os.kill(worker, signal.SIGKILL)
         pytest.fail(f"replay worker {worker} still running 5 s after its parent was killed")
+
+
+def test_streams_with_blocks_are_cached_apart(tmp_path, fake_python):
+    """The same lengths with other block ids (another prefix sharing) are another replay."""
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8, "block_size": 16},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    base = (np.array([0.0, 1.0]), np.array([10, 20]), np.array([5, 3]))
+    model.serve([(*base, [[1], [1, 2]])])
+    model.serve([(*base, [[1], [1, 2]])])
+    model.serve([(*base, [[1], [3, 4]])])
+    assert fake_replay.log(tmp_path)[1] == [2, 2]
