@@ -313,3 +313,15 @@ def test_a_task_of_zero_time_is_left_out_of_the_engine_share():
     s = task_summary(table(fan_out_join() + [call("z", "a", 1, 0, 0, check=True)]))
     assert s["completed_tasks"] == 2
     assert s["mean_task_engine_share"] == pytest.approx(370 / 400, rel=EXACT)  # t1's only, not NaN
+
+
+def test_a_sink_that_failed_after_its_check_passed_did_not_complete():
+    # loadgen.dispatch judges a sink's check on its final record whatever its status: a stream that
+    # broke (http_error) or timed out after the text the check wanted has check_ok true, yet the call
+    # failed: neither task completed, and with a failed row neither was cut (statuses below and
+    # above "ok", so no ordering of the status stands in for "not ok")
+    rows = [call("h", "a", 1, 0, 100, status="http_error", check=True),
+            call("to", "a", 1, 0, 100, status="timeout", check=True)]
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, 0, 0)
+    assert s["task_completion_rate"] == 0.0
