@@ -77,8 +77,7 @@ def copy_repo(dest: Path) -> None:
 
 
 def config(module: str, tests: list[str], timeout: float, operators: str) -> str:
-    # -n 0: one process a mutant (pytest-xdist workers would add their start to every mutant)
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-W", "ignore",
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore",
            "--hypothesis-profile=mutation", *tests]
     exclude = SAMPLE_EXCLUDE if operators == "sample" else []
     quoted = " ".join(json.dumps(c) if " " in c else c for c in cmd)
