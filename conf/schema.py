@@ -479,6 +479,22 @@ class TuneProtocol(SweepProtocol):
     # the quality gate's reference: overrides on top of the command's (default: none, the config with
     # no knob set); every trial's greedy outputs are judged against its
     reference: Any = None
+    # model: rank every config of the space's grid on the engine's scheduler model first and measure
+    # only the `finalists` best by the modelled objective, then the winner again to confirm it
+    # (protocols/tune/screen.py); none: the Optuna study measures every suggestion
+    screen: str = _f("none", choices=("none", "model"))
+    finalists: int = _f(3, ge=1)              # screen=model: configs measured after the screen
+    base_experiment: Optional[str] = None     # screen=model: a finished sweep of the config with no knob set
+    # screen=model: a tokenfactory profile (its folder or perf_data.npz); null: perf_data.npz in base_experiment
+    profile: Optional[str] = None
+    # screen=model: the Dynamo venv's Python; null: $TOKENFACTORY_DYNAMO_PYTHON, else ~/.cache/tokenfactory/dynamo-venv
+    dynamo_python: Optional[str] = None
+    screen_requests: int = _f(200, ge=10)     # screen=model: requests replayed at each rate of the ladder
+    confirm: bool = True                      # screen=model: measure the winner a second time (a fresh engine)
+    # screen=model: the model's residuals (a JSON file as protocol=plan's protocol.residuals); its
+    # scheduler cases bound the model's disagreement with a finalist's measurement; null: the shipped
+    # protocols/plan/residuals.json (no scheduler case in it: "not validated")
+    residuals: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------------ promotion (step 7)
@@ -536,6 +552,20 @@ class PlanEstimate:
 
 
 @dataclass
+class PlanModelled:
+    """A config never run: a measured candidate (``base``) with other engine knobs, served by the
+    engine's scheduler model with them (protocols/plan/modelled.py; needs the scheduler model:
+    protocol.profile and the Dynamo venv).  Marked modelled wherever it appears, with the model's
+    validated error beside it (the scheduler's cases in protocol.residuals, else the plan's own
+    protocol.validate of a candidate on the scheduler, else "not validated")."""
+    name: str = MISSING                       # its name in the plan
+    base: str = MISSING                       # the measured candidate it changes (a name in the plan)
+    # the mocker's knob (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill,
+    # enable_prefix_caching, block_size, num_gpu_blocks) or its config key -> the modelled value
+    knobs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class PlanProtocol:
     """``tokenfactory plan``: size and price a fleet for a traffic source from finished
     experiments' measured capacity, by a discrete-event simulation of the deployment's
@@ -572,10 +602,18 @@ class PlanProtocol:
     dynamo_python: Optional[str] = None
     # a real replay's run folder (load=trace, deployment.autoscale.enabled): the plan's error against it
     validate: Optional[str] = None
+    # fold the model's held-out error (protocol.residuals) into the cheapest-config verdict beside the
+    # capacity's block resamples; false: the capacity's resamples alone
+    model_error: bool = True
+    # the model's residuals on validation cases (a JSON file, docs/protocols/plan.md); null: the shipped
+    # protocols/plan/residuals.json (the two validation replays of docs/measured/plan.md)
+    residuals: Optional[str] = None
     seed: int = 0
     # configs whose capacity aiconfigurator estimates (hardware not at hand), beside the measured ones
     estimates: List[PlanEstimate] = field(default_factory=list)
     estimator_python: Optional[str] = None    # aiconfigurator's Python; null: ~/.cache/tokenfactory/aiconfigurator-venv
+    # configs never run: a measured candidate with other knobs, on the scheduler model ({name, base, knobs})
+    modelled: List[PlanModelled] = field(default_factory=list)
 
 
 @dataclass

@@ -170,6 +170,11 @@ class EngineAdapter:
         page is unlabelled (a deployment labels each replica's)."""
         return [(None, self.base_url + self.metrics_path)] if self.server_metric_map else []
 
+    def router_metrics(self) -> tuple[str, dict] | None:
+        """(URL, metric map as ``server_metric_map``) of the page of a router the engine puts in
+        front of its workers (Dynamo's frontend), sampled beside the workers' pages; None: none."""
+        return None
+
     def dialect(self) -> dict:
         """How requests to this engine are worded: ``api``, ``extra_body``, ``continuous_usage``.
 

@@ -9,7 +9,9 @@ and process; the workers are members of a deployment as ``engines.deployment``'s
 (``r0``, ``r1`` ...; disaggregated ``p0 ..`` and ``d0 ..``): each has its own log
 (``engine-<name>.log``), its own Prometheus page (Dynamo's system server, ``DYN_SYSTEM_PORT``,
 which carries the mocker's vLLM-style ``vllm:*`` gauges) sampled per worker, and its own
-watchdog, so a worker killed mid-run is named and counted while the others serve on.
+watchdog, so a worker killed mid-run is named and counted while the others serve on.  The
+frontend's own page (``/metrics`` on its HTTP port: requests as it answered them, its queue,
+its TTFT and ITL histograms) is sampled in the same rounds as the router's (``FRONTEND_METRICS``).
 
 Which worker served a request: every request asks for ``nvext.extra_fields=["worker_id"]``
 and the frontend answers with ``nvext.worker_id.decode_worker_id`` (the worker's instance id)
@@ -51,6 +53,24 @@ WORKER_METRICS = {
     "preemptions": ("vllm:num_preemptions_total", None),
     "worker_requests": ("dynamo_component_requests_total", {"dynamo_endpoint": "generate"}),
     "worker_inflight": ("dynamo_component_inflight_requests", {"dynamo_endpoint": "generate"}),
+}
+# The frontend's page (Dynamo 1.4.2): every series summed over its labels (models, endpoints,
+# request types); ``requests_ok`` those it answered with status="success".  The histograms'
+# sums and counts give the frontend's own mean TTFT, ITL and request time over a run
+# (``metrics.engine_counters.router_summary``), beside the client's.
+FRONTEND_METRICS = {
+    "requests": ("dynamo_frontend_requests_total", None),
+    "requests_ok": ("dynamo_frontend_requests_total", {"status": "success"}),
+    "inflight": ("dynamo_frontend_inflight_requests", None),
+    "queued": ("dynamo_frontend_queued_requests", None),
+    "disconnected_clients": ("dynamo_frontend_disconnected_clients", None),
+    "output_tokens": ("dynamo_frontend_output_tokens_total", None),
+    "ttft_time_sum": ("dynamo_frontend_time_to_first_token_seconds_sum", None),
+    "ttft_time_count": ("dynamo_frontend_time_to_first_token_seconds_count", None),
+    "itl_time_sum": ("dynamo_frontend_inter_token_latency_seconds_sum", None),
+    "itl_time_count": ("dynamo_frontend_inter_token_latency_seconds_count", None),
+    "request_time_sum": ("dynamo_frontend_request_duration_seconds_sum", None),
+    "request_time_count": ("dynamo_frontend_request_duration_seconds_count", None),
 }
 
 
@@ -414,6 +434,10 @@ class Dynamo(EngineAdapter):
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [(w.replica, w.metrics_url) for w in self.workers if w.system_port is not None]
+
+    def router_metrics(self) -> tuple[str, dict]:
+        """The frontend's page, on its HTTP port."""
+        return self.base_url + "/metrics", FRONTEND_METRICS
 
     def server_metrics(self, text=None) -> dict:
         """The workers' counters and gauges summed under the common names."""

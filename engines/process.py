@@ -2,7 +2,9 @@
 
 Each engine runs in its own process group so that stopping it also stops the workers it
 forked.  Every live process is also registered for ``atexit`` so nothing is orphaned when
-the harness exits on an error or Ctrl-C.
+the harness exits on an error or Ctrl-C; and where nothing else handles SIGTERM (pytest, a
+script that drives an adapter) a handler stops them before the process ends as SIGTERM ends it:
+each engine is in a session of its own, so neither the signal nor the default death reaches it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -45,8 +48,10 @@ class EngineProcess:
         self.proc: subprocess.Popen | None = None
         self.started_ns: int | None = None
         self._stopped = False
+        self.owner: int | None = None  # the pid that started it: a forked child does not own it
 
     def start(self) -> None:
+        guard_sigterm()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         try:
@@ -59,6 +64,7 @@ class EngineProcess:
         finally:
             log.close()
         self.started_ns = time.perf_counter_ns()
+        self.owner = os.getpid()
         _LIVE.add(self)
 
     @property
@@ -168,5 +174,35 @@ def _signal_group(pid: int, sig: int) -> None:
 
 @atexit.register
 def _stop_all() -> None:
-    for p in list(_LIVE):
+    """Stop every engine this process started: all are sent SIGTERM at once, then each is waited
+    for (its grace, then SIGKILL), so N engines take one grace, not N."""
+    mine = [p for p in list(_LIVE) if p.owner == os.getpid()]
+    for p in mine:
+        if p.proc is not None and p.proc.poll() is None:
+            _signal_group(p.proc.pid, signal.SIGTERM)
+    for p in mine:
         p.stop(grace_s=5.0)
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM with no other handler: stop this process's engines, then end by SIGTERM as the
+    default would (exit status -15; Python's default skips ``atexit``, orphaning them)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up short
+    try:
+        _stop_all()
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def guard_sigterm() -> None:
+    """Install ``_on_sigterm`` where SIGTERM still has Python's default action (a program's own
+    handler, such as the command line's, is left in place: it stops engines its own way).
+    Only the main thread may set a handler: elsewhere nothing is done (the import did it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+guard_sigterm()  # at import too: a deployment starts its replicas from threads

@@ -27,6 +27,7 @@ from harness.otlp_export import OtlpExporter
 from loadgen.client import ClientConfig, Timeouts
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from metrics.slo import SLO
+from metrics.telemetry.engine import ROUTER_SOURCE
 from metrics.telemetry.process import TelemetryError, TelemetryProcess
 
 
@@ -152,12 +153,16 @@ class EngineSession:
                 self.telemetry.watch_process(label, proc.pid)
 
     def add_engine_metrics(self) -> None:
-        """Sample each ``/metrics`` page of the engine (one per replica of a deployment)."""
+        """Sample each ``/metrics`` page of the engine (one per replica of a deployment), and the
+        page of the router in front of them where it has one (``source = router``)."""
         eng = self.engine
         if not eng.server_metric_map:
             return
         ok = [self.telemetry.add_engine(url, eng.server_metric_map, eng.auth(), replica=replica)
               for replica, url in eng.metrics_endpoints()]
+        router = eng.router_metrics() if hasattr(eng, "router_metrics") else None
+        if router is not None:
+            ok.append(self.telemetry.add_engine(router[0], router[1], eng.auth(), source=ROUTER_SOURCE))
         self.engine_metrics = bool(ok) and all(ok)
 
     def _client_setup(self, local_only: bool = False) -> None:

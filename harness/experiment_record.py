@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from conf.load_point import split_repeat
 from harness import results_io
-from harness.quality_gate import format_quality, gate_enabled, judge
+from harness.quality_gate import emulated_outputs, format_quality, gate_enabled, judge
 from harness.results_io import HEADERS_KEY, SECRET_KEY
 from metrics.quality_gate import gate_row
 
@@ -72,6 +72,8 @@ def seven_steps(cfg, design, done: bool, *, points: int, configs: int,
             f"quality gate: greedy outputs on {int(cfg.quality.num_prompts)} fixed prompts against the baseline's"
             + (" and an evaluation command" if cfg.quality.eval_command else "") + " (experiment.json quality_gate)"
             if gate_enabled(cfg, design)
+            else "no quality gate: an emulated engine's outputs are random tokens (quality.enabled=true forces it)"
+            if cfg.quality.enabled is None and design.quality_gate and emulated_outputs(cfg)
             else "no quality gate (quality.enabled=true, or a compare/ablation/tune protocol)")),
         (2, done, f"workload.json per run ({wl.name}); cache state {cfg.engine.cache_state}"
                   + (f"; stress: {', '.join(stress)}" if stress else "; no stress variant configured")),

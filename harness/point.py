@@ -36,7 +36,7 @@ from loadgen.records import RecordWriter, read_requests
 from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
-from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries
+from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries, router_summary
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.speculative import spec_agreement
@@ -318,6 +318,7 @@ def summarise(s, p: PointRun) -> None:
     summary.update(workload_describe.summary_keys(p.workload_stats, p.items))
     if s.engine_metrics:
         summary.update(engine_summary(telemetry))
+        summary.update(router_summary(telemetry))  # the router's own page, where sampled (Dynamo's frontend)
         summary.update(spec_agreement(summary))  # the rows' tokens per step against the engine's counters
     # per replica of a deployment (nothing for a single engine): metrics.replicas
     per_replica = replica_engine_summaries(telemetry) if s.engine_metrics else None
@@ -564,7 +565,10 @@ def prebuild(s, specs) -> int:
             opts = _prepare_options(s, p, None)
             if opts.cache is None:
                 break
-            Dispatcher(body, None, prepare=opts).prepare_only(p.items, p.load).close()
+            try:  # the workload's items are made as they are built: a bad one is the user's to fix
+                Dispatcher(body, None, prepare=opts).prepare_only(p.items, p.load).close()
+            except ValueError as e:
+                raise UserError(str(e)) from None
             p.progress.close()
             built += 1
     finally:

@@ -30,17 +30,26 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from engines.dynamo import emulation_of
 from harness import results_io
 from metrics.quality_gate import verdicts
 
 QUALITY_FILE = "quality.json"
 def gate_enabled(cfg, design) -> bool:
     """``quality.enabled``, else the protocol's default: ``design.quality_gate`` (the caller's
-    protocol design, ``protocols.designs``: the machinery imports no protocol)."""
+    protocol design, ``protocols.designs``: the machinery imports no protocol), except on an
+    emulated engine (``emulated_outputs``), whose outputs no gate can judge."""
     q = cfg.quality.enabled
     if q is None:
-        return design.quality_gate
+        return design.quality_gate and not emulated_outputs(cfg)
     return bool(q)
+
+
+def emulated_outputs(cfg) -> bool:
+    """Whether the engine's outputs are emulated: Dynamo's mocker workers stream random token ids
+    (measured: a greedy agreement of 0.001 between two launches of the same config), so an
+    agreement gate would fail or pass configs by chance, and zero a failing one's goodput."""
+    return bool(emulation_of(cfg.engine)["emulated"])
 
 
 def prompt_set(qcfg, builder, path_base: Path | None = None) -> list:

@@ -43,7 +43,7 @@ from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.client import StreamingClient
 from loadgen.prepare import Prepared, PrepareOptions, RequestSource, prepare
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.saturation import SaturationMonitor, SaturationRule
+from loadgen.saturation import SaturationMonitor, SaturationRule, waiting_stage
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
@@ -125,8 +125,9 @@ class Dispatcher:
         self.saturated: str | None = None      # why the point was stopped as over-saturated
         self.saturated_ns: int | None = None   # when it was
         self._monitor: SaturationMonitor | None = None
-        self._flying: dict[int, int] = {}      # open loop under the monitor: id(rec) -> when it was sent, in send order
-        self._max_latency_ns = 0               # the slowest request that ended (any status)
+        # open loop under the monitor: id(rec) -> (rec, when it was sent), in send order
+        self._flying: dict[int, tuple[RequestRecord, int]] = {}
+        self._max_wait_ns = 0                  # the longest wait for a first token (or the end) among those that ended
         self.aborted: str | None = None        # why the point was stopped from outside (``abort``)
         self.t0: int | None = None             # the schedule's origin, once the load starts
         self._users: list[asyncio.Future] = []  # closed loop's users
@@ -183,9 +184,10 @@ class Dispatcher:
         if self.aborted is not None and rec.status == "cancelled":
             rec.error = self.aborted
         self.completed += 1
-        sent = self._flying.pop(id(rec), None)
-        if sent is not None:
-            self._max_latency_ns = max(self._max_latency_ns, perf_ns() - sent)
+        flying = self._flying.pop(id(rec), None)
+        if flying is not None:
+            first = rec.first_token_ns if rec.first_token_ns is not None else perf_ns()
+            self._max_wait_ns = max(self._max_wait_ns, first - flying[1])
         if self.finalize is not None:
             self.finalize(rec)
         if rec.check is not None:  # a task's sink: judged on its final record, before it is written
@@ -394,9 +396,9 @@ class Dispatcher:
     def _launch(self, rec: RequestRecord, payload: bytes, release=None) -> None:
         """Send ``rec`` now; it is stored when its response is over."""
         self.sent += 1
-        if self._monitor is not None:  # the saturation rule's clock: when each request went, and its age
+        if self._monitor is not None:  # the saturation rule's clock: when each request went, and its wait
             now = perf_ns()
-            self._flying[id(rec)] = now
+            self._flying[id(rec)] = (rec, now)
             self._monitor.sent((now - self.t0) / 1e9)
         start = getattr(self.client, "start", None)
         if start is None:  # a client with only ``send``: one task per request
@@ -470,14 +472,15 @@ class Dispatcher:
             await self._cut_backlog()
 
     async def _watch_saturation(self) -> None:
-        """Every window: the requests completed and in flight, and the longest latency seen (the
-        slowest that ended, or the oldest still in flight), to the rule (``loadgen.saturation``)."""
+        """Every window, the stage where a backlog waits (``loadgen.saturation``): the requests
+        served (past their first token, or ended) and those still waiting for one, and the
+        longest wait seen (the slowest first token, or the oldest request still waiting)."""
         while self.saturated is None:
             await asyncio.sleep(self.saturation_rule.window_s)
             now = perf_ns()
-            oldest = next(iter(self._flying.values()), now)  # in send order: the first is the oldest
-            latency = max(self._max_latency_ns, now - oldest) / 1e9
-            self.saturated = self._monitor.check((now - self.t0) / 1e9, self.completed, len(self._flying), latency)
+            served, waiting, wait_s = waiting_stage(((r.first_token_ns, sent) for r, sent in self._flying.values()),
+                                                    self.completed, self._max_wait_ns, now)
+            self.saturated = self._monitor.check((now - self.t0) / 1e9, served, waiting, wait_s)
             if self.saturated:
                 self.saturated_ns = now
 

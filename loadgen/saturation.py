@@ -1,32 +1,42 @@
 """Over-saturation: an open-loop point whose queue grows without bound is stopped early.
 
-Past the engine's capacity an open loop keeps sending while completions fall behind: the
-requests in flight pile up, every latency measured is mostly queueing that grows with the
+Past the engine's capacity an open loop keeps sending while the engine falls behind: requests
+pile up waiting to be served, every latency measured is mostly queueing that grows with the
 run's length, and waiting for the backlog to drain wastes the time a sweep has.
 
-The rule is judged on the time scale of the requests' own latency, so that the ramp of long
-requests is not read as a backlog: a server that takes 10 s a request at 2 req/s has 20 in
-flight after 10 s and none completed, and is nowhere near its capacity.  The monitor is told
-when each request was sent, and every ``window_s`` the time since the load started, the
-requests completed (any status) and in flight, and ``latency_s`` = L: the longest latency
-seen so far, the slowest completed request's end-to-end time or the age of the oldest request
-still in flight, whichever is longer.  At time t:
+The rule watches the stage where a backlog waits: from a request's send to its first token
+(or its end, if it ends with none).  A queue past capacity holds requests there, and its
+wait grows with the run; a request being served is past it, however long its output.  That
+is what tells a backlog from the ramp of long requests, which the whole request's latency
+cannot: a server that takes 10 s a request at 2 req/s has 20 in flight after 10 s and none
+completed, and is nowhere near its capacity; a continuous batcher's latency grows from 5 s
+to 24 s while its batch fills within its capacity (each step serves more sequences), so its
+early requests end faster than its late ones, while its first tokens keep pace with the
+sends throughout.  (On a server that streams nothing before the end, the first token is the
+end, and the rule judges whole requests.)
 
-    due  = requests sent before t - L    (at latency L every one of them has ended)
-    done = requests completed since L    (the same length of time, t - L, later)
+The monitor is told when each request was sent, and every ``window_s`` the time since the
+load started, the requests ``served`` (past their first token, or ended, any status), those
+``waiting`` (in flight with no token yet) and ``wait_s`` = W: the longest wait seen so far,
+the slowest first token or the age of the oldest request still waiting, whichever is longer.
+At time t, with H = ``windows x window_s``, or W if longer:
 
-A server that keeps pace completes as many as were due, whatever its latency and however the
-latencies spread (the two counts differ only by the requests that end near either edge);
-one past its capacity completes at its own rate while the sends go on, so ``done`` falls
-ever further below ``due`` and the requests in flight rise.  The point trips when
+    served = requests served in the last H seconds, (t - H, t]
+    due    = requests sent in the H seconds W earlier, (t - W - H, t - W]
+             (after a wait of W every one of them is served)
 
-    done < m x due - z x sqrt(m^2 x due + done)      (m = min_achieved; Poisson counts)
+A server that keeps pace serves as many as were due, however long it takes each; one past its
+capacity starts them at its own rate while the sends go on, so ``served`` stays below ``due``
+and the requests waiting rise.  (A window rather than all since the start: evidence from before
+a queue formed would dilute it.)  The point trips when
 
-with ``due >= min_in_flight``, while the requests in flight rose over the last ``windows x
-window_s`` (and are at least ``min_in_flight``), at ``windows`` consecutive checks.  During
-the ramp the oldest request in flight is as old as the point, so t - L is the start and
-nothing is due: no completion yet is no evidence.  A server that completes nothing at all is
-left to the client's timeout.
+    served < m x due - z x sqrt(m^2 x due + served)      (m = min_achieved; Poisson counts)
+
+with ``due >= min_waiting``, while the requests waiting rose over the last ``windows x
+window_s`` (and are at least ``min_waiting``), at ``windows`` consecutive checks.  While
+nothing has been served, the oldest waiting request is as old as the point, so t - W is the
+start and nothing is due: no first token yet is no evidence.  A server that serves nothing
+at all is left to the client's timeout.
 
 Then sending stops, what is in flight gets ``drain_s`` to finish (the rest is cancelled), and
 the point is recorded as saturated, so its latencies are not read as a steady state's.
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -43,16 +54,16 @@ from dataclasses import dataclass, field
 class SaturationRule:
     window_s: float = 2.0
     windows: int = 3
-    min_achieved: float = 0.7
-    min_in_flight: int = 8
+    min_achieved: float = 0.9   # served below this fraction of due (1/0.9: the smallest overload stopped)
+    min_waiting: int = 8
     z: float = 2.0              # standard errors (Poisson counts) the shortfall must exceed
     drain_s: float = 10.0
 
 
 @dataclass
 class SaturationMonitor:
-    """Told each send's time (``sent``), and fed ``(now_s, completed, in_flight, latency_s)`` once a
-    window (times in seconds since the load started); ``check`` says when the rule trips (see the
+    """Told each send's time (``sent``), and fed ``(now_s, served, waiting, wait_s)`` once a window
+    (times in seconds since the load started); ``check`` says when the rule trips (see the
     module's doc)."""
 
     rule: SaturationRule
@@ -69,7 +80,7 @@ class SaturationMonitor:
             self._sends.append(t_s)
 
     def _at(self, t: float, k: int) -> float:
-        """Count ``k`` (0 completed, 1 in flight) at time ``t``, linear between checks."""
+        """Count ``k`` (0 served, 1 waiting) at time ``t``, linear between checks."""
         if t <= self._t[0]:
             return float(self._counts[0][k])
         i = bisect.bisect_left(self._t, t)
@@ -79,33 +90,55 @@ class SaturationMonitor:
         c0, c1 = self._counts[i - 1][k], self._counts[i][k]
         return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else float(c1)
 
-    def check(self, now_s: float, completed: int, in_flight: int, latency_s: float) -> str | None:
+    def check(self, now_s: float, served: int, waiting: int, wait_s: float) -> str | None:
         if self.reason is not None:
             return self.reason
         self._t.append(now_s)
-        self._counts.append((completed, in_flight))
+        self._counts.append((served, waiting))
         span = self.rule.windows * self.rule.window_s
-        lag = max(latency_s, 0.0)
-        if now_s - lag <= 0:  # the ramp: the oldest request in flight is as old as the point
+        lag = max(wait_s, 0.0)
+        if now_s - lag <= 0:  # nothing served yet: the oldest request waiting is as old as the point
             self._streak.clear()
             return None
-        # due: sent before t - L (the oldest request in flight, which sets L, is not due, nor by a
-        # rounding the one sent then); done: completed since L, the same length of time later
-        due = bisect.bisect_left(self._sends, now_s - lag - 1e-6)
-        done = completed - self._at(lag, 0)
-        grew = in_flight - self._at(now_s - span, 1)
+        # the last H seconds (H: the span, or W if longer) against the H seconds W earlier: the
+        # requests sent then (the oldest waiting, which sets W, is not among them, nor by a rounding
+        # the one sent at t - W) are the ones served now, whatever the wait of each
+        horizon = max(span, lag)
+        due = (bisect.bisect_left(self._sends, now_s - lag - 1e-6)
+               - bisect.bisect_left(self._sends, now_s - lag - horizon - 1e-6))
+        done = served - self._at(max(now_s - horizon, lag), 0)
+        grew = waiting - self._at(now_s - span, 1)
         m = self.rule.min_achieved
         # the shortfall against m x due must exceed what chance explains in counts this small
         short = m * due - done - self.rule.z * math.sqrt(max(m * m * due + done, 0.0))
-        if (due >= self.rule.min_in_flight and short > 0 and grew > 0
-                and in_flight >= self.rule.min_in_flight):
-            self._streak.append(f"at {now_s:.3g} s: {done:.3g} completed since {lag:.3g} s of {due} sent "
-                                f"before {now_s - lag:.3g} s, {in_flight} in flight (+{grew:.3g})")
+        if (due >= self.rule.min_waiting and short > 0 and grew > 0
+                and waiting >= self.rule.min_waiting):
+            self._streak.append(f"at {now_s:.3g} s: {done:.3g} served in the last {horizon:.3g} s of {due} sent "
+                                f"{lag:.3g} s earlier, {waiting} waiting (+{grew:.3g})")
         else:
             self._streak.clear()
         if len(self._streak) >= self.rule.windows:
             self.reason = (f"over-saturated: at {self.rule.windows} checks {self.rule.window_s:g} s apart, the "
-                           f"requests completed in the last t - L seconds (L: the longest latency seen) stayed "
-                           f"below {self.rule.min_achieved:.0%} of those sent in the first t - L while the requests "
-                           "in flight rose (" + "; ".join(self._streak[-self.rule.windows:]) + ")")
+                           "requests served (first token or end) in the last H seconds stayed below "
+                           f"{self.rule.min_achieved:.0%} of those sent in the H seconds W earlier (W: the longest "
+                           "wait for a first token seen) while the requests waiting rose ("
+                           + "; ".join(self._streak[-self.rule.windows:]) + ")")
         return self.reason
+
+
+def waiting_stage(flying: Iterable[tuple[int | None, int]], ended: int, longest_ended_ns: int,
+                  now_ns: int) -> tuple[int, int, float]:
+    """What the monitor is fed, from the requests in flight as ``(first token ns or None, sent
+    ns)``, the number that ended and the longest wait among them (ns, on the same clock):
+    ``(served, waiting, wait_s)``: served = ended + in flight past their first token; waiting =
+    in flight with none; wait_s = the longest of ``longest_ended_ns``, each first token's wait
+    and each waiting request's age."""
+    waiting, longest, n = 0, longest_ended_ns, 0
+    for first, sent in flying:
+        n += 1
+        if first is None:
+            waiting += 1
+            longest = max(longest, now_ns - sent)
+        else:
+            longest = max(longest, first - sent)
+    return ended + n - waiting, waiting, longest / 1e9

@@ -22,6 +22,12 @@ Definitions (per run; per replica, and over the whole deployment):
   replica has them); gauges per sample round: ``running`` and ``waiting`` summed over the
   replicas, the others (``kv_cache_usage`` ...) their mean over replicas; then max and mean
   over the rounds.  ``engine_replicas``: how many replicas had engine rows.
+- The router in front of the workers, where its page is sampled (Dynamo's frontend, rows
+  ``source = 'router'``; ``router_summary``): ``router_<counter>`` = end - start for requests,
+  requests_ok, output_tokens and disconnected_clients; ``router_mean_<x>_ms`` (``ROUTER_MEANS``:
+  ttft, itl, request) = 1000 * Δ <x>_time_sum / Δ <x>_time_count, the router's own mean TTFT,
+  inter-token latency (per token) and request time over the requests it finished in the run
+  (NaN when none); ``router_<gauge>_max`` / ``_mean`` (inflight, queued) over the samples.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metrics.speculative import engine_accept_length
-from metrics.telemetry.engine import ENGINE_SOURCE, is_engine_source, source_replica
+from metrics.telemetry.engine import ENGINE_SOURCE, ROUTER_SOURCE, is_engine_source, source_replica
 
 PHASES = ("queue", "prefill", "decode", "inference", "kv_transfer")
 PHASE_COUNTERS = tuple(f"{p}_time_{part}" for p in PHASES for part in ("sum", "count"))
@@ -42,6 +48,10 @@ COUNTERS = ("prefix_cache_queries", "prefix_cache_hits", "preemptions", "prompt_
 GAUGES = ("running", "waiting", "kv_cache_usage", "prefix_cache_hit_rate", "spec_decode_accept_rate",
           "spec_decode_accept_length")
 SUMMED_GAUGES = ("running", "waiting")  # a deployment's queue is the sum of its replicas'; the rest: the mean
+ROUTER_MEANS = ("ttft", "itl", "request")
+ROUTER_COUNTERS = ("requests", "requests_ok", "output_tokens", "disconnected_clients",
+                   *(f"{x}_time_{part}" for x in ROUTER_MEANS for part in ("sum", "count")))
+ROUTER_GAUGES = ("inflight", "queued")
 
 
 def _ratio(num: float, den: float) -> float:
@@ -83,13 +93,13 @@ class _EngineRows:
     """One engine source's rows: its last ``start``/``end`` snapshots and the gauge samples
     between them, per sample time."""
 
-    def __init__(self, t: np.ndarray, names: list, values: list, detail: np.ndarray):
+    def __init__(self, t: np.ndarray, names: list, values: list, detail: np.ndarray, gauges=GAUGES):
         self.start, t0 = self._snapshot(t, names, values, detail, "start")
         self.end, t1 = self._snapshot(t, names, values, detail, "end")
         lo, hi = (t0 if t0 is not None else t.min()), (t1 if t1 is not None else t.max())
         self.samples: dict[str, dict[int, float]] = {}  # gauge -> time -> value
         for i in np.flatnonzero((detail != "start") & (detail != "end") & (t >= lo) & (t <= hi)):
-            if names[i] in GAUGES:
+            if names[i] in gauges:
                 self.samples.setdefault(names[i], {})[int(t[i])] = values[i]
 
     @staticmethod
@@ -164,3 +174,28 @@ def engine_summary(telemetry: pa.Table) -> dict:
     if list(rows) == [None]:
         return rows[None].summary()
     return _deployment({r: v for r, v in rows.items() if r is not None})
+
+
+def router_summary(telemetry: pa.Table) -> dict:
+    """The router's own figures over a run, from its rows (``source = 'router'``: the start and
+    end snapshots and the samples between them; module doc); empty when its page was not sampled."""
+    d = telemetry.filter(pc.fill_null(pc.equal(telemetry.column("source"), ROUTER_SOURCE), False)).select(
+        ["time_ns", "name", "value", "detail"]).to_pydict()
+    if not any(n in ROUTER_COUNTERS or n in ROUTER_GAUGES for n in d["name"]):
+        return {}
+    t = np.asarray(d["time_ns"], dtype=np.int64)
+    rows = _EngineRows(t, d["name"], d["value"], np.asarray([x or "" for x in d["detail"]], dtype=object),
+                       gauges=ROUTER_GAUGES)
+    out: dict = {"router_metrics_complete": rows.start is not None and rows.end is not None}
+    if out["router_metrics_complete"]:
+        delta = {k: rows.end[k] - rows.start[k] for k in ROUTER_COUNTERS if k in rows.start and k in rows.end}
+        out.update({f"router_{k}": v for k, v in delta.items() if "_time_" not in k})
+        for x in ROUTER_MEANS:
+            if f"{x}_time_sum" in delta and f"{x}_time_count" in delta:
+                out[f"router_mean_{x}_ms"] = _ratio(delta[f"{x}_time_sum"] * 1e3, delta[f"{x}_time_count"])
+    for k, vals in rows.samples.items():
+        vals = [v for v in vals.values() if not math.isnan(v)]
+        if vals:
+            out[f"router_{k}_max"] = max(vals)
+            out[f"router_{k}_mean"] = sum(vals) / len(vals)
+    return out

@@ -9,8 +9,8 @@ replica count as a step function over the window ``[0, window_s]``:
   per-request SLO holds, ``metrics.slo.good_mask``);
 - ``goodput_rps`` = good requests / window_s; ``good_output_throughput`` = output tokens of
   good requests / window_s;
-- ``p50_ttft_ms``, ``p90_ttft_ms``, ``p99_ttft_ms``, ``p99_tpot_ms``: percentiles over the
-  completed requests (``metrics.percentiles.percentile``);
+- ``p50_ttft_ms``, ``p90_ttft_ms``, ``p99_ttft_ms``, ``p50_tpot_ms``, ``p90_tpot_ms``, ``p99_tpot_ms``:
+  percentiles over the completed requests (``metrics.percentiles.percentile``);
 - ``slo_met``: the percentile part of the run-level check (``slo.percentile`` of each configured metric
   within its limit, over the completed requests; ``metrics.slo.run_meets_slo`` is the whole check);
 - ``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds``:
@@ -68,6 +68,7 @@ def request_metrics(slo: SLO, completed, ttft_s, tpot_s, output_tokens, window_s
         "p90_ttft_ms": percentile(done_ttft, 90) * 1e3 if done_ttft.size else math.nan,
         "p99_ttft_ms": percentile(done_ttft, 99) * 1e3 if done_ttft.size else math.nan,
         "p50_tpot_ms": percentile(done_tpot, 50) * 1e3 if done_tpot.size else math.nan,
+        "p90_tpot_ms": percentile(done_tpot, 90) * 1e3 if done_tpot.size else math.nan,
         "p99_tpot_ms": percentile(done_tpot, 99) * 1e3 if done_tpot.size else math.nan,
     }
     res["slo_met"] = slo_met(slo, done_ttft, done_tpot, e2el[completed])

@@ -621,6 +621,27 @@ def _ratio_side(num, den) -> tuple[float, np.ndarray, int]:
     return r, (n - r * d) / (d.mean() * r), int(n.size)
 
 
+def _bought_nothing(num_a, den_a, num_b, den_b, labels: tuple[str, str]) -> tuple[float, str] | None:
+    """(R_B/R_A - 1, why) where one side's every replicate has a denominator of 0 and a cost
+    (R = inf however its replicates are resampled) and the other's every replicate a positive
+    denominator (R finite in every resample), with 2 replicates or more a side; else None."""
+    sides = []
+    for num, den in ((num_a, den_a), (num_b, den_b)):
+        n, d = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
+        keep = ~(np.isnan(n) | np.isnan(d))
+        n, d = n[keep], d[keep]
+        if n.size < 2:
+            return None
+        sides.append("none" if np.all(d == 0) and np.all(n > 0) else "each" if np.all(d > 0) else "mixed")
+    if sorted(sides) != ["each", "none"]:
+        return None
+    empty, full = (labels[0], labels[1]) if sides[0] == "none" else (labels[1], labels[0])
+    why = (f"{empty} had a cost and a denominator of 0 in every replicate (no good tokens: an infinite ratio), "
+           f"{full} a positive one in each: {labels[1]}/{labels[0]} - 1 is "
+           + ("-100 %" if sides[0] == "none" else "+inf") + " in every resample")
+    return (-1.0 if sides[0] == "none" else math.inf), why
+
+
 def ratio_difference(num_a, den_a, num_b, den_b, *, paired: bool, scale: float = 1.0, confidence: float = 0.95,
                      labels: tuple[str, str] = ("A", "B")) -> Difference:
     """B vs A for a ratio of totals (cost per good token = 1e6 · Σ cost / Σ good tokens): the
@@ -634,7 +655,9 @@ def ratio_difference(num_a, den_a, num_b, den_b, *, paired: bool, scale: float =
     with block i of B) se = s(u_B - u_A)/√n with n - 1 dof; r ∈ exp(ln(R_B/R_A) ± t·se) - 1
     (effects that multiply, as the paired log ratio).  A side whose denominators sum to 0 has
     an infinite ratio (no good tokens: the cost was paid for nothing): the value is inf and
-    there is no interval, and the note says so.
+    there is no interval, and the note says so; except where that side has a denominator of 0
+    in every replicate and the other a positive one in each (2 replicates or more a side): then
+    r is -100 % (A bought nothing) or +inf (B did) in every resample, its interval that one value.
     """
     if paired:
         aa_n, aa_d, bb_n, bb_d = (np.asarray(x, dtype=np.float64).ravel() for x in (num_a, den_a, num_b, den_b))
@@ -663,6 +686,13 @@ def ratio_difference(num_a, den_a, num_b, den_b, *, paired: bool, scale: float =
     ea, eb = side(ra, ua), side(rb, ub)
     val_abs = rb - ra if math.isfinite(ra) and math.isfinite(rb) else (math.inf if rb == math.inf else math.nan)
     val_rel = rb / ra - 1 if math.isfinite(ra) and ra > 0 and not math.isnan(rb) else math.nan
+    nothing = _bought_nothing(num_a, den_a, num_b, den_b, labels)
+    if nothing is not None:  # one side paid for no good token in any replicate, the other for some in each
+        val_rel, why = nothing
+        val_abs = -math.inf if val_rel < 0 else math.inf
+        return Difference(_nan_estimate(val_abs, n, method, why, confidence, dropped),
+                          Estimate(val_rel, val_rel, val_rel, n, method, _join(why, note), confidence, dropped),
+                          ea, eb, paired, dropped, None, labels, _join(why, note))
     why = ""
     if not math.isfinite(rb) or not math.isfinite(ra):
         empty = [lab for lab, r in zip(labels, (ra, rb)) if not math.isfinite(r)]

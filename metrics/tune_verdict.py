@@ -21,6 +21,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from metrics.cost import per_million, per_unit, window_cost
+from metrics.slo import good_mask
+
 # objective -> the study's direction
 DIRECTIONS = {"cost_per_mtok_good": "minimize", "goodput_per_dollar": "maximize"}
 
@@ -103,3 +108,29 @@ def pareto_front(trials: list[dict]) -> list[dict]:
 
     front = [t for t in ok if not any(dominates(o, t) for o in ok if o is not t)]
     return sorted(front, key=lambda t: (t["max_load_under_slo"], t["trial"]))
+
+
+def modelled_figures(slo, cost_cfg, rate_rps: float, ttft_s, tpot_s, output_tokens, failed: int,
+                     min_attainment: float | None = None) -> dict:
+    """A modelled point's figures, as a measured run's at its max load under the SLO (the tune's
+    screen, ``protocols.tune.screen``): n = completed + ``failed`` requests offered at
+    ``rate_rps``, the window W = n / rate_rps (the offered window; a measured run's also holds its
+    drain), good = completed requests meeting every SLO (``metrics.slo.good_mask``), E2EL = TTFT
+    + TPOT x (output - 1); cost = ``metrics.cost.window_cost`` over W for one replica;
+    cost_per_mtok_good = 1e6 x cost / good output tokens, cost_per_good_request = cost / good
+    requests, goodput_rps = good / W, goodput_per_dollar = 1 / cost_per_good_request."""
+    ttft = np.asarray(ttft_s, dtype=np.float64)
+    tpot = np.asarray(tpot_s, dtype=np.float64)
+    out = np.asarray(output_tokens, dtype=np.int64)
+    n = ttft.size + int(failed)
+    window = n / rate_rps if rate_rps > 0 else math.nan
+    e2el = ttft + np.nan_to_num(tpot) * np.maximum(out - 1, 0)
+    good = good_mask(slo, np.full(ttft.size, "ok"), ttft, tpot, e2el)
+    cost = window_cost(cost_cfg, window)["cost_total"]
+    per_request = per_unit(cost, int(good.sum()))
+    return {"window_s": window, "requests": n, "good_requests": int(good.sum()),
+            "goodput_rps": float(good.sum()) / window if window > 0 else math.nan,
+            "good_output_throughput": float(out[good].sum()) / window if window > 0 else math.nan,
+            "cost_total": cost, "cost_per_mtok_good": per_million(cost, float(out[good].sum())),
+            "cost_per_good_request": per_request, "goodput_per_dollar": goodput_per_dollar(per_request),
+            "slo_attainment": float(good.sum()) / n if n else math.nan}

@@ -2,6 +2,7 @@
 launches with ``engine=vllm engine.command=[python, -m, tests.fake_engine_process, --port, P]``
 (``{port}`` for P: each replica of a deployment gets its own).
 
+``--max-num-seqs N``: at most N requests generate at once (vLLM's batch limit), the rest queue.
 It speaks enough of vLLM's server: ``/health``, ``/version``, ``/v1/models``, streamed and plain
 ``/v1/completions`` and ``/v1/chat/completions`` (one output token per chunk, usage at the
 end), ``/metrics`` with vLLM's request and prefix-cache series, and ``/reset_prefix_cache``.
@@ -39,6 +40,10 @@ class Engine:
         self.hits = 0
         self.requests = 0
         self.running = 0
+        self.waiting = 0
+        # --max-num-seqs: at most that many requests generate at once, the rest wait first come
+        # first served (vLLM's batch limit, without its batching speed-up: each keeps its own pace)
+        self.slots = asyncio.Semaphore(args.max_num_seqs) if args.max_num_seqs else None
         self.prompt_tokens = 0
         self.generation_tokens = 0
 
@@ -89,6 +94,10 @@ class Engine:
         n_out = int(body.get("max_tokens") or 16)
         self.prompt_tokens += n_in
         rid = "fake-" + uuid.uuid4().hex[:12]
+        if self.slots is not None:
+            self.waiting += 1
+            await self.slots.acquire()
+            self.waiting -= 1
         self.running += 1
         try:
             await asyncio.sleep(self.args.ttft_ms / 1e3)
@@ -122,12 +131,14 @@ class Engine:
             return resp
         finally:
             self.running -= 1
+            if self.slots is not None:
+                self.slots.release()
 
     async def metrics(self, _request):
         m = 'model_name="fake"'
         lines = []
         for name, kind, value in (("vllm:num_requests_running", "gauge", self.running),
-                                  ("vllm:num_requests_waiting", "gauge", 0),
+                                  ("vllm:num_requests_waiting", "gauge", self.waiting),
                                   ("vllm:prefix_cache_queries_total", "counter", self.queries),
                                   ("vllm:prefix_cache_hits_total", "counter", self.hits),
                                   ("vllm:prompt_tokens_total", "counter", self.prompt_tokens),
@@ -154,7 +165,12 @@ def main(argv=None) -> None:
     # as vLLM with tokenfactory's replica middleware: every response names $TOKENFACTORY_REPLICA
     ap.add_argument("--middleware", action="append", default=[])
     ap.add_argument("--enable-scale-out", action="store_true")  # what vllm-router's workers get (no-op here)
-    args = ap.parse_args(argv)
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    # launched as vLLM (engine=vllm engine.python=a shim: tests/fake_vllm.py): its other flags are ignored
+    ap.add_argument("--as-vllm", action="store_true")
+    args, rest = ap.parse_known_args(argv)
+    if rest and not args.as_vllm:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     print(f"fake engine {os.getpid()} loading (startup {args.startup_s:g} s)", flush=True)
     time.sleep(args.startup_s)
     eng = Engine(args)

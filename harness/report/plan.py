@@ -15,6 +15,7 @@ from harness.report import style
 from harness.report.page import Note, document, figure_html
 from harness.report.tables import esc, fmt, table
 from harness.results_io import read_json
+from metrics.plan_pick import runner_up_text
 
 PAGE = "plan.html"
 ROWS = (("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput req/s"),
@@ -53,10 +54,14 @@ def plan_tables(doc: dict) -> str:
         names = list(plan["configs"])
         head = ["metric"] + [n + (f" ({plan['configs'][n]['source']})"
                                   if plan["configs"][n].get("source") in ("estimated", "emulated") else
+                                  f" ({modelled_text(plan['configs'][n]['modelled'])})"
+                                  if plan["configs"][n].get("source") == "modelled" else
                                   " (outside the measurements)" if plan["configs"][n]["outside_measurements"] else "")
                              for n in names]
         rows = [[esc(label)] + [esc(_est(_metric(plan["configs"][n]["metrics"], k))) for n in names]
                 for k, label in ROWS]
+        rows.append([esc("cost / M good tok, with the model's validation residuals")] +
+                    [esc(_with_model(plan["configs"][n])) for n in names])
         rows.append([esc("meets the SLO")] + [esc(fmt(plan["configs"][n]["meets_slo"])) for n in names])
         rows.append([esc("scale-ups / downs")] + [esc(f"{plan['configs'][n]['scale_ups']} / "
                                                       f"{plan['configs'][n]['scale_downs']}") for n in names])
@@ -64,8 +69,47 @@ def plan_tables(doc: dict) -> str:
         skipped = "".join(f"<p class='warning'>{esc(n)}: not planned: {esc(w)}</p>"
                           for n, w in plan["skipped"].items())
         out.append(f"<h3>{esc(title)}</h3>" + (table(head, rows, "plan") if names else "") + skipped +
-                   f"<p><b>{esc(plan['cheapest']['verdict'])}</b></p>")
+                   f"<p><b>{esc(plan['cheapest']['verdict'])}</b></p>"
+                   + (f"<p>{esc(runner_up_text(plan['cheapest']))}</p>"
+                      if "runner_up_cheaper" in plan["cheapest"] else ""))
     return "".join(out)
+
+
+def _with_model(entry: dict) -> str:
+    """A config's cost interval over its joint resamples, or why it has none (a plan.json from
+    before the model error: empty)."""
+    iv = entry["metrics"]["cost_per_mtok_good"].get("interval_with_model_error")
+    me = entry.get("model_error") or {}
+    if iv:
+        k = len(me.get("cases") or [])
+        return f"[{fmt(iv[0])}, {fmt(iv[1])}] ({k} validation case{'s' if k != 1 else ''} of {me.get('model')})"
+    return me.get("why", "")
+
+
+def model_error_html(doc: dict) -> str:
+    """The model's validation residuals the verdicts folded in (plan.json's ``model_error``), and
+    whether they were held out."""
+    me = doc.get("model_error")
+    if not me:
+        return ""
+    if not me.get("applied"):
+        return f"<p>{esc(me.get('why', ''))}</p>"
+    held = {True: "held out: the model was fixed before these runs",
+            False: "not held out by construction: the model was chosen with these runs in view"}.get(
+        me.get("held_out"), "held out or not: not stated")
+    rows = []
+    for model, cases in me.get("models", {}).items():
+        for case, c in cases.items():
+            errs = "; ".join(f"{k} {fmt(v['error'])}" for k, v in c["metrics"].items() if v.get("error") is not None)
+            rows.append([esc(model), esc(case), esc(fmt(c["cost_factor"])), esc(errs)])
+    notes = "".join(f"<li>{esc(n)}</li>" for n in me.get("notes", []))
+    return (f"<p>{esc(me['file'])}: {esc(me.get('source') or 'no source stated')} ({esc(held)}).</p>"
+            "<p>Each verdict's interval and its chance that the runner-up is the cheaper are over joint "
+            "resamples: every block resample of a config's capacity times every validation case's cost factor of its "
+            "replica model (measured over predicted cost per good token).</p>"
+            + table(["replica model", "case", "cost factor (measured / predicted)",
+                     "relative error (predicted - measured) / measured"], rows, "model_error")
+            + (f"<ul>{notes}</ul>" if notes else ""))
 
 
 def answers_html(doc: dict) -> str:
@@ -201,13 +245,20 @@ def figures(doc: dict) -> list[style.Fig]:
     return figs
 
 
+def modelled_text(m: dict) -> str:
+    """A modelled config (plan.json's ``modelled``): never run, its base and knobs, and the
+    scheduler model's validated error or "not validated"."""
+    knobs = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in m["knobs"].items())
+    return f"modelled, never run: {m['base']} with {knobs}; {m.get('validated', 'not validated')}"
+
+
 def replica_model_text(c: dict) -> str:
     """Which model served a candidate's replicas in the plan, and why (plan.json's
     ``candidates[NAME].replica_model``; a plan from before it: processor sharing)."""
     m = c.get("replica_model") or {"model": "processor_sharing", "reason": "not recorded"}
     name = ("the engine's scheduler (Dynamo's replay)" if m["model"] == "scheduler"
             else "processor sharing (fitted slowdown curve)")
-    return f"{name}: {m.get('reason', '')}"
+    return f"{name}: {m.get('reason', '')}" + (f"; {modelled_text(m['modelled'])}" if m.get("modelled") else "")
 
 
 def write_plan_page(folder: str | Path) -> Path:
@@ -229,6 +280,7 @@ def write_plan_page(folder: str | Path) -> Path:
     sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),
                 ("timeline", "Over the window", "".join(by.get("timeline", []))),
                 ("cost", "Cost", "".join(by.get("cost", []))),
+                ("model_error", "The model's error on validation", model_error_html(doc)),
                 ("validation", "Validation against a real replay", validation_html(doc)),
                 ("estimates", "Estimated capacity beside the roofline", estimates_html(doc)),
                 ("capacity", "Capacity measurements", "".join(by.get("capacity", []))),

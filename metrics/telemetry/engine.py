@@ -5,7 +5,9 @@ common names its adapter maps them to (``running``, ``waiting``, ``kv_cache_usag
 ``prefix_cache_queries``, ``prefix_cache_hits``, ``preemptions``, spec-decode counts ...)
 as ``source = 'engine'`` rows of ``telemetry.parquet`` (``detail``: the engine's own series);
 a replica of a deployment's rows have ``source = 'engine:<replica>'`` (``engine:r0``,
-``engine:p1``; ``replica_source``).
+``engine:p1``; ``replica_source``).  A router with a page of its own in front of the workers
+(Dynamo's frontend) is sampled in the same rounds as ``source = 'router'`` (``ROUTER_SOURCE``:
+the source its process's CPU and memory rows have too), under the names its adapter gives.
 Exact snapshots at the start and the end of the load (taken on request, not by the timer)
 are rows with ``detail = 'start'`` / ``'end'``; ``metrics.engine_counters`` computes the
 run's own share of each counter from them.
@@ -24,6 +26,7 @@ from engines.http import http_get
 from metrics.telemetry.base import Sampler
 
 ENGINE_SOURCE = "engine"
+ROUTER_SOURCE = "router"
 
 
 def replica_source(replica: str | None) -> str:
@@ -42,20 +45,22 @@ def is_engine_source(source: str) -> bool:
 
 
 class EngineMetricsSampler(Sampler):
-    """Samples ``read()`` (common name -> value); ``replica`` labels its rows (``replica_source``)."""
+    """Samples ``read()`` (common name -> value); ``replica`` labels its rows (``replica_source``),
+    or ``source`` names them (``ROUTER_SOURCE``)."""
 
     source = ENGINE_SOURCE
 
     def __init__(self, read: Callable[[], dict], series_names: dict[str, str] | None = None,
-                 replica: str | None = None):
+                 replica: str | None = None, source: str | None = None):
         self.read = read
         self.series_names = series_names or {}  # common name -> the engine's series, kept in `detail`
         self.replica = replica
-        self.source = replica_source(replica)
+        self.source = source or replica_source(replica)
 
     @classmethod
     def scraping(cls, url: str, metric_map: dict, headers: dict | None = None,
-                 timeout_s: float = 5.0, replica: str | None = None) -> EngineMetricsSampler:
+                 timeout_s: float = 5.0, replica: str | None = None,
+                 source: str | None = None) -> EngineMetricsSampler:
         """A sampler that GETs ``url`` (the engine's ``/metrics``) and maps it with ``metric_map``
         (common name -> (series, labels or None), the adapter's ``server_metric_map``)."""
         def read() -> dict:
@@ -64,7 +69,7 @@ class EngineMetricsSampler(Sampler):
                 raise RuntimeError(f"GET {url} answered HTTP {status}")
             return prometheus.common_values(body.decode("utf-8", "replace"), metric_map)
 
-        return cls(read, {k: v[0] for k, v in metric_map.items()}, replica)
+        return cls(read, {k: v[0] for k, v in metric_map.items()}, replica, source)
 
     def available(self) -> tuple[bool, str]:
         try:
@@ -105,17 +110,19 @@ class EnginePool(Sampler):
     source = ENGINE_SOURCE
 
     def __init__(self):
-        self.engines: dict[str | None, EngineMetricsSampler] = {}  # replica (None: the one engine) -> sampler
+        self.engines: dict[str, EngineMetricsSampler] = {}  # its rows' source -> sampler
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
     def put(self, engine: EngineMetricsSampler) -> None:
+        """Sample ``engine`` from now on, in place of any page sampled under its source."""
         with self._lock:
-            self.engines[engine.replica] = engine
+            self.engines[engine.source] = engine
 
-    def drop(self, replica: str | None = None, every: bool = False) -> None:
+    def drop(self, replica: str | None = None, every: bool = False, source: str | None = None) -> None:
+        """Stop sampling ``replica``'s page (or the page of ``source``), or every page."""
         with self._lock:
-            for key in (list(self.engines) if every else [replica]):
+            for key in (list(self.engines) if every else [source or replica_source(replica)]):
                 self.engines.pop(key, None)
 
     def _read_all(self) -> list[tuple[EngineMetricsSampler, dict | None, Exception | None]]:

@@ -88,17 +88,18 @@ class TelemetryProcess:
         self._call("watch", label, pid)
 
     def add_engine(self, url: str, metric_map: dict, headers: dict | None = None,
-                   replica: str | None = None) -> bool:
+                   replica: str | None = None, source: str | None = None) -> bool:
         """Sample the engine's ``/metrics`` at ``url`` from now on (False: unreadable, recorded).
 
         Several engines (a deployment's replicas) are sampled in the same rounds, each added
         with its ``replica`` name: its rows have ``source = 'engine:<replica>'``; the one
         engine of a run is added with ``replica=None`` (``source = 'engine'``).  Adding a
-        replica already added replaces it (a restarted replica's new page)."""
-        return self._call("add_engine", url, metric_map, headers or {}, replica)
+        replica already added replaces it (a restarted replica's new page).  ``source`` names
+        the rows instead (``router``: the page of the router in front of the workers)."""
+        return self._call("add_engine", url, metric_map, headers or {}, replica, source)
 
     def remove_engine(self, replica: str | None = None) -> None:
-        """Stop sampling ``replica``'s page, or every engine's when ``replica`` is None."""
+        """Stop sampling ``replica``'s page, or every page (the router's too) when ``replica`` is None."""
         self._call("remove_engine", replica)
 
     def engine_snapshot(self, tag: str) -> None:
@@ -170,9 +171,9 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                 col.watch_process(*args)
                 out = None
             elif op == "add_engine":
-                url, metric_map, headers, replica = args
-                engines.drop(replica)  # a replica added again: its new page replaces the old
-                engine = EngineMetricsSampler.scraping(url, metric_map, headers, replica=replica)
+                url, metric_map, headers, replica, source = args
+                engine = EngineMetricsSampler.scraping(url, metric_map, headers, replica=replica, source=source)
+                engines.drop(source=engine.source)  # a page added again: its new one replaces the old
                 out = col.probe(engine)
                 if out:
                     engines.put(engine)

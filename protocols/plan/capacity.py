@@ -251,3 +251,24 @@ def _column(values: list, keep: np.ndarray, dtype) -> np.ndarray:
     fill = np.nan if dtype is np.float64 else 0
     return np.asarray([fill if v is None else v for v in picked], dtype=dtype)
 
+
+
+def run_requests(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """A run's offered requests, warm-up left out, in arrival order: (arrival s from its first
+    request, prompt tokens, output tokens, how many were not completed).  A request that did not
+    complete keeps its place in the arrivals (it was offered load); its output length, which the
+    run never saw, is the median of the completed ones (0 rows: empty arrays)."""
+    t = pq.read_table(Path(run_dir) / results_io.REQUESTS,
+                      columns=["scheduled_ns", "prompt_tokens", "output_tokens", "status", "warmup"]).to_pydict()
+    keep = ~np.asarray(t["warmup"], dtype=bool)
+    sched = np.asarray(t["scheduled_ns"], dtype=np.int64)[keep]
+    if sched.size == 0:
+        return np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    ok = (np.asarray(t["status"]) == "ok")[keep]
+    prompt = np.asarray([v or 1 for v, k in zip(t["prompt_tokens"], keep) if k], dtype=np.int64)
+    out = np.asarray([v or 0 for v, k in zip(t["output_tokens"], keep) if k], dtype=np.int64)
+    fill = int(np.median(out[ok])) if ok.any() else 1
+    out = np.where(ok, out, fill)
+    order = np.argsort(sched, kind="stable")
+    return ((sched[order] - sched[order][0]) / 1e9, prompt[order], np.maximum(out[order], 1),
+            int((~ok).sum()))

@@ -7,8 +7,12 @@ resamples (``protocols.plan.capacity.resamples``: the capacity measurements' unc
 the traffic and the simulation's random draws are the same in every resample, so the spread
 is the capacity's alone).  The cheapest config at an SLO is the one with the lowest cost per
 million good output tokens among those whose plan meets the SLO, when the relative
-difference to the runner-up over all resample pairs has an interval that excludes zero and
-a point estimate beyond ``protocol.min_effect``; else "no significant difference".
+difference to the runner-up over all pairs of their joint resamples has an interval that
+excludes zero and a point estimate beyond ``protocol.min_effect``; else "no significant
+difference".  A joint resample is a block resample times one of the model's validation cost
+factors (``protocol.residuals``, ``protocols.plan.residuals``; none: the capacity's alone),
+and the verdict states the probability that the runner-up is in fact the cheaper at the SLO
+over the same pairs (``metrics.plan_pick``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from metrics.plan_pick import joint, relative_differences, runner_up_cheaper
 
 # The metrics a plan reports per config, each with its interval.
 PLAN_METRICS = ("slo_attainment", "goodput_rps", "good_output_throughput", "p50_ttft_ms", "p90_ttft_ms",
@@ -61,40 +67,78 @@ def config_entry(point: dict, resampled: list[tuple[dict, float]], confidence: f
 
 
 def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, float]]], confidence: float,
-             min_effect: float) -> dict:
+             min_effect: float, factors: dict[str, list[float]] | None = None,
+             random: dict[str, bool] | None = None) -> dict:
     """The cheapest config meeting the SLO (module doc), with the relative cost difference to
-    the runner-up over every pair of resamples."""
+    the runner-up over every pair of joint resamples and the probability that the runner-up is
+    the cheaper.  ``factors``: per config, the model's validation cost factors (none: no model
+    error); ``random``: per config, whether its block resamples are random draws (their
+    resample error is stated) rather than the exact enumeration."""
+    factors, random = factors or {}, random or {}
     meeting = {n: e for n, e in entries.items() if e["meets_slo"]}
     pool = meeting or entries
     ranked = sorted(pool, key=lambda n: _cost(entries[n]))
     out = {"among": "configs whose plan meets the SLO" if meeting else "no config meets the SLO: ranked by cost alone",
-           "ranking": ranked, "config": None, "verdict": "", "difference": None}
+           "ranking": ranked, "config": None, "verdict": "", "difference": None,
+           "runner_up_cheaper": {"pick": None, "runner_up": None, "probability": None, "standard_error": None}}
     if not meeting:
         out["verdict"] = "no config's plan meets the SLO"
+        out["runner_up_cheaper"]["why"] = "no config's plan meets the SLO: no pick to be wrong"
         return out
     if len(ranked) == 1:
         out.update(config=ranked[0], verdict=f"{ranked[0]} is the only config whose plan meets the SLO")
+        out["runner_up_cheaper"].update(pick=ranked[0], why=f"no runner-up: {ranked[0]} is the only config whose "
+                                                            "plan meets the SLO")
         return out
     a, b = ranked[0], ranked[1]
     ca, cb = _cost(entries[a]), _cost(entries[b])
     rel = ca / cb - 1 if cb and math.isfinite(cb) else math.nan
-    pairs = [(ra["cost_per_mtok_good"] / rb["cost_per_mtok_good"] - 1, wa * wb)
-             for ra, wa in resampled.get(a, []) for rb, wb in resampled.get(b, [])
-             if rb.get("cost_per_mtok_good") and math.isfinite(rb["cost_per_mtok_good"])]
-    iv = interval(pairs, confidence)
-    out["difference"] = {"a": a, "b": b, "relative": rel, "interval": iv, "confidence": confidence,
-                         "what": f"cost_per_mtok_good of {a} / {b} - 1"}
+
+    def draws(name: str, with_model: bool):
+        return _draws(resampled.get(name, []), factors.get(name, []) if with_model else [],
+                      bool(random.get(name)))
+
+    da, db = draws(a, True), draws(b, True)
+    iv = interval(list(zip(*relative_differences(da, db))), confidence)
+    iv_cap = interval(list(zip(*relative_differences(draws(a, False), draws(b, False)))), confidence)
+    cases = {a: len(factors.get(a, [])), b: len(factors.get(b, []))}
+    out["difference"] = {"a": a, "b": b, "relative": rel, "interval": iv, "interval_capacity_only": iv_cap,
+                         "confidence": confidence, "model_error_cases": cases,
+                         "what": f"cost_per_mtok_good of {a} / {b} - 1 over their joint resamples"}
+    chance = runner_up_cheaper(da, db) if iv is not None else {"probability": None, "standard_error": None}
+    out["runner_up_cheaper"] = {
+        "pick": a, "runner_up": b, **chance, "model_error_cases": cases,
+        "what": f"the weight of the joint resamples (block resamples x the model's validation cost factors) in "
+                f"which {b}'s cost_per_mtok_good is below {a}'s, ties half (metrics.plan_pick.runner_up_cheaper)"}
+    if chance["probability"] is None:
+        out["runner_up_cheaper"]["why"] = "no capacity resamples (protocol.resamples=0 or one block): no probability"
+    odds = f"; P({b} cheaper) = {chance['probability']:.1%}" if chance["probability"] is not None else ""
     significant = iv is not None and iv[1] < 0 and abs(rel) >= min_effect
     if significant:
         out.update(config=a, verdict=f"{a} is cheapest at the SLO: {rel:+.1%} cost per million good tokens vs {b} "
-                                     f"[{iv[0]:+.1%}, {iv[1]:+.1%}] at {confidence:.0%}")
+                                     f"[{iv[0]:+.1%}, {iv[1]:+.1%}] at {confidence:.0%}{odds}")
     elif iv is None:
         out.update(config=a, verdict=f"{a} is cheapest at the SLO by its point estimate ({rel:+.1%} vs {b}); no "
                                      "interval (protocol.resamples=0 or one block)")
     else:
         out["verdict"] = (f"no significant difference: {a} vs {b} {rel:+.1%} [{iv[0]:+.1%}, {iv[1]:+.1%}] at "
-                          f"{confidence:.0%} (margin {min_effect:.0%})")
+                          f"{confidence:.0%} (margin {min_effect:.0%}){odds}")
     return out
+
+
+def _draws(resampled: list[tuple[dict, float]], factors: list[float], random: bool = False):
+    costs = [r.get("cost_per_mtok_good") for r, _ in resampled]
+    return joint([math.nan if c is None else c for c in costs], [w for _, w in resampled], factors, random=random)
+
+
+def model_error_interval(resampled: list[tuple[dict, float]], factors: list[float],
+                         confidence: float) -> list[float] | None:
+    """A config's cost per million good tokens over its joint resamples (block resamples x the
+    model's validation cost factors, ``metrics.plan_pick.joint``); None without factors or resamples."""
+    if not factors:
+        return None
+    d = _draws(resampled, factors)
+    return interval(list(zip(d.values.tolist(), d.weights.tolist())), confidence)
 
 
 def _cost(entry: dict) -> float:

@@ -10,7 +10,9 @@ source, sized and priced from finished experiments' measured capacity; no engine
    per candidate its capacity under each SLO (the policy's ``capacity_rps`` unless set) and
    its cold start.
 3. One simulation per (SLO or variant, candidate) on every block's runs, and one per block
-   resample (``protocols.plan.capacity.resamples``), in parallel processes.
+   resample (``protocols.plan.capacity.resamples``), in parallel processes.  The verdict folds
+   in the model's held-out error beside them (``protocol.residuals``, ``protocols.plan.residuals``;
+   ``metrics.plan_pick``) and states the chance that the runner-up is the cheaper.
 4. plan.json (``protocols.plan.record``) and plan.html (``harness.report.plan``); with
    ``protocol.validate=RUN_DIR`` also the prediction's error against a real replay
    (``protocols.plan.validation``).
@@ -36,11 +38,15 @@ from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
 from metrics.cost import fleet_cost, per_million
+from metrics.plan_pick import runner_up_text
 from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
+from protocols.plan.modelled import recorded_knobs, residuals_error
+from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
+from protocols.plan.residuals import Residuals, read_residuals
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = "plan.json"
@@ -52,11 +58,17 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / ("plan-" + results_io.new_run_id()))
     started = time.time()
     cands = candidates(p)
+    residuals = read_model_error(p)       # a bad file fails before any simulation
     assign_costs(cands, cfg)
     if p.calibrate:
         for c in cands:
             c.corrections = calibrate(c, seed=int(p.seed))
     models = replica_models(p, cands)
+    cands += modelled_candidates(p, cands, models)
+    # the validated error beside modelled configs: the scheduler's cases in the residuals (read for
+    # them even where protocol.model_error=false keeps the verdict on the capacity's resamples alone)
+    model_err = residuals_error(residuals if residuals is not None or not p.modelled else
+                                read_residuals(str(p.residuals) if p.residuals else RESIDUALS_DEFAULT))
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
@@ -81,6 +93,8 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                     continue
                 plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source,
                                              "replica_model": models[cap.name][0]}
+                if cap.source == "modelled":
+                    plan["configs"][cap.name]["modelled"] = models[cap.name][0]["modelled"]
                 warnings += check_inputs(cap, traffic, policy, capacity)
                 # the policy's capacity is the measured one unless set: each resample measures its own
                 sized = auto.capacity_rps is None
@@ -124,17 +138,32 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                          timeline=point["timeline"], decisions=point["decisions"],
                          resamples=len(rs), warnings=keep_up(point, entry["policy"]))
             warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
-        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect))
+        factors = {}
+        for name, entry in plan["configs"].items():
+            entry["model_error"] = model_error_for(residuals, entry["replica_model"]["model"])
+            # each block resample's cost and weight: the verdict's probability recomputes from these
+            entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
+            factors[name] = entry["model_error"]["factors"]
+            entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
+                resampled[name], factors[name], float(p.confidence))
+        random = {c.name: random_draws(len(c.blocks), int(p.resamples)) for c in cands}
+        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect),
+                                           factors=factors, random=random)
     doc = {"kind": "plan", "output_dir": str(out), "created_unix": started, "elapsed_s": None,
            "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
            "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
            "candidates": {c.name: {**describe_candidate(c), "replica_model": models[c.name][0]} for c in cands},
            "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
+           "model_error": ({"applied": True, **residuals.describe()} if residuals is not None else
+                           {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
            "warnings": sorted(set(warnings)),
            "overrides": list(overrides or [])}
     if p.validate:
         from protocols.plan.validation import validate
         doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]), traffic)
+        if model_err is None:
+            model_err = own_model_error(doc)
+    mark_modelled(doc, model_err)
     doc["elapsed_s"] = time.time() - started
     out.mkdir(parents=True, exist_ok=True)
     results_io.write_json(out / PLAN_FILE, doc)
@@ -143,6 +172,79 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     page = write_plan_page(out)
     print(f"plan: {out / PLAN_FILE}\nreport: {page}", flush=True)
     return out
+
+
+# ------------------------------------------------------------------------------ modelled configs
+def modelled_candidates(p, cands: list[ConfigCapacity], models: dict) -> list[ConfigCapacity]:
+    """``protocol.modelled``: configs never run, each a candidate with other engine knobs served
+    by the scheduler model with them (``protocols.plan.modelled``); ``models`` gets theirs."""
+    from conf.schema import PlanModelled
+    from protocols.plan.modelled import describe_knobs, model_knobs, modelled_capacity
+
+    out = []
+    by_name = {c.name: c for c in cands}
+    for i, node in enumerate(p.modelled or []):
+        key = f"protocol.modelled[{i}]"
+        try:
+            spec = typed(node, PlanModelled)
+            knobs = model_knobs(spec.knobs, f"{key}.knobs")
+        except Exception as e:  # noqa: BLE001 - OmegaConf and model_knobs name the key in their message
+            raise UserError(f"{key}: {e}") from None
+        if not knobs:
+            raise UserError(f"{key}.knobs: give the knob(s) it changes, e.g. {{max_num_seqs: 32}}")
+        base = by_name.get(spec.base)
+        if base is None:
+            raise UserError(f"{key}.base={spec.base}: not among the candidates ({', '.join(by_name)})")
+        if base.source not in ("measured", "emulated"):
+            raise UserError(f"{key}.base={spec.base}: a {base.source} candidate; a modelled config changes a "
+                            "measured (or emulated) one")
+        if spec.name in by_name or spec.name in models:
+            raise UserError(f"{key}.name={spec.name}: already a candidate's name")
+        info, model = models[base.name]
+        if model is None:
+            raise UserError(f"{key}: a modelled config needs the scheduler model for {base.name}, which has "
+                            f"processor sharing ({info['reason']}): give protocol.profile and the Dynamo venv")
+        changed = dataclasses.replace(model, knobs={**model.knobs, **knobs})
+        try:
+            cap = modelled_capacity(spec.name, base, changed, knobs)
+        except (RuntimeError, ValueError) as e:
+            raise UserError(f"{key}: {e}") from None
+        what = {"base": base.name, "knobs": knobs, "base_knobs": dict(model.knobs)}
+        models[spec.name] = ({**info, **changed.describe(), "knobs_from": f"{base.name}'s runs, then {key}.knobs "
+                              f"({describe_knobs(knobs)})", "modelled": what}, changed)
+        by_name[spec.name] = cap
+        out.append(cap)
+    return out
+
+
+def own_model_error(doc: dict) -> dict | None:
+    """This plan's validation as the scheduler model's error, where its validated candidate ran on it."""
+    from metrics.model_error import validated_error
+
+    val = doc["validation"]
+    model = (doc["candidates"].get(val["config"]) or {}).get("replica_model") or {}
+    if model.get("model") != "scheduler":
+        return None
+    return validated_error(val["rows"], f"this plan's validation: {val['config']} against {val['run']}")
+
+
+def mark_modelled(doc: dict, err: dict | None) -> None:
+    """Every modelled candidate and plan entry carries the validated error, or "not validated";
+    a cheapest verdict that falls on a modelled config says it was never run."""
+    from metrics.model_error import describe
+
+    for c in doc["candidates"].values():
+        if c["source"] == "modelled":
+            c["replica_model"]["modelled"].update(validated_error=err, validated=describe(err))
+    for plan in doc["plans"]:
+        for name, e in plan["configs"].items():
+            if e["source"] == "modelled":
+                e["modelled"] = doc["candidates"][name]["replica_model"]["modelled"]
+        pick = plan["cheapest"].get("config")
+        if pick and plan["configs"].get(pick, {}).get("source") == "modelled":
+            plan["cheapest"]["modelled"] = True
+            plan["cheapest"]["verdict"] += (f" (modelled, never run: {describe(err)}; measure it before acting on it, "
+                                            "e.g. protocol=tune)")
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -172,6 +274,34 @@ def candidates(p) -> list[ConfigCapacity]:
                             f"({', '.join(sorted(known))})")
         out = [c for c in out if c.name in want]
     return out
+
+
+def read_model_error(p) -> Residuals | None:
+    """The model's held-out residuals (``protocol.residuals``, null: the shipped default), or None
+    where ``protocol.model_error=false``."""
+    if not p.model_error:
+        return None
+    return read_residuals(str(p.residuals) if p.residuals else RESIDUALS_DEFAULT)
+
+
+def model_error_for(residuals: Residuals | None, model: str) -> dict:
+    """A plan config's model error: its replica model's held-out cases and their cost factors
+    (``metrics.plan_pick.cost_factor``), or why it has none (its verdict then stands on the
+    capacity's resamples alone)."""
+    if residuals is None:
+        return {"model": model, "cases": [], "factors": [], "why": "protocol.model_error=false"}
+    f = residuals.factors(model)
+    out = {"model": model, "cases": f.cases, "factors": f.values, "file": residuals.path,
+           "held_out": residuals.held_out}
+    if not f.values:
+        out["why"] = f"no held-out case of the {model} model in {residuals.path}: the capacity's resamples alone"
+    return out
+
+
+def random_draws(blocks: int, limit: int) -> bool:
+    """Whether ``protocols.plan.capacity.resamples`` draws at random (more distinct multisets of
+    ``blocks`` blocks than ``limit``) rather than enumerating the exact bootstrap."""
+    return blocks > 1 and limit > 0 and math.comb(2 * blocks - 1, blocks) > limit
 
 
 def estimated(p) -> list[ConfigCapacity]:
@@ -262,7 +392,7 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
         if model == "processor_sharing":
             out[c.name] = ({"model": model, "reason": why}, None)
             continue
-        knobs = candidate_knobs(c)
+        knobs = recorded_knobs(c)
         s = sched.SchedulerModel(python, profile, knobs)
         out[c.name] = ({"model": model, "reason": why, **s.describe(),
                         "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
@@ -270,19 +400,6 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
                                         "the processor-sharing model; each replica's requests are served by the "
                                         "scheduler"}, s)
     return out
-
-
-def candidate_knobs(c: ConfigCapacity) -> dict:
-    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
-    for pts in c.points.values():
-        for pt in pts:
-            f = Path(pt.run_dir) / results_io.PROVENANCE if pt.run_dir else None
-            if f is not None and f.is_file():
-                try:
-                    return sched.engine_knobs(results_io.read_json(f))
-                except (OSError, ValueError):  # ResultsFileError is a ValueError: try the next run
-                    continue
-    return {}
 
 
 def assign_costs(cands: list[ConfigCapacity], cfg) -> None:
@@ -505,13 +622,31 @@ def _simulate(job: Job) -> dict:
 
 
 def simulate_all(jobs, traffic: Traffic, routing: str, initial: int, seed: int, workers: int) -> list[dict]:
+    """Every job's simulation, in the jobs' order.  In parallel processes, the point estimates
+    on the engine's scheduler run first, by themselves: a resample that routes as its point
+    estimate did then reads the replays back from the cache (``scheduler.SchedulerModel.serve``)
+    instead of replaying the same streams beside it."""
     n = workers or os.cpu_count() or 1
     if n <= 1 or len(jobs) <= 1:
         _init(traffic, routing, initial, seed)
         return [_report(i, len(jobs), _simulate(j)) for i, j in enumerate(jobs)]
-    with ProcessPoolExecutor(max_workers=min(n, len(jobs)), initializer=_init,
+    procs = min(n, len(jobs))
+    # each process's replays share the cores with the others' (a day's replay holds GBs)
+    per = max(1, (os.cpu_count() or 1) // procs)
+    jobs = [dataclasses.replace(j, scheduler=dataclasses.replace(j.scheduler, workers=per))
+            if j.scheduler is not None and not j.scheduler.workers else j for j in jobs]
+    first = [i for i, j in enumerate(jobs) if j.scheduler is not None and j.blocks is None]
+    rest = [i for i in range(len(jobs)) if i not in set(first)]
+    phases = [first, rest] if first else [rest]
+    out: list = [None] * len(jobs)
+    done = 0
+    with ProcessPoolExecutor(max_workers=procs, initializer=_init,
                              initargs=(traffic, routing, initial, seed)) as ex:
-        return [_report(i, len(jobs), r) for i, r in enumerate(ex.map(_simulate, jobs))]
+        for phase in phases:
+            for i, r in zip(phase, ex.map(_simulate, [jobs[i] for i in phase])):
+                out[i] = _report(done, len(jobs), r)
+                done += 1
+    return out
 
 
 def _report(i: int, n: int, res: dict) -> dict:
@@ -526,6 +661,8 @@ def _est(m: dict, key: str, fmt: str) -> str:
 
 
 def print_plan(doc: dict) -> None:
+    from harness.report.plan import modelled_text  # the page's words for a modelled config, on the console too
+
     for plan in doc["plans"]:
         print(f"\n{plan['variant']} policy, SLO {_slo_text(plan['slo'])}:")
         for name, e in plan["configs"].items():
@@ -533,14 +670,19 @@ def print_plan(doc: dict) -> None:
             on_sched = (e.get("replica_model") or {}).get("model") == "scheduler"
             sched_mark = "  [replicas: the engine's scheduler]" if on_sched else ""
             mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
+                    f"  [{modelled_text(e['modelled'])}]" if e.get("source") == "modelled" else
                     "  [outside the measurements]" if e["outside_measurements"] else "")
 
+            with_model = m["cost_per_mtok_good"].get("interval_with_model_error")
+            model_iv = (f" (with the model's error [{with_model[0]:.4g}, {with_model[1]:.4g}])"
+                        if with_model else "")
             print(f"  {name}: attainment {_est(m, 'slo_attainment', '{:.3f}')}, cost "
-                  f"{_est(m, 'cost_per_mtok_good', '{:.4g}')} per M good tok, replicas peak "
+                  f"{_est(m, 'cost_per_mtok_good', '{:.4g}')}{model_iv} per M good tok, replicas peak "
                   f"{m['replicas_max']['value']} mean {_est(m, 'replicas_mean', '{:.2f}')}"
                   f"{'' if e['meets_slo'] else ', misses the SLO'}{mark}{sched_mark}")
         for name, why in plan["skipped"].items():
             print(f"  {name}: not planned: {why}")
         print(f"  -> {plan['cheapest']['verdict']}")
+        print(f"     {runner_up_text(plan['cheapest'])}")
     for w in doc["warnings"]:
         print(f"warning: {w}")

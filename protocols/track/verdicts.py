@@ -27,8 +27,10 @@ baseline, metric by metric, with the comparison's intervals and margin (``metric
   the level for every verdict the gate judges together: each interval at
   1 - 0.05/(metrics x load points); ``none`` judges each at 95 %.
 - Fails closed: a metric the baseline has a value for that cannot be compared on the newest
-  (no runs at that point, no good tokens so an infinite cost, one run so no interval) is
-  ``cannot judge`` and lands in ``unjudged``; the gate fails on it (its own exit code).
+  (no runs at that point, an infinite cost on one run, one run so no interval) is ``cannot
+  judge`` and lands in ``unjudged``; the gate fails on it (its own exit code).  No good tokens
+  in any of the newest's replicates (two or more) against some in each of the baseline's is a
+  regression (an infinite cost: ``metrics.statistics.ratio_difference``).
 - The history: every experiment's estimate and interval per metric and point, and where a
   change was detected against the experiment before it (the same test, one step at a time).
 """
@@ -207,6 +209,10 @@ def judge(newest: TrackEntry, base: list[TrackEntry], metrics: list[str] | None,
                  "replicates": {NEWEST: p["replicates"].get(NEWEST, 0), BASELINE: p["replicates"].get(BASELINE, 0)}}
             if f["outcome"] == OUTCOMES["insufficient_data"] and f["baseline"] is not None:
                 f["outcome"], f["reason"] = CANNOT_JUDGE, _why(new, p["replicates"].get(NEWEST, 0), vs)
+            elif f["newest"] is None and isinstance(new.get("value"), float) and math.isinf(new["value"]):
+                # judged all the same (metrics.statistics.ratio_difference): none of the newest's
+                # replicates bought a good token, each of the baseline's did
+                f["reason"] = "the newest's value is infinite: no good tokens (or no completed task) in any replicate"
             findings.append(f)
     return {"newest": describe(newest), "baseline": [describe(e) for e in base],
             "confidence": confidence, "margin": margin, "adjust": adjust, "family": family,
@@ -280,8 +286,12 @@ def gate_message(result: dict) -> str:
     who = f"{new['version']} ({new['name']}) against {base}"
     lines = []
     for f in result["regressions"]:
+        if f["newest"] is None:  # an infinite value (no good tokens in any replicate)
+            lines.append(f"regressed: {f['metric']} at {f['label']}: {f.get('reason', 'no value')} (baseline "
+                         f"{_fmt(f['baseline'])}{_unit(f)}): {who}")
+            continue
         lines.append(f"regressed: {f['metric']} at {f['label']}: {size(f)} beyond the {margin_text(f)} margin "
-                     f"({f['newest']:.4g} against {f['baseline']:.4g}{_unit(f)}): {who}")
+                     f"({f['newest']:.4g} against {_fmt(f['baseline'])}{_unit(f)}): {who}")
     if not result.get("newest_runs", 1):
         lines.append(f"cannot judge: the newest experiment has no point runs: {who}")
     for f in result.get("unjudged", []):
@@ -309,6 +319,10 @@ def margin_text(f: dict) -> str:
 
 def _unit(f: dict) -> str:
     return f" {f['unit']}" if f["unit"] else ""
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
 
 
 def _pp(x) -> str:

@@ -12,6 +12,7 @@ Here: the space, its distributions and sampler, and the trials' table.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -221,3 +222,39 @@ def format_table(record: dict) -> str:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     return "\n".join(lines)
+
+
+def _grid(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
+
+
+def screen_table(screened: dict) -> str:
+    """The screen (``protocols.tune.screen``): every config on the model, each figure labelled modelled."""
+    keys = list(screened["configs"][0]["params"]) if screened["configs"] else []
+    finalists = {json.dumps(f, sort_keys=True) for f in screened["finalists"]}
+    head = ["rank", *keys, "max load (modelled)", f"{screened['objective']} (modelled)", "note"]
+    rows = [[_fmt(c.get("rank")), *(_fmt(c["params"][k]) for k in keys), _fmt(c["max_load_under_slo"]),
+             _fmt(c["objective"] if c["feasible"] else None),
+             ("finalist: to be measured" if json.dumps(c["params"], sort_keys=True) in finalists
+              else "modelled only, not measured") if c["feasible"] else (c.get("why") or "")[:70]]
+            for c in sorted(screened["configs"], key=lambda c: (c.get("rank") or math.inf))]
+    return (f"screen on the scheduler model ({len(screened['configs'])} configs at {len(screened['rates'])} rates, "
+            f"{screened['requests_per_rate']} requests each): MODELLED figures, not measurements\n" + _grid(head, rows))
+
+
+def finalists_table(record: dict) -> str:
+    """Each finalist's modelled figures beside its measured ones, and whether they disagree."""
+    s = record["screen"]
+    keys = [k["key"] for k in record["space"]]
+    head = ["trial", *keys, "max load modelled", "measured", f"{record['objective']} modelled", "measured",
+            "disagrees"]
+    rows = []
+    for f in s["finalists"]:
+        me = f["measured"] or {}
+        rows.append([_fmt(f["trial"]), *(_fmt(f["params"][k]) for k in keys), _fmt(f["modelled"]["max_load_under_slo"]),
+                     _fmt(me.get("max_load_under_slo")), _fmt(f["modelled"]["objective"]),
+                     _fmt(me.get("objective") if me.get("feasible") else None),
+                     "not validated" if f["disagrees"] is None and f["measured"] else _fmt(f["disagrees"])])
+    return (f"finalists, modelled vs measured (model: {s['validated']}; search tolerance "
+            f"{record['search']['tolerance']:.0%}):\n" + _grid(head, rows))

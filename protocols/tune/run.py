@@ -55,11 +55,16 @@ from harness.experiment_record import experiment_record, run_rows, runs_table, s
 from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
-from metrics import tune_verdict
+from harness.report.tune import write_tune_page
+from metrics import model_error, tune_verdict
 from protocols.designs import design_of
 from protocols.experiment import Experiment, check_config
+from protocols.plan.modelled import residuals_error
+from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
+from protocols.plan.residuals import read_residuals
 from protocols.sweep.record import SWEEP_RECORD
-from protocols.tune import plan
+from protocols.tune import plan, screen
+from protocols.tune.plan import finalists_table, screen_table
 
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"
@@ -68,7 +73,9 @@ TUNE_FILE = "tune.json"
 STUDY_FILE = "study.db"  # Optuna's storage: the study a rerun with the same output_dir continues
 BASE_FILE = "tune_base.json"
 # Protocol keys that steer the search, not what a trial measures: changing them keeps the trials.
-SEARCH_ONLY = ("space", "trials", "objective", "sampler", "startup_trials", "seed", "dry_run")
+SEARCH_ONLY = ("space", "trials", "objective", "sampler", "startup_trials", "seed", "dry_run", "screen", "finalists",
+               "base_experiment", "profile", "dynamo_python", "screen_requests", "confirm", "residuals")
+CONFIRM_DIR = "confirm"  # screen=model: the winner measured a second time
 # Keys that change how results are shown or logged, not what is measured.
 PRESENTATION = ("output_dir", "resume", "mlflow", "report", "progress")
 
@@ -103,7 +110,10 @@ class Tuner:
                 if k.key in self.explicit:
                     raise ValueError(f"protocol.space.{k.key}: also set on the command line; a knob's value comes "
                                      "from the search")
-            self.grid = plan.grid_size(self.knobs) if p.sampler == "grid" else None
+            self.screening = p.screen == "model"
+            if self.screening:
+                screen.check(cfg, self.knobs)
+            self.grid = plan.grid_size(self.knobs) if p.sampler == "grid" or self.screening else None
             self._check_bracket()
             self._check_knobs()
             check_config(self.trial_config(cfg, Path(".")))
@@ -111,6 +121,10 @@ class Tuner:
             raise UserError(str(e)) from None
         self.seed = int(p.seed if p.seed is not None else cfg.seed)
         self.trials = int(p.trials) if self.grid is None else min(int(p.trials), self.grid)
+        if self.screening:  # the budget of measurements: the finalists
+            self.trials = min(int(p.finalists), self.grid)
+        self.screened: dict | None = None   # screen=model: the model's ranking (protocols.tune.screen)
+        self.validated: dict | None = None
         self.out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / results_io.new_run_id())
         self.space = plan.search_space(self.knobs, grid=self.grid is not None)
         self.sampler = plan.describe_sampler(str(p.sampler), self.seed, p.startup_trials)
@@ -235,9 +249,12 @@ class Tuner:
     def describe(self) -> str:
         p = self.cfg.protocol
         closed = self.cfg.load.kind == "concurrency"
-        lines = [f"tune: {self.trials} suggestions ({p.sampler} sampler, seed {self.seed}"
-                 + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
-                    else "") + (f"; the grid has {self.grid} configs" if self.grid else "")
+        how = (f"tune: the grid's {self.grid} configs screened on the scheduler model (modelled), the {self.trials} "
+               f"best measured, the winner measured again (seed {self.seed}" if self.screening else
+               f"tune: {self.trials} suggestions ({p.sampler} sampler, seed {self.seed}"
+               + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
+                  else "") + (f"; the grid has {self.grid} configs" if self.grid else ""))
+        lines = [how
                  + f") over {len(self.knobs)} knob(s); objective {p.objective} "
                  f"({tune_verdict.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
                  + ("users" if closed else "requests/s") + f" in [{p.search_low or 'from the load points'}, "
@@ -246,7 +263,8 @@ class Tuner:
             lines.append(f"  {k.key}: " + (f"{list(k.choices)}" if k.choices is not None else
                                           f"{'int' if k.integer else 'float'} {k.low}..{k.high}"
                                           + (" log" if k.log else "") + (f" step {k.step}" if k.step else "")))
-        lines.append(f"sampler: {self.sampler}; study: {self.out / STUDY_FILE}")
+        lines.append(f"screen: {self.out / screen.SCREEN_FILE}; base {p.base_experiment}" if self.screening else
+                     f"sampler: {self.sampler}; study: {self.out / STUDY_FILE}")
         lines.append(f"would write to {self.out} (trials in {self.out / TRIALS_DIR}/<n>/)")
         return "\n".join(lines)
 
@@ -262,13 +280,22 @@ class Tuner:
         if done:
             print(f"resuming {self.out}: {len(done)} trial(s) already evaluated are read back, not run again",
                   flush=True)
+        if self.screening:
+            given = self.cfg.protocol.residuals
+            self.validated = residuals_error(read_residuals(str(given) if given else RESIDUALS_DEFAULT))
+            self.screened = screen.screen(self.cfg, self.knobs)
+            results_io.write_json(self.out / screen.SCREEN_FILE, self.screened)
+            print(screen_table(self.screened), flush=True)
         self.start_mlflow()
         self.reference_outputs()
-        study = self.study()
+        study = None if self.screening else self.study()
         self.status = "running"
         self.write_record()
         try:
-            self.search(study)
+            if self.screening:
+                self.measure_finalists()
+            else:
+                self.search(study)
             self.status = "complete"
         except KeyboardInterrupt:
             self.status = "interrupted"
@@ -283,9 +310,13 @@ class Tuner:
             if self.status != "complete":  # failing or interrupted: the record logged before the error is told
                 self.finish(record)
         print(plan.format_table(record), flush=True)
+        if record.get("screen"):
+            print(finalists_table(record), flush=True)
         best = record["best"]
         print("best: " + (f"trial {best['trial']} " + " ".join(f"{k}={v}" for k, v in best["params"].items())
-                          + f": {record['objective']} {best['objective']:.4g}" if best else record["best_note"]))
+                          + f": {record['objective']} {best['objective']:.4g} (measured"
+                          + (f"; {best['confirmation']['said']}" if best.get("confirmation") else "") + ")"
+                          if best else record["best_note"]))
         print("pareto front (cost per million good tokens vs max load under the SLO): "
               + (", ".join(f"trial {t['trial']} ({t['max_load_under_slo']:g}, {t['cost_per_mtok_good']:.4g})"
                            for t in record["pareto_front"]) or "empty"))
@@ -366,20 +397,8 @@ class Tuner:
         results_io.write_json(folder / TRIAL_FILE, record)
         self.suggestions.append({"suggestion": n_sugg - 1, "trial": number, "evaluated": how})
         print(f"suggestion {n_sugg}/{self.trials}: {shown} -> trial {number} ({folder})", flush=True)
-        error = None
         t0 = time.monotonic()
-        try:
-            exp = Experiment(self.trial_config(self.with_params(params), folder), explicit=self.explicit,
-                             overrides=self.overrides + overrides, records=(SWEEP_RECORD,))  # a trial is a sweep
-            exp.out = folder  # the tuner names its trials' folders
-            exp.run()
-        except UserError as e:
-            error = str(e)
-        except Exception as e:  # noqa: BLE001 - one trial's failure is recorded, the tune goes on
-            error = f"{type(e).__name__}: {e}"
-            (folder / "error.txt").write_text(traceback.format_exc())
-            print(f"trial {number} failed: {error} (traceback in {folder / 'error.txt'})", file=sys.stderr,
-                  flush=True)
+        error = self.measure(params, overrides, folder, f"trial {number}")
         record.update(status="complete", error=error, duration_s=round(time.monotonic() - t0, 3))
         results_io.write_json(folder / TRIAL_FILE, record)
         verdict = self._verdict(record)
@@ -389,6 +408,116 @@ class Tuner:
         if self.mlflow:
             self._mlflow_child(folder, number, params, verdict)
         return tune_verdict.study_value(verdict["objective"] if verdict["feasible"] else None, objective)
+
+    def measure(self, params: dict, overrides: list[str], folder: Path, what: str) -> str | None:
+        """The config with ``params`` as a sweep with search=slo in ``folder``; its error or None."""
+        try:
+            exp = Experiment(self.trial_config(self.with_params(params), folder), explicit=self.explicit,
+                             overrides=self.overrides + overrides, records=(SWEEP_RECORD,))  # a trial is a sweep
+            exp.out = folder  # the tuner names its trials' folders
+            exp.run()
+        except UserError as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - one trial's failure is recorded, the tune goes on
+            error = f"{type(e).__name__}: {e}"
+            (folder / "error.txt").write_text(traceback.format_exc())
+            print(f"{what} failed: {error} (traceback in {folder / 'error.txt'})", file=sys.stderr, flush=True)
+            return error
+        return None
+
+    # ------------------------------------------------------------------------------------ screen=model
+    def measure_finalists(self) -> None:
+        """The screen's finalists measured, each a trial; then the best of them measured again in
+        ``OUT/confirm/`` (``protocol.confirm``): the result stands on measurements only."""
+        for params in self.screened["finalists"]:
+            self.run_trial(params)
+        if not self.cfg.protocol.confirm:
+            return
+        mine = [{**t, **self._verdict(t)} for t in self.read_trials() if t["status"] == "complete"
+                and _key(t["params"]) in {_key(f) for f in self.screened["finalists"]}]
+        winner = tune_verdict.best_trial(mine, str(self.cfg.protocol.objective))
+        if winner is None:
+            print("no finalist met the SLO when measured: nothing to confirm", flush=True)
+            return
+        folder = self.out / CONFIRM_DIR
+        old = results_io.read_json(folder / TRIAL_FILE, None)
+        if old and old.get("status") == "complete" and _key(old["params"]) == _key(winner["params"]):
+            print(f"confirmation of trial {winner['trial']}: already measured, read back", flush=True)
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {"trial": f"confirm{winner['trial']}", "of_trial": winner["trial"], "folder": CONFIRM_DIR,
+                  "params": winner["params"], "overrides": winner["overrides"], "status": "running",
+                  "started": time.time()}
+        results_io.write_json(folder / TRIAL_FILE, record)
+        print(f"confirming trial {winner['trial']} by a second measurement ({folder})", flush=True)
+        t0 = time.monotonic()
+        error = self.measure(winner["params"], winner["overrides"], folder, "the confirmation")
+        record.update(status="complete", error=error, duration_s=round(time.monotonic() - t0, 3))
+        results_io.write_json(folder / TRIAL_FILE, record)
+
+    def screen_record(self, trials: list[dict]) -> tuple[dict, dict | None, str | None]:
+        """tune.json's ``screen`` (the model's ranking, each finalist's modelled figures beside its
+        measured ones and whether they disagree beyond the validated error), the best trial as
+        measured and confirmed (None where no result stands) and the note on it."""
+        p = self.cfg.protocol
+        objective = str(p.objective)
+        bound = (self.validated or {}).get("bound")
+        tol = float(p.search_tolerance)
+        modelled = {_key(c["params"]): c for c in self.screened["configs"]}
+        by = {_key(t["params"]): t for t in trials}
+        rows = []
+        for params in self.screened["finalists"]:
+            m, t = modelled[_key(params)], by.get(_key(params))
+            row = {"params": params, "trial": t["trial"] if t else None,
+                   "modelled": {k: m.get(k) for k in ("max_load_under_slo", "objective", "cost_per_mtok_good",
+                                                       "rank")},
+                   "measured": None if not t or t["status"] != "complete" else
+                   {k: t.get(k) for k in ("feasible", "why", "max_load_under_slo", "objective", "cost_per_mtok_good")}}
+            if row["measured"] is None:
+                row.update(disagrees=None, note="not measured yet")
+            elif not row["measured"]["feasible"]:
+                row.update(disagrees=True, note=f"the model has it meet the SLO up to {m['max_load_under_slo']:g} "
+                                                f"req/s; measured, it is infeasible: {t.get('why')}")
+            else:
+                row["max_load"] = model_error.disagreement(m["max_load_under_slo"], t["max_load_under_slo"], bound,
+                                                           tol)
+                row["objective"] = model_error.disagreement(m["objective"], t["objective"], bound, tol)
+                flags = [row["max_load"]["disagrees"], row["objective"]["disagrees"]]
+                row["disagrees"] = True if True in flags else (None if None in flags else False)
+                row["note"] = (f"max load modelled {m['max_load_under_slo']:g} vs measured "
+                               f"{t['max_load_under_slo']:g} req/s ({row['max_load']['error']:+.0%}), {objective} "
+                               f"{row['objective']['error']:+.0%}: " +
+                               ("beyond the validated error and the search's tolerance "
+                                f"(±{row['max_load']['limit']:.0%}): the model disagrees with the measurement"
+                                if row["disagrees"] else
+                                f"within ±{row['max_load']['limit']:.0%}" if row["disagrees"] is False else
+                                "not judged: the model is not validated"))
+            rows.append(row)
+        rec = {k: v for k, v in self.screened.items() if k != "finalists"}
+        rec.update(validated_error=self.validated, validated=model_error.describe(self.validated),
+                   finalists=rows, disagreeing=[r["trial"] for r in rows if r["disagrees"]])
+        best = tune_verdict.best_trial(trials, objective)
+        note = None
+        confirm = results_io.read_json(self.out / CONFIRM_DIR / TRIAL_FILE, None)
+        if best and p.confirm:
+            if not confirm or confirm.get("status") != "complete" or _key(confirm["params"]) != _key(best["params"]):
+                best, note = None, "the best measured finalist is not confirmed yet (its second measurement)"
+            else:
+                v = self._verdict(confirm)
+                said = (f"confirmed by a second measurement: {objective} {v['objective']:.4g} at max load "
+                        f"{v['max_load_under_slo']:g}" if v["feasible"] else
+                        f"not confirmed: its second measurement is infeasible: {v['why']}")
+                rec["confirmation"] = {"trial": best["trial"], "folder": CONFIRM_DIR, "params": best["params"],
+                                       **{k: v.get(k) for k in ("feasible", "why", "max_load_under_slo", "objective",
+                                                                "cost_per_mtok_good")}, "said": said}
+                if v["feasible"]:
+                    best = {**best, "confirmation": rec["confirmation"]}
+                else:
+                    best, note = None, (f"trial {rec['confirmation']['trial']} was the best measured finalist but "
+                                        f"is {said}: no result stands")
+        elif best:
+            best = {**best, "confirmation": {"said": "one measurement (protocol.confirm=false)"}}
+        return rec, best, note
 
     def with_params(self, params: dict) -> DictConfig:
         """The command's config with the knobs set to ``params`` (each checked against the schema
@@ -435,6 +564,9 @@ class Tuner:
         best = tune_verdict.best_trial(trials, objective)
         front = tune_verdict.pareto_front(trials)
         done = [t for t in trials if t["status"] == "complete"]
+        screened, screen_note = None, None
+        if self.screened is not None:
+            screened, best, screen_note = self.screen_record(trials)
         record = {
             "protocol": "tune", "status": self.status, "output_dir": str(self.out),
             "experiment": str(self.cfg.experiment),
@@ -444,7 +576,8 @@ class Tuner:
             "space": [{"key": k.key, **({"choices": list(k.choices)} if k.choices is not None else
                                          {"low": k.low, "high": k.high, "log": k.log, "step": k.step})}
                       for k in self.knobs],
-            "study": {"storage": STUDY_FILE, "name": f"tune-{objective}", "sampler": self.sampler},
+            "study": None if self.screening else {"storage": STUDY_FILE, "name": f"tune-{objective}",
+                                                  "sampler": self.sampler},
             "infeasible_told_as": tune_verdict.study_value(None, objective),
             "search": {"load_kind": str(self.cfg.load.kind), "low": p.search_low, "high": p.search_high,
                        "tolerance": float(p.search_tolerance), "max_probes": int(p.search_max_probes)},
@@ -453,12 +586,15 @@ class Tuner:
             "trials": trials,
             "evaluated": len(done), "feasible": sum(bool(t.get("feasible")) for t in done),
             "best": best,
-            "best_note": None if best else ("no trial evaluated yet" if not done else
+            "best_stands_on": "measurement" if best else None,
+            "best_note": None if best else screen_note or ("no trial evaluated yet" if not done else
                                             f"no feasible trial among {len(done)}: none met the SLO (and the "
                                             "quality gate) at any load in the bracket"),
             "pareto_front": [{k: t[k] for k in ("trial", "params", "max_load_under_slo", "cost_per_mtok_good")}
                              for t in front],
         }
+        if screened is not None:
+            record["screen"] = screened
         results_io.write_json(self.out / TUNE_FILE, record)
         results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json(record))
         self.write_runs(trials)
@@ -474,7 +610,9 @@ class Tuner:
             (3, done, "provenance.json per run: engine version, flags (the trial's knobs), devices"),
             (4, done, "each trial: its load points and the SLO search for its max load (trials/<n>/search.json)"),
             (5, False, "not an ablation (protocol=ablation): the tune varies knobs together"),
-            (6, done, f"tune: {record['evaluated']} configs from protocol.space compared by {record['objective']} at "
+            (6, done, (f"screened {len(record['screen']['configs'])} configs on the scheduler model (modelled), "
+                       f"measured the {len(record['screen']['finalists'])} finalists; " if record.get("screen") else "")
+                      + f"tune: {record['evaluated']} configs from protocol.space compared by {record['objective']} at "
                       "their max load under the SLO; best feasible "
                       + (f"trial {best['trial']}" if best else "none") + ", Pareto front of cost vs max load "
                       "(tune.json); one run per config, no intervals: protocol=compare on the finalists gives them"),
@@ -541,7 +679,8 @@ class Tuner:
                             "tune.best_max_load_under_slo": best["max_load_under_slo"],
                             "tune.best_cost_per_mtok_good": best["cost_per_mtok_good"]})
         return finish_run(self.cfg, self.out, self.mlflow, metrics=metrics, artifacts=(TUNE_FILE,),
-                          end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"))
+                          end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"),
+                          report=lambda: write_tune_page(self.out))
 
 
 def quality_verdict(folder: Path) -> tuple[bool | None, str | None]:

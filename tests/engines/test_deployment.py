@@ -128,13 +128,25 @@ def _cli(tmp_path, *overrides, fake_args=(), timeout=240):
             "workload.input_tokens=32", "workload.output_tokens=8", "load.warmup_requests=0",
             "mlflow.enabled=false", "progress=false", "report.enabled=false", "telemetry.idle_baseline_s=0",
             *overrides]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # every process the run starts inherits the tag: _no_process_left finds this test's own, not
+    # those of a test running beside it (pytest -n) or of other work on the machine
+    env = {**os.environ, "PYTHONPATH": str(REPO), RUN_TAG: str(tmp_path)}
     return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=timeout)
+
+
+RUN_TAG = "TOKENFACTORY_TEST_RUN"
+
+
+def _tagged(p: psutil.Process, tag: str) -> bool:
+    try:
+        return p.environ().get(RUN_TAG) == tag
+    except (psutil.Error, OSError):  # gone, or not ours to read
+        return False
 
 
 def _no_process_left(out: Path) -> None:
     mine = [p for p in psutil.process_iter(["cmdline"])
-            if any(str(out) in a or "fake_engine_process" in a for a in (p.info["cmdline"] or []))
+            if (any(str(out) in a for a in (p.info["cmdline"] or [])) or _tagged(p, str(out.parent)))
             and p.pid != os.getpid()]
     assert not [p for p in mine if p.status() != psutil.STATUS_ZOMBIE]
 

@@ -201,3 +201,13 @@ def test_mocker_reasoning_is_set_from_the_command_line():
     assert dict(cfg.engine.mocker.reasoning) == {"start_thinking_token_id": 3, "end_thinking_token_id": 4,
                                                  "thinking_ratio": 0.5}
     assert typed(cfg.engine, DynamoEngine).mocker.reasoning["thinking_ratio"] == 0.5
+
+
+def test_the_frontend_page_is_the_router_page_sampled_beside_the_workers(tmp_path):
+    from engines.dynamo import FRONTEND_METRICS
+
+    e = _dynamo(tmp_path, workers=2)
+    e.prepare()
+    assert e.router_metrics() == (f"http://127.0.0.1:{e.port}/metrics", FRONTEND_METRICS)
+    vllm = make_engine(engine_cfg("vllm", model="/models/tiny"), tmp_path)
+    assert vllm.router_metrics() is None  # one engine, no router in front of it

@@ -23,3 +23,39 @@ def test_stop_kills_workers_that_outlive_their_leader(tmp_path):
     took = time.monotonic() - t0
     assert not _group_alive(p.pid)
     assert 1.0 <= took < 8.0  # waited out the grace for the worker, then killed it
+
+
+# A program that starts an engine and has no SIGTERM handler of its own (pytest, a script that
+# drives an adapter): it prints the engine's pid, then waits to be stopped.
+DRIVER = ("import sys, time\n"
+          "from engines.process import EngineProcess\n"
+          "p = EngineProcess([sys.executable, '-c', 'import time; time.sleep(120)'], sys.argv[1])\n"
+          "p.start()\n"
+          "print(p.pid, flush=True)\n"
+          "time.sleep(120)\n")
+
+
+def test_sigterm_to_the_program_that_started_an_engine_stops_the_engine(tmp_path):
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    import psutil
+
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": repo}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "engine.log")], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    engine_pid = int(driver.stdout.readline())
+    try:
+        assert psutil.pid_exists(engine_pid)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(20) == -signal.SIGTERM  # it still ends as SIGTERM ends a program
+        deadline = time.monotonic() + 5
+        while psutil.pid_exists(engine_pid) and time.monotonic() < deadline:  # reparented, then reaped
+            time.sleep(0.02)
+        assert not psutil.pid_exists(engine_pid)
+    finally:
+        if psutil.pid_exists(engine_pid):
+            os.kill(engine_pid, signal.SIGKILL)

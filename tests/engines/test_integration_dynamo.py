@@ -1,14 +1,19 @@
 """Against real NVIDIA Dynamo (its frontend and mocker workers) on the embedded tiny model.
 
 Needs ``TOKENFACTORY_DYNAMO_PYTHON`` (the interpreter of a venv with ai-dynamo; ``.ci/dynamo_venv.sh``
-builds one and prints it).  Two launches of a frontend and two mocker workers (a few seconds
-each, speeded up ten times): a sweep on both workers, then one whose worker r1 is killed
-mid-load while r0 serves on.
+builds one and prints it).  Launches of a frontend and two mocker workers (a few seconds
+each, speeded up ten times): a sweep on both workers (with the frontend's own page sampled),
+one whose worker r1 is killed mid-load while r0 serves on, and SIGTERM to a program that
+launched them and to a harness run on them: no frontend or worker outlives either.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -18,6 +23,7 @@ import pytest
 from harness import results_io
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
 
 DYNAMO_PYTHON = os.environ.get("TOKENFACTORY_DYNAMO_PYTHON")
 if not DYNAMO_PYTHON or not Path(DYNAMO_PYTHON).exists():
@@ -78,6 +84,14 @@ def test_a_sweep_on_two_mocker_workers(tmp_path):
     assert set(s["replicas"]) == {"r0", "r1"}
     assert sum(s["replicas"][w]["requests"] for w in ("r0", "r1")) == 12
     assert all("kv_cache_usage_max" in s["replicas"][w] for w in ("r0", "r1"))
+    # the frontend's own page, sampled beside the workers' (source = router): its counts are the run's
+    assert s["router_metrics_complete"] is True
+    assert s["router_requests"] == 12 and s["router_requests_ok"] == 12 and s["router_output_tokens"] == 12 * OUTPUT
+    assert 0 < s["router_mean_ttft_ms"] <= s["mean_ttft_ms"]  # the frontend's clock starts after the client's
+    tel = pq.read_table(d / "telemetry.parquet").to_pylist()
+    inflight = [r["value"] for r in tel if r["source"] == "router" and r["name"] == "inflight"
+                and r["detail"] == "dynamo_frontend_inflight_requests"]
+    assert inflight and max(inflight) <= 2  # load.concurrency=2
     prov = results_io.read_json(d / "provenance.json")["engine"]
     assert _version(prov["versions"]["ai-dynamo"]) >= (1, 4, 2) and prov["versions"]["ai-dynamo-runtime"]
     assert prov["engine_version"] == prov["versions"]["ai-dynamo"]
@@ -110,3 +124,83 @@ def test_a_worker_killed_mid_run_is_named_and_counted(tmp_path):
     assert next(r for r in ok if r["sent_ns"] == last)["replica"] == "r0"  # the survivor served on
     prov = results_io.read_json(d / "provenance.json")["engine"]
     assert _gone(prov) == []
+
+
+# A program that launches engine=dynamo and has no SIGTERM handler of its own (as pytest has none):
+# it says when the frontend and both workers serve, then waits to be stopped.
+LAUNCHER = """
+import sys, time
+from pathlib import Path
+from hydra import compose, initialize_config_module
+from engines.registry import make_engine
+with initialize_config_module("conf", version_base="1.3"):
+    cfg = compose("config", overrides=sys.argv[2:])
+e = make_engine(cfg.engine, Path(sys.argv[1]))
+e.configure(None, "none")
+e.start(warm_up=False)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def _dynamo_children(pid: int) -> dict[int, str]:
+    """The frontend and worker processes under ``pid``: pid -> its module (dynamo.frontend, dynamo.mocker)."""
+    out = {}
+    for c in psutil.Process(pid).children(recursive=True):
+        try:
+            cmd = c.cmdline()
+        except psutil.Error:
+            continue
+        if "-m" in cmd and cmd[cmd.index("-m") + 1].startswith("dynamo."):
+            out[c.pid] = cmd[cmd.index("-m") + 1]
+    return out
+
+
+def _survivors(pids) -> list[int]:
+    deadline = time.monotonic() + 10
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    return alive
+
+
+def _sigterm_then_survivors(argv, ready: str, tmp_path, then_s: float = 0.0) -> tuple[int, dict[int, str], list[int]]:
+    """Start ``argv``, wait for a line starting with ``ready`` and ``then_s`` more, note its Dynamo
+    processes by pid, send it SIGTERM; its exit code, those processes, and those still running
+    10 s after it ended."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)
+    procs: dict[int, str] = {}
+    try:
+        for line in p.stdout:
+            if line.startswith(ready):
+                break
+        time.sleep(then_s)
+        procs = _dynamo_children(p.pid)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(60)
+        return rc, procs, _survivors(procs)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for pid in _survivors(procs) if procs else []:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_to_a_program_that_launched_dynamo_stops_frontend_and_workers(tmp_path):
+    argv = [sys.executable, "-c", LAUNCHER, str(tmp_path / "run"), *BASE[:4]]
+    rc, procs, left = _sigterm_then_survivors(argv, "ready", tmp_path)
+    assert sorted(procs.values()) == ["dynamo.frontend", "dynamo.mocker", "dynamo.mocker"]
+    assert rc == -signal.SIGTERM
+    assert left == []  # no frontend or mocker outlives the program that started it
+
+
+def test_sigterm_to_a_harness_run_on_dynamo_stops_frontend_and_workers(tmp_path):
+    argv = [sys.executable, "-m", "harness.cli", "run", *BASE, "load=constant", "load.num_requests=400",
+            "protocol.load_points=[4]", f"output_dir={tmp_path / 'out'}"]
+    # a second into the load (100 s of it at 4 requests/s)
+    rc, procs, left = _sigterm_then_survivors(argv, "engine ready at", tmp_path, then_s=1.0)
+    assert sorted(procs.values()) == ["dynamo.frontend", "dynamo.mocker", "dynamo.mocker"]
+    assert rc == 143  # the command's own SIGTERM exit (harness.commands.interrupts)
+    assert left == []

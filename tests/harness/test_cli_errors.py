@@ -107,3 +107,18 @@ def test_openai_engine_requires_base_url(tmp_path, run_cli):
     rc, out = run_cli("mlflow.enabled=false", "engine=openai", "engine.model=m")
     assert rc == 2
     assert "engine.base_url" in out
+
+
+def test_a_workload_longer_than_the_model_is_one_error_before_any_engine(tmp_path, run_cli):
+    # the requests are built before the engine starts (harness.point.prebuild): a request past
+    # engine.max_model_len is the user's to fix, said once, with no traceback and no engine started
+    from engines.tiny_model import ensure_tiny_model
+
+    rc, out = run_cli("mlflow.enabled=false", "engine=openai", "engine.base_url=http://127.0.0.1:9",
+                      "engine.model=fake", f"engine.tokenizer={ensure_tiny_model()}", "engine.max_model_len=64",
+                      "workload.input_tokens=100", "workload.output_tokens=8", "load=constant", "load.rate=5",
+                      "load.num_requests=4", "protocol.load_points=[]")
+    assert rc == 2, out
+    assert "error: workload: a request of 100 input + 8 output tokens exceeds the model's max length 64" in out
+    assert "Traceback" not in out and "starting engine" not in out
+    assert_no_complete_run(tmp_path)

@@ -127,3 +127,21 @@ def test_a_config_that_changes_outputs_fails_the_gate_and_has_no_good_tokens(tmp
     assert verdicts["wrong"]["verdict"] == "a_better" and "fails the quality gate" in verdicts["wrong"]["text"]
     ttft = cmp["points"][0]["metrics"]["p50_ttft_ms"]["vs_baseline"]["wrong"]
     assert ttft["verdict"] == "b_better"  # it is faster; speed is still reported, only good tokens are gated
+
+
+@pytest.mark.parametrize("overrides, enabled", [
+    (["engine=dynamo"], False),                          # mocker workers: random tokens, nothing to agree on
+    (["engine=dynamo", "quality.enabled=true"], True),   # asked for by name
+    (["engine=dynamo", "engine.worker=vllm"], True),     # real workers: measured outputs
+    (["engine=vllm"], True),
+])
+def test_the_gate_is_off_by_default_on_an_emulated_engine(overrides, enabled):
+    from harness.experiment_record import seven_steps
+    from harness.quality_gate import gate_enabled
+    from protocols.designs import design_of
+
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=["protocol=ablation", *overrides])
+    assert gate_enabled(cfg, design_of(cfg)) is enabled
+    step1 = seven_steps(cfg, design_of(cfg), True, points=1, configs=2)[0]
+    assert ("emulated engine" in step1["how"]) is (not enabled)

@@ -44,8 +44,15 @@ def test_ratio_difference_by_hand():
     assert d.relative.low == pytest.approx(math.exp(0.0953102 - 1.1551090) - 1, abs=1e-5)   # -0.65347
     assert d.relative.high == pytest.approx(math.exp(0.0953102 + 1.1551090) - 1, abs=1e-4)  # +2.49181
     assert d.absolute.value == pytest.approx(0.1e6) and d.b.value == pytest.approx(1.1e6)
-    # no good tokens on B: an infinite cost, no interval, and the note says why
+    # no good tokens on B in either replicate: an infinite cost, +inf in every resample, and A wins
     d = ratio_difference([1, 1], [1, 1], [1, 1], [0, 0], paired=False)
+    assert d.b.value == math.inf and d.relative.low == math.inf and "B had a cost and a denominator of 0" in d.note
+    assert verdict(d, higher_is_better=False).outcome == "a_better"
+    # in one of them only: R_B is finite, and the delta method judges it as any other
+    d = ratio_difference([1, 1], [1, 1], [1, 1], [0, 2], paired=False)
+    assert d.b.value == 1.0 and d.relative.value == 0.0
+    # one replicate on B: no interval
+    d = ratio_difference([1, 1], [1, 1], [1], [0], paired=False)
     assert d.b.value == math.inf and math.isnan(d.relative.low) and "denominators sum to 0" in d.note
     assert verdict(d).outcome == "insufficient_data"
 

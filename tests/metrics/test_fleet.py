@@ -26,6 +26,8 @@ def test_request_metrics_by_hand():
     assert m["good"] == 1 and m["slo_attainment"] == pytest.approx(1 / 4)
     assert m["goodput_rps"] == pytest.approx(0.5) and m["good_output_throughput"] == pytest.approx(5.0)
     assert m["p50_ttft_ms"] == pytest.approx(80.0)  # over the completed ones: 50, 80, 200
+    # TPOT over the completed ones with one: 10, 10, 30 ms; p90 interpolates 10 + 0.8 * 20
+    assert m["p50_tpot_ms"] == pytest.approx(10.0) and m["p90_tpot_ms"] == pytest.approx(26.0)
     assert m["slo_met"] is False
 
 
@@ -58,3 +60,64 @@ def test_the_bill_names_starting_serving_and_draining():
     assert m["draining_replica_seconds"] == pytest.approx(10.0)
     assert m["paid_replica_seconds"] == pytest.approx(590.0)
     assert m["replicas_max"] == 3 and m["replicas_mean"] == pytest.approx(590 / 300)
+
+
+# ------------------------------------------------------------------- mutants of metrics/fleet.py
+# (benchmarks/mutation.py, docs/measured/mutation.md): each test below kills mutants that survived
+# the tests above and changed a number of the plan's or the validation's fleet metrics.
+def test_every_percentile_is_its_own():
+    # 101 completed requests, TTFT 0, 1, ..., 100 ms and TPOT 0, 0.1, ..., 10 ms: linear interpolation
+    # puts the q-th percentile on the q-th value, so p49 or p51 in place of p50 (p89/p91, p98/p100) shows
+    k = np.arange(101)
+    m = request_metrics(SLO(), np.ones(101, bool), k / 1e3, k / 1e4, np.full(101, 10), window_s=10.0)
+    assert (m["p50_ttft_ms"], m["p90_ttft_ms"], m["p99_ttft_ms"]) == pytest.approx((50.0, 90.0, 99.0))
+    assert (m["p50_tpot_ms"], m["p99_tpot_ms"]) == pytest.approx((5.0, 9.9))
+    assert (m["requests"], m["completed"], m["good"]) == (101, 101, 101)
+
+
+def test_end_to_end_latency_is_ttft_plus_tpot_per_later_token():
+    # e2el = ttft + tpot x max(out - 1, 0), a NaN TPOT (every token in one chunk) adding nothing:
+    # A 0.1 + 0.01 x 10 = 0.2 s; B (3 tokens at once) 0.1; C (one token) 0.1; D (no token) 0.1
+    ttft = np.full(4, 0.1)
+    tpot = np.array([0.01, np.nan, 0.01, 0.01])
+    out = np.array([11, 3, 1, 0])
+    done = np.ones(4, bool)
+    good = {lim: request_metrics(SLO(e2el_ms=lim), done, ttft, tpot, out, 10.0)["good"]
+            for lim in (200.5, 199.5, 100.5, 99.5)}
+    assert good == {200.5: 4, 199.5: 3, 100.5: 3, 99.5: 0}
+    # the run-level percentile check sees the same e2el: its p50 is 0.1 s, its p100 0.2 s
+    assert request_metrics(SLO(e2el_ms=100.5, percentile=50), done, ttft, tpot, out, 10.0)["slo_met"] is True
+    assert request_metrics(SLO(e2el_ms=199.5, percentile=100), done, ttft, tpot, out, 10.0)["slo_met"] is False
+
+
+def test_rates_over_a_short_and_an_empty_window():
+    # one good request of 10 tokens: over half a second 2 req/s and 20 tok/s; over no window, no rate
+    half = request_metrics(SLO(), np.array([True]), [0.1], [0.01], [10], window_s=0.5)
+    assert half["goodput_rps"] == pytest.approx(2.0) and half["good_output_throughput"] == pytest.approx(20.0)
+    empty = request_metrics(SLO(), np.array([True]), [0.1], [0.01], [10], window_s=0.0)
+    assert math.isnan(empty["goodput_rps"]) and math.isnan(empty["good_output_throughput"])
+    r = replica_metrics(np.array([0.0]), np.array([0]), np.array([1]), np.array([0]), 0.5)
+    assert r["replicas_mean"] == pytest.approx(1.0) and r["paid_replica_seconds"] == pytest.approx(0.5)
+    none = replica_metrics(np.array([0.0]), np.array([0]), np.array([1]), np.array([0]), 0.0)
+    assert math.isnan(none["replicas_mean"])
+
+
+def test_the_most_replicas_paid_at_once_counts_the_draining_ones():
+    # 1 starting + 1 serving on [0, 10); 1 serving + 2 draining on [10, 20) (the peak: 3); 1 serving after
+    m = replica_metrics(np.array([0.0, 10.0, 20.0]), np.array([1, 0, 0]), np.array([1, 1, 1]),
+                        np.array([0, 2, 0]), 30.0)
+    assert m["replicas_max"] == 3
+    assert (m["starting_replica_seconds"], m["serving_replica_seconds"], m["draining_replica_seconds"]) == \
+        pytest.approx((10.0, 30.0, 20.0))
+    assert m["paid_replica_seconds"] == pytest.approx(60.0) and m["replicas_mean"] == pytest.approx(2.0)
+    none = replica_metrics(np.array([]), np.array([], int), np.array([], int), np.array([], int), 10.0)
+    assert none["replicas_max"] == 0 and none["paid_replica_seconds"] == 0.0 and none["replicas_mean"] == 0.0
+
+
+def test_overprovisioning_counts_no_shortfall_and_nothing_before_the_first_replica():
+    # paid: none before 5 s, 2 from 5 s; needed 1 on [0, 10), 3 on [10, 20]: over by 1 on [5, 10)
+    # only (before 5 s nothing was paid, after 10 s the fleet was short: 0, not -1)
+    m = replica_metrics(np.array([5.0]), np.array([0]), np.array([2]), np.array([0]), 20.0,
+                        needed_t=np.array([0.0, 10.0]), needed_n=np.array([1, 3]))
+    assert m["overprovisioned_replica_seconds"] == pytest.approx(5.0)
+    assert m["paid_replica_seconds"] == pytest.approx(30.0)

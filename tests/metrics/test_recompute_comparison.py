@@ -126,10 +126,27 @@ def test_one_repeat_has_a_value_and_no_interval():
     assert m["vs_baseline"]["B"]["verdict"] == "insufficient_data"
 
 
-@pytest.mark.xfail(reason="open question for the integrator: against a baseline with no good tokens (cost inf) a "
-                          "config that has some is -100 % (B/inf - 1); metrics.comparison gives NaN (no verdict)",
-                   strict=False)
 def test_a_baseline_that_bought_nothing_loses_on_cost():
     a = [{**r, "good_output_tokens": 0} for r in _runs(3)]
     vs = compare(a, _runs(3), ["cost_per_mtok_good"])["cost_per_mtok_good"]["vs_baseline"]["B"]
-    assert vs["difference"]["relative"]["value"] == -1.0
+    rel = vs["difference"]["relative"]
+    assert (rel["value"], rel["low"], rel["high"]) == (-1.0, -1.0, -1.0)  # B/inf - 1 in every resample
+    assert vs["difference"]["absolute"]["value"] == -math.inf
+    assert vs["verdict"] == "b_better"
+
+
+def test_a_config_that_bought_nothing_loses_to_its_baseline_on_cost():
+    b = [{**r, "good_output_tokens": 0} for r in _runs(3)]
+    vs = compare(_runs(3), b, ["cost_per_mtok_good"])["cost_per_mtok_good"]["vs_baseline"]["B"]
+    assert vs["difference"]["relative"]["value"] == math.inf and vs["verdict"] == "a_better"
+
+
+def test_no_good_tokens_in_some_replicates_only_is_a_finite_ratio_of_totals():
+    # one of A's three repeats bought good tokens: R_A = 3 x 0.1 / 1,000 tokens, three times B's
+    a = [{**r, "good_output_tokens": g} for r, g in zip(_runs(3), (0, 0, 1000))]
+    vs = compare(a, _runs(3), ["cost_per_mtok_good"])["cost_per_mtok_good"]["vs_baseline"]["B"]
+    assert vs["difference"]["relative"]["value"] == pytest.approx(1 / 3 - 1)
+    assert vs["verdict"] == "no_significant_difference"  # two repeats of nothing: a wide interval
+    # and one repeat a side is no evidence either way
+    vs = compare([{**_runs(1)[0], "good_output_tokens": 0}], _runs(1), ["cost_per_mtok_good"])
+    assert vs["cost_per_mtok_good"]["vs_baseline"]["B"]["verdict"] == "insufficient_data"

@@ -4,6 +4,7 @@ SLO and cost; and the seed's A/B example through the paired comparison protocols
 
 Times are in milliseconds from 0; every expected number is worked out by hand in a comment."""
 
+import dataclasses
 import math
 
 import pyarrow as pa
@@ -250,3 +251,77 @@ def test_runs_without_tasks_compare_without_task_metrics_and_nan_does_not_crash(
     assert rel["n"] == 3 and rel["value"] == pytest.approx(0.875) and vs["verdict"] == "no_significant_difference"
     # B's estimate is still the ratio of totals: (0.40 + 0.416 + 0.384) / (0 + 4 + 4) = 0.15
     assert point["metrics"]["cost_per_completed_task"]["per_config"]["B"]["value"] == pytest.approx(0.15)
+
+
+# ------------------------------------------------------------------- mutants of metrics/tasks.py
+# (benchmarks/mutation.py, docs/measured/mutation.md): each test below kills a mutant that
+# survived the tests above and changed a number of summary.json.
+EXACT = 1e-12  # pytest.approx's default (1e-6) does not see 1e9 -> 1e9 + 1 in a ns -> s division
+
+
+def test_task_times_are_exact_to_the_nanosecond():
+    # fan_out_join: T 400 ms, engine 370 ms, critical path 340 ms (worked out above), held to 1e-12
+    s = task_summary(table(fan_out_join()))
+    assert s["mean_task_time_ms"] == pytest.approx(400.0, rel=EXACT)
+    assert s["mean_task_engine_share"] == pytest.approx(370 / 400, rel=EXACT)
+    assert s["mean_critical_path_engine_ms"] == pytest.approx(340.0, rel=EXACT)
+
+
+def test_a_table_without_the_warmup_and_done_columns():
+    # an older file: no warm-up flag (nothing was warm-up) and no done_ns (every row has end_ns)
+    full = task_summary(table(fan_out_join()))
+    old = task_summary(table(fan_out_join()).drop_columns(["warmup", "done_ns"]))
+    assert (old["num_tasks"], old["completed_tasks"]) == (1, 1)
+    assert old["mean_task_time_ms"] == full["mean_task_time_ms"] == pytest.approx(400.0)
+
+
+def test_a_warm_up_task_before_a_counted_one_skips_only_its_own_rows():
+    rows = [call("w", "a", 1, 0, 50, check=True, warmup=True)] + fan_out_join(t0=100)
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"]) == (1, 1)
+    assert s["mean_task_time_ms"] == pytest.approx(400.0)
+
+
+def test_calls_with_no_send_or_no_end_add_no_engine_time():
+    # attempt 1's call was sent at 0 but has no end at all, attempt 2's failed before it was sent:
+    # neither was on the engine, and each attempt adds 0 ns (not 1) to the critical path; attempt 3:
+    # one call [200, 300] ms.  T = 0 (attempt 1's send) to 300
+    no_end = call("n", "a", 1, 0, None, status="http_error", out=0)
+    never = dataclasses.replace(call("n", "a", 2, 0, None, status="http_error", out=0), sent_ns=None)
+    s = task_summary(table([no_end, never, call("n", "a", 3, 200, 300, check=True)]))
+    assert (s["completed_tasks"], s["task_attempts"]) == (1, 3)
+    assert s["mean_task_time_ms"] == pytest.approx(300.0, rel=EXACT)
+    assert s["mean_task_engine_share"] == pytest.approx(1 / 3, rel=EXACT)
+    assert s["mean_critical_path_engine_ms"] == pytest.approx(100.0, rel=EXACT)
+
+
+def test_a_good_task_call_with_no_output_token_counts_zero_tokens():
+    rows = [call("z", "a", 1, 0, 100, calls=2, out=0), call("z", "b", 1, 100, 200, ["a"], 2, check=True, out=7)]
+    assert task_summary(table(rows))["good_task_output_tokens"] == 7  # 0 + 7
+
+
+def test_a_fan_out_with_a_branch_never_sent_is_cut_not_completed():
+    # a -> (b, c); c was due after the drain's end: b, the only sink present, passed its check, but the
+    # attempt has 2 of its 3 calls -> not completed, censored
+    rows = [call("f", "a", 1, 0, 100, calls=3), call("f", "b", 1, 100, 200, ["a"], 3, check=True)]
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (1, 0, 1)
+
+
+def test_a_task_of_zero_time_is_left_out_of_the_engine_share():
+    # a completed task whose one call was sent and ended in the same nanosecond: T = 0, no share
+    s = task_summary(table(fan_out_join() + [call("z", "a", 1, 0, 0, check=True)]))
+    assert s["completed_tasks"] == 2
+    assert s["mean_task_engine_share"] == pytest.approx(370 / 400, rel=EXACT)  # t1's only, not NaN
+
+
+def test_a_sink_that_failed_after_its_check_passed_did_not_complete():
+    # loadgen.dispatch judges a sink's check on its final record whatever its status: a stream that
+    # broke (http_error) or timed out after the text the check wanted has check_ok true, yet the call
+    # failed: neither task completed, and with a failed row neither was cut (statuses below and
+    # above "ok", so no ordering of the status stands in for "not ok")
+    rows = [call("h", "a", 1, 0, 100, status="http_error", check=True),
+            call("to", "a", 1, 0, 100, status="timeout", check=True)]
+    s = task_summary(table(rows))
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, 0, 0)
+    assert s["task_completion_rate"] == 0.0

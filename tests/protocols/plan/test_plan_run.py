@@ -116,3 +116,88 @@ def test_no_experiment_is_an_error(tmp_path):
     cfg = compose_config(["protocol=plan"])
     with pytest.raises(UserError, match="needs finished experiments"):
         run_protocol(cfg, Invocation())
+
+
+def test_a_bad_residuals_file_is_named_before_any_simulation(tmp_path, experiment):
+    bad = tmp_path / "res.json"
+    bad.write_text('{"model": "scheduler", "residuals": [{"case": "a", "metric": "goodput_rps", "predicted": 1}]}')
+    with pytest.raises(UserError, match=r"protocol.residuals=.*res.json: residuals\[0\].measured: missing"):
+        _plan(tmp_path, experiment, "protocol.resamples=0", f"protocol.residuals={bad}")
+
+
+@pytest.mark.slow  # a whole plan with resamples: tens of seconds on a shared machine
+def test_the_verdict_states_the_chance_the_runner_up_is_cheaper(tmp_path, experiment, capsys):
+    res = tmp_path / "res.json"
+    res.write_text(json.dumps({"model": "processor_sharing", "source": "test", "held_out": True, "residuals": [
+        {"case": "over", "metric": "goodput_rps", "predicted": 1.2, "measured": 1.0},
+        {"case": "under", "metric": "goodput_rps", "predicted": 0.9, "measured": 1.0}]}))
+    _, doc = _plan(tmp_path, experiment, "protocol.resamples=3", "protocol.replica_model=processor_sharing",
+                   f"protocol.residuals={res}")
+    base = doc["plans"][0]
+    fast, slow = base["configs"]["fast"], base["configs"]["slow"]
+    assert fast["model_error"]["factors"] == pytest.approx([1.2, 0.9])
+    assert fast["model_error"]["cases"] == ["over", "under"]
+    assert len(fast["cost_resamples"]) == 3                   # 3 random draws (10 distinct multisets > 3)
+    r = base["cheapest"]["runner_up_cheaper"]
+    pick, other = base["configs"][r["pick"]], base["configs"][r["runner_up"]]
+    # recomputed by hand from plan.json: every pair of joint resamples, ties half
+    ja = [(c * q, w / 2) for c, w in pick["cost_resamples"] for q in (1.2, 0.9)]
+    jb = [(c * q, w / 2) for c, w in other["cost_resamples"] for q in (1.2, 0.9)]
+    want = sum(wa * wb * (1.0 if cb < ca else 0.5 if cb == ca else 0.0) for ca, wa in ja for cb, wb in jb)
+    want /= sum(w for _, w in ja) * sum(w for _, w in jb)
+    assert r["probability"] == pytest.approx(want, abs=1e-9)
+    assert r["standard_error"] > 0                            # random draws: a resample error
+    assert doc["model_error"]["applied"] is True and doc["model_error"]["held_out"] is True
+    iv = slow["metrics"]["cost_per_mtok_good"]["interval_with_model_error"]
+    costs = [c for c, _ in slow["cost_resamples"]]
+    assert iv[0] == pytest.approx(min(costs) * 0.9) and iv[1] == pytest.approx(max(costs) * 1.2)
+    out = capsys.readouterr().out
+    assert f"chance that {r['runner_up']} is in fact the cheaper at the SLO: {r['probability']:.1%}" in out
+    page = (tmp_path / "plan" / "plan.html").read_text()
+    assert f"{r['probability']:.1%}" in page and "held out: the model was fixed before these runs" in page
+
+
+def test_a_candidate_takes_its_replica_models_cases_and_random_draws_are_told_apart():
+    from protocols.plan.residuals import DEFAULT, read_residuals
+    from protocols.plan.run import model_error_for, random_draws
+
+    res = read_residuals(DEFAULT)
+    ps = model_error_for(res, "processor_sharing")
+    assert ps["cases"] == ["azure-code-0.2", "azure-code-0.3"] and len(ps["factors"]) == 2 and "why" not in ps
+    sched = model_error_for(res, "scheduler")
+    assert sched["factors"] == [] and "no held-out case of the scheduler model" in sched["why"]
+    assert model_error_for(None, "scheduler")["why"] == "protocol.model_error=false"
+    # 3 blocks: 10 distinct multisets, enumerated under 200 and drawn over 5; 6 blocks: 462 > 200
+    assert [random_draws(3, 200), random_draws(3, 5), random_draws(6, 200), random_draws(1, 200)] == \
+        [False, True, True, False]
+
+
+def test_resamples_read_back_the_point_estimates_replays(tmp_path):
+    """In parallel processes the point estimate on the scheduler runs first, alone: resamples
+    that route as it did (here a policy of fixed capacity: all of them) replay nothing, and
+    every simulation's requests get the replay's latencies."""
+    from engines.autoscale_policy import ScalingPolicy
+    from metrics.slo import SLO
+    from protocols.plan import scheduler as sched
+    from protocols.plan.capacity import resamples
+    from protocols.plan.run import Job, simulate_all
+    from protocols.plan.traffic import Traffic
+    from tests.protocols.plan import fake_replay
+    from tests.protocols.plan.capacity_fixtures import capacity
+    from tests.protocols.plan.test_scheduler import TABLES
+
+    np.savez(tmp_path / "perf_data.npz", **TABLES)
+    model = sched.SchedulerModel(fake_replay.python(tmp_path), tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    rng = np.random.default_rng(1)
+    arr = np.cumsum(rng.exponential(0.5, 120))
+    traffic = Traffic(arr, np.full(120, 100), np.full(120, 21), float(arr[-1]) + 1, "test")
+    cap = capacity()
+    pol = ScalingPolicy(capacity_rps=1.0, min_replicas=1, max_replicas=3, cold_start_s=1.0, window_s=5.0)
+    jobs = [Job(0, "c", b, w, cap, pol, SLO(), {}, False, model)
+            for b, w in [(None, 1.0)] + resamples(cap.blocks, 3, 0)]
+    got = simulate_all(jobs, traffic, "round_robin", 1, 0, workers=2)
+    streams = fake_replay.log(tmp_path)[1]
+    assert sum(streams) == 120                       # each request replayed once, by the point estimate
+    assert [r["completed"] for r in got] == [120] * 4
+    assert [r["p99_ttft_ms"] for r in got] == pytest.approx([50.0] * 4)

@@ -4,7 +4,6 @@ and a fake replay (a Python that answers with records) through the fleet simulat
 
 import json
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from metrics.slo import SLO
 from protocols.plan import scheduler as sched
 from protocols.plan.fleet import FleetSimulation
 from protocols.plan.traffic import Traffic
+from tests.protocols.plan import fake_replay
 from tests.protocols.plan.capacity_fixtures import capacity
 
 
@@ -23,6 +23,14 @@ def test_trace_is_mooncake_with_own_blocks(tmp_path):
     rows = [json.loads(x) for x in f.read_text().splitlines()]
     assert rows == [{"timestamp": 500.0, "input_length": 33, "output_length": 10, "hash_ids": [0, 1, 2]},
                     {"timestamp": 1250.0, "input_length": 16, "output_length": 1, "hash_ids": [3]}]
+
+
+def test_trace_with_given_blocks_shares_their_prefix(tmp_path):
+    f = tmp_path / "t.jsonl"
+    sched.write_trace(f, [0.0, 1.0], [33, 20], [4, 4], block_size=16, hash_ids=[[7, 8, 9], [7, 5]])
+    assert [json.loads(x)["hash_ids"] for x in f.read_text().splitlines()] == [[7, 8, 9], [7, 5]]
+    with pytest.raises(ValueError, match="request 1: 1 hash ids for 20 prompt tokens in blocks of 16"):
+        sched.write_trace(f, [0.0, 1.0], [33, 20], [4, 4], block_size=16, hash_ids=[[7, 8, 9], [7]])
 
 
 def _rec(arr, inp, out, ttft, e2e, status="completed"):
@@ -85,56 +93,159 @@ def test_first_token_table_takes_one_step_off_the_prefill():
     assert (got["decode_itl"] == TABLES["decode_itl"]).all() and TABLES["prefill_ttft_ms"][0] == 30.0
 
 
-FAKE = textwrap.dedent('''
-    import json, sys
-    job = json.load(open(sys.argv[-1]))
-    assert job["engine_args"]["max_num_seqs"] == 8 and job["engine_args"]["planner_profile_data"]
-    for j in job["jobs"]:
-        rows = [json.loads(x) for x in open(j["trace"])]
-        t0 = rows[0]["timestamp"]
-        with open(j["report"], "w") as f:
-            for r in reversed(rows):   # a request: TTFT 50 ms, 10 ms a further token
-                e2e = 50.0 + 10.0 * (r["output_length"] - 1)
-                f.write(json.dumps({"arrival_time_ms": r["timestamp"] - t0, "input_length": r["input_length"],
-                                    "requested_output_length": r["output_length"], "ttft_ms": 50.0,
-                                    "e2e_latency_ms": e2e, "terminal_status": "completed"}) + "\\n")
-    print(json.dumps({"wall_s": [0.0] * len(job["jobs"])}))
-''')
+@pytest.fixture
+def fake_python(tmp_path):
+    """A Python whose ``dynamo`` is a fake replay (``fake_replay``)."""
+    np.savez(tmp_path / "perf_data.npz", **TABLES)
+    yield fake_replay.python(tmp_path)
+    sched.close_workers()
 
 
-def test_fleet_served_by_a_fake_replay(tmp_path):
+def test_fleet_served_by_a_fake_replay(tmp_path, fake_python):
     """The policy and router as ever; every request's TTFT and TPOT are the replay's."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(FAKE)
-    py = tmp_path / "py.sh"
-    py.write_text(f"#!/bin/sh\nexec {sys.executable} {worker} \"$@\"\n")
-    py.chmod(0o755)
     rng = np.random.default_rng(0)
     arr = np.cumsum(rng.exponential(0.1, 300))
     tr = Traffic(arr, np.full(300, 100), np.full(300, 21), float(arr[-1]) + 1, "test")
     pol = ScalingPolicy(capacity_rps=4.0, min_replicas=1, max_replicas=4, cold_start_s=1.0, window_s=5.0)
-    np.savez(tmp_path / "perf_data.npz", **TABLES)
-    model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8}, cache_dir=tmp_path / "c")
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "c")
     sim = FleetSimulation(tr, capacity(), pol, SLO(), scheduler=model)
     res = sim.run()
     assert np.all(sim.ttft == pytest.approx(0.05)) and np.all(sim.tpot == pytest.approx(0.01))
     assert res["completed"] == 300 and res["p99_ttft_ms"] == pytest.approx(50.0)
     assert res["replicas_max"] >= 2          # the policy scaled as it does under processor sharing
+    starts, replays = fake_replay.log(tmp_path)
+    assert sum(replays) == 300 and len(replays) == len(sim.replicas)
 
 
-def test_same_streams_replayed_once(tmp_path):
-    """A second serve of the same streams (a resample routed as the full plan) starts no replay."""
-    np.savez(tmp_path / "perf_data.npz", **TABLES)
-    count = tmp_path / "count"
-    py = tmp_path / "py.sh"
-    worker = tmp_path / "worker.py"
-    worker.write_text(FAKE)
-    py.write_text(f"#!/bin/sh\necho x >> {count}\nexec {sys.executable} {worker} \"$@\"\n")
-    py.chmod(0o755)
-    model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {"max_num_seqs": 8}, cache_dir=tmp_path / "cache")
-    s = [(np.array([0.0, 1.0]), np.array([10, 20]), np.array([5, 3]))]
-    a, b = model.serve(s), model.serve(s)
-    other = model.serve([(np.array([0.0, 2.0]), np.array([10, 20]), np.array([5, 3]))])
-    assert count.read_text().count("x") == 2
-    assert a[0][1] == pytest.approx([0.01, 0.01]) and b[0][1] == pytest.approx([0.01, 0.01])
-    assert other[0][0] == pytest.approx([0.05, 0.05])
+def _stream(t0, n, prompt=20):
+    return (t0 + np.arange(n, dtype=float), np.full(n, prompt), np.full(n, 5))
+
+
+def test_same_streams_replayed_once(tmp_path, fake_python):
+    """A stream already replayed (a resample routed some replicas as the full plan) is read back
+    from the cache: each stream by its own hash, so a simulation sharing one of two streams
+    with another replays only the other."""
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    a = model.serve([_stream(0.0, 2), _stream(0.0, 3)])
+    b = model.serve([_stream(0.0, 2), _stream(0.0, 3)])
+    c = model.serve([_stream(0.0, 3), _stream(5.0, 4), _stream(5.0, 4)])   # one new stream, twice
+    assert fake_replay.log(tmp_path)[1] == [3, 2, 4]
+    assert a[1][1] == pytest.approx([0.01] * 3) and b[0][0] == pytest.approx([0.05] * 2)
+    assert c[0][0].size == 3 and c[1][0].size == 4 and c[2][1] == pytest.approx([0.01] * 4)
+
+
+def test_one_worker_process_serves_many_streams(tmp_path, fake_python):
+    """The Dynamo venv's Python starts once per worker, not once per simulation: three
+    simulations' streams, one worker, one process; two workers serve two streams side by side."""
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    for k in range(3):
+        model.serve([_stream(10.0 * k, 2 + k)])
+    starts, replays = fake_replay.log(tmp_path)
+    assert (starts, replays) == (1, [2, 3, 4])
+    sched.close_workers()
+    model.workers = 2
+    got = model.serve([_stream(100.0, 6), _stream(100.0, 7)])
+    starts, replays = fake_replay.log(tmp_path)
+    assert starts == 3 and sorted(replays[3:]) == [6, 7]
+    assert [g[0].size for g in got] == [6, 7]
+
+
+def test_replay_failure_names_the_replay(tmp_path, fake_python):
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    with pytest.raises(RuntimeError, match=r"Dynamo's replay \(.*py.sh\) failed.*a replay that fails"):
+        model.serve([_stream(0.0, 2, prompt=13)])
+    assert model.serve([_stream(0.0, 2)])[0][0] == pytest.approx([0.05, 0.05])   # the worker serves on
+
+
+def test_trace_bytes_are_json_dumps_lines(tmp_path):
+    """The trace writer's lines are byte for byte ``json.dumps`` of each request (the writer
+    before it), across chunks and ids of every width."""
+    rng = np.random.default_rng(3)
+    n = 700
+    arr = np.cumsum(rng.exponential(0.37, n)) + 1e4 * rng.random()
+    prompt, out = rng.integers(0, 3000, n), rng.integers(0, 600, n)
+    prompt[:3] = (1, 16, 17)
+    f = tmp_path / "t.jsonl"
+    sched.write_trace(f, arr, prompt, out, block_size=3, chunk=64)   # ids past 100,000
+    want, nxt = [], 0
+    for t, p, o in zip(arr, prompt, out):
+        p, o = max(int(p), 1), max(int(o), 1)
+        nb = -(-p // 3)
+        want.append(json.dumps({"timestamp": round(float(t) * 1e3, 3), "input_length": p, "output_length": o,
+                                "hash_ids": list(range(nxt, nxt + nb))}) + "\n")
+        nxt += nb
+    assert nxt > 100_000
+    assert f.read_bytes() == "".join(want).encode()
+
+
+def test_records_matched_as_one_by_one(tmp_path):
+    """``match_records`` (vectorised) gives what matching the records one by one gave, ties
+    (same arrival, prompt and output) included: the n-th tied record to the n-th tied request."""
+    rng = np.random.default_rng(5)
+    n = 400
+    arr = np.round(rng.integers(0, 50, n) * 0.25, 3)
+    prompt, out = rng.integers(1, 4, n), rng.integers(1, 4, n)
+    recs = [{"arrival_time_ms": a * 1e3, "input_length": int(p), "requested_output_length": int(o),
+             "ttft_ms": float(rng.random() * 100), "e2e_latency_ms": float(100 + rng.random() * 900),
+             "terminal_status": "completed" if rng.random() > 0.1 else "failed"}
+            for a, p, o in zip(arr, prompt, out)]
+    recs = [recs[i] for i in rng.permutation(n)]
+    f = tmp_path / "r.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ttft, tpot = sched.read_records(f, arr, prompt, out)
+    want_ttft, want_tpot = np.full(n, np.nan), np.full(n, np.nan)
+    by_key = sorted(recs, key=lambda r: (r["arrival_time_ms"], r["input_length"], r["requested_output_length"]))
+    for i, r in zip(np.lexsort((out, prompt, np.round(arr * 1e3, 3))), by_key):
+        if r["terminal_status"] == "completed":
+            want_ttft[i] = r["ttft_ms"] / 1e3
+            if out[i] > 1:
+                want_tpot[i] = (r["e2e_latency_ms"] - r["ttft_ms"]) / 1e3 / (int(out[i]) - 1)
+    assert np.array_equal(ttft, want_ttft, equal_nan=True) and np.array_equal(tpot, want_tpot, equal_nan=True)
+    assert np.isnan(ttft).sum() == sum(r["terminal_status"] == "failed" for r in recs)
+
+
+@pytest.mark.slow
+def test_worker_ends_with_its_parent(tmp_path, fake_python):
+    """A plan process killed in the middle of a replay leaves no replay worker behind."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, numpy as np; from pathlib import Path; from protocols.plan import scheduler as s\n"
+        f"m = s.SchedulerModel(Path({str(fake_python)!r}), Path({str(tmp_path / 'perf_data.npz')!r}), "
+        f"{{'max_num_seqs': 8}}, cache_dir=Path({str(tmp_path / 'c')!r}), workers=1)\n"
+        "m.serve([(np.arange(3.0), np.full(3, 7), np.full(3, 5))])\n")],   # a prompt of 7: the fake sleeps
+        env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.time() + 30
+    while not fake_replay.log(tmp_path)[0] and time.time() < deadline:
+        time.sleep(0.1)
+    worker = int((tmp_path / "log").read_text().split()[1])
+    time.sleep(0.5)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(50):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail(f"replay worker {worker} still running 5 s after its parent was killed")
+
+
+def test_streams_with_blocks_are_cached_apart(tmp_path, fake_python):
+    """The same lengths with other block ids (another prefix sharing) are another replay."""
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8, "block_size": 16},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    base = (np.array([0.0, 1.0]), np.array([10, 20]), np.array([5, 3]))
+    model.serve([(*base, [[1], [1, 2]])])
+    model.serve([(*base, [[1], [1, 2]])])
+    model.serve([(*base, [[1], [3, 4]])])
+    assert fake_replay.log(tmp_path)[1] == [2, 2]

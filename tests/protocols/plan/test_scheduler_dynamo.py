@@ -89,3 +89,64 @@ def test_plan_names_the_model_per_candidate(tmp_path, model):
         peak = ps["plans"][0]["configs"][name]["metrics"]["replicas_max"]["value"]
         assert e["metrics"]["replicas_max"]["value"] == peak
         assert 20.0 < e["metrics"]["p50_ttft_ms"]["value"] < 40.0
+
+
+OLD_WORKER = """
+import json, sys
+from dynamo.replay import run_trace_replay
+from dynamo.replay.main import _load_engine_args
+job = json.load(open(sys.argv[1]))
+args = _load_engine_args(json.dumps(job["engine_args"]))
+for j in job["jobs"]:
+    run_trace_replay(j["trace"], extra_engine_args=args, num_workers=1, router_mode="round_robin",
+                     report_jsonl_path=j["report"])
+"""
+
+
+def test_fast_path_gives_the_old_latencies(model, tmp_path):
+    """The long-lived workers, the numpy trace writer and the records read as arrays give the
+    per-request TTFT and TPOT of the path before them (a trace written by ``json.dumps``, a
+    process per simulation parsing the args as the replay's CLI does, records read by
+    ``json.loads`` one by one) bit for bit: 1,200 requests over two replicas, busy enough to
+    batch, chunk and queue."""
+    import json
+    import subprocess
+
+    rng = np.random.default_rng(7)
+    n = 1200
+    arr = np.cumsum(rng.exponential(1 / 12.0, n))
+    prompt, out = rng.integers(16, 3000, n), rng.integers(1, 300, n)
+    streams = [(arr[i::2], prompt[i::2], out[i::2]) for i in range(2)]
+    fast = sched.SchedulerModel(model.python, model.profile, model.knobs, cache_dir=tmp_path / "cache", workers=2)
+    got = fast.serve(streams)
+    table = tmp_path / "table.npz"
+    with np.load(model.profile) as z:
+        np.savez(table, **sched.first_token_table({k: z[k] for k in z.files}))
+    jobs = []
+    for k, (a, p, o) in enumerate(streams):
+        tr, nxt = tmp_path / f"old{k}.jsonl", 0
+        with open(tr, "w") as f:
+            for t, pp, oo in zip(a, p, o):
+                pp, oo = max(int(pp), 1), max(int(oo), 1)
+                nb = -(-pp // 16)
+                f.write(json.dumps({"timestamp": round(float(t) * 1e3, 3), "input_length": pp, "output_length": oo,
+                                    "hash_ids": list(range(nxt, nxt + nb))}) + "\n")
+                nxt += nb
+        jobs.append({"trace": str(tr), "report": str(tmp_path / f"old{k}.report.jsonl")})
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"engine_args": {**model.knobs, "planner_profile_data": str(table)}, "jobs": jobs}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    subprocess.run([str(model.python), "-c", OLD_WORKER, str(spec)], check=True, capture_output=True, env=env)
+    for (a, p, o), j, (ttft, tpot) in zip(streams, jobs, got):
+        want_ttft, want_tpot = np.full(a.size, np.nan), np.full(a.size, np.nan)
+        recs = sorted((json.loads(x) for x in open(j["report"])),
+                      key=lambda r: (r["arrival_time_ms"], r["input_length"], r["requested_output_length"]))
+        for i, r in zip(np.lexsort((o, p, np.round(a * 1e3, 3))), recs):
+            if r["terminal_status"] == "completed" and r["ttft_ms"] is not None:
+                want_ttft[i] = r["ttft_ms"] / 1e3
+                if o[i] > 1:
+                    want_tpot[i] = (r["e2e_latency_ms"] - r["ttft_ms"]) / 1e3 / (int(o[i]) - 1)
+        assert np.isfinite(want_ttft).sum() == a.size
+        assert np.array_equal(ttft, want_ttft, equal_nan=True) and np.array_equal(tpot, want_tpot, equal_nan=True)
+    # batched: a median step above one sequence's 8.05 ms (8.05 + 0.05 a further sequence)
+    assert np.nanmedian(np.concatenate([g[1] for g in got])) > 8.1e-3

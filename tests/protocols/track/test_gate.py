@@ -77,13 +77,23 @@ def test_a_newest_without_point_runs_cannot_be_judged_exit_3(monkeypatch, tmp_pa
     assert main(["nightly", "--out", str(tmp_path / "out")]) == 0
 
 
-def test_no_good_tokens_on_the_newest_an_infinite_cost_cannot_be_judged_exit_3(monkeypatch, tmp_path, capsys):
+def test_no_good_tokens_in_any_repeat_of_the_newest_is_a_regression_exit_1(monkeypatch, tmp_path, capsys):
     entries = [entry(0, rows(seed=0)), entry(1, rows(seed=1, good=0))]
+    assert gate(monkeypatch, tmp_path, entries) == 1
+    err = capsys.readouterr().err
+    assert ("regressed: cost_per_mtok_good at rate=4: the newest's value is infinite: no good tokens (or no "
+            "completed task) in any replicate (baseline 0.9993 per M good tok)") in err
+    assert [f["metric"] for f in record(tmp_path)["regressions"]] == ["cost_per_mtok_good"]
+    assert record(tmp_path)["unjudged"] == []
+
+
+def test_no_good_tokens_on_a_newest_of_one_run_cannot_be_judged_exit_3(monkeypatch, tmp_path, capsys):
+    entries = [entry(0, rows(seed=0)), entry(1, rows(seed=1, good=0)[:1])]
     assert gate(monkeypatch, tmp_path, entries) == 3
     err = capsys.readouterr().err
     assert ("cannot judge: cost_per_mtok_good at rate=4: the newest's value is infinite (its denominator is 0: "
             "no good tokens, or no completed task) (baseline 0.9993 per M good tok)") in err
-    assert [f["metric"] for f in record(tmp_path)["unjudged"]] == ["cost_per_mtok_good"]
+    assert "cost_per_mtok_good" in [f["metric"] for f in record(tmp_path)["unjudged"]]
 
 
 def test_a_metric_the_newest_no_longer_reports_cannot_be_judged_exit_3(monkeypatch, tmp_path, capsys):

@@ -5,6 +5,8 @@ experiments as the harness logs them: a parent run tagged ``tokenfactory.track``
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -58,13 +60,24 @@ def log_experiment(uri, tmp_path, name, version, ttft_ms, tput, track="nightly",
     client.set_terminated(parent.info.run_id)
 
 
-@pytest.fixture()
-def store(tmp_path, mlflow_uri):
-    uri = mlflow_uri  # a copy of the session's empty store: creating MLflow's tables costs seconds
-    # five versions: steady, then a 30 % slower TTFT at the fourth, then back
+@pytest.fixture(scope="module")
+def _five_versions(tmp_path_factory, _mlflow_template) -> Path:
+    """The store of five versions, logged once for the file: steady, then a 30 % slower TTFT at
+    the fourth, then back (logging them costs seconds; the tests only read the artifacts)."""
+    root = tmp_path_factory.mktemp("track-store")
+    db = root / "mlflow.db"
+    shutil.copy(_mlflow_template, db)  # the session's empty store: creating MLflow's tables costs seconds
     for i, (ttft, tput) in enumerate([(100, 50), (101, 50.2), (99.5, 49.8), (130, 50), (100.5, 50.1)]):
-        log_experiment(uri, tmp_path, "bench", f"0.{i}", ttft, tput, seed=i)
-    return uri
+        log_experiment(f"sqlite:///{db}", root, "bench", f"0.{i}", ttft, tput, seed=i)
+    return db
+
+
+@pytest.fixture()
+def store(tmp_path, _five_versions) -> str:
+    """A copy of the five versions' store of this test's own (a test may delete a run from it)."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(_five_versions, db)
+    return f"sqlite:///{db}"
 
 
 def track(tmp_path, uri, *args):

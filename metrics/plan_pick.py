@@ -1,0 +1,171 @@
+"""The chance a fleet plan's pick is wrong: its cheapest config at an SLO against the runner-up,
+with the capacity measurements' uncertainty and the model's validation error together.
+
+A candidate's cost at the SLO is its plan's ``cost_per_mtok_good`` (``metrics.fleet``,
+``metrics.cost``).  Two things make it uncertain:
+
+- **the capacity**: the plan's block resamples of the candidate's measured runs
+  (``protocols.plan.capacity.resamples``), resample i with cost y_i and weight w_i
+  (Σ w_i = 1): the exact bootstrap enumeration, or random draws of equal weight;
+- **the model**: its residuals on validation cases (held out, ideally) (a real run against the plan's
+  prediction of it), one factor per case c of the candidate's replica model,
+
+      q_c = (P_meas / P_pred) x (G_pred / G_meas)          (``cost_factor``)
+
+  the measured cost per good token over the predicted one, the price cancelling: P is
+  ``paid_replica_seconds`` (the factor's first part is 1 where the case lacks it: a fixed
+  deployment, whose size the model did not predict), G the case's good output, the first of
+  ``good_output_throughput``, ``goodput_rps``, ``slo_attainment`` it has (over one window and
+  one set of requests they move together).  G_meas = 0 gives q = inf (nothing good measured).
+
+**Joint resamples** of a candidate (``joint``): every (i, c), cost Y_ic = y_i x q_c, weight
+W_ic = w_i / C over its C cases; without cases (no model error for it) the capacity's
+resamples as they are.  Resamples with a NaN cost (no cost profile) are left out and the
+weights renormalised; an infinite one (no good token) is kept.
+
+**The probability that the runner-up is the cheaper** (``runner_up_cheaper``), pick a (the
+lowest cost meeting the SLO) and runner-up b, their resamples independent so every pair counts:
+
+    P(b cheaper) = Σ_{(i,c)} Σ_{(j,d)} W^a_ic W^b_jd ( 1[Y^b_jd < Y^a_ic] + ½ 1[Y^b_jd = Y^a_ic] )
+
+Ties count half, so two identical candidates give exactly ½.
+
+**Its resample error** (where a side's capacity resamples are random draws; 0 for an exact
+enumeration): the Monte Carlo standard error of the two-sample U-statistic (DeLong's
+placements), per side drawn at random with n draws, each draw i's placement V_i = the weighted
+mean over its cases of P_b(Y^b < Y^a_ic) + ½ P_b(Y^b = Y^a_ic) (for the pick; for the
+runner-up, of P_a(Y^a > Y^b_jd) + ½ ties),
+
+    se² = Σ_{sides drawn at random} s²(V) / n          (s² with n - 1 in the divisor)
+
+**The relative difference** (``relative_differences``): Y^a_ic / Y^b_jd - 1 over the same
+pairs with weights W^a_ic W^b_jd (its interval: the weighted percentile interval,
+``protocols.plan.record.interval``); past ``max_pairs`` pairs, that many drawn by weight
+with a seed, each of weight 1 / max_pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# A case's good output, in the order a cost factor takes the first it finds.
+GOOD_METRICS = ("good_output_throughput", "goodput_rps", "slo_attainment")
+PAID_METRIC = "paid_replica_seconds"
+
+
+def cost_factor(case: dict[str, tuple[float, float]]) -> float | None:
+    """q_c (module doc) of one case's ``{metric: (predicted, measured)}``; None without a good
+    output metric (a case of latencies alone says nothing of the cost)."""
+    good = next((case[m] for m in GOOD_METRICS if m in case), None)
+    if good is None:
+        return None
+    g_pred, g_meas = (float(x) for x in good)
+    q = g_pred / g_meas if g_meas > 0 else math.inf
+    if PAID_METRIC in case:
+        p_pred, p_meas = (float(x) for x in case[PAID_METRIC])
+        q *= p_meas / p_pred
+    return q
+
+
+@dataclass(frozen=True)
+class Draws:
+    """A candidate's joint resamples: cost, weight (summing to 1) and the capacity resample
+    each came from; ``random``: the capacity resamples are random draws, not an enumeration."""
+    values: np.ndarray
+    weights: np.ndarray
+    unit: np.ndarray
+    random: bool = False
+
+
+def joint(values, weights, factors, random: bool = False) -> Draws:
+    """Every capacity resample (cost ``values[i]``, weight ``weights[i]``) times every model
+    factor (module doc); NaN costs left out, weights renormalised."""
+    y = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    q = np.asarray(list(factors), dtype=np.float64) if len(factors) else np.ones(1)
+    vals = (y[:, None] * q[None, :]).ravel()
+    wts = np.repeat(w / q.size, q.size)
+    unit = np.repeat(np.arange(y.size), q.size)
+    keep = ~np.isnan(vals)
+    vals, wts, unit = vals[keep], wts[keep], unit[keep]
+    total = wts.sum()
+    return Draws(vals, wts / total if total > 0 else wts, unit, random)
+
+
+def _below_and_equal(sorted_vals: np.ndarray, cum: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weight of a distribution below ``x`` and at ``x`` (its values sorted, ``cum`` their
+    cumulative weights with a leading 0)."""
+    lo = np.searchsorted(sorted_vals, x, side="left")
+    hi = np.searchsorted(sorted_vals, x, side="right")
+    return cum[lo], cum[hi] - cum[lo]
+
+
+def _sorted(d: Draws) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(d.values, kind="stable")
+    return d.values[order], np.concatenate([[0.0], np.cumsum(d.weights[order])])
+
+
+def _placement_variance(d: Draws, placement: np.ndarray) -> float:
+    """s²(V) / n over the capacity draws of ``d`` (module doc)."""
+    units = np.unique(d.unit)
+    if units.size < 2:
+        return 0.0
+    num = np.bincount(d.unit, weights=d.weights * placement)
+    den = np.bincount(d.unit, weights=d.weights)
+    v = num[units] / den[units]
+    return float(np.var(v, ddof=1) / units.size)
+
+
+def runner_up_cheaper(pick: Draws, runner_up: Draws) -> dict:
+    """{probability, standard_error}: P(runner-up cheaper) and its resample error (module doc);
+    probability None where a side has no resample."""
+    if pick.values.size == 0 or runner_up.values.size == 0:
+        return {"probability": None, "standard_error": None}
+    bv, bcum = _sorted(runner_up)
+    below, equal = _below_and_equal(bv, bcum, pick.values)
+    place_a = below + 0.5 * equal                  # P_b(Y^b < y) + ½ P_b(Y^b = y), per pick resample
+    p = float(np.sum(pick.weights * place_a))
+    se2 = 0.0
+    if pick.random:
+        se2 += _placement_variance(pick, place_a)
+    if runner_up.random:
+        av, acum = _sorted(pick)
+        below_a, equal_a = _below_and_equal(av, acum, runner_up.values)
+        se2 += _placement_variance(runner_up, (1.0 - below_a - equal_a) + 0.5 * equal_a)
+    return {"probability": min(1.0, max(0.0, p)), "standard_error": math.sqrt(se2)}
+
+
+def relative_differences(pick: Draws, runner_up: Draws, max_pairs: int = 1_000_000,
+                         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(Y^a / Y^b - 1, weight) over every pair of joint resamples, or ``max_pairs`` pairs drawn
+    by weight past that many (module doc)."""
+    na, nb = pick.values.size, runner_up.values.size
+    if na == 0 or nb == 0:
+        return np.zeros(0), np.zeros(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if na * nb <= max_pairs:
+            rel = (pick.values[:, None] / runner_up.values[None, :] - 1.0).ravel()
+            return rel, (pick.weights[:, None] * runner_up.weights[None, :]).ravel()
+        rng = np.random.default_rng(seed)
+        ia = rng.choice(na, size=max_pairs, p=pick.weights)
+        ib = rng.choice(nb, size=max_pairs, p=runner_up.weights)
+        return pick.values[ia] / runner_up.values[ib] - 1.0, np.full(max_pairs, 1.0 / max_pairs)
+
+
+def runner_up_text(verdict: dict) -> str:
+    """A plan verdict's ``runner_up_cheaper`` (``protocols.plan.record.cheapest``) as the console
+    and the page say it; where there is no probability, why (never a NaN printed as a number)."""
+    r = verdict.get("runner_up_cheaper") or {}
+    p = r.get("probability")
+    if p is None:
+        return r.get("why") or "no probability stated"
+    se = r.get("standard_error")
+    cases = r.get("model_error_cases") or {}
+    model = ", ".join(f"{n} {k} case{'s' if k != 1 else ''}" for n, k in cases.items() if k)
+    return (f"chance that {r['runner_up']} is in fact the cheaper at the SLO: {p:.1%}"
+            + (f" ± {se:.1%} (resample error)" if se else "")
+            + (f", over the capacity's resamples and the model's validation residuals ({model})" if model
+               else ", over the capacity's resamples alone (no validation residuals of its model)"))

@@ -1,0 +1,114 @@
+"""Simulated servers' streams for the over-saturation rule (``loadgen.saturation``), on simulated
+clocks at a real model's time scales, and ``feed``: what the dispatcher tells the monitor.
+
+Each stream is (send times, first tokens, ends) in seconds.  The unit tests and
+``benchmarks/saturation_rule.py`` (false stops and stop times over many seeds) share them."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from loadgen.saturation import SaturationMonitor, SaturationRule
+
+
+def poisson(rate: float, n: int, seed: int = 0) -> np.ndarray:
+    return np.cumsum(np.random.default_rng(seed).exponential(1 / rate, n))
+
+
+def constant(rate: float, n: int) -> np.ndarray:
+    return np.arange(n) / rate
+
+
+class Stream(tuple):
+    """(sends, first tokens, ends) of a simulated server."""
+
+
+def unlimited(sends: np.ndarray, ttft, decode=0.0) -> Stream:
+    """No capacity limit: each request's first token ``ttft`` after it was sent, its end ``decode`` later."""
+    firsts = sends + np.broadcast_to(ttft, sends.shape)
+    return Stream((sends, firsts, firsts + np.broadcast_to(decode, sends.shape)))
+
+
+def slotted(sends: np.ndarray, slots: int, service_s: float, ttft_s: float = 0.05) -> Stream:
+    """``slots`` requests served at a time, ``service_s`` each (its first token ``ttft_s`` into it),
+    the rest queued first come first served."""
+    free = [0.0] * slots
+    firsts, ends = np.empty_like(sends), np.empty_like(sends)
+    for i, s in enumerate(sends):
+        start = max(s, heapq.heappop(free))
+        firsts[i], ends[i] = start + min(ttft_s, service_s), start + service_s
+        heapq.heappush(free, ends[i])
+    return Stream((sends, firsts, ends))
+
+
+def batcher(sends: np.ndarray, outputs, step_s: float, per_seq_s: float, max_seqs: int = 256,
+            prefill_s: float = 0.0) -> Stream:
+    """A continuous batcher stepped as vLLM's scheduler does: each step admits waiting requests
+    (first come first served, up to ``max_seqs`` running) and gives every running request one token
+    (an admitted one its first); a step takes ``step_s + per_seq_s`` x the running requests
+    (+ ``prefill_s`` per request admitted).  Its latency grows as the batch fills, to a bound
+    within its capacity (``max_seqs / (step_s + per_seq_s x max_seqs) / tokens`` req/s)."""
+    n = len(sends)
+    left = np.broadcast_to(np.asarray(outputs), (n,)).astype(np.int64).copy()
+    firsts, ends = np.full(n, np.nan), np.full(n, np.nan)
+    running = np.zeros(0, dtype=np.int64)
+    t, nxt = 0.0, 0
+    while nxt < n or len(running):
+        if not len(running) and nxt < n and sends[nxt] > t:
+            t = float(sends[nxt])  # idle until the next arrival
+        arrived = int(np.searchsorted(sends, t, side="right"))
+        admit = np.arange(nxt, min(arrived, nxt + max_seqs - len(running)))
+        nxt += len(admit)
+        running = np.concatenate([running, admit])
+        t += step_s + per_seq_s * len(running) + prefill_s * len(admit)
+        firsts[admit] = t
+        left[running] -= 1
+        over = left[running] <= 0
+        ends[running[over]] = t
+        running = running[~over]
+        if len(running):  # the steps until the next admission or end change nothing else: take them at once
+            dt = step_s + per_seq_s * len(running)
+            k = int(left[running].min()) - 1
+            if len(running) < max_seqs and nxt < n:
+                k = min(k, max(math.ceil((sends[nxt] - t) / dt), 0))
+            t += k * dt
+            left[running] -= k
+    return Stream((sends, firsts, ends))
+
+
+def feed(stream: Stream, rule: SaturationRule | None = None) -> tuple[str | None, float]:
+    """What the dispatcher does: check every window while it is sending; (reason, when it tripped)."""
+    sends, firsts, ends = stream
+    rule = rule or SaturationRule()
+    mon = SaturationMonitor(rule)
+    t, told = rule.window_s, 0
+    while t <= sends[-1] + rule.window_s:
+        sent = sends <= t
+        for s in sends[told:int(sent.sum())]:
+            mon.sent(float(s))
+        told = int(sent.sum())
+        served = sent & (firsts <= t)
+        waiting = sent & ~served
+        wait = max(float(np.max(firsts[served] - sends[served], initial=0.0)),
+                   float(np.max(t - sends[waiting], initial=0.0)))
+        if mon.check(t, int(served.sum()), int(waiting.sum()), wait):
+            return mon.reason, t
+        t += rule.window_s
+    return None, t
+
+
+# Dynamo's mocker at an H200's pace (docs/measured/scale.md): a decode step of 4.71 ms + 0.124 ms
+# per running sequence, 128-token prompts at 0.0457 ms a token, 1,000-token outputs, 256 sequences
+# at most: a worker's ceiling is 256 / 36.5 ms / 1,000 = 7.0 req/s.
+H200_STEP = dict(step_s=4.71e-3, per_seq_s=0.124e-3, max_seqs=256, prefill_s=128 * 0.0457e-3)
+
+
+def workers(sends: np.ndarray, n: int, **server) -> Stream:
+    """``n`` batchers behind a round-robin router."""
+    firsts, ends = np.empty_like(sends), np.empty_like(sends)
+    for w in range(n):
+        _, firsts[w::n], ends[w::n] = batcher(sends[w::n], 1000, **server)
+    return Stream((sends, firsts, ends))

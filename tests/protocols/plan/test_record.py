@@ -1,0 +1,95 @@
+"""plan.json's cheapest-config verdict (``protocols.plan.record.cheapest``): the capacity's block
+resamples and the model's held-out error together, and the probability that the runner-up is
+in fact the cheaper, on constructed resamples whose answers are known by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from metrics.plan_pick import runner_up_text
+from protocols.plan.record import cheapest
+
+
+def entry(cost: float, meets: bool = True) -> dict:
+    return {"meets_slo": meets, "metrics": {"cost_per_mtok_good": {"value": cost, "interval": None}}}
+
+
+def rs(costs, weights) -> list[tuple[dict, float]]:
+    return [({"cost_per_mtok_good": c}, w) for c, w in zip(costs, weights)]
+
+
+def test_constructed_resamples_give_the_exact_probability():
+    # a: 1.0 (0.2), 2.0 (0.5), 4.0 (0.3); b: 1.5 (0.6), 3.0 (0.4): b is cheaper in 0.5 x 0.6 + 0.3 = 0.6
+    got = cheapest({"a": entry(1.0), "b": entry(1.5)},
+                   {"a": rs([1.0, 2.0, 4.0], [0.2, 0.5, 0.3]), "b": rs([1.5, 3.0], [0.6, 0.4])}, 0.95, 0.02)
+    r = got["runner_up_cheaper"]
+    assert (r["pick"], r["runner_up"]) == ("a", "b")
+    assert r["probability"] == pytest.approx(0.6, abs=1e-12)
+    assert r["standard_error"] == 0.0
+    assert "60.0%" in got["verdict"] and "b" in got["verdict"]
+
+
+def test_zero_residuals_give_the_capacity_only_interval_and_probability():
+    res = {"a": rs([1.0, 1.1, 1.3], [0.25, 0.5, 0.25]), "b": rs([1.2, 1.4], [0.5, 0.5])}
+    ents = {"a": entry(1.1), "b": entry(1.3)}
+    cap = cheapest(ents, res, 0.95, 0.02)
+    zero = cheapest(ents, res, 0.95, 0.02, factors={"a": [1.0, 1.0], "b": [1.0, 1.0, 1.0]})
+    assert zero["difference"]["interval"] == cap["difference"]["interval"]
+    assert zero["difference"]["interval"] == zero["difference"]["interval_capacity_only"]
+    assert zero["runner_up_cheaper"]["probability"] == pytest.approx(cap["runner_up_cheaper"]["probability"])
+    # b < a: a=1.3 (0.25) over b=1.2 (0.5) = 0.125
+    assert cap["runner_up_cheaper"]["probability"] == pytest.approx(0.125)
+
+
+def test_the_model_error_widens_the_interval_and_raises_the_chance():
+    res = {"a": rs([1.0, 1.05], [0.5, 0.5]), "b": rs([1.5, 1.55], [0.5, 0.5])}
+    ents = {"a": entry(1.02), "b": entry(1.52)}
+    cap = cheapest(ents, res, 0.95, 0.02)
+    assert cap["runner_up_cheaper"]["probability"] == 0.0
+    assert cap["config"] == "a"                          # significant on the capacity alone
+    # a's model over-predicts its good tokens by a factor 2 in one case of two: its cost doubles there
+    both = cheapest(ents, res, 0.95, 0.02, factors={"a": [1.0, 2.0]})
+    assert both["runner_up_cheaper"]["probability"] == pytest.approx(0.5)
+    assert both["runner_up_cheaper"]["model_error_cases"] == {"a": 2, "b": 0}
+    lo, hi = both["difference"]["interval"]
+    assert hi == pytest.approx(2.1 / 1.5 - 1) and lo == pytest.approx(1.0 / 1.55 - 1)
+    assert both["config"] is None and both["verdict"].startswith("no significant difference")
+
+
+def test_identical_candidates_are_one_half():
+    res = rs([1.0, 1.1, 1.2, 1.3], [0.1, 0.4, 0.3, 0.2])
+    got = cheapest({"a": entry(1.15), "b": entry(1.15)}, {"a": res, "b": res}, 0.95, 0.02,
+                   factors={"a": [0.97, 1.02], "b": [0.97, 1.02]})
+    assert got["runner_up_cheaper"]["probability"] == pytest.approx(0.5, abs=1e-12)
+
+
+def test_random_draws_state_their_resample_error():
+    n = 200
+    res = rs([1.0 + i / 1000 for i in range(n)], [1 / n] * n)
+    got = cheapest({"a": entry(1.1), "b": entry(1.1)}, {"a": res, "b": res}, 0.95, 0.02,
+                   random={"a": True, "b": True})
+    assert got["runner_up_cheaper"]["probability"] == pytest.approx(0.5, abs=1e-12)
+    assert got["runner_up_cheaper"]["standard_error"] == pytest.approx(math.sqrt(2 * (n + 1) / (12 * n * n)))
+    assert "± 2.9%" in runner_up_text(got)
+
+
+def test_a_single_candidate_has_no_runner_up_and_prints_no_number():
+    got = cheapest({"a": entry(1.0), "b": entry(0.5, meets=False)}, {"a": rs([1.0], [1.0])}, 0.95, 0.02)
+    assert got["runner_up_cheaper"]["probability"] is None and got["runner_up_cheaper"]["runner_up"] is None
+    text = runner_up_text(got)
+    assert text == "no runner-up: a is the only config whose plan meets the SLO"
+    assert "nan" not in text.lower()
+
+
+def test_no_resamples_give_no_probability_and_say_why():
+    got = cheapest({"a": entry(1.0), "b": entry(1.2)}, {"a": [], "b": []}, 0.95, 0.02, factors={"a": [1.1]})
+    assert got["runner_up_cheaper"]["probability"] is None
+    assert "no capacity resamples" in runner_up_text(got) and "nan" not in runner_up_text(got).lower()
+
+
+def test_no_config_meeting_the_slo_has_no_probability():
+    got = cheapest({"a": entry(1.0, False), "b": entry(1.2, False)}, {}, 0.95, 0.02)
+    assert got["runner_up_cheaper"]["probability"] is None
+    assert runner_up_text(got) == "no config's plan meets the SLO: no pick to be wrong"
