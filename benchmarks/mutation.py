@@ -7,6 +7,8 @@ skipped, and the diff of every survivor.
     python benchmarks/mutation.py --operators all metrics/slo.py        # every cosmic-ray operator
     python benchmarks/mutation.py metrics/cost.py --keep before/        # keep the sessions, then after
     python benchmarks/mutation.py metrics/cost.py --recheck before/     # new tests: re-run the survivors only
+    python benchmarks/mutation.py metrics/comparison.py --shard 0/2 --keep before/ &   # two processes,
+    python benchmarks/mutation.py metrics/comparison.py --shard 1/2 --keep before/     # half the mutants each
 
 A survivor is a change to the code that no test notices; one that changes a printed number is a
 missing test.  ``--operators sample`` (default) keeps one replacement per binary operator
@@ -41,10 +43,12 @@ MODULES = {
                         "-k", "not mlflow"],
     "metrics/slo.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_slo.py",
                        "tests/metrics/test_metrics.py", "tests/metrics/test_summary_cost.py", "-k", "not mlflow"],
-    "metrics/statistics.py": ["tests/metrics/test_statistics.py", "tests/metrics/test_recompute_comparison.py"],
+    "metrics/statistics.py": ["tests/metrics/test_statistics.py", "tests/metrics/test_comparison_ratios.py",
+                              "tests/metrics/test_recompute_comparison.py"],
     "metrics/summary.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_metrics.py",
                            "tests/metrics/test_summary_cost.py", "-k", "not mlflow"],
-    "metrics/comparison.py": ["tests/metrics/test_recompute_comparison.py",
+    "metrics/comparison.py": ["tests/metrics/test_comparison.py", "tests/metrics/test_comparison_ratios.py",
+                              "tests/metrics/test_recompute_comparison.py",
                               "tests/protocols/test_compare_replicates.py"],
     "metrics/tasks.py": ["tests/metrics/test_tasks.py"],
     "metrics/fleet.py": ["tests/metrics/test_fleet.py", "tests/protocols/plan/test_fleet.py",
@@ -87,15 +91,22 @@ def config(module: str, tests: list[str], timeout: float, operators: str) -> str
         "[cosmic-ray.filters.operators-filter]", f"exclude-operators = {json.dumps(exclude)}", ""])
 
 
-def session_name(module: str) -> str:
-    return module.replace("/", "_") + ".sqlite"
+def session_name(module: str, shard: tuple[int, int] | None = None) -> str:
+    return module.replace("/", "_") + (f".shard{shard[0]}of{shard[1]}" if shard else "") + ".sqlite"
 
 
 def survivors_of(session: Path) -> set[tuple[str, int, tuple]]:
-    """(operator, occurrence, start) of every mutant that survived in an earlier session."""
-    out = subprocess.run([tool("cosmic-ray"), "dump", str(session)], check=True, capture_output=True)
+    """(operator, occurrence, start) of every mutant that survived in an earlier session (``session``
+    and its shards' sessions beside it)."""
+    sessions = [session, *session.parent.glob(session.name.removesuffix(".sqlite") + ".shard*.sqlite")]
+    lines = []
+    for s in filter(Path.exists, sessions):
+        out = subprocess.run([tool("cosmic-ray"), "dump", str(s)], check=True, capture_output=True)
+        lines += out.stdout.decode().splitlines()
+    if not lines:
+        sys.exit(f"--recheck: no session {session} (nor shards of it)")
     found = set()
-    for line in out.stdout.decode().splitlines():
+    for line in lines:
         job, result = json.loads(line)
         if result and result["test_outcome"] == "survived":
             m = job["mutations"][0]
@@ -116,7 +127,25 @@ def skip_all_but(session: Path, keep: set) -> None:
                                                       worker_outcome=WorkerOutcome.SKIPPED))
 
 
-def run_module(module: str, timeout: float, operators: str, keep: Path | None, recheck: Path | None = None) -> dict:
+def skip_other_shards(session: Path, shard: tuple[int, int]) -> None:
+    """Mark every pending mutant not in shard ``k`` of ``n`` skipped: the n shards, run as n
+    processes, split the mutants between them (by their place in the module: each process has a
+    session of its own, whose job ids are random)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    k, n = shard
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        items = sorted(db.pending_work_items, key=lambda i: (tuple(i.mutations[0].start_pos),
+                                                             i.mutations[0].operator_name, i.mutations[0].occurrence))
+        for i, item in enumerate(items):
+            if i % n != k:
+                db.set_result(item.job_id, WorkResult(output=f"another shard of {n}",
+                                                      worker_outcome=WorkerOutcome.SKIPPED))
+
+
+def run_module(module: str, timeout: float, operators: str, keep: Path | None, recheck: Path | None = None,
+               shard: tuple[int, int] | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
         copy_repo(work)
@@ -127,13 +156,15 @@ def run_module(module: str, timeout: float, operators: str, keep: Path | None, r
         run(tool("cr-filter-operators"), "session.sqlite", "cr.toml")
         if recheck is not None:
             skip_all_but(work / "session.sqlite", survivors_of(recheck / session_name(module)))
+        if shard is not None:
+            skip_other_shards(work / "session.sqlite", shard)
         t0 = time.monotonic()
         run(tool("cosmic-ray"), "exec", "cr.toml", "session.sqlite")
         elapsed = time.monotonic() - t0
         dump = run(tool("cosmic-ray"), "dump", "session.sqlite").stdout.decode().splitlines()
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(work / "session.sqlite", keep / session_name(module))
+            shutil.copy2(work / "session.sqlite", keep / session_name(module, shard))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     counts, survivors = Counter(), []
@@ -151,6 +182,16 @@ def run_module(module: str, timeout: float, operators: str, keep: Path | None, r
     return {"module": module, "seconds": elapsed, "counts": counts, "survivors": survivors}
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard: K/N with whole numbers, not {text!r}") from None
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"--shard: K must be 0..N-1, not {text!r}")
+    return k, n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("modules", nargs="*", default=list(MODULES), help="modules to mutate (default: all)")
@@ -159,6 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=Path, help="folder to keep each session's sqlite in (cr-report, cr-html)")
     ap.add_argument("--recheck", type=Path, help="a --keep folder of an earlier run: re-run only the mutants that "
                     "survived there (the others count as skipped)")
+    ap.add_argument("--shard", type=parse_shard, metavar="K/N", help="run only the K-th of N shares of the "
+                    "mutants (K from 0): N processes with K = 0..N-1 use N cores; the others count as skipped")
     ap.add_argument("--quiet", action="store_true", help="no survivor diffs")
     args = ap.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
@@ -166,7 +209,7 @@ def main(argv=None) -> int:
         ap.error(f"not a module this script knows: {', '.join(unknown)} (known: {', '.join(MODULES)})")
     rows = []
     for module in args.modules:
-        r = run_module(module, args.timeout, args.operators, args.keep, args.recheck)
+        r = run_module(module, args.timeout, args.operators, args.keep, args.recheck, args.shard)
         rows.append(r)
         if not args.quiet:
             for op, line, diff in r["survivors"]:
