@@ -49,8 +49,8 @@ def test_hundreds_of_1000_token_streams_on_h200_timed_workers(tmp_path):
          "+engine.mocker.reasoning.thinking_ratio=0.5",
          "workload=synthetic", "workload.input_tokens=128", f"workload.output_tokens={OUTPUT}",
          "load=poisson", "protocol.load_points=[10]", f"load.num_requests={REQUESTS}", "load.warmup_requests=0",
-         # the over-saturation rule misreads the fill-up of 20 s requests as a backlog (docs/measured/scale.md)
-         "load.stop_when_saturated=false", "mlflow.enabled=false", "report.enabled=false", "progress=false",
+         # the over-saturation guard on (the default): the fill-up of 20 s requests is no backlog
+         "mlflow.enabled=false", "report.enabled=false", "progress=false",
          "telemetry.idle_baseline_s=0",
          f"output_dir={out}"])
     d = next(p for p in out.iterdir() if (p / "summary.json").exists())
@@ -58,6 +58,7 @@ def test_hundreds_of_1000_token_streams_on_h200_timed_workers(tmp_path):
     print({k: s.get(k) for k in ("mean_in_flight", "output_throughput", "schedule_lag_p99_ms", "client_cpu_util",
                                  "engine_preemptions", "engine_kv_cache_usage_max", "p50_tpot_ms")})
     assert s["emulated"] is True and s["timing_source"] == f"mocker-profile:{npz}"
+    assert not s["saturated"] and s["num_requests_unsent"] == 0
     assert s["completed"] == REQUESTS and s["error_rate"] == 0.0
     rows = pq.read_table(d / "requests.parquet", columns=["status", "output_tokens", "sent_ns", "end_ns"]).to_pylist()
     assert [r["status"] for r in rows] == ["ok"] * REQUESTS
