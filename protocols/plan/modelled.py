@@ -37,7 +37,7 @@ import numpy as np
 from harness import results_io
 from metrics.model_error import validated_error
 from protocols.plan.capacity import ConfigCapacity, OperatingPoint, run_requests
-from protocols.plan.scheduler import KNOBS, SchedulerModel, engine_knobs
+from protocols.plan.scheduler import KNOBS, SchedulerModel, engine_knobs, replica_layout
 
 # config keys -> the mocker's knob they set (vLLM/SGLang features, transformers' names, the mocker's own)
 CONFIG_KNOBS = {
@@ -72,17 +72,28 @@ def model_knobs(given: dict, where: str) -> dict:
     return out
 
 
-def recorded_knobs(c: ConfigCapacity) -> dict:
-    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
+def _provenance(c: ConfigCapacity) -> dict:
+    """The first of the candidate's runs' ``provenance.json`` that reads ({} where none does)."""
     for pts in c.points.values():
         for pt in pts:
             f = Path(pt.run_dir) / results_io.PROVENANCE if pt.run_dir else None
             if f is not None and f.is_file():
                 try:
-                    return engine_knobs(results_io.read_json(f))
+                    return results_io.read_json(f)
                 except (OSError, ValueError):  # ResultsFileError is a ValueError: try the next run
                     continue
     return {}
+
+
+def recorded_knobs(c: ConfigCapacity) -> dict:
+    """The engine's knobs from the first of the candidate's runs with a ``provenance.json``."""
+    return engine_knobs(_provenance(c))
+
+
+def recorded_layout(c: ConfigCapacity) -> tuple[int, str]:
+    """(workers in one replica, their router mode) as the candidate's runs deployed it
+    (``protocols.plan.scheduler.replica_layout``)."""
+    return replica_layout(_provenance(c))
 
 
 def residuals_error(residuals) -> dict | None:

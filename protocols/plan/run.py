@@ -44,7 +44,7 @@ from protocols.plan import record
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
-from protocols.plan.modelled import recorded_knobs, residuals_error
+from protocols.plan.modelled import recorded_knobs, recorded_layout, residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
 from protocols.plan.residuals import Residuals, read_residuals
 from protocols.plan.traffic import Traffic, build_traffic
@@ -393,7 +393,8 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
             out[c.name] = ({"model": model, "reason": why}, None)
             continue
         knobs = recorded_knobs(c)
-        s = sched.SchedulerModel(python, profile, knobs)
+        workers, mode = recorded_layout(c)
+        s = sched.SchedulerModel(python, profile, knobs, replica_workers=workers, router_mode=mode)
         out[c.name] = ({"model": model, "reason": why, **s.describe(),
                         "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
                         "routing_note": "replica start, drain and bill times, and least-loaded routing, follow "

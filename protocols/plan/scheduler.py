@@ -63,25 +63,61 @@ KNOBS = {
     "enable_chunked_prefill": ("enable_chunked_prefill", "chunked_prefill"),
     "enable_prefix_caching": ("enable_prefix_caching", "prefix_caching"),
     "block_size": ("block_size",),
-    "num_gpu_blocks": ("num_gpu_blocks", "num_kv_blocks", "kv_cache_blocks"),
+    "num_gpu_blocks": ("num_gpu_blocks", "num_kv_blocks", "kv_cache_blocks", "num_gpu_blocks_override"),
 }
+
+
+def _flags(argv: list) -> dict:
+    """``--name value`` and ``--[no-]name`` in a command line, as ``{name_with_underscores: value}``
+    (a flag with no value: true; its ``--no-`` form: false)."""
+    out: dict = {}
+    for i, a in enumerate(argv):
+        if not isinstance(a, str) or not a.startswith("--"):
+            continue
+        name = a[2:].replace("-", "_")
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if isinstance(nxt, str) and not nxt.startswith("--"):
+            out.setdefault(name, nxt)
+        elif name.startswith("no_"):
+            out.setdefault(name[3:], False)
+        else:
+            out.setdefault(name, True)
+    return out
 
 
 def engine_knobs(provenance: dict) -> dict:
     """The mocker's engine args found in a run's ``provenance.json`` (its ``engine`` part,
-    nested mappings searched breadth first, the first name found of each knob's aliases;
-    unset where none is recorded)."""
+    nested mappings searched breadth first, and the command lines in it, a worker's
+    ``--num-gpu-blocks 12000`` as ``num_gpu_blocks``; the first name found of each knob's
+    aliases; unset where none is recorded)."""
     out: dict = {}
     queue = [provenance.get("engine") or {}]
     while queue:
         node = queue.pop(0)
-        for knob, names in KNOBS.items():
-            for n in names:
-                v = node.get(n)
-                if knob not in out and v is not None and not isinstance(v, (dict, list)):
-                    out[knob] = bool(v) if knob.startswith("enable_") else int(v)
+        argvs = [v for v in node.values() if isinstance(v, list) and v and all(isinstance(a, str) for a in v)]
+        for found in [node, *(_flags(a) for a in argvs)]:
+            for knob, names in KNOBS.items():
+                for n in names:
+                    v = found.get(n)
+                    if knob not in out and v is not None and not isinstance(v, (dict, list)):
+                        if knob.startswith("enable_"):
+                            out[knob] = v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
+                        else:
+                            out[knob] = int(v)
         queue += [v for v in node.values() if isinstance(v, dict)]
     return out
+
+
+def replica_layout(provenance: dict) -> tuple[int, str]:
+    """(workers, the replay's router mode) of one replica as the run deployed it: a Dynamo
+    frontend's workers behind it (``deployment.replicas``, its router policy: KV-aware as
+    ``kv_router``, else ``round_robin``); one worker for any other engine."""
+    dep = (provenance.get("engine") or {}).get("deployment") or {}
+    if dep.get("router") != "dynamo-frontend":
+        return 1, "round_robin"
+    n = dep.get("replicas")
+    mode = "kv_router" if "kv" in str(dep.get("router_policy", "")).lower() else "round_robin"
+    return (int(n) if isinstance(n, int) and n >= 1 else 1), mode
 
 
 def find_profile(path: str | os.PathLike | None) -> Path | None:
@@ -315,16 +351,20 @@ class SchedulerModel:
     timeout_s: float = 3600.0        # one stream's replay
     cache_dir: Path | None = None    # replays kept by their inputs' hash (None: a folder under the temp dir)
     workers: int = 0                 # replay processes serving streams side by side (0: one per core)
+    replica_workers: int = 1         # engine workers in one replica (a Dynamo frontend's, replica_layout)
+    router_mode: str = "round_robin"  # how the replica's frontend routes among them
 
     def engine_args(self, table: Path | None = None) -> dict:
         return {**self.knobs, "planner_profile_data": str(table or self.profile)}
 
     def describe(self) -> dict:
-        return {"profile": str(self.profile), "engine_args": self.engine_args(), "python": str(self.python)}
+        return {"profile": str(self.profile), "engine_args": self.engine_args(), "python": str(self.python),
+                "replica_workers": self.replica_workers, "router_mode": self.router_mode}
 
     def key(self, stream: tuple) -> str:
         """A stream's cache key: the engine's args, the profile's bytes, the stream's arrays."""
-        h = hashlib.sha256(json.dumps(self.engine_args(), sort_keys=True).encode())
+        h = hashlib.sha256(json.dumps([self.engine_args(), self.replica_workers, self.router_mode],
+                                      sort_keys=True).encode())
         h.update(hashlib.sha256(self.profile.read_bytes()).digest())
         for a in stream[:3]:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
@@ -398,8 +438,9 @@ class SchedulerModel:
                                                                      ("records", "npy")))
                 write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16),
                             hash_ids=streams[k][3] if len(streams[k]) > 3 else None)
-                ans = worker.ask({"engine_args": args, "router_mode": "round_robin", "num_workers": 1,
-                                  "trace": str(tr), "report": str(rep), "records": str(rec)}, self.timeout_s)
+                ans = worker.ask({"engine_args": args, "router_mode": self.router_mode,
+                                  "num_workers": self.replica_workers, "trace": str(tr), "report": str(rep),
+                                  "records": str(rec)}, self.timeout_s)
                 if not ans.get("ok"):
                     raise RuntimeError(f"Dynamo's replay ({self.python}) failed: {ans.get('error')}")
                 got[k] = match_records(np.load(rec), arr, pr, ou, where=rep)

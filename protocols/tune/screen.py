@@ -39,6 +39,7 @@ from protocols.plan.modelled import (
     model_knobs,
     rate_ladder,
     recorded_knobs,
+    recorded_layout,
 )
 
 SCREEN_FILE = "screen.json"
@@ -85,7 +86,8 @@ def screen(cfg, knobs) -> dict:
                                                     ("the Dynamo venv (protocol.dynamo_python, "
                                                      "TOKENFACTORY_DYNAMO_PYTHON)", python is not None)) if not ok))
     recorded = recorded_knobs(base)
-    model = sched.SchedulerModel(python, profile, recorded)
+    workers, mode = recorded_layout(base)
+    model = sched.SchedulerModel(python, profile, recorded, replica_workers=workers, router_mode=mode)
     rates = rate_ladder(float(p.search_low), float(p.search_high), float(p.search_tolerance))
     slo_cfg = OmegaConf.to_container(cfg.slo, resolve=True)
     slo = SLO.from_config(slo_cfg)

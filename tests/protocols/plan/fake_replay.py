@@ -24,7 +24,7 @@ FAKE_REPLAY = textwrap.dedent('''
             import time
             time.sleep(60)            # a long replay
         with open(LOG, "a") as f:
-            f.write(f"replay {os.getpid()} {len(rows)}\\n")
+            f.write(f"replay {os.getpid()} {len(rows)} {num_workers} {router_mode}\\n")
         print("a log line on stdout")      # as Rust's logging may write there
         os.system("echo a log line on stdout from a child")
         t0 = rows[0]["timestamp"]
@@ -73,3 +73,9 @@ def log(tmp_path: Path) -> tuple[int, list[int]]:
     lines = (tmp_path / "log").read_text().split("\n") if (tmp_path / "log").is_file() else []
     return (sum(x.startswith("start") for x in lines),
             [int(x.split()[2]) for x in lines if x.startswith("replay")])
+
+
+def layouts(tmp_path: Path) -> list[tuple[int, str]]:
+    """(workers, router mode) each replay of the fake was asked for."""
+    lines = (tmp_path / "log").read_text().split("\n") if (tmp_path / "log").is_file() else []
+    return [(int(x.split()[3]), x.split()[4]) for x in lines if x.startswith("replay")]

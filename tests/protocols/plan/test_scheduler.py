@@ -64,6 +64,46 @@ def test_engine_knobs_from_provenance():
     assert sched.engine_knobs({}) == {}
 
 
+# a run on engine=dynamo as provenance.json records it (2026-12-02, 4 mocker workers, trimmed)
+DYNAMO_RUN = {"engine": {
+    "engine": "dynamo",
+    "command": ["python", "-m", "dynamo.frontend", "--http-port", "49941", "--router-mode", "round-robin"],
+    "deployment": {"kind": "replicas", "replicas": 4, "router": "dynamo-frontend", "router_policy": "round-robin",
+                   "worker": "mocker"},
+    "replicas": {f"r{i}": {"role": "replica", "worker": "mocker", "command": [
+        "python", "-m", "dynamo.mocker", "--model-path", "/m", "--max-model-len", "2048", "--engine-type", "vllm",
+        "--speedup-ratio", "1", "--num-gpu-blocks-override", "12000", "--block-size", "16",
+        "--no-enable-prefix-caching", "--max-num-seqs", "128", "--planner-profile-data", "/h200.npz"]}
+        for i in range(4)}}}
+
+
+def test_a_dynamo_runs_knobs_and_workers_from_its_command_lines():
+    # the plan replays one replica of this run as the run deployed it: four workers of 12,000 blocks
+    # (it read one worker with the mocker's default KV size)
+    assert sched.engine_knobs(DYNAMO_RUN) == {"num_gpu_blocks": 12000, "block_size": 16,
+                                              "enable_prefix_caching": False, "max_num_seqs": 128}
+    assert sched.replica_layout(DYNAMO_RUN) == (4, "round_robin")
+    kv = {"engine": {**DYNAMO_RUN["engine"], "deployment": {**DYNAMO_RUN["engine"]["deployment"],
+                                                            "router_policy": "kv"}}}
+    assert sched.replica_layout(kv) == (4, "kv_router")
+    assert sched.replica_layout({"engine": {"engine": "vllm", "deployment": {"replicas": 2}}}) == (1, "round_robin")
+    assert sched.replica_layout({}) == (1, "round_robin")
+
+
+def test_a_replica_of_several_workers_is_replayed_as_one_and_cached_apart(tmp_path, fake_python):
+    one = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                               cache_dir=tmp_path / "cache", workers=1)
+    four = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                cache_dir=tmp_path / "cache", workers=1, replica_workers=4)
+    stream = (np.arange(3, dtype=float), np.full(3, 20), np.full(3, 5))
+    assert one.key(stream) != four.key(stream)
+    assert four.describe()["replica_workers"] == 4 and four.describe()["router_mode"] == "round_robin"
+    one.serve([stream])
+    four.serve([stream])
+    assert fake_replay.log(tmp_path)[1] == [3, 3]
+    assert fake_replay.layouts(tmp_path) == [(1, "round_robin"), (4, "round_robin")]
+
+
 def test_model_choice(tmp_path):
     npz, py = tmp_path / "perf_data.npz", tmp_path / "python"
     npz.write_bytes(b"x")
