@@ -150,3 +150,14 @@ def test_fast_path_gives_the_old_latencies(model, tmp_path):
         assert np.array_equal(ttft, want_ttft, equal_nan=True) and np.array_equal(tpot, want_tpot, equal_nan=True)
     # batched: a median step above one sequence's 8.05 ms (8.05 + 0.05 a further sequence)
     assert np.nanmedian(np.concatenate([g[1] for g in got])) > 8.1e-3
+
+
+def test_a_replica_of_four_workers_serves_what_one_queues(model):
+    # an engine=dynamo replica is its frontend's workers (replica_layout): at 40 req/s one worker
+    # queues its prefills, four behind a round-robin router serve 10 req/s each
+    import dataclasses
+
+    one, _ = _run(model, rate=40.0)
+    four, res = _run(dataclasses.replace(model, replica_workers=4), rate=40.0)
+    assert res["completed"] == 400
+    assert np.percentile(four.ttft, 90) < np.percentile(one.ttft, 90) / 3
