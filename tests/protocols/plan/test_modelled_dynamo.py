@@ -126,7 +126,7 @@ def test_plan_ranks_a_modelled_knob_beside_the_measured_config(tmp_path, model, 
     cand = doc["candidates"]["fast_seqs2"]
     assert cand["source"] == "modelled" and cand["replica_model"]["engine_args"]["max_num_seqs"] == 2
     entry = doc["plans"][0]["configs"]["fast_seqs2"]
-    assert entry["modelled"] == {"base": "fast", "knobs": {"max_num_seqs": 2}, "base_knobs": {},
+    assert entry["modelled"] == {"base": "fast", "knobs": {"max_num_seqs": 2}, "base_knobs": {"max_num_seqs": 40},
                                  "validated_error": None, "validated": "not validated"}
     # the measured config's capacity is the synthetic runs' (40 req/s knee: every rate passes); the
     # modelled one with two sequences: 256-token prompts (25 ms) and ~32 output tokens, at most
