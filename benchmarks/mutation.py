@@ -22,6 +22,7 @@ Needs ``pip install cosmic-ray`` (not a harness dependency)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import shutil
@@ -81,7 +82,7 @@ def copy_repo(dest: Path) -> None:
 
 
 def config(module: str, tests: list[str], timeout: float, operators: str) -> str:
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore",
+    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore",
            "--hypothesis-profile=mutation", *tests]
     exclude = SAMPLE_EXCLUDE if operators == "sample" else []
     quoted = " ".join(json.dumps(c) if " " in c else c for c in cmd)
@@ -144,8 +145,117 @@ def skip_other_shards(session: Path, shard: tuple[int, int]) -> None:
                                                       worker_outcome=WorkerOutcome.SKIPPED))
 
 
+# What every test run of the MODULES imports before it reaches the repository's own code: the fork
+# runner imports them once, in the process its test runs are forked from.
+PRELOAD = ("numpy", "scipy.stats", "pandas", "pyarrow", "pyarrow.parquet", "hypothesis", "hypothesis.extra.numpy",
+           "pytest", "omegaconf", "yaml")
+
+
+class MutantFinder:
+    """Imports ``name`` from ``source`` (the mutant) instead of its file: a forked test run sees the
+    mutant while the file on disk, and every other test run forked beside it, keeps the original."""
+
+    def __init__(self, name: str, path: Path, source: str):
+        self.name, self.path, self.source = name, path, source
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.util
+
+        if fullname != self.name:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.path, loader=self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(compile(self.source, str(self.path), "exec"), module.__dict__)  # noqa: S102 - the mutant itself
+
+
+def exec_forked(work: Path, module: str, tests: list[str], timeout: float, jobs: int) -> None:
+    """Run every pending mutant of ``work/session.sqlite`` as cosmic-ray's ``exec`` does (exit status 0:
+    survived; any other, or past ``timeout``: killed), but each test run is a fork of this process with
+    PRELOAD imported, ``jobs`` at a time, instead of a new interpreter that imports them again: about a
+    third of a mutant's time on these test files.  The mutant is put in the forked run's imports
+    (MutantFinder), never on disk.  Only the test process sees it: none of the MODULES tests starts a
+    Python process of its own (``--runner cosmic-ray`` runs every mutant through the file on disk)."""
+    import importlib
+    import signal
+
+    from cosmic_ray.mutating import MutationVisitor
+    from cosmic_ray.plugins import get_operator
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    target = work / module
+    original = target.read_text(encoding="utf-8")
+    name = module.removesuffix(".py").replace("/", ".")
+    argv = ["-n", "0", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore", "--hypothesis-profile=mutation", *tests]
+    with use_db(str(work / "session.sqlite"), WorkDB.Mode.open) as db:
+        pending = list(db.pending_work_items)
+        running: dict[int, tuple] = {}
+
+        def start(item) -> None:
+            m = item.mutations[0]
+            operator = get_operator(m.operator_name)(**(getattr(m, "operator_args", None) or {}))
+            mutant = MutationVisitor.mutate_code(original, operator, m.occurrence)
+            if mutant is None:
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NO_TEST))
+                return
+            out = tempfile.TemporaryFile()
+            sys.stdout.flush(), sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # the test run
+                code = 1
+                try:
+                    os.setpgid(0, 0)
+                    os.dup2(out.fileno(), 1), os.dup2(out.fileno(), 2)
+                    os.chdir(work)
+                    sys.path.insert(0, str(work))
+                    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+                    sys.meta_path.insert(0, MutantFinder(name, target, mutant))
+                    import pytest
+
+                    code = int(pytest.main(argv))
+                finally:
+                    os._exit(code)
+            running[pid] = (item, mutant, out, time.monotonic())
+
+        def finish(pid: int, status: int | None) -> None:
+            item, mutant, out, _ = running.pop(pid)
+            out.seek(0)
+            text = out.read()[-20000:].decode(errors="replace")
+            out.close()
+            survived = status is not None and os.waitstatus_to_exitcode(status) == 0
+            db.set_result(item.job_id, WorkResult(
+                output=text if status is not None else "timeout", worker_outcome=WorkerOutcome.NORMAL,
+                test_outcome=TestOutcome.SURVIVED if survived else TestOutcome.KILLED,
+                diff="\n".join(["--- mutation diff ---", *difflib.unified_diff(
+                    original.split("\n"), mutant.split("\n"), f"a/{module}", f"b/{module}", lineterm="")])))
+
+        while pending or running:
+            while pending and len(running) < jobs:
+                start(pending.pop())
+            pid, status = os.waitpid(-1, os.WNOHANG) if running else (0, 0)
+            if pid:
+                finish(pid, status)
+                continue
+            now = time.monotonic()
+            for pid, (_, _, _, t0) in list(running.items()):
+                if now - t0 > timeout:
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    os.waitpid(pid, 0)
+                    finish(pid, None)
+            time.sleep(0.02)
+
+
 def run_module(module: str, timeout: float, operators: str, keep: Path | None, recheck: Path | None = None,
-               shard: tuple[int, int] | None = None) -> dict:
+               shard: tuple[int, int] | None = None, runner: str = "fork", jobs: int = 1) -> dict:
     work = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
         copy_repo(work)
@@ -159,7 +269,10 @@ def run_module(module: str, timeout: float, operators: str, keep: Path | None, r
         if shard is not None:
             skip_other_shards(work / "session.sqlite", shard)
         t0 = time.monotonic()
-        run(tool("cosmic-ray"), "exec", "cr.toml", "session.sqlite")
+        if runner == "fork":
+            exec_forked(work, module, MODULES[module], timeout, jobs)
+        else:
+            run(tool("cosmic-ray"), "exec", "cr.toml", "session.sqlite")
         elapsed = time.monotonic() - t0
         dump = run(tool("cosmic-ray"), "dump", "session.sqlite").stdout.decode().splitlines()
         if keep is not None:
@@ -202,6 +315,10 @@ def main(argv=None) -> int:
                     "survived there (the others count as skipped)")
     ap.add_argument("--shard", type=parse_shard, metavar="K/N", help="run only the K-th of N shares of the "
                     "mutants (K from 0): N processes with K = 0..N-1 use N cores; the others count as skipped")
+    ap.add_argument("--runner", choices=("fork", "cosmic-ray"), default="fork", help="fork: each test run a fork "
+                    "of one process that imported the test's libraries once, the mutant in its imports (fast); "
+                    "cosmic-ray: cosmic-ray exec, a new interpreter a mutant, the mutant written to the file")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test runs at once (--runner fork)")
     ap.add_argument("--quiet", action="store_true", help="no survivor diffs")
     args = ap.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
@@ -209,7 +326,8 @@ def main(argv=None) -> int:
         ap.error(f"not a module this script knows: {', '.join(unknown)} (known: {', '.join(MODULES)})")
     rows = []
     for module in args.modules:
-        r = run_module(module, args.timeout, args.operators, args.keep, args.recheck, args.shard)
+        r = run_module(module, args.timeout, args.operators, args.keep, args.recheck, args.shard, args.runner,
+                       args.jobs)
         rows.append(r)
         if not args.quiet:
             for op, line, diff in r["survivors"]:
