@@ -43,6 +43,6 @@ def main(argv: list[str]) -> int:
     for d in find_run_dirs(out):
         s = read_json(d / SUMMARY)
         print(f"{d}: {s.get('source_tool')} · {s.get('num_requests')} requests, {s.get('completed')} completed, "
-              f"{len(s.get('definition_notes') or [])} definition note(s) in summary.json")
+              f"{len(s.get('definition_notes') or [])} definition note(s) in {SUMMARY}")
     print(f"show it beside an experiment: tokenfactory report EXPERIMENT_DIR --import {out}")
     return 0

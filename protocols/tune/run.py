@@ -621,7 +621,7 @@ class Tuner:
         return experiment_record(
             self.cfg, status=record["status"], out=self.out, overrides=self.overrides, seed=self.seed,
             configs={f"trial{t['trial']}": t["overrides"] for t in record["trials"]}, baseline="", steps=steps,
-            runs_finished=sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/summary.json")), tune=TUNE_FILE)
+            runs_finished=sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/{results_io.SUMMARY}")), tune=TUNE_FILE)
 
     def write_runs(self, trials: list[dict]) -> None:
         """``runs.parquet``: every trial's runs, ``config`` = trial<n>, with its params as columns."""
