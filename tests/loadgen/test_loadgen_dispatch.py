@@ -248,6 +248,8 @@ def test_a_server_with_fixed_slots_past_its_capacity_is_still_stopped(tmp_path):
         stats, t = _run_watched(srv.url, spec, tmp_path / "r.parquet", items, FAST_RULE)
         queued = srv.max_queued
     assert stats["saturated"] and stats["saturated"].startswith("over-saturated")
-    assert 100 < stats["sent"] < 400 and len(t["status"]) == stats["sent"]  # every send recorded
+    # stopped before the end, and not before three checks 0.2 s apart could see a queue (0.6 s, 48
+    # sent at 80 req/s); a loaded host slows the fake's slots and the stop comes sooner (97 sent once)
+    assert 48 < stats["sent"] < 400 and len(t["status"]) == stats["sent"]  # every send recorded
     assert queued >= 40  # the fake's own count of requests waiting for a slot
-    assert 1.0 < stats["saturated_after_s"] < 5.0
+    assert 0.6 < stats["saturated_after_s"] < 5.0
