@@ -171,17 +171,23 @@ def test_ratio_difference_paired_by_formula():
 def test_ratio_difference_without_an_interval_says_why():
     d = ratio_difference([1, 1], [1, 1], [3], [2], paired=False)        # one replicate of B, a finite ratio
     assert (d.b.value, d.b.n, d.b.dropped) == (1.5, 1, 0) and d.note == "n_a=2, n_b=1: need 2 each"
+    assert (d.relative.value, d.absolute.value) == (0.5, 0.5) and math.isnan(d.relative.low)
     assert ratio_difference([3], [2], [1, 1], [1, 1], paired=False).note == "n_a=1, n_b=2: need 2 each"
     d = ratio_difference([0, 0], [1, 1], [1, 1], [1, 1], paired=False)  # R_A = 0: nothing to be relative to
     assert math.isnan(d.relative.value) and d.note == "a ratio of 0: no log ratio"
+    d = ratio_difference([1, 1], [1, 1], [0, 0], [1, 1], paired=False)  # R_B = 0: -100 %, no log of it
+    assert (d.relative.value, d.note) == (-1.0, "a ratio of 0: no log ratio") and math.isnan(d.relative.low)
     d = ratio_difference([-1, -2], [1, 1], [1, 1], [1, 1], paired=False)  # a negative ratio has no log either
     assert math.isnan(d.a.low) and d.note == "a ratio of 0: no log ratio"
     d = ratio_difference([1, 1], [0.5, 0.5], [1, 1], [1, 1], paired=False)  # Σ den = 1 is a ratio like any
     assert (d.a.value, d.relative.value) == (2.0, -0.5)
     # nothing paid and nothing bought on B: 0/0, undefined, not infinite
     d = ratio_difference([1, 1], [1, 1], [0, 0], [0, 0], paired=False)
-    assert math.isnan(d.b.value) and math.isnan(d.absolute.value)
+    assert math.isnan(d.b.value) and math.isnan(d.absolute.value) and d.b.n == 0  # no influence terms
     assert d.note == "B: the denominators sum to 0 (infinite or undefined ratio)"
+    # B paid in one replicate and bought nothing in either: R_B = inf, no replicate has an influence on it
+    d = ratio_difference([1, 1], [1, 1], [1, 0], [0, 0], paired=False)
+    assert (d.b.value, d.b.n, d.absolute.value) == (math.inf, 0, math.inf)
     # one replicate of B bought nothing: R_B = inf, B - A = +inf, no interval
     assert ratio_difference([1, 1], [1, 1], [1], [0], paired=False).absolute.value == math.inf
 

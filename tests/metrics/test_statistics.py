@@ -188,6 +188,8 @@ def test_ratio_ci_defaults_unscaled_seed_0():
                           n_resamples=FEW, random_state=np.random.default_rng(0))
     assert e.value == pytest.approx(11.8 / 5.7)
     assert (e.low, e.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    doubled = ratio_ci(cost, tokens, n_resamples=FEW, scale=2.0)
+    assert (doubled.value, doubled.low, doubled.high) == (2 * e.value, 2 * e.low, 2 * e.high)
 
 # ------------------------------------------------------------------------------------ pooled percentiles
 def _runs(rng, n_runs, lo=0, hi=40):
@@ -531,6 +533,15 @@ def test_verdict_at_the_edges_of_zero_and_the_margin():
         assert (v.outcome, v.significant) == ("no_significant_difference", False)
     assert verdict(_rel(0.0, -0.02, 0.01)).outcome == "equivalent"   # the margin itself is inside
     assert verdict(_rel(0.0, -0.01, 0.02)).outcome == "equivalent"
+
+
+def test_verdict_on_an_absolute_difference_uses_the_absolute_margin():
+    # A never fails, B 11.5 % of the time: B - A = 0.115 [0.094, 0.136], judged in points
+    d = paired_difference(np.zeros(4), [0.10, 0.12, 0.11, 0.13])
+    assert verdict(d, higher_is_better=False).outcome == "a_better"    # the default: margin, 0.02
+    v = verdict(d, higher_is_better=False, absolute_margin=0.2)
+    assert (v.outcome, v.margin, v.judged) == ("equivalent", 0.2, "absolute")
+    assert v.text.startswith("A and B equivalent within 0.2 (B - A = +0.115 [")
 
 
 def test_verdict_needs_two_replicates_and_says_why_not():
