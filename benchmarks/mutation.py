@@ -264,10 +264,12 @@ def run_module(module: str, timeout: float, operators: str, keep: Path | None, r
         run = lambda *a: subprocess.run([*a], cwd=work, env=env, check=True, capture_output=True)  # noqa: E731
         run(tool("cosmic-ray"), "init", "cr.toml", "session.sqlite")
         run(tool("cr-filter-operators"), "session.sqlite", "cr.toml")
-        if recheck is not None:
-            skip_all_but(work / "session.sqlite", survivors_of(recheck / session_name(module)))
+        # the shard first, over every mutant as in the run being rechecked: sharding the survivors
+        # left by --recheck would keep only every n-th of them
         if shard is not None:
             skip_other_shards(work / "session.sqlite", shard)
+        if recheck is not None:
+            skip_all_but(work / "session.sqlite", survivors_of(recheck / session_name(module)))
         t0 = time.monotonic()
         if runner == "fork":
             exec_forked(work, module, MODULES[module], timeout, jobs)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from scipy import stats
 
 from metrics.comparison import absolute_margin, compare_tables
 from metrics.statistics import ratio_difference, verdict
@@ -120,3 +122,82 @@ def test_cost_per_good_answer_token_is_a_ratio_of_totals_across_repeats():
     (p,) = compare_tables({"a": t, "b": t}, ["cost_per_mtok_good_answer"], "a", paired=False)
     e = p["metrics"]["cost_per_mtok_good_answer"]
     assert e["per_config"]["a"]["value"] == pytest.approx(4.0 / 3.0)
+
+
+def _influence(num, den):
+    """(R, u_i = (num_i - R·den_i)/(mean(den)·R)): the delta method's per-replicate terms, plainly."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    r = num.sum() / den.sum()
+    return r, (num - r * den) / (den.mean() * r)
+
+
+# A: 6/4 = 1.5, u_A = (-0.5, 0.5, 0)/2 = (-0.25, 0.25, 0); B: 8/5 = 1.6, u_B = (0.4, -1.2, 0.8)/(8/3)
+A_NUM, A_DEN, B_NUM, B_DEN = [1.0, 2.0, 3.0], [1.0, 1.0, 2.0], [2.0, 2.0, 4.0], [1.0, 2.0, 2.0]
+
+
+def test_ratio_difference_unpaired_by_formula():
+    d = ratio_difference(A_NUM, A_DEN, B_NUM + [math.nan], B_DEN + [1.0], paired=False)  # B's 4th has no cost
+    ra, ua = _influence(A_NUM, A_DEN)
+    rb, ub = _influence(B_NUM, B_DEN)
+    assert (ra, rb) == (1.5, pytest.approx(1.6)) and ua.tolist() == [-0.25, 0.25, 0.0]
+    assert (d.dropped, d.note, d.relative.n) == (1, "1 replicate(s) with a missing value dropped", 6)
+    h = stats.t.ppf(0.975, 2) * ua.std(ddof=1) / math.sqrt(3)                     # A alone: t(n - 1)
+    assert (d.a.low, d.a.high) == (pytest.approx(1.5 * math.exp(-h)), pytest.approx(1.5 * math.exp(h)))
+    ca, cb = ua.var(ddof=1) / 3, ub.var(ddof=1) / 3
+    nu = (ca + cb) ** 2 / (ca ** 2 / 2 + cb ** 2 / 2)
+    h = stats.t.ppf(0.975, nu) * math.sqrt(ca + cb)
+    assert (d.relative.low, d.relative.high) == (pytest.approx(rb / ra * math.exp(-h) - 1),
+                                                 pytest.approx(rb / ra * math.exp(h) - 1))
+    ca, cb = ca * ra ** 2, cb * rb ** 2                                             # on R itself
+    nu = (ca + cb) ** 2 / (ca ** 2 / 2 + cb ** 2 / 2)
+    h = stats.t.ppf(0.975, nu) * math.sqrt(ca + cb)
+    assert (d.absolute.low, d.absolute.high) == (pytest.approx(rb - ra - h), pytest.approx(rb - ra + h))
+
+
+def test_ratio_difference_paired_by_formula():
+    d = ratio_difference(A_NUM + [4.0], A_DEN + [math.nan], B_NUM + [1.0], B_DEN + [1.0], paired=True)
+    ra, ua = _influence(A_NUM, A_DEN)
+    rb, ub = _influence(B_NUM, B_DEN)
+    assert (d.dropped, d.relative.n, d.paired) == (1, 3, True)
+    h = stats.t.ppf(0.975, 2) * (ub - ua).std(ddof=1) / math.sqrt(3)
+    assert (d.relative.low, d.relative.high) == (pytest.approx(rb / ra * math.exp(-h) - 1),
+                                                 pytest.approx(rb / ra * math.exp(h) - 1))
+    h = stats.t.ppf(0.975, 2) * (ub * rb - ua * ra).std(ddof=1) / math.sqrt(3)
+    assert (d.absolute.low, d.absolute.high) == (pytest.approx(rb - ra - h), pytest.approx(rb - ra + h))
+    with pytest.raises(ValueError, match="paired samples differ in length"):
+        ratio_difference([1, 1], [1, 1], [1, 1, 1], [1, 1, 1], paired=True)
+
+
+def test_ratio_difference_without_an_interval_says_why():
+    d = ratio_difference([1, 1], [1, 1], [3], [2], paired=False)        # one replicate of B, a finite ratio
+    assert (d.b.value, d.b.n, d.b.dropped) == (1.5, 1, 0) and d.note == "n_a=2, n_b=1: need 2 each"
+    assert (d.relative.value, d.absolute.value) == (0.5, 0.5) and math.isnan(d.relative.low)
+    assert ratio_difference([3], [2], [1, 1], [1, 1], paired=False).note == "n_a=1, n_b=2: need 2 each"
+    d = ratio_difference([0, 0], [1, 1], [1, 1], [1, 1], paired=False)  # R_A = 0: nothing to be relative to
+    assert math.isnan(d.relative.value) and d.note == "a ratio of 0: no log ratio"
+    d = ratio_difference([1, 1], [1, 1], [0, 0], [1, 1], paired=False)  # R_B = 0: -100 %, no log of it
+    assert (d.relative.value, d.note) == (-1.0, "a ratio of 0: no log ratio") and math.isnan(d.relative.low)
+    d = ratio_difference([-1, -2], [1, 1], [1, 1], [1, 1], paired=False)  # a negative ratio has no log either
+    assert math.isnan(d.a.low) and d.note == "a ratio of 0: no log ratio"
+    d = ratio_difference([1, 1], [0.5, 0.5], [1, 1], [1, 1], paired=False)  # Σ den = 1 is a ratio like any
+    assert (d.a.value, d.relative.value) == (2.0, -0.5)
+    # nothing paid and nothing bought on B: 0/0, undefined, not infinite
+    d = ratio_difference([1, 1], [1, 1], [0, 0], [0, 0], paired=False)
+    assert math.isnan(d.b.value) and math.isnan(d.absolute.value) and d.b.n == 0  # no influence terms
+    assert d.note == "B: the denominators sum to 0 (infinite or undefined ratio)"
+    # B paid in one replicate and bought nothing in either: R_B = inf, no replicate has an influence on it
+    d = ratio_difference([1, 1], [1, 1], [1, 0], [0, 0], paired=False)
+    assert (d.b.value, d.b.n, d.absolute.value) == (math.inf, 0, math.inf)
+    # one replicate of B bought nothing: R_B = inf, B - A = +inf, no interval
+    assert ratio_difference([1, 1], [1, 1], [1], [0], paired=False).absolute.value == math.inf
+
+
+def test_who_bought_nothing_is_named():
+    d = ratio_difference([1, 1], [1, 1], [0.25, 0.25], [0, 0], paired=False, labels=("base", "new"))
+    assert d.b.value == math.inf and d.relative.value == math.inf and d.absolute.value == math.inf
+    assert d.note == ("new had a cost and a denominator of 0 in every replicate (no good tokens: an infinite "
+                      "ratio), base a positive one in each: new/base - 1 is +inf in every resample")
+    d = ratio_difference([1, 1], [0, 0], [0.25, 0.25], [1, 1], paired=False, labels=("base", "new"))
+    assert (d.relative.value, d.relative.low, d.absolute.value) == (-1.0, -1.0, -math.inf)
+    assert d.note == ("base had a cost and a denominator of 0 in every replicate (no good tokens: an infinite "
+                      "ratio), new a positive one in each: new/base - 1 is -100 % in every resample")

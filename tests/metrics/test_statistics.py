@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -11,11 +12,13 @@ from scipy import stats
 
 from metrics.percentiles import order_statistic_ci
 from metrics.statistics import (
+    N_RESAMPLES,
     Estimate,
     PooledQuantile,
     aggregate_runs,
     bootstrap_ci,
     converged,
+    log_ratio_ci,
     mean_ci,
     paired_difference,
     pooled_percentile_ci,
@@ -27,6 +30,19 @@ from metrics.statistics import (
 
 FEW = 2_000  # resamples: enough for the checks, cheap on a shared 2-core machine
 
+
+# ------------------------------------------------------------------------------------ the estimate
+def test_estimate_defaults_and_relative_half_width_at_its_edges():
+    e = Estimate(1.0, 0.5, 1.5, 3, "student-t")
+    assert (e.note, e.confidence, e.dropped) == ("", 0.95, 0)
+    assert e.rel_half_width == 0.5                                  # 0.5 / |1|
+    assert Estimate(-1.0, -1.5, -0.5, 3, "m").rel_half_width == 0.5  # / |value|: a negative value too
+    assert Estimate(-2.0, -3.0, -1.0, 3, "m").rel_half_width == 0.5
+    assert Estimate(0.0, 0.0, 0.0, 3, "m").rel_half_width == 0.0     # a value of 0: no width is 0
+    assert Estimate(0.0, -1.0, 1.0, 3, "m").rel_half_width == math.inf  # any width is infinitely wide
+    assert math.isnan(Estimate(0.0, math.nan, math.nan, 1, "m").rel_half_width)  # no interval: unknown
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.value = 2.0
 
 # ------------------------------------------------------------------------------------ mean_ci
 def test_mean_ci_matches_scipy_t_interval():
@@ -49,6 +65,14 @@ def test_mean_ci_drops_nan_and_counts_them_one_value_has_no_interval():
     flat = mean_ci([2.0, 2.0, 2.0])  # no spread: the interval is the point, not NaN
     assert (flat.low, flat.high, flat.rel_half_width) == (2.0, 2.0, 0.0)
 
+
+def test_mean_ci_of_two_values_of_one_and_of_none():
+    e = mean_ci([1.0, 3.0])  # x̄ = 2, s = √2, se = s/√2 = 1: 2 ± t(0.975, 1) = 2 ± 12.7062
+    h = stats.t.ppf(0.975, 1)
+    assert (e.low, e.high, e.n, e.note) == (pytest.approx(2 - h), pytest.approx(2 + h), 2, "")
+    assert mean_ci([5.0]).note == "one repeat: no interval"
+    none = mean_ci([math.nan])
+    assert (none.n, none.dropped, none.note) == (0, 1, "no values; 1 NaN value(s) dropped")
 
 # ------------------------------------------------------------------------------------ bootstrap
 def test_bca_matches_scipy_directly():
@@ -96,6 +120,76 @@ def test_ratio_ci_is_ratio_of_totals_paired_bca():
     e2 = ratio_ci(np.append(cost, 9.0), np.append(tokens, math.nan), scale=1e6, n_resamples=FEW, seed=1)
     assert (e2.n, e2.dropped, e2.low) == (8, 1, e.low)
 
+
+def test_bootstrap_defaults_are_10000_resamples_seed_0_paired():
+    x = np.array([3.1, 2.4, 5.0, 4.2, 3.3, 2.9, 4.8, 3.7])
+    e = bootstrap_ci(np.mean, (x,))
+    ref = stats.bootstrap((x,), np.mean, n_resamples=10_000, random_state=np.random.default_rng(0))
+    assert N_RESAMPLES == 10_000 and (e.low, e.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    # two samples are resampled together by default (a run's numerator with its denominator)
+    num, den = np.array([2.0, 3.5, 1.0, 4.0, 2.5]), np.array([1.0, 2.0, 1.0, 2.5, 1.0])
+
+    def ratio(n, d, axis=-1):
+        return n.sum(axis) / d.sum(axis)
+
+    e = bootstrap_ci(ratio, (num, den), n_resamples=FEW)
+    ref = stats.bootstrap((num, den), ratio, n_resamples=FEW, paired=True, random_state=np.random.default_rng(0))
+    assert (e.low, e.high, e.n) == (ref.confidence_interval.low, ref.confidence_interval.high, 5)
+
+
+def test_unpaired_bootstrap_counts_both_samples_and_drops_nan_per_sample():
+    a, b = [1.0, 2.0, math.nan, 4.0, 5.0], [3.0, 4.0, 6.0, 7.0]
+
+    def diff(x, y, axis=-1):
+        return np.mean(y, axis) - np.mean(x, axis)
+
+    e = bootstrap_ci(diff, (a, b), paired=False, n_resamples=FEW, seed=2)
+    ref = stats.bootstrap(([1.0, 2.0, 4.0, 5.0], b), diff, n_resamples=FEW, random_state=np.random.default_rng(2))
+    assert (e.low, e.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    assert (e.n, e.dropped, e.value, e.note) == (8, 1, 2.0, "1 NaN value(s) dropped")  # 4 + 4; 5 - 3
+
+
+@pytest.mark.parametrize("method", ["percentile", "basic"])
+def test_bootstrap_other_methods_are_named_by_their_method(method):
+    x = np.array([3.1, 2.4, 5.0, 4.2, 3.3, 2.9])
+    e = bootstrap_ci(np.mean, (x,), n_resamples=FEW, method=method)
+    ref = stats.bootstrap((x,), np.mean, n_resamples=FEW, method=method, random_state=np.random.default_rng(0))
+    assert e.method == f"{method}-bootstrap" and (e.low, e.high) == tuple(ref.confidence_interval)
+
+
+def test_bootstrap_of_two_values_and_of_none():
+    # [1, 3]: every resample's mean is 1, 2 or 3; the 2.5 % and 97.5 % points are 1 and 3
+    e = bootstrap_ci(np.mean, ([1.0, 3.0],), n_resamples=FEW)
+    assert (e.value, e.low, e.high, e.n) == (2.0, 1.0, 3.0, 2)
+    none = bootstrap_ci(np.mean, ([math.nan],), n_resamples=FEW)
+    assert (none.n, none.dropped, none.note) == (0, 1, "no values; 1 NaN value(s) dropped")
+
+
+def test_bca_fallback_notes_say_why():
+    # constant data: scipy's DegenerateDataWarning, its first sentence quoted
+    e = bootstrap_ci(np.mean, ([4.0, 4.0, 4.0, 4.0],), n_resamples=500)
+    assert e.note == ("BCa failed (The BCa confidence interval cannot be calculated); "
+                      "percentile interval of the same resamples")
+    # a resample of the three runs without good tokens has Σ den = 0: R = inf there; BCa gives a finite
+    # lower bound and an infinite upper one without a warning: both are taken from the percentiles
+    num, den = np.ones(5), np.array([0.0, 1.0, 2.0, 0.0, 0.0])
+    e = ratio_ci(num, den, n_resamples=500)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
+                              method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
+    assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
+    assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+
+
+def test_ratio_ci_defaults_unscaled_seed_0():
+    cost, tokens = np.array([2.0, 3.1, 1.9, 2.6, 2.2]), np.array([1.0, 1.4, 1.0, 1.2, 1.1])
+    e = ratio_ci(cost, tokens, n_resamples=FEW)
+    ref = stats.bootstrap((cost, tokens), lambda c, t, axis: c.sum(axis) / t.sum(axis), paired=True,
+                          n_resamples=FEW, random_state=np.random.default_rng(0))
+    assert e.value == pytest.approx(11.8 / 5.7)
+    assert (e.low, e.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    doubled = ratio_ci(cost, tokens, n_resamples=FEW, scale=2.0)
+    assert (doubled.value, doubled.low, doubled.high) == (2 * e.value, 2 * e.low, 2 * e.high)
 
 # ------------------------------------------------------------------------------------ pooled percentiles
 def _runs(rng, n_runs, lo=0, hi=40):
@@ -161,12 +255,50 @@ def test_pooled_percentile_several_q_nan_and_one_run():
     assert math.isnan(one.low) and "fewer than 2" in one.note
 
 
+def test_pooled_quantile_interpolates_bit_equal_to_numpy():
+    # numpy's lerp: lo + (hi - lo)·g below g = 0.5, hi - (hi - lo)·(1 - g) from it; the two differ
+    # in the last bit for these pairs, so only the same rule gives np.percentile's very float
+    for (a, b), q in (((1.7275651451716942, 5.247186713758815), 50), ((0.457531994967418, 2.8590376000764186), 25)):
+        got = PooledQuantile([np.array([a]), np.array([b])], q)(np.array([[0, 1], [1, 0]]))
+        assert got.tolist() == [np.percentile([a, b], q)] * 2
+
+
+def test_pooled_quantile_of_nothing_drawn_at_q0_and_of_no_values():
+    stat = PooledQuantile([np.empty(0), np.array([1.0, 2.0])], 0)
+    np.testing.assert_array_equal(stat(np.array([[0, 0], [1, 0], [1, 1]])), [math.nan, 1.0, 1.0])
+    np.testing.assert_array_equal(PooledQuantile([np.empty(0)], 50)(np.array([[0]])), [math.nan])
+
+
+def test_pooled_quantile_in_chunks_and_several_q():
+    # one value a block: B = 2,400 blocks, so 2,000,000 // 2,400 = 833 rows a chunk, 1,000 rows: 2 chunks
+    rng = np.random.default_rng(3)
+    runs = [rng.lognormal(0, 0.5, 800) for _ in range(3)]
+    stat = PooledQuantile(runs, [50, 90], block_size=1)
+    idx = rng.integers(0, 3, (1000, 3))
+    brute = np.array([np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in idx]).T
+    np.testing.assert_allclose(stat(idx), brute, rtol=1e-13, atol=0)  # shape (q, rows), as scipy wants
+    assert stat(np.empty((0, 3), dtype=np.intp)).shape == (2, 0)
+
+
+def test_pooled_percentile_from_a_callers_generator_is_one_seed_drawn_from_it():
+    rng = np.random.default_rng(1)
+    runs = _runs(rng, 5, lo=3)
+    e = pooled_percentile_ci(runs, 90, n_resamples=500, rng=np.random.default_rng(5))
+    seed = int(np.random.default_rng(5).integers(2**63))
+    ref = pooled_percentile_ci(runs, 90, n_resamples=500, seed=seed)
+    assert (e.low, e.high) == (ref.low, ref.high)
+
 def test_within_run_percentile_uses_order_statistics():
     x = np.arange(1000.0)
     e = within_run_percentile(x, 99)
     assert (e.low, e.high) == order_statistic_ci(x, 99)
     assert e.method == "order-statistic (within run)" and ">= 662" in e.note
 
+
+def test_within_run_percentile_note_at_its_edges():
+    assert "n=662 >= 662 needed for p99" in within_run_percentile(np.arange(662.0), 99).note  # just enough
+    assert "n=661 < 662 needed for p99" in within_run_percentile(np.arange(661.0), 99).note
+    assert "n=5 >= 1 needed for p100" in within_run_percentile(np.arange(5.0), 100).note   # the maximum
 
 # ------------------------------------------------------------------------------------ differences
 A = np.array([100.0, 104.0, 98.0, 101.0, 103.0, 99.0])
@@ -248,6 +380,105 @@ def test_unpaired_welch_matches_scipy_and_hand():
     assert d.relative.value == pytest.approx(b.mean() / a.mean() - 1) and d.relative.low < d.relative.value
 
 
+def test_which_difference_is_judged():
+    assert paired_difference(A, B).judged == "relative"
+    assert paired_difference(np.zeros(6), B).judged == "absolute"   # nothing to be relative to
+    assert paired_difference(A, np.zeros(6)).judged == "absolute"   # -100 %, zero-width: no evidence
+
+
+def test_relative_difference_needs_a_positive_baseline():
+    zero = paired_difference([0.0, 0.0, 0.0], [0.5, 0.7, 0.6])
+    assert math.isnan(zero.relative.value) and zero.relative.note == "relative difference needs a positive mean of A"
+    small = paired_difference([0.4, 0.6, 0.5], [0.5, 0.7, 0.6])  # a mean below 1 is a mean like any
+    assert small.relative.value == pytest.approx(0.2)
+
+
+def test_paired_difference_of_one_and_of_two_blocks():
+    few = paired_difference([100.0, math.nan], [120.0, 130.0])
+    assert few.note == "1 complete block(s): need 2; 1 block(s) with a missing run dropped"
+    assert (few.absolute.value, few.relative.value, few.paired, few.dropped) == (20.0, pytest.approx(0.2), True, 1)
+    assert math.isnan(paired_difference([0.0], [5.0]).relative.value)  # no relative to a zero
+    two = paired_difference([1.0, 2.0], [2.0, 4.0])
+    ci = stats.ttest_rel([2.0, 4.0], [1.0, 2.0]).confidence_interval()
+    assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+
+
+def test_paired_difference_wants_two_sequences_or_two_mappings():
+    with pytest.raises(TypeError, match="two sequences or two mappings"):
+        paired_difference({0: 1.0, 1: 2.0}, [1.0, 2.0])
+
+
+def test_paired_log_ratio_fallback_for_a_relative_read_from_a_config():
+    relative = "".join(["lo", "g"])  # the same text, not the same object as the literal "log"
+    z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative=relative)
+    assert z.relative.note == "a block's value is not positive: no log ratio"
+
+
+def test_no_bootstrap_unless_asked():
+    assert paired_difference(A, B).bootstrap is None and unpaired_difference(A, B).bootstrap is None
+
+
+def test_paired_relative_delta_takes_the_wider_spread():
+    # s_e > s_d: a = (10, 20, 30), b = (30, 20, 40): r = 1.5, e = (15, -10, -5): s_e² = 350/2 = 175;
+    # d = (20, 0, 10): s_d² = 200/2 = 100.  se = √175/(√3·20)
+    d = paired_difference([10.0, 20.0, 30.0], [30.0, 20.0, 40.0])
+    h = stats.t.ppf(0.975, 2) * math.sqrt(175) / (math.sqrt(3) * 20)
+    assert (d.relative.low, d.relative.high) == (pytest.approx(0.5 - h), pytest.approx(0.5 + h))
+    # s_e = 0 (B proportional to A): d = (1.59, 0, 0), mean 0.53, s_d² = (1.06² + 2·0.53²)/2 = 0.8427;
+    # se = √0.8427/(√3·0.47)
+    d = paired_difference([1.41, 0.0, 0.0], [3.0, 0.0, 0.0])
+    r, h = 3.0 / 1.41, stats.t.ppf(0.975, 2) * math.sqrt(0.8427) / (math.sqrt(3) * 0.47)
+    assert (d.relative.low, d.relative.high) == (pytest.approx(r - 1 - h), pytest.approx(r - 1 + h))
+
+
+def test_log_ratio_ci_drops_what_has_no_log():
+    # kept 0.5 and 2: logs -ln 2, +ln 2, mean 0, s = √2·ln 2, se = ln 2: exp(±t(0.975, 1)·ln 2)
+    e = log_ratio_ci([0.0, 0.5, 2.0, None, math.inf, -1.0])
+    h = stats.t.ppf(0.975, 1) * math.log(2)
+    assert (e.value, e.n, e.dropped) == (1.0, 2, 4)
+    assert (e.low, e.high) == (pytest.approx(math.exp(-h)), pytest.approx(math.exp(h)))
+    none = log_ratio_ci([0.0])
+    assert (none.n, none.dropped, none.note) == (0, 1, "no positive ratio")
+
+
+def test_unpaired_delta_relative_by_hand():
+    a, b = A, np.array([106.0, 115.0, 99.0, 108.0])
+    d = unpaired_difference(a, b)
+    ma, r = a.mean(), b.mean() / a.mean()
+    cb, ca = b.var(ddof=1) / 4 / ma ** 2, r ** 2 * a.var(ddof=1) / 6 / ma ** 2   # B's and A's terms
+    nu = (ca + cb) ** 2 / (ca ** 2 / 5 + cb ** 2 / 3)
+    h = stats.t.ppf(0.975, nu) * math.sqrt(ca + cb)
+    assert (d.relative.low, d.relative.high) == (pytest.approx(r - 1 - h), pytest.approx(r - 1 + h))
+    assert (d.relative.method, d.relative.n, d.absolute.n) == ("delta (Welch)", 10, 10)
+
+
+def test_unpaired_of_two_a_side_of_one_and_of_none():
+    two = unpaired_difference([1.0, 2.0], [2.0, 4.0])
+    ci = stats.ttest_ind([2.0, 4.0], [1.0, 2.0], equal_var=False).confidence_interval()
+    assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    one = unpaired_difference([1.0], [2.0, 3.0, 4.0])
+    assert one.note == "n_a=1, n_b=3: need 2 each" and math.isnan(one.absolute.low) and one.absolute.value == 2.0
+    small = unpaired_difference([0.5], [1.0])
+    assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
+    assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
+
+
+def test_unpaired_relative_bootstrap_resamples_each_side_alone():
+    a, b = A, np.array([106.0, 115.0, 99.0, 108.0])
+    d = unpaired_difference(a, b, relative="bootstrap", n_resamples=FEW)
+    ref = stats.bootstrap((a, b), lambda x, y, axis: np.mean(y, axis) / np.mean(x, axis) - 1, n_resamples=FEW,
+                          random_state=np.random.default_rng(0))
+    assert (d.relative.low, d.relative.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    assert (d.relative.method, d.relative.n) == ("unpaired bca-bootstrap", 10)
+
+
+def test_welch_dof_is_infinite_where_the_variances_underflow():
+    # (s²/n)² underflows to 0 for spreads of 1e-90: Welch's dof is then taken as infinite (the normal
+    # quantile), not 0/0.  c_a = 1e-180/3, c_b = (7/3)e-180/3: se = √(10/9)·1e-90
+    d = unpaired_difference([1e-90, 2e-90, 3e-90], [2e-90, 3e-90, 5e-90])
+    h = stats.norm.ppf(0.975) * math.sqrt(10 / 9) * 1e-90
+    assert (d.absolute.low, d.absolute.high) == (pytest.approx(4e-90 / 3 - h), pytest.approx(4e-90 / 3 + h))
+
 # ------------------------------------------------------------------------------------ verdict
 def _rel(v, lo, hi, n=6, conf=0.95):
     return Estimate(v, lo, hi, n, "delta (student-t)", confidence=conf)
@@ -282,6 +513,51 @@ def test_verdict_equivalence_no_difference_insufficient():
         verdict(_rel(0.1, 0.05, 0.15, conf=0.9))
 
 
+def test_verdict_texts_name_the_winner_and_its_gain():
+    detail = "at 95%, n=6; margin ±2.0%; higher is better)"
+    assert verdict(_rel(0.10, 0.06, 0.14)).text == ("B better than A by 10.0% [6.0%, 14.0%] "
+                                                    f"((B - A)/A = +10.0% [+6.0%, +14.0%] {detail}")
+    # a fall where higher is better: A wins, its gain the interval turned round
+    v = verdict(_rel(-0.10, -0.14, -0.06))
+    assert (v.outcome, v.text) == ("a_better", "A better than B by 10.0% [6.0%, 14.0%] "
+                                               f"((B - A)/A = -10.0% [-14.0%, -6.0%] {detail}")
+    v = verdict(paired_difference(A, B, labels=("base", "new")))
+    assert v.text.startswith("new better than base by 5.")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.outcome = "a_better"
+
+
+def test_verdict_at_the_edges_of_zero_and_the_margin():
+    for lo, hi in ((0.0, 0.1), (-0.1, 0.0)):  # an interval that touches 0 does not exclude it
+        v = verdict(_rel((lo + hi) / 2, lo, hi))
+        assert (v.outcome, v.significant) == ("no_significant_difference", False)
+    assert verdict(_rel(0.0, -0.02, 0.01)).outcome == "equivalent"   # the margin itself is inside
+    assert verdict(_rel(0.0, -0.01, 0.02)).outcome == "equivalent"
+
+
+def test_verdict_on_an_absolute_difference_uses_the_absolute_margin():
+    # A never fails, B 11.5 % of the time: B - A = 0.115 [0.094, 0.136], judged in points
+    d = paired_difference(np.zeros(4), [0.10, 0.12, 0.11, 0.13])
+    assert verdict(d, higher_is_better=False).outcome == "a_better"    # the default: margin, 0.02
+    v = verdict(d, higher_is_better=False, absolute_margin=0.2)
+    assert (v.outcome, v.margin, v.judged) == ("equivalent", 0.2, "absolute")
+    assert v.text.startswith("A and B equivalent within 0.2 (B - A = +0.115 [")
+
+
+def test_verdict_needs_two_replicates_and_says_why_not():
+    assert verdict(_rel(0.1, 0.05, 0.15, n=2)).outcome == "b_better"
+    assert verdict(_rel(0.1, 0.05, 0.15, n=1)).outcome == "insufficient_data"
+    assert verdict(_rel(0.1, math.nan, math.nan)).text == "insufficient data to compare B with A (no interval)"
+    noted = Estimate(0.1, math.nan, math.nan, 1, "m", note="one repeat: no interval")
+    assert verdict(noted).text == "insufficient data to compare B with A (one repeat: no interval)"
+
+
+def test_verdict_confidence_label_rounds_away_float_noise_only():
+    # 0.950000004·100 = 95.0000004: float noise at 6 decimals, "95%"; 0.95000004·100 = 95.000004 is not
+    for conf, label in ((0.950000004, "95%"), (0.95000004, "95.00%")):
+        assert f"at {label}, n=6" in verdict(_rel(0.04, -0.01, 0.09, conf=conf), confidence=conf).text
+
+
 # ------------------------------------------------------------------------------------ convergence
 def test_converged():
     ests = {"tput": Estimate(100.0, 98.0, 102.0, 5, "student-t"),
@@ -305,6 +581,8 @@ def test_aggregate_runs_groups_means_and_ratios():
         assert a["output_throughput"].value == pytest.approx(11.0) and a["output_throughput"].method == "student-t"
         assert a["cost_per_mtok_good"].value == pytest.approx(3.0 / 3.1e5 * 1e6)
         assert out[("b", 1)]["output_throughput"].dropped == 1
+        lo, hi = stats.t.interval(0.95, 2, loc=11.0, scale=stats.sem([10.0, 12.0, 11.0]))  # 95 % by default
+        assert (a["output_throughput"].low, a["output_throughput"].high) == (pytest.approx(lo), pytest.approx(hi))
     assert list(aggregate_runs(cols, ["cost_total"], group_by=())) == [()]
     with pytest.raises(KeyError):
         aggregate_runs(cols, ["nope"])
