@@ -34,6 +34,8 @@ def same(a, b) -> bool:
         return a is b
     if isinstance(b, str):                  # a reason: the summary says it, in its own words
         return isinstance(a, str) and b in a
+    if isinstance(a, (str, dict, list)):    # "missing", or a number where a mapping belongs
+        return False
     if isinstance(a, float) and math.isnan(a) or isinstance(b, float) and math.isnan(b):
         return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
     if math.isinf(a) or math.isinf(b):
