@@ -90,14 +90,17 @@ def _num(v) -> float:
 
 
 def plain_percentile(xs, q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, vLLM's): rank q/100 x (n-1)."""
+    """Linear interpolation between closest ranks (numpy's default, vLLM's): rank q/100 x (n-1).
+    The step from the lower rank is taken from whichever neighbour is nearer (numpy's two-sided
+    lerp), so a percentile that lands on an SLO limit is the same float on both sides."""
     xs = sorted(x for x in xs if not math.isnan(x))
     if not xs:
         return math.nan
     pos = q / 100 * (len(xs) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    a, b, t = xs[lo], xs[hi], pos - lo
+    return a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t)
 
 
 def plain_mean(xs) -> float:
@@ -114,15 +117,26 @@ def plain_itl(chunk_ns, chunk_tokens) -> list[float]:
     return out
 
 
+def plain_ttfa(row) -> float:
+    """TTFA of a row (seconds): ``ttfa_s``; where that is null and the row never counted reasoning
+    (``reasoning_tokens`` null or no such column: an older file), its TTFT."""
+    v = _num(row.get("ttfa_s"))
+    return _num(row["ttft_s"]) if math.isnan(v) and row.get("reasoning_tokens") is None else v
+
+
+# SLO -> the row's value it bounds (seconds), and whether a NaN passes (TPOT of a one-token output)
+SLO_VALUES = (("ttft_ms", lambda r: _num(r["ttft_s"]), False), ("tpot_ms", lambda r: _num(r["tpot_s"]), True),
+              ("e2el_ms", lambda r: _num(r["e2el_s"]), False), ("ttfa_ms", plain_ttfa, False))
+
+
 def plain_good(row, slo: dict) -> bool:
     """Completed and every configured SLO holds, inclusively; NaN fails, except TPOT (one token)."""
     if row["status"] != "ok":
         return False
-    for limit, col, nan_passes in (("ttft_ms", "ttft_s", False), ("tpot_ms", "tpot_s", True),
-                                   ("e2el_ms", "e2el_s", False)):
+    for limit, value, nan_passes in SLO_VALUES:
         if slo.get(limit) is None:
             continue
-        v = _num(row[col])
+        v = value(row)
         if math.isnan(v):
             if not nan_passes:
                 return False
@@ -139,44 +153,156 @@ def plain_rental_cost(cost: dict, window_s: float, replica_seconds: float | None
     return rep_s / 3600 * per_replica + window_s / 3600 * sum((cost.get("extra_hourly") or {}).values())
 
 
+def _stats(out: dict, key: str, xs_ms) -> None:
+    """mean, median, p90, p99 of ``xs_ms`` (NaN left out) as a summary's latency keys."""
+    out[f"mean_{key}_ms"] = plain_mean(xs_ms)
+    out[f"median_{key}_ms"] = plain_percentile(xs_ms, 50)
+    for q in (90, 99):
+        out[f"p{q}_{key}_ms"] = plain_percentile(xs_ms, q)
+
+
+def _end(r):
+    """When a request was over: ``done_ns``, else its last chunk's ``end_ns`` (None: neither)."""
+    return r["done_ns"] if r["done_ns"] is not None else r["end_ns"]
+
+
+def _ms(a_ns, b_ns) -> float:
+    """b - a in milliseconds (NaN where either is missing), as ns / 1e9 x 1e3 like metrics/."""
+    return math.nan if a_ns is None or b_ns is None else (b_ns - a_ns) / 1e9 * 1e3
+
+
+def _tokens(rows, col: str = "output_tokens") -> float:
+    return math.fsum(r.get(col) or 0 for r in rows)
+
+
+def adapter_by_hand(rows: list[dict], slo: dict, per_s) -> dict:
+    """One LoRA adapter's keys over its measured ``rows``; ``per_s`` divides by the run's duration."""
+    done = [r for r in rows if r["status"] == "ok"]
+    good = [r for r in rows if plain_good(r, slo)]
+    out = {"num_requests": len(rows), "completed": len(done), "total_output_tokens": _tokens(done),
+           "request_throughput": per_s(len(done)), "output_throughput": per_s(_tokens(done)),
+           "good_requests": len(good), "goodput_rps": per_s(len(good)), "good_output_throughput": per_s(_tokens(good)),
+           "slo_attainment": len(good) / len(rows)}
+    for k in ("ttft", "tpot", "e2el"):
+        _stats(out, k, [_num(r[f"{k}_s"]) * 1e3 for r in done])
+    return out
+
+
+def sessions_by_hand(rows: list[dict], expected_turns: dict | None) -> dict:
+    """Sessions of the measured rows, a session complete when every turn of it is ``ok``; with the
+    workload's planned turns, every planned session counts and needs that many ``ok`` turns, and a
+    session with a warm-up turn is left out."""
+    turns: dict = {}
+    for r in rows:
+        if not r["warmup"] and r.get("session_id") is not None:
+            turns.setdefault(r["session_id"], []).append(r["status"] == "ok")
+    if expected_turns is None:
+        complete = {s: all(oks) for s, oks in turns.items()}
+    else:
+        warm = {r.get("session_id") for r in rows if r["warmup"]}
+        complete = {s: s in turns and all(turns[s]) and len(turns[s]) >= k
+                    for s, k in expected_turns.items() if s not in warm}
+    n, done = len(complete), sum(complete.values())
+    return {"num_sessions": n, "completed_sessions": done, "session_completion_rate": done / n if n else math.nan}
+
+
+STATUSES = ("http_error", "timeout", "connection_error", "invalid_response", "truncated", "cancelled")
+EXACT_TOKEN_SOURCES = ("usage_continuous", "usage")   # per-chunk counts that are the server's (speculative.py)
+
+
 def summary_by_hand(rows: list[dict], slo: dict, window_start_ns: int, window_end_ns: int,
-                    cost: dict | None = None) -> dict:
-    """summary.json's headline numbers from request rows (dicts, as ``Table.to_pylist()`` gives)."""
+                    cost: dict | None = None, max_schedule_lag_ms: float = 10.0,
+                    expected_turns: dict | None = None) -> dict:
+    """summary.json's numbers that metrics/summary.py computes itself, from request rows (dicts, as
+    ``Table.to_pylist()`` gives; a column an older file lacks is a key the rows lack).
+    ``max_schedule_lag_ms``: client.max_schedule_lag_ms (10 ms by default)."""
     m = [r for r in rows if not r["warmup"]]
     n = len(m)
     done = [r for r in m if r["status"] == "ok"]
     good = [r for r in m if plain_good(r, slo)]
-    sent = [r["sent_ns"] for r in m if r["sent_ns"] is not None]
-    ends = [r["done_ns"] if r["done_ns"] is not None else r["end_ns"] for r in m]
-    ends = [e for e in ends if e is not None]
+    sent = sorted(r["sent_ns"] for r in m if r["sent_ns"] is not None)
+    ends = [_end(r) for r in m if _end(r) is not None]
     duration = (max(ends) - min(sent)) / 1e9 if sent and ends else math.nan
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: math.nan)
-    tokens = lambda rs: math.fsum(r["output_tokens"] or 0 for r in rs)  # noqa: E731
-    out = {"num_requests": n, "completed": len(done), "good_requests": len(good),
-           "duration_s": duration, "window_s": (window_end_ns - window_start_ns) / 1e9,
-           "completion_rate": len(done) / n if n else math.nan,
-           "error_rate": 1 - len(done) / n if n else math.nan,
-           "slo_attainment": len(good) / n if n else math.nan,
-           "request_throughput": per_s(len(done)), "output_throughput": per_s(tokens(done)),
-           "goodput_rps": per_s(len(good)), "good_output_throughput": per_s(tokens(good)),
-           "good_output_tokens": tokens(good), "all_output_tokens": tokens(m)}
-    for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
+    share = (lambda x: x / n) if n else (lambda x: math.nan)
+    rejected = sum(r["http_status"] in (429, 503) for r in m)
+    out = {"num_requests": n, "num_warmup": len(rows) - n, "completed": len(done), "failed": n - len(done),
+           **{f"num_{s}": sum(r["status"] == s for r in m) for s in STATUSES},
+           "good_requests": len(good), "duration_s": duration, "window_s": (window_end_ns - window_start_ns) / 1e9,
+           "completion_rate": share(len(done)), "error_rate": 1 - len(done) / n if n else math.nan,
+           "num_rejected": rejected, "rejection_rate": share(rejected), "slo_attainment": share(len(good)),
+           "total_input_tokens": _tokens(done, "prompt_tokens"), "total_output_tokens": _tokens(done),
+           "request_throughput": per_s(len(done)), "output_throughput": per_s(_tokens(done)),
+           "total_token_throughput": per_s(_tokens(done, "prompt_tokens") + _tokens(done)),
+           "goodput_rps": per_s(len(good)), "request_goodput": per_s(len(good)),
+           "good_output_throughput": per_s(_tokens(good)), "good_output_tokens": _tokens(good),
+           "good_answer_tokens": _tokens(good) - _tokens(good, "reasoning_tokens"),
+           "all_output_tokens": _tokens(m), "window_output_tokens": _tokens(rows),
+           "total_reasoning_tokens": _tokens(done, "reasoning_tokens"),
+           "total_tool_call_tokens": _tokens(done, "tool_call_tokens")}
+    # achieved load: sends per second between the first and the last send; Little's law
+    span = (sent[-1] - sent[0]) / 1e9 if len(sent) > 1 else 0.0
+    out["achieved_send_rate_rps"] = (len(sent) - 1) / span if span > 0 else math.nan
+    out["mean_in_flight"] = per_s(math.fsum((_end(r) - r["sent_ns"]) / 1e9 for r in m
+                                            if _end(r) is not None and r["sent_ns"] is not None))
+    q = slo.get("percentile", 99)
+    for name, value, _ in SLO_VALUES:
         if slo.get(name) is not None:
-            passed = [r for r in done if plain_good({**r, "status": "ok"}, {name: slo[name]})]
-            out[f"slo_attainment_{name[:-3]}"] = len(passed) / n if n else math.nan
+            short = name[:-3]
+            passed = [r for r in done if plain_good(r, {name: slo[name]})]
+            out[f"slo_attainment_{short}"] = share(len(passed))
+            pv = plain_percentile([value(r) for r in done], q) * 1e3   # seconds, then ms, as metrics/ does
+            out[f"slo_{short}_p{q:g}_ms"] = pv
+            out[f"slo_{short}_met"] = not math.isnan(pv) and pv <= slo[name]
+    out["slo_percentile"] = q
     lat = {k: [_num(r[f"{k}_s"]) * 1e3 for r in done] for k in ("ttft", "tpot", "e2el")}
+    lat["ttfa"] = [plain_ttfa(r) * 1e3 for r in done]
     lat["itl"] = [g * 1e3 for r in done if r["chunk_ns"] and len(r["chunk_ns"]) > 1
                   for g in plain_itl(r["chunk_ns"], r["chunk_tokens"])]
+    lat["chunk_gap"] = [_ms(a, b) for r in done for a, b in zip(r["chunk_ns"] or [], (r["chunk_ns"] or [])[1:])]
     for k, xs in lat.items():
-        out[f"mean_{k}_ms"] = plain_mean(xs)
-        out[f"median_{k}_ms"] = plain_percentile(xs, 50)
-        for q in (90, 99):
-            out[f"p{q}_{k}_ms"] = plain_percentile(xs, q)
+        _stats(out, k, xs)
+    # speculative decoding: tokens per decode step (chunks after the first) of rows whose counts are the server's
+    steps = [k for r in done if r.get("tokens_source") in EXACT_TOKEN_SOURCES and r["chunk_tokens"]
+             for k in r["chunk_tokens"][1:] if k > 0]
+    out.update({"spec_decode_steps": len(steps), "spec_tokens_per_step_mean": plain_mean(steps),
+                "spec_tokens_per_step_p50": plain_percentile(steps, 50),
+                "spec_tokens_per_step_p90": plain_percentile(steps, 90)})
+    if steps:
+        out["spec_tokens_per_step_hist"] = {str(k): steps.count(k) for k in sorted(set(steps))}
+    # the client's own delay: sent - max(scheduled, slot), a missing slot (or column) the schedule;
+    # waiting for a slot (slot - scheduled, 0 without one) is the server's backlog
+    ready = [(r["scheduled_ns"], r.get("slot_ns")) for r in m]
+    lag = [_ms(t if s is None else s if t is None else max(s, t), r["sent_ns"]) for (s, t), r in zip(ready, m)]
+    lag = [x for x in lag if not math.isnan(x)]
+    out.update({"schedule_lag_p50_ms": plain_percentile(lag, 50), "schedule_lag_p99_ms": plain_percentile(lag, 99),
+                "schedule_lag_max_ms": max(lag, default=math.nan)})
+    out["client_limited"] = bool(lag) and plain_percentile(lag, 99) > max_schedule_lag_ms
+    wait = [0.0 if t is None else _ms(s, t) for s, t in ready]
+    wait = [x for x in wait if not math.isnan(x)]
+    out.update({"num_queued": sum(x > 0 for x in wait), "queue_wait_mean_ms": plain_mean(wait),
+                "queue_wait_p50_ms": plain_percentile(wait, 50), "queue_wait_p99_ms": plain_percentile(wait, 99),
+                "queue_wait_max_ms": max(wait, default=math.nan)})
+    conn = [r["connect_s"] * 1e3 for r in m if r.get("connect_s") is not None]
+    out.update({"num_connects": len(conn), "connect_p50_ms": plain_percentile(conn, 50),
+                "connect_max_ms": max(conn, default=math.nan)})
+    adapters = sorted({r.get("lora") for r in m} - {None})
+    if adapters:
+        out["per_adapter"] = {a: adapter_by_hand([r for r in m if r.get("lora") == a], slo, per_s) for a in adapters}
+    out.update(sessions_by_hand(rows, expected_turns))
     if cost is not None:
         total = plain_rental_cost(cost, out["window_s"])
+        per_mtok = lambda x: 1e6 * total / x if x > 0 else math.inf    # noqa: E731
         out["cost_total"] = total
-        out["cost_per_mtok_good"] = 1e6 * total / out["good_output_tokens"] if out["good_output_tokens"] else math.inf
-        out["cost_per_mtok_all"] = 1e6 * total / out["all_output_tokens"] if out["all_output_tokens"] else math.inf
+        out["cost_per_mtok_good"] = per_mtok(out["good_output_tokens"])
+        out["cost_per_mtok_good_answer"] = per_mtok(out["good_answer_tokens"])
+        out["cost_per_mtok_all"] = per_mtok(out["all_output_tokens"])
+        out["cost_per_good_request"] = total / len(good) if good else math.inf
+        if out["num_sessions"]:
+            c = out["completed_sessions"]
+            out["cost_per_completed_session"] = total / c if c else math.inf
+        if out["good_output_tokens"] <= 0:
+            out["cost_per_mtok_good_reason"] = "no good output tokens"   # why the cost is infinite
     return out
 
 

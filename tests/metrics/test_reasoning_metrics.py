@@ -87,3 +87,11 @@ def test_good_mask_and_percentiles_with_and_without_ttfa():
 def test_slo_config_has_ttfa():
     assert Slo().ttfa_ms is None
     assert SLO.from_config({"ttfa_ms": 800, "ttft_ms": None}).limits() == {"ttfa_ms": 800.0}
+
+
+def test_ttft_slo_reads_ttft_though_the_answer_came_later():
+    s = summarize(reasoning_run(), SLO(ttft_ms=200, percentile=50), 0, 100 * S)
+    # TTFT 0.1 s on all 5 completed of 6 (their answers at 0.3 and 0.9 s do not count here)
+    assert s["slo_attainment_ttft"] == pytest.approx(5 / 6)
+    assert s["slo_ttft_p50_ms"] == pytest.approx(100.0) and s["slo_ttft_met"] is True
+    assert s["good_requests"] == 5 and s["good_answer_tokens"] == 100 - 44

@@ -1,7 +1,10 @@
-"""summary.json's headline numbers computed twice: by metrics/summary.py and by the plain second
+"""summary.json's numbers computed twice: by metrics/summary.py and by the plain second
 implementation in tests/recompute.py, on generated request tables (hypothesis) with the edge cases
 that break formulas: empty runs, every request failed, no good tokens, NaN latencies, multi-token
-chunks, zero gaps, warm-up rows, rejections."""
+chunks, zero gaps, warm-up rows, rejections, requests never sent; rows whose schedule, slot and
+send differ (queueing, the client's own lag), connects, reasoning and tool-call tokens, LoRA
+adapters, sessions with and without the workload's planned turns, and older files without the
+newer columns."""
 
 from __future__ import annotations
 
@@ -18,14 +21,21 @@ from tests.telemetry_fixtures import request_table
 
 MS = 1_000_000
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-HEADLINE = ("num_requests", "completed", "good_requests", "duration_s", "window_s", "completion_rate", "error_rate",
-            "slo_attainment", "request_throughput", "output_throughput", "goodput_rps", "good_output_throughput",
-            "good_output_tokens", "all_output_tokens", "cost_total", "cost_per_mtok_good", "cost_per_mtok_all",
-            *(f"{s}_{k}_ms" for k in ("ttft", "tpot", "e2el", "itl") for s in ("mean", "median", "p90", "p99")))
+# columns a file written before them lacks (summarize falls back: metrics/summary.py's _col_or ...)
+NEWER_COLUMNS = ("reasoning_tokens", "tool_call_tokens", "ttfa_s", "slot_ns", "tokens_source", "connect_s", "lora",
+                 "session_id")
 
 
 def same(a, b) -> bool:
-    """Equal to rounding; NaN equals NaN, inf only inf."""
+    """Equal to rounding; NaN equals NaN, inf only inf; a flag only the same flag; mappings key by key."""
+    if isinstance(b, dict):
+        return isinstance(a, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in b)
+    if isinstance(b, bool):
+        return a is b
+    if isinstance(b, str):                  # a reason: the summary says it, in its own words
+        return isinstance(a, str) and b in a
+    if isinstance(a, (str, dict, list)):    # "missing", or a number where a mapping belongs
+        return False
     if isinstance(a, float) and math.isnan(a) or isinstance(b, float) and math.isnan(b):
         return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
     if math.isinf(a) or math.isinf(b):
@@ -60,12 +70,32 @@ def failed_row(sent_ms: int, status: str, http: int | None, partial: int | None,
 
 
 @st.composite
+def load_and_groups(draw, sent_ms: int) -> dict:
+    """A row's schedule (the client's lag after its slot; the wait for the slot; a slot never
+    recorded), its connect, adapter, session and how its token counts were known."""
+    lag, wait = draw(st.integers(0, 30)), draw(st.one_of(st.just(0), st.integers(1, 500)))
+    no_slot = draw(st.integers(0, 9)) == 0
+    return {"scheduled_ns": (sent_ms - lag - wait) * MS, "slot_ns": None if no_slot else (sent_ms - lag) * MS,
+            "connect_s": draw(st.one_of(st.none(), st.none(), st.integers(0, 40).map(lambda c: c / 1e3))),
+            "lora": draw(st.sampled_from([None, None, "a", "b"])),
+            "session_id": draw(st.sampled_from([None, "s1", "s2", "s3"])),
+            "tokens_source": draw(st.sampled_from(["usage", "usage_continuous", "usage+tokenizer_split"])),
+            "warmup": draw(st.sampled_from([False] * 5 + [True]))}
+
+
+@st.composite
 def ok_rows(draw):
     k = draw(st.integers(1, 6))
     ttft = draw(st.one_of(st.integers(1, 3000), st.sampled_from([100, 500, 1500, 3000])))   # limits: inclusive
-    row = ok_row(draw(st.integers(0, 60_000)), ttft, draw(st.lists(st.integers(0, 400),
-                 min_size=k - 1, max_size=k - 1)), draw(st.lists(st.integers(1, 3), min_size=k, max_size=k)),
-                 draw(st.integers(0, 50)), warmup=draw(st.sampled_from([False] * 5 + [True])))
+    sent = draw(st.integers(0, 60_000))
+    tokens = draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+    row = ok_row(sent, ttft, draw(st.lists(st.integers(0, 400), min_size=k - 1, max_size=k - 1)), tokens,
+                 draw(st.integers(0, 50)), **draw(load_and_groups(sent)))
+    # reasoning and tool-call tokens (null: never told apart); TTFA at one of the chunks, or none
+    row["reasoning_tokens"] = draw(st.one_of(st.none(), st.integers(0, sum(tokens))))
+    row["tool_call_tokens"] = draw(st.one_of(st.none(), st.integers(0, sum(tokens))))
+    answer = draw(st.one_of(st.none(), st.integers(0, k - 1)))
+    row["ttfa_s"] = None if answer is None else (row["chunk_ns"][answer] - row["sent_ns"]) / 1e9
     if draw(st.integers(0, 9)) == 0:        # records without latencies (NaN): left out, fail TTFT/E2EL SLOs
         row.update(ttft_s=None, tpot_s=None, e2el_s=None)
     return row
@@ -73,42 +103,60 @@ def ok_rows(draw):
 
 @st.composite
 def failed_rows(draw):
-    return failed_row(draw(st.integers(0, 60_000)),
-                      draw(st.sampled_from(["http_error", "timeout", "connection_error", "truncated"])),
-                      draw(st.sampled_from([None, 429, 503, 500])), draw(st.sampled_from([None, 0, 3])),
-                      draw(st.sampled_from([None, 0, 20, 900])), warmup=draw(st.sampled_from([False] * 5 + [True])))
+    sent = draw(st.integers(0, 60_000))
+    row = failed_row(sent, draw(st.sampled_from(["http_error", "timeout", "connection_error", "truncated"])),
+                     draw(st.sampled_from([None, 429, 503, 500])), draw(st.sampled_from([None, 0, 3])),
+                     draw(st.sampled_from([None, 0, 20, 900])), **draw(load_and_groups(sent)))
+    if draw(st.integers(0, 9)) == 0:        # cancelled before it was sent (waiting for its slot at the end)
+        row.update(status="cancelled", sent_ns=None, slot_ns=None, done_ns=None, http_status=None, connect_s=None)
+    return row
 
 
 rows_st = st.lists(st.one_of(ok_rows(), failed_rows()), max_size=25)
 slo_st = st.fixed_dictionaries({"ttft_ms": st.sampled_from([None, 100, 500, 1500, 3000]),
                                 "tpot_ms": st.sampled_from([None, 0, 20, 100, 400]),
-                                "e2el_ms": st.sampled_from([None, 1000, 2500]), "percentile": st.just(99)})
+                                "e2el_ms": st.sampled_from([None, 1000, 2500]),
+                                "ttfa_ms": st.sampled_from([None, 500, 1500]),
+                                "percentile": st.sampled_from([50, 90, 99])})
 cost_st = st.fixed_dictionaries({"model": st.just("rental"), "num_gpus": st.integers(0, 8),
                                  "hourly_per_gpu": st.sampled_from([0.0, 1.5, 2.75]), "num_hosts": st.integers(1, 2),
                                  "hourly_per_host": st.sampled_from([0.0, 0.2]),
                                  "extra_hourly": st.sampled_from([{}, {"network": 0.1}])})
+dropped_st = st.one_of(st.just(()), st.lists(st.sampled_from(NEWER_COLUMNS), unique=True))
+# the workload's planned turns: s1 and s2 of the drawn ones, s4 never sent; s3 not planned
+planned_st = st.one_of(st.none(), st.fixed_dictionaries({"s1": st.integers(1, 3), "s2": st.integers(1, 3),
+                                                          "s4": st.just(1)}))
+lag_limit_st = st.sampled_from([None, 0.0, 5.0, 10.0, 20.0])      # None: summarize's default
 
 
-def both(rows, slo, cost, window=(0, 70_000 * MS)):
-    table = request_table(rows)
-    got = summarize(table, SLO.from_config(slo), *window, cost_cfg=cost)
-    want = summary_by_hand(table.to_pylist(), slo, *window, cost)
+def both(rows, slo, cost, window=(0, 70_000 * MS), dropped=(), planned=None, lag_limit=None):
+    table = request_table(rows).drop_columns(list(dropped))
+    limit = {} if lag_limit is None else {"max_schedule_lag_ms": lag_limit}
+    got = summarize(table, SLO.from_config(slo), *window, cost_cfg=cost, expected_turns=planned, **limit)
+    want = summary_by_hand(table.to_pylist(), slo, *window, cost, expected_turns=planned, **limit)
     return got, want
 
 
 def check(got, want):
-    keys = [k for k in HEADLINE if k in want] + [k for k in want if k.startswith("slo_attainment_")]
-    wrong = {k: (got.get(k), want[k]) for k in keys if not same(got.get(k, math.nan), want[k])}
+    got = dict(got)
+    if "per_adapter" in got:    # the by-hand adapters leave out the percentiles' intervals and std
+        keys = next(iter(want.get("per_adapter", {}).values()), {}).keys()
+        got["per_adapter"] = {a: {k: v for k, v in row.items() if k in keys} for a, row in got["per_adapter"].items()}
+    wrong = {k: (got.get(k, "missing"), v) for k, v in want.items() if not same(got.get(k, "missing"), v)}
     assert wrong == {}, f"metrics/ vs by hand: {wrong}"
+    for key in ("per_adapter", "cost_per_mtok_good_reason", "spec_tokens_per_step_hist"):
+        assert (key in got) == (key in want), f"{key} in summary.json: {key in got}"
 
 
 @FAST
-@given(rows_st, slo_st, cost_st)
+@given(rows_st, slo_st, cost_st, dropped_st, planned_st, lag_limit_st)
 @example([], {"ttft_ms": 100, "tpot_ms": None, "e2el_ms": None, "percentile": 99},
          {"model": "rental", "num_gpus": 1, "hourly_per_gpu": 1.5, "num_hosts": 1, "hourly_per_host": 0.0,
-          "extra_hourly": {}})
-def test_summary_headline_numbers_agree_with_the_plain_implementation(rows, slo, cost):
-    check(*both(rows, slo, cost))
+          "extra_hourly": {}}, (), None, None)
+def test_summary_agrees_with_the_plain_implementation(rows, slo, cost, dropped, planned, lag_limit):
+    if "session_id" in dropped:
+        planned = None          # planned turns come with a live run, whose rows have the column
+    check(*both(rows, slo, cost, dropped=dropped, planned=planned, lag_limit=lag_limit))
 
 
 RENTAL = {"model": "rental", "num_gpus": 2, "hourly_per_gpu": 1.8, "num_hosts": 1, "hourly_per_host": 0.0,
@@ -157,3 +205,38 @@ def test_multi_token_chunks_and_zero_gaps_in_the_itl():
     check(got, want)
     assert got["mean_itl_ms"] == pytest.approx(30 / 5) and got["p90_itl_ms"] == pytest.approx(18.0)
     assert got["mean_tpot_ms"] == pytest.approx(30 / 5)
+
+
+def test_a_file_written_before_the_newer_columns():
+    # three completed requests of 5 one-token chunks, TTFT 200 ms, sent on schedule at 0, 1 and 2 s
+    rows = [ok_row(i * 1000, 200, [10] * 4, [1] * 5, tokens_source="usage") for i in range(3)]
+    slo = {"ttft_ms": None, "tpot_ms": None, "e2el_ms": None, "ttfa_ms": 250, "percentile": 99}
+    new, _ = both(rows, slo, RENTAL)
+    assert new["spec_decode_steps"] == 12                # 4 decode steps each, counted by the server
+    got, want = both(rows, slo, RENTAL, dropped=NEWER_COLUMNS)
+    check(got, want)
+    # no reasoning column: nothing was reasoning, TTFA is TTFT (all three pass 250 ms); no token
+    # source: no decode step counted; no slot: the schedule; no connect, adapter or session
+    assert got["total_reasoning_tokens"] == 0 and got["total_tool_call_tokens"] == 0
+    assert got["mean_ttfa_ms"] == pytest.approx(200.0) and got["slo_attainment_ttfa"] == 1.0
+    assert got["good_answer_tokens"] == got["good_output_tokens"] == 15
+    assert got["spec_decode_steps"] == 0 and got["schedule_lag_max_ms"] == 0.0 and got["num_queued"] == 0
+    assert got["num_connects"] == 0 and "per_adapter" not in got and got["num_sessions"] == 0
+
+
+def test_a_percentile_at_the_limit_meets_it_and_none_misses():
+    # three one-token answers, TTFT exactly 100 ms: p99 100 ms meets a 100 ms limit; no TPOT at all
+    rows = [ok_row(i * 1000, 100, [], [1]) for i in range(3)]
+    slo = {"ttft_ms": 100, "tpot_ms": 50, "e2el_ms": None, "percentile": 99}
+    got, want = both(rows, slo, RENTAL)
+    check(got, want)
+    assert got["slo_ttft_p99_ms"] == 100.0 and got["slo_ttft_met"] is True
+    assert math.isnan(got["slo_tpot_p99_ms"]) and got["slo_tpot_met"] is False
+    assert got["slo_attainment_tpot"] == 1.0       # per request a one-token output passes TPOT
+
+
+def test_one_good_token_is_a_finite_cost_with_no_reason():
+    got, want = both([ok_row(0, 100, [], [1])], SLO_500, RENTAL)
+    check(got, want)
+    assert got["cost_per_mtok_good"] == pytest.approx(1e6 * 0.07)
+    assert "cost_per_mtok_good_reason" not in got

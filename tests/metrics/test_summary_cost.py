@@ -117,6 +117,29 @@ def test_owned_cost_uses_measured_energy_from_telemetry():
     assert s2["cost_complete"] is False and nan(s2["cost_lines"]["energy"])
 
 
+def test_energy_measured_by_the_caller_prices_the_window():
+    owned = {"model": "owned", "hardware_price": 87_660.0, "depreciation_years": 1, "electricity_per_kwh": 0.2,
+             "pue": 1.25, "ops_hourly": 0.0}
+    s = summarize(mixed_run(), SLO.from_config(SLO_CFG), 0, 120 * S, cost_cfg=owned, energy_j=36_000.0)
+    assert s["energy_available"] is True and s["energy_source"] == "caller" and s["energy_j"] == 36_000.0
+    # 0.01 kWh x 0.2 x PUE 1.25; 160 good and 205 measured output tokens
+    assert s["cost_lines"]["energy"] == pytest.approx(0.0025) and s["cost_complete"] is True
+    assert s["energy_per_good_token_j"] == pytest.approx(225.0) and s["tokens_per_joule"] == pytest.approx(205 / 36_000)
+    # a caller that could not measure it: unavailable, the energy line unpriced
+    s = summarize(mixed_run(), SLO.from_config(SLO_CFG), 0, 120 * S, cost_cfg=owned, energy_j=math.nan)
+    assert s["energy_available"] is False and nan(s["cost_lines"]["energy"])
+    # telemetry, where there is some, is the measurement
+    tel = telemetry_table(gpu_rows("gpu0", t_end=130.0, dt=1.0, idle_until=2.0))
+    s = summarize(mixed_run(), SLO.from_config(SLO_CFG), 0, 120 * S, telemetry=tel, energy_j=36_000.0)
+    assert s["energy_j"] == pytest.approx(energy_at(120.0)) and s["energy_source"] != "caller"
+
+
+def test_the_window_runs_from_its_start_to_its_end():
+    s = summarize(mixed_run(), SLO.from_config(SLO_CFG), 20 * S, 140 * S, cost_cfg=RENTAL)
+    assert (s["window_start_ns"], s["window_end_ns"], s["window_s"]) == (20 * S, 140 * S, 120.0)
+    assert s["cost_total"] == pytest.approx(1.8 * 120 / 3600)
+
+
 def test_figures_reach_mlflow(tmp_path, mlflow_uri):
     pytest.importorskip("mlflow")
     from harness.mlflow_log import MlflowLogger
