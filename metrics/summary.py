@@ -300,7 +300,7 @@ def _sessions(measured: pa.Table, status: np.ndarray, expected_turns: dict | Non
         per[s] = per.get(s, True) and st == "ok"
     if expected_turns is not None:
         warm = set()
-        if table is not None:
+        if table is not None and "session_id" in table.column_names:  # (older files have none)
             warm = set(table.filter(table.column("warmup")).column("session_id").to_pylist())
         ok_turns: dict = {}
         for s, st in zip(sid, status):

@@ -55,3 +55,11 @@ def test_no_session_no_rate():
     # a plan whose sessions were never sent: every one incomplete
     s = summarize(request_table([{"sent": 1.0}]), SLO(), 0, 100 * S, cost_cfg=RENTAL, expected_turns={"a": 1})
     assert (s["num_sessions"], s["completed_sessions"], s["cost_per_completed_session"]) == (1, 0, math.inf)
+
+
+def test_a_plan_beside_a_file_without_session_ids():
+    # an older requests.parquet (no session_id column) with the workload's plan: every planned
+    # session counts, none was seen, none completed (it raised KeyError on the warm-up filter)
+    table = request_table([{"sent": 1.0}, {"sent": 2.0, "warmup": True}]).drop_columns(["session_id"])
+    s = summarize(table, SLO(), 0, 100 * S, cost_cfg=RENTAL, expected_turns={"a": 1, "b": 2})
+    assert (s["num_sessions"], s["completed_sessions"], s["cost_per_completed_session"]) == (2, 0, math.inf)
