@@ -168,6 +168,15 @@ def test_ratio_difference_paired_by_formula():
         ratio_difference([1, 1], [1, 1], [1, 1, 1], [1, 1, 1], paired=True)
 
 
+def test_ratio_difference_of_two_replicates_a_side():
+    # A: 1/1, 3/1: R_A = 2, u = (1 - 2, 3 - 2)/(1 x 2) = (-0.5, +0.5), s_u = sqrt(0.5), se = 0.5;
+    # t(0.975, 1) = 12.7062: R_A in 2 exp(-+6.3531)
+    d = ratio_difference([1, 3], [1, 1], [2, 2], [1, 1], paired=False)
+    h = stats.t.ppf(0.975, 1) * 0.5
+    assert (d.a.value, d.a.n) == (2.0, 2)
+    assert (d.a.low, d.a.high) == (pytest.approx(2 * math.exp(-h)), pytest.approx(2 * math.exp(h)))
+
+
 def test_ratio_difference_without_an_interval_says_why():
     d = ratio_difference([1, 1], [1, 1], [3], [2], paired=False)        # one replicate of B, a finite ratio
     assert (d.b.value, d.b.n, d.b.dropped) == (1.5, 1, 0) and d.note == "n_a=2, n_b=1: need 2 each"
@@ -184,6 +193,9 @@ def test_ratio_difference_without_an_interval_says_why():
     # a negative denominator is no good token bought: A is not "a positive one in each" against a B that bought nothing
     d = ratio_difference([1, 1], [-1, -1], [1, 1], [0, 0], paired=False)
     assert (d.a.value, d.note) == (-1.0, "B: the denominators sum to 0 (infinite or undefined ratio)")
+    # nor is a refund (a negative cost) over no token a cost paid for nothing: undefined, not -100 %
+    d = ratio_difference([1, 1], [1, 1], [-1, -1], [0, 0], paired=False)
+    assert math.isnan(d.b.value) and d.note == "B: the denominators sum to 0 (infinite or undefined ratio)"
     d = ratio_difference([1, 1], [0.5, 0.5], [1, 1], [1, 1], paired=False)  # Σ den = 1 is a ratio like any
     assert (d.a.value, d.relative.value) == (2.0, -0.5)
     # nothing paid and nothing bought on B: 0/0, undefined, not infinite

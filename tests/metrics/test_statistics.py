@@ -423,6 +423,7 @@ def test_paired_difference_of_one_and_of_two_blocks():
     assert few.note == "1 complete block(s): need 2; 1 block(s) with a missing run dropped"
     assert (few.absolute.value, few.relative.value, few.paired, few.dropped) == (20.0, pytest.approx(0.2), True, 1)
     assert math.isnan(paired_difference([0.0], [5.0]).relative.value)  # no relative to a zero
+    assert math.isnan(paired_difference([-2.0], [1.0]).relative.value)  # nor to a negative mean
     two = paired_difference([1.0, 2.0], [2.0, 4.0])
     ci = stats.ttest_rel([2.0, 4.0], [1.0, 2.0]).confidence_interval()
     assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
@@ -431,6 +432,9 @@ def test_paired_difference_of_one_and_of_two_blocks():
 def test_paired_difference_wants_two_sequences_or_two_mappings():
     with pytest.raises(TypeError, match="two sequences or two mappings"):
         paired_difference({0: 1.0, 1: 2.0}, [1.0, 2.0])
+    # lengths are compared by value: 300 blocks each (ints past CPython's small-int cache) are paired
+    d = paired_difference(np.arange(1.0, 301.0), np.arange(2.0, 302.0))
+    assert (d.absolute.value, d.absolute.low, d.absolute.high, d.absolute.n) == (1.0, 1.0, 1.0, 300)
 
 
 def test_paired_log_ratio_fallback_for_a_relative_read_from_a_config():
@@ -517,6 +521,8 @@ def test_verdict_clear_winner_depends_on_direction():
     down = verdict(d, higher_is_better=False)  # e.g. latency: B's higher value loses
     assert down.outcome == "a_better" and down.text.startswith("A better than B")
     assert verdict(_rel(-0.10, -0.14, -0.06), higher_is_better=False).outcome == "b_better"
+    # numpy's floats judge as Python's (v > 0 is then numpy's bool)
+    assert verdict(_rel(np.float64(0.10), 0.06, 0.14)).outcome == "b_better"
 
 
 def test_verdict_defaults():
