@@ -166,6 +166,10 @@ def test_ratio_difference_paired_by_formula():
     assert (d.absolute.low, d.absolute.high) == (pytest.approx(rb - ra - h), pytest.approx(rb - ra + h))
     with pytest.raises(ValueError, match="paired samples differ in length"):
         ratio_difference([1, 1], [1, 1], [1, 1, 1], [1, 1, 1], paired=True)
+    # lengths compared by value: 300 replicates a side (past CPython's small-int cache) pair; B costs
+    # twice A in each, every influence is 0: r = +100 % with a zero-width interval
+    d = ratio_difference([1.0] * 300, [1.0] * 300, [2.0] * 300, [1.0] * 300, paired=True)
+    assert (d.relative.n, d.relative.value, d.relative.low) == (300, 1.0, pytest.approx(1.0))
 
 
 def test_ratio_difference_of_two_replicates_a_side():

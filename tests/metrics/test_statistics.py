@@ -192,6 +192,11 @@ def test_bca_fallback_notes_say_why():
                               method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
     assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+    # asked for the percentile interval itself: no BCa to fail, only the infinite bound is noted
+    e = ratio_ci(num, den, n_resamples=500, method="percentile")
+    assert e.method == "percentile-bootstrap"
+    assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
+    assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
 
 
 def test_ratio_ci_defaults_unscaled_seed_0():
@@ -369,6 +374,8 @@ def test_paired_log_ratio_by_hand_and_its_fallback():
     assert d.relative.method == "paired log ratio (student-t)" and d.relative.high < 0
     z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative="log")  # a zero: no log
     assert z.relative.method == "delta (student-t)" and "not positive" in z.relative.note
+    z = paired_difference([1.0, 2.0, 3.0], [-1.0, 3.0, 4.0], relative="log")  # nor a negative one of B
+    assert (z.relative.method, z.relative.value) == ("delta (student-t)", 0.0)
     # a negative block of A (its mean still positive) has no log of b/a either
     z = paired_difference([-1.0, 3.0, 4.0], [1.0, 2.0, 3.0], relative="log")
     assert (z.relative.method, z.relative.value) == ("delta (student-t)", 0.0)  # 6/6 - 1
@@ -441,6 +448,8 @@ def test_paired_log_ratio_fallback_for_a_relative_read_from_a_config():
     relative = "".join(["lo", "g"])  # the same text, not the same object as the literal "log"
     z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative=relative)
     assert z.relative.note == "a block's value is not positive: no log ratio"
+    boot = paired_difference(A, B, relative="".join(["boot", "strap"]), n_resamples=FEW)
+    assert boot.relative.method == "bca-bootstrap"
 
 
 def test_no_bootstrap_unless_asked():
@@ -491,6 +500,8 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     small = unpaired_difference([0.5], [1.0])
     assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
     assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
+    zero = unpaired_difference([0.0, 0.0], [1.0, 2.0])  # no relative to a zero mean: its n counts both sides
+    assert (zero.relative.n, zero.relative.note) == (4, "relative difference needs a positive mean of A")
 
 
 def test_unpaired_relative_bootstrap_resamples_each_side_alone():
