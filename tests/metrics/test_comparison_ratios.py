@@ -166,6 +166,19 @@ def test_ratio_difference_paired_by_formula():
     assert (d.absolute.low, d.absolute.high) == (pytest.approx(rb - ra - h), pytest.approx(rb - ra + h))
     with pytest.raises(ValueError, match="paired samples differ in length"):
         ratio_difference([1, 1], [1, 1], [1, 1, 1], [1, 1, 1], paired=True)
+    # lengths compared by value: 300 replicates a side (past CPython's small-int cache) pair; B costs
+    # twice A in each, every influence is 0: r = +100 % with a zero-width interval
+    d = ratio_difference([1.0] * 300, [1.0] * 300, [2.0] * 300, [1.0] * 300, paired=True)
+    assert (d.relative.n, d.relative.value, d.relative.low) == (300, 1.0, pytest.approx(1.0))
+
+
+def test_ratio_difference_of_two_replicates_a_side():
+    # A: 1/1, 3/1: R_A = 2, u = (1 - 2, 3 - 2)/(1 x 2) = (-0.5, +0.5), s_u = sqrt(0.5), se = 0.5;
+    # t(0.975, 1) = 12.7062: R_A in 2 exp(-+6.3531)
+    d = ratio_difference([1, 3], [1, 1], [2, 2], [1, 1], paired=False)
+    h = stats.t.ppf(0.975, 1) * 0.5
+    assert (d.a.value, d.a.n) == (2.0, 2)
+    assert (d.a.low, d.a.high) == (pytest.approx(2 * math.exp(-h)), pytest.approx(2 * math.exp(h)))
 
 
 def test_ratio_difference_without_an_interval_says_why():
@@ -179,6 +192,14 @@ def test_ratio_difference_without_an_interval_says_why():
     assert (d.relative.value, d.note) == (-1.0, "a ratio of 0: no log ratio") and math.isnan(d.relative.low)
     d = ratio_difference([-1, -2], [1, 1], [1, 1], [1, 1], paired=False)  # a negative ratio has no log either
     assert math.isnan(d.a.low) and d.note == "a ratio of 0: no log ratio"
+    d = ratio_difference([1, 2], [-1, -1], [1, 1], [1, 1], paired=False)  # so has a negative Σ den: -1.5, not inf
+    assert (d.a.value, d.note) == (-1.5, "a ratio of 0: no log ratio")
+    # a negative denominator is no good token bought: A is not "a positive one in each" against a B that bought nothing
+    d = ratio_difference([1, 1], [-1, -1], [1, 1], [0, 0], paired=False)
+    assert (d.a.value, d.note) == (-1.0, "B: the denominators sum to 0 (infinite or undefined ratio)")
+    # nor is a refund (a negative cost) over no token a cost paid for nothing: undefined, not -100 %
+    d = ratio_difference([1, 1], [1, 1], [-1, -1], [0, 0], paired=False)
+    assert math.isnan(d.b.value) and d.note == "B: the denominators sum to 0 (infinite or undefined ratio)"
     d = ratio_difference([1, 1], [0.5, 0.5], [1, 1], [1, 1], paired=False)  # Σ den = 1 is a ratio like any
     assert (d.a.value, d.relative.value) == (2.0, -0.5)
     # nothing paid and nothing bought on B: 0/0, undefined, not infinite

@@ -13,8 +13,10 @@ from scipy import stats
 from metrics.percentiles import order_statistic_ci
 from metrics.statistics import (
     N_RESAMPLES,
+    Difference,
     Estimate,
     PooledQuantile,
+    Verdict,
     aggregate_runs,
     bootstrap_ci,
     converged,
@@ -157,6 +159,17 @@ def test_bootstrap_other_methods_are_named_by_their_method(method):
     assert e.method == f"{method}-bootstrap" and (e.low, e.high) == tuple(ref.confidence_interval)
 
 
+def test_bootstrap_hands_the_statistic_every_resample_at_once_by_default():
+    # vectorized by default: the statistic is called with axis=-1 (once for the estimate, once a
+    # batch), so one that needs its axis keyword works; called resample by resample it would not
+    def mean(x, *, axis):
+        return np.mean(x, axis=axis)
+
+    x = np.array([3.1, 2.4, 5.0, 4.2, 3.3, 2.9])
+    e, ref = bootstrap_ci(mean, (x,), n_resamples=FEW), bootstrap_ci(np.mean, (x,), n_resamples=FEW)
+    assert (e.value, e.low, e.high) == (ref.value, ref.low, ref.high)
+
+
 def test_bootstrap_of_two_values_and_of_none():
     # [1, 3]: every resample's mean is 1, 2 or 3; the 2.5 % and 97.5 % points are 1 and 3
     e = bootstrap_ci(np.mean, ([1.0, 3.0],), n_resamples=FEW)
@@ -179,6 +192,11 @@ def test_bca_fallback_notes_say_why():
                               method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
     assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+    # asked for the percentile interval itself: no BCa to fail, only the infinite bound is noted
+    e = ratio_ci(num, den, n_resamples=500, method="percentile")
+    assert e.method == "percentile-bootstrap"
+    assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
+    assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
 
 
 def test_ratio_ci_defaults_unscaled_seed_0():
@@ -190,6 +208,9 @@ def test_ratio_ci_defaults_unscaled_seed_0():
     assert (e.low, e.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
     doubled = ratio_ci(cost, tokens, n_resamples=FEW, scale=2.0)
     assert (doubled.value, doubled.low, doubled.high) == (2 * e.value, 2 * e.low, 2 * e.high)
+    for scale in (0.5, 0.0):  # a scale below 1 scales too, 0 included
+        scaled = ratio_ci(cost, tokens, n_resamples=FEW, scale=scale)
+        assert (scaled.value, scaled.low, scaled.high) == (scale * e.value, scale * e.low, scale * e.high)
 
 # ------------------------------------------------------------------------------------ pooled percentiles
 def _runs(rng, n_runs, lo=0, hi=40):
@@ -353,6 +374,11 @@ def test_paired_log_ratio_by_hand_and_its_fallback():
     assert d.relative.method == "paired log ratio (student-t)" and d.relative.high < 0
     z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative="log")  # a zero: no log
     assert z.relative.method == "delta (student-t)" and "not positive" in z.relative.note
+    z = paired_difference([1.0, 2.0, 3.0], [-1.0, 3.0, 4.0], relative="log")  # nor a negative one of B
+    assert (z.relative.method, z.relative.value) == ("delta (student-t)", 0.0)
+    # a negative block of A (its mean still positive) has no log of b/a either
+    z = paired_difference([-1.0, 3.0, 4.0], [1.0, 2.0, 3.0], relative="log")
+    assert (z.relative.method, z.relative.value) == ("delta (student-t)", 0.0)  # 6/6 - 1
 
 
 def test_paired_relative_not_zero_width_when_b_is_proportional_to_a():
@@ -380,6 +406,12 @@ def test_unpaired_welch_matches_scipy_and_hand():
     assert d.relative.value == pytest.approx(b.mean() / a.mean() - 1) and d.relative.low < d.relative.value
 
 
+def test_difference_defaults():
+    e = Estimate(1.0, 0.5, 1.5, 3, "m")
+    d = Difference(e, e, e, e, True)
+    assert (d.dropped, d.bootstrap, d.labels, d.note) == (0, None, ("A", "B"), "")
+
+
 def test_which_difference_is_judged():
     assert paired_difference(A, B).judged == "relative"
     assert paired_difference(np.zeros(6), B).judged == "absolute"   # nothing to be relative to
@@ -398,6 +430,7 @@ def test_paired_difference_of_one_and_of_two_blocks():
     assert few.note == "1 complete block(s): need 2; 1 block(s) with a missing run dropped"
     assert (few.absolute.value, few.relative.value, few.paired, few.dropped) == (20.0, pytest.approx(0.2), True, 1)
     assert math.isnan(paired_difference([0.0], [5.0]).relative.value)  # no relative to a zero
+    assert math.isnan(paired_difference([-2.0], [1.0]).relative.value)  # nor to a negative mean
     two = paired_difference([1.0, 2.0], [2.0, 4.0])
     ci = stats.ttest_rel([2.0, 4.0], [1.0, 2.0]).confidence_interval()
     assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
@@ -406,12 +439,17 @@ def test_paired_difference_of_one_and_of_two_blocks():
 def test_paired_difference_wants_two_sequences_or_two_mappings():
     with pytest.raises(TypeError, match="two sequences or two mappings"):
         paired_difference({0: 1.0, 1: 2.0}, [1.0, 2.0])
+    # lengths are compared by value: 300 blocks each (ints past CPython's small-int cache) are paired
+    d = paired_difference(np.arange(1.0, 301.0), np.arange(2.0, 302.0))
+    assert (d.absolute.value, d.absolute.low, d.absolute.high, d.absolute.n) == (1.0, 1.0, 1.0, 300)
 
 
 def test_paired_log_ratio_fallback_for_a_relative_read_from_a_config():
     relative = "".join(["lo", "g"])  # the same text, not the same object as the literal "log"
     z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative=relative)
     assert z.relative.note == "a block's value is not positive: no log ratio"
+    boot = paired_difference(A, B, relative="".join(["boot", "strap"]), n_resamples=FEW)
+    assert boot.relative.method == "bca-bootstrap"
 
 
 def test_no_bootstrap_unless_asked():
@@ -458,9 +496,12 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
     one = unpaired_difference([1.0], [2.0, 3.0, 4.0])
     assert one.note == "n_a=1, n_b=3: need 2 each" and math.isnan(one.absolute.low) and one.absolute.value == 2.0
+    assert (one.absolute.n, one.relative.n) == (4, 4)  # every value of both sides
     small = unpaired_difference([0.5], [1.0])
     assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
     assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
+    zero = unpaired_difference([0.0, 0.0], [1.0, 2.0])  # no relative to a zero mean: its n counts both sides
+    assert (zero.relative.n, zero.relative.note) == (4, "relative difference needs a positive mean of A")
 
 
 def test_unpaired_relative_bootstrap_resamples_each_side_alone():
@@ -487,10 +528,17 @@ def _rel(v, lo, hi, n=6, conf=0.95):
 def test_verdict_clear_winner_depends_on_direction():
     d = paired_difference(A, B)  # B about +5 %, clearly
     up = verdict(d, higher_is_better=True)
-    assert up.outcome == "b_better" and up.text.startswith("B better than A by 5.")
+    assert up.outcome == "b_better" and up.text.startswith("B better than A by 5.") and up.significant
     down = verdict(d, higher_is_better=False)  # e.g. latency: B's higher value loses
     assert down.outcome == "a_better" and down.text.startswith("A better than B")
     assert verdict(_rel(-0.10, -0.14, -0.06), higher_is_better=False).outcome == "b_better"
+    # numpy's floats judge as Python's (v > 0 is then numpy's bool)
+    assert verdict(_rel(np.float64(0.10), 0.06, 0.14)).outcome == "b_better"
+
+
+def test_verdict_defaults():
+    v = Verdict("equivalent", "t", _rel(0.0, -0.01, 0.01), 0.02, True)
+    assert (v.significant, v.confidence, v.judged) == (False, 0.95, "relative")
 
 
 def test_verdict_tiny_significant_effect_is_not_a_winner():
@@ -584,5 +632,8 @@ def test_aggregate_runs_groups_means_and_ratios():
         lo, hi = stats.t.interval(0.95, 2, loc=11.0, scale=stats.sem([10.0, 12.0, 11.0]))  # 95 % by default
         assert (a["output_throughput"].low, a["output_throughput"].high) == (pytest.approx(lo), pytest.approx(hi))
     assert list(aggregate_runs(cols, ["cost_total"], group_by=())) == [()]
+    # a ratio named by its two columns only is unscaled: group a's 3.0 / 3.1e5
+    plain = aggregate_runs(cols, ratios={"cost_per_tok": ("cost_total", "good_output_tokens")}, n_resamples=500)
+    assert plain[("a", 1)]["cost_per_tok"].value == pytest.approx(3.0 / 3.1e5, rel=1e-12)
     with pytest.raises(KeyError):
         aggregate_runs(cols, ["nope"])
