@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -199,6 +200,19 @@ def test_bca_fallback_notes_say_why():
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
 
 
+def test_paired_bootstrap_of_samples_of_unequal_length_raises_and_says_so():
+    with pytest.raises(ValueError, match=r"paired samples differ in length: \[3, 4\]"):
+        bootstrap_ci(np.mean, ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]), n_resamples=FEW)
+
+
+def test_bootstrap_without_dropping_nan_drops_nothing():
+    # drop_nan=False (the cluster bootstrap's run indices): nothing is counted as dropped, nothing noted
+    x = np.array([3.1, 2.4, 5.0, 4.2, 3.3, 2.9])
+    e = bootstrap_ci(np.mean, (x,), n_resamples=FEW, drop_nan=False)
+    ref = bootstrap_ci(np.mean, (x,), n_resamples=FEW)
+    assert (e.dropped, e.note, e.low, e.high) == (0, "", ref.low, ref.high)
+
+
 def test_ratio_ci_defaults_unscaled_seed_0():
     cost, tokens = np.array([2.0, 3.1, 1.9, 2.6, 2.2]), np.array([1.0, 1.4, 1.0, 1.2, 1.1])
     e = ratio_ci(cost, tokens, n_resamples=FEW)
@@ -299,6 +313,21 @@ def test_pooled_quantile_in_chunks_and_several_q():
     brute = np.array([np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in idx]).T
     np.testing.assert_allclose(stat(idx), brute, rtol=1e-13, atol=0)  # shape (q, rows), as scipy wants
     assert stat(np.empty((0, 3), dtype=np.intp)).shape == (2, 0)
+
+
+def test_pooled_quantile_past_two_million_blocks_takes_one_row_a_chunk():
+    # 2,000,002 values, one a block: 2,000,000 // 2,000,002 = 0 rows a chunk, so at least 1
+    x = np.arange(2_000_001.0)
+    stat = PooledQuantile([x, np.array([5.5])], 50, block_size=1)
+    # x twice: 4,000,002 values, h = 2,000,000.5 -> halfway between 1,000,000 (twice) = 1e6;
+    # x and 5.5: the 1,000,001st of 2,000,002 values, 5.5 among them below, halfway 999,999 and 1e6
+    np.testing.assert_array_equal(stat(np.array([[0, 0], [0, 1]])), [1_000_000.0, 999_999.5])
+
+
+def test_pooled_percentile_note_without_anything_dropped():
+    rng = np.random.default_rng(1)
+    e = pooled_percentile_ci(_runs(rng, 5, lo=3), 50, n_resamples=500)
+    assert (e.note, e.dropped) == ("cluster bootstrap: runs resampled, their requests pooled", 0)
 
 
 def test_pooled_percentile_from_a_callers_generator_is_one_seed_drawn_from_it():
@@ -500,6 +529,11 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     small = unpaired_difference([0.5], [1.0])
     assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
     assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
+    assert math.isnan(unpaired_difference([-2.0], [1.0, 3.0]).relative.value)  # nor to a negative mean
+    with warnings.catch_warnings():  # a side without values: NaN, and no numpy warning of an empty mean
+        warnings.simplefilter("error")
+        none = unpaired_difference([math.nan], [1.0, 3.0])
+    assert math.isnan(none.absolute.value) and math.isnan(none.relative.value) and none.absolute.n == 2
     zero = unpaired_difference([0.0, 0.0], [1.0, 2.0])  # no relative to a zero mean: its n counts both sides
     assert (zero.relative.n, zero.relative.note) == (4, "relative difference needs a positive mean of A")
 
