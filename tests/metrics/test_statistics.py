@@ -304,6 +304,13 @@ def test_pooled_quantile_of_nothing_drawn_at_q0_and_of_no_values():
     np.testing.assert_array_equal(PooledQuantile([np.empty(0)], 50)(np.array([[0]])), [math.nan])
 
 
+def test_pooled_quantile_of_no_runs_is_nan():
+    # no runs: one padding block, no weight column; nothing drawn is NaN
+    stat = PooledQuantile([], 50)
+    assert (stat.S, stat.B) == (1, 1)
+    np.testing.assert_array_equal(stat.from_weights(np.zeros((2, 0))), [[math.nan], [math.nan]])
+
+
 def test_pooled_quantile_in_chunks_and_several_q():
     # one value a block: B = 2,400 blocks, so 2,000,000 // 2,400 = 833 rows a chunk, 1,000 rows: 2 chunks
     rng = np.random.default_rng(3)
