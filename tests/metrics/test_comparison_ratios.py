@@ -240,3 +240,10 @@ def test_a_side_of_one_replicate_has_no_interval_and_no_numpy_warning():
         warnings.simplefilter("error")
         d = ratio_difference([1, 1], [1, 1], [3], [2], paired=False)
     assert (d.b.value, d.b.n, d.b.note) == (1.5, 1, "") and math.isnan(d.b.low) and math.isnan(d.b.high)
+
+
+def test_paired_ratio_difference_of_unequal_lengths_raises_and_says_so():
+    with pytest.raises(ValueError, match="paired samples differ in length: 3 blocks of A, 2 of B"):
+        ratio_difference([1, 2, 3], [1, 1, 1], [1, 2], [1, 1], paired=True)
+    with pytest.raises(ValueError, match="paired samples differ in length: 2 blocks of A, 3 of B"):
+        ratio_difference([1, 2], [1, 1], [1, 2, 3], [1, 1, 1], paired=True)

@@ -213,6 +213,18 @@ def test_bootstrap_without_dropping_nan_drops_nothing():
     assert (e.dropped, e.note, e.low, e.high) == (0, "", ref.low, ref.high)
 
 
+def test_bca_fallback_is_the_percentile_interval_of_the_very_same_resamples():
+    # numerators that vary: the lower bound interpolates between distinct resampled ratios, so one resample
+    # more (or other draws) would move it; it is scipy's percentile bound of the same 500 resamples, bit for bit
+    num, den = np.array([1.3, 0.7, 2.1, 0.4, 1.9]), np.array([0.0, 1.0, 2.0, 0.0, 0.0])
+    e = ratio_ci(num, den, n_resamples=500)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
+                              method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
+    assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
+    assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+
+
 def test_ratio_ci_defaults_unscaled_seed_0():
     cost, tokens = np.array([2.0, 3.1, 1.9, 2.6, 2.2]), np.array([1.0, 1.4, 1.0, 1.2, 1.1])
     e = ratio_ci(cost, tokens, n_resamples=FEW)
@@ -302,6 +314,18 @@ def test_pooled_quantile_of_nothing_drawn_at_q0_and_of_no_values():
     stat = PooledQuantile([np.empty(0), np.array([1.0, 2.0])], 0)
     np.testing.assert_array_equal(stat(np.array([[0, 0], [1, 0], [1, 1]])), [math.nan, 1.0, 1.0])
     np.testing.assert_array_equal(PooledQuantile([np.empty(0)], 50)(np.array([[0]])), [math.nan])
+
+
+def test_pooled_quantile_of_several_q_over_resamples_in_two_dimensions():
+    # indices of shape (2, 5, R): one percentile per q and resample, q first, as numpy's percentile lays them out
+    rng = np.random.default_rng(4)
+    runs = _runs(rng, 4, lo=1)
+    idx = rng.integers(0, 4, (2, 5, 4))
+    got = PooledQuantile(runs, [50, 90])(idx)
+    brute = np.array([[np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in plane]
+                      for plane in idx])                      # (2, 5, q)
+    assert got.shape == (2, 2, 5)
+    np.testing.assert_allclose(got, np.moveaxis(brute, -1, 0), rtol=1e-13, atol=0)
 
 
 def test_pooled_quantile_of_no_runs_is_nan():
@@ -396,6 +420,15 @@ def test_paired_difference_drops_incomplete_blocks_and_bootstraps():
     assert d.to_dict()["relative"]["n"] == 4
     with pytest.raises(ValueError):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_paired_difference_bootstrap_keeps_blocks_together():
+    # bootstrap=True: block i of A is resampled with block i of B, as scipy's paired bootstrap of b̄ - ā
+    d = paired_difference(A, B, bootstrap=True, n_resamples=FEW)
+    ref = stats.bootstrap((A, B), lambda a, b, axis: np.mean(b, axis) - np.mean(a, axis), paired=True,
+                          n_resamples=FEW, random_state=np.random.default_rng(0))
+    assert (d.bootstrap.low, d.bootstrap.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    assert (d.bootstrap.n, d.bootstrap.value) == (6, pytest.approx(32 / 6))  # 6 blocks; (637 - 605)/6
 
 
 def test_paired_log_ratio_by_hand_and_its_fallback():
@@ -623,6 +656,16 @@ def test_verdict_at_the_edges_of_zero_and_the_margin():
     assert verdict(_rel(0.0, -0.02, 0.01)).outcome == "equivalent"   # the margin itself is inside
     assert verdict(_rel(0.0, -0.01, 0.02)).outcome == "equivalent"
 
+    # an effect the size of the margin itself, significant: not above the margin, so no winner
+    v = verdict(_rel(0.02, 0.01, 0.03))
+    assert (v.outcome, v.significant) == ("no_significant_difference", True)
+    assert verdict(_rel(-0.02, -0.03, -0.01), higher_is_better=False).outcome == "no_significant_difference"
+
+
+def test_insufficient_data_is_not_significant():
+    v = verdict(_rel(0.1, math.nan, math.nan))
+    assert (v.outcome, v.significant) == ("insufficient_data", False)
+
 
 def test_verdict_on_an_absolute_difference_uses_the_absolute_margin():
     # A never fails, B 11.5 % of the time: B - A = 0.115 [0.094, 0.136], judged in points
@@ -631,6 +674,9 @@ def test_verdict_on_an_absolute_difference_uses_the_absolute_margin():
     v = verdict(d, higher_is_better=False, absolute_margin=0.2)
     assert (v.outcome, v.margin, v.judged) == ("equivalent", 0.2, "absolute")
     assert v.text.startswith("A and B equivalent within 0.2 (B - A = +0.115 [")
+
+    assert v.text.endswith("; margin ±0.2; lower is better)")
+    assert verdict(d, absolute_margin=0.2).text.endswith("; margin ±0.2; higher is better)")
 
 
 def test_verdict_needs_two_replicates_and_says_why_not():
