@@ -193,6 +193,9 @@ def test_ratio_difference_without_an_interval_says_why():
     assert (d.relative.value, d.note) == (-1.0, "a ratio of 0: no log ratio") and math.isnan(d.relative.low)
     d = ratio_difference([-1, -2], [1, 1], [1, 1], [1, 1], paired=False)  # a negative ratio has no log either
     assert math.isnan(d.a.low) and d.note == "a ratio of 0: no log ratio"
+    d = ratio_difference([1, 1], [1, 1], [-1, -2], [1, 1], paired=False)  # on B's side too: R_B = -1.5
+    assert (d.b.value, d.relative.value, d.absolute.value) == (-1.5, -2.5, -2.5)  # -1.5/1 - 1, -1.5 - 1
+    assert d.note == "a ratio of 0: no log ratio" and math.isnan(d.relative.low)
     d = ratio_difference([1, 2], [-1, -1], [1, 1], [1, 1], paired=False)  # so has a negative Σ den: -1.5, not inf
     assert (d.a.value, d.note) == (-1.5, "a ratio of 0: no log ratio")
     # a negative denominator is no good token bought: A is not "a positive one in each" against a B that bought nothing
