@@ -701,6 +701,8 @@ def test_converged():
     ok, pending = converged(ests, 0.05)
     assert not ok and [m for m, _ in pending] == ["p99", "new"] and pending[0][1] == pytest.approx(0.2)
     assert converged({"tput": ests["tput"]}, 0.05) == (True, [])
+    # at the target exactly: (5 - 3)/2 / 4 = 0.25 is "at most" 0.25, converged
+    assert converged({"x": Estimate(4.0, 3.0, 5.0, 5, "student-t")}, 0.25) == (True, [])
 
 
 # ------------------------------------------------------------------------------------ many runs
