@@ -193,6 +193,7 @@ def test_ratio_difference_without_an_interval_says_why():
     assert (d.relative.value, d.note) == (-1.0, "a ratio of 0: no log ratio") and math.isnan(d.relative.low)
     d = ratio_difference([-1, -2], [1, 1], [1, 1], [1, 1], paired=False)  # a negative ratio has no log either
     assert math.isnan(d.a.low) and d.note == "a ratio of 0: no log ratio"
+    assert math.isnan(d.relative.value) and d.absolute.value == 2.5  # no relative to a negative R_A; 1 - (-1.5)
     d = ratio_difference([1, 1], [1, 1], [-1, -2], [1, 1], paired=False)  # on B's side too: R_B = -1.5
     assert (d.b.value, d.relative.value, d.absolute.value) == (-1.5, -2.5, -2.5)  # -1.5/1 - 1, -1.5 - 1
     assert d.note == "a ratio of 0: no log ratio" and math.isnan(d.relative.low)

@@ -418,8 +418,10 @@ def test_paired_difference_drops_incomplete_blocks_and_bootstraps():
     assert d.bootstrap.method in ("bca-bootstrap", "percentile-bootstrap")
     assert d.relative.method.endswith("bootstrap") and d.relative.value == pytest.approx(428 / 405 - 1)
     assert d.to_dict()["relative"]["n"] == 4
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="paired samples differ in length: 2 blocks of A, 1 of B"):
         paired_difference([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="paired samples differ in length: 2 blocks of A, 3 of B"):
+        paired_difference([1.0, 2.0], [1.0, 2.0, 3.0])
 
 
 def test_paired_difference_bootstrap_keeps_blocks_together():
