@@ -277,6 +277,12 @@ def test_cluster_bootstrap_matches_brute_force_with_scipy():
     assert e.high == pytest.approx(ref.confidence_interval.high, rel=1e-12)
     assert e.value == pytest.approx(np.percentile(np.concatenate(runs), 90))
     assert e.method == "cluster bca-bootstrap" and "runs resampled" in e.note and e.n == 8
+    # seeded 0 by default
+    default = pooled_percentile_ci(runs, 90, n_resamples=FEW)
+    ref = stats.bootstrap((np.arange(len(runs)),), brute, n_resamples=FEW, vectorized=True,
+                          random_state=np.random.default_rng(0))
+    assert default.low == pytest.approx(ref.confidence_interval.low, rel=1e-12)
+    assert default.high == pytest.approx(ref.confidence_interval.high, rel=1e-12)
 
 
 def test_cluster_bootstrap_is_wider_than_a_request_bootstrap_when_runs_drift():
@@ -431,6 +437,11 @@ def test_paired_difference_bootstrap_keeps_blocks_together():
                           n_resamples=FEW, random_state=np.random.default_rng(0))
     assert (d.bootstrap.low, d.bootstrap.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
     assert (d.bootstrap.n, d.bootstrap.value) == (6, pytest.approx(32 / 6))  # 6 blocks; (637 - 605)/6
+    # relative="bootstrap": b̄/ā - 1 resampled by block too
+    d = paired_difference(A, B, relative="bootstrap", n_resamples=FEW)
+    ref = stats.bootstrap((A, B), lambda a, b, axis: np.mean(b, axis) / np.mean(a, axis) - 1, paired=True,
+                          n_resamples=FEW, random_state=np.random.default_rng(0))
+    assert (d.relative.low, d.relative.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
 
 
 def test_paired_log_ratio_by_hand_and_its_fallback():
@@ -726,5 +737,12 @@ def test_aggregate_runs_groups_means_and_ratios():
     # a ratio named by its two columns only is unscaled: group a's 3.0 / 3.1e5
     plain = aggregate_runs(cols, ratios={"cost_per_tok": ("cost_total", "good_output_tokens")}, n_resamples=500)
     assert plain[("a", 1)]["cost_per_tok"].value == pytest.approx(3.0 / 3.1e5, rel=1e-12)
+    # seeded 0 by default, as ratio_ci: the interval is scipy's paired bootstrap of Σ cost / Σ tokens
+    cost, tok = np.array([1.0, 1.3, 0.9, 1.7, 1.2, 0.8]), np.array([1.0, 1.2, 0.9, 1.1, 1.3, 1.0])
+    e = aggregate_runs({"c": cost, "t": tok}, group_by=(), ratios={"r": ("c", "t")}, n_resamples=500)[()]["r"]
+    ref = stats.bootstrap((cost, tok), lambda c, t, axis: c.sum(axis) / t.sum(axis), paired=True, n_resamples=500,
+                          random_state=np.random.default_rng(0))
+    assert (e.low, e.high) == (pytest.approx(ref.confidence_interval.low, rel=1e-12),
+                               pytest.approx(ref.confidence_interval.high, rel=1e-12))
     with pytest.raises(KeyError):
         aggregate_runs(cols, ["nope"])
