@@ -5,6 +5,7 @@ its absolute difference (item 2): ``metrics.comparison.compare_tables`` and
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -192,6 +193,10 @@ def test_ratio_difference_without_an_interval_says_why():
     assert (d.relative.value, d.note) == (-1.0, "a ratio of 0: no log ratio") and math.isnan(d.relative.low)
     d = ratio_difference([-1, -2], [1, 1], [1, 1], [1, 1], paired=False)  # a negative ratio has no log either
     assert math.isnan(d.a.low) and d.note == "a ratio of 0: no log ratio"
+    assert math.isnan(d.relative.value) and d.absolute.value == 2.5  # no relative to a negative R_A; 1 - (-1.5)
+    d = ratio_difference([1, 1], [1, 1], [-1, -2], [1, 1], paired=False)  # on B's side too: R_B = -1.5
+    assert (d.b.value, d.relative.value, d.absolute.value) == (-1.5, -2.5, -2.5)  # -1.5/1 - 1, -1.5 - 1
+    assert d.note == "a ratio of 0: no log ratio" and math.isnan(d.relative.low)
     d = ratio_difference([1, 2], [-1, -1], [1, 1], [1, 1], paired=False)  # so has a negative Σ den: -1.5, not inf
     assert (d.a.value, d.note) == (-1.5, "a ratio of 0: no log ratio")
     # a negative denominator is no good token bought: A is not "a positive one in each" against a B that bought nothing
@@ -222,3 +227,27 @@ def test_who_bought_nothing_is_named():
     assert (d.relative.value, d.relative.low, d.absolute.value) == (-1.0, -1.0, -math.inf)
     assert d.note == ("base had a cost and a denominator of 0 in every replicate (no good tokens: an infinite "
                       "ratio), new a positive one in each: new/base - 1 is -100 % in every resample")
+
+
+def test_a_side_that_bought_nothing_in_one_replicate_only_is_not_a_positive_one_in_each():
+    # A bought nothing in either replicate (R_A = inf); B bought 2 tokens in one and none in the other:
+    # R_B = 2/2 = 1 is finite here, but a resample of B's second replicate alone is 1/0: not -100 % in every
+    # resample, so no interval, and A's ratio is named as undefined
+    d = ratio_difference([1, 1], [0, 0], [1, 1], [0, 2], paired=False)
+    assert (d.a.value, d.b.value) == (math.inf, 1.0)
+    assert math.isnan(d.relative.value) and math.isnan(d.relative.low) and math.isnan(d.absolute.value)
+    assert d.note == "A: the denominators sum to 0 (infinite or undefined ratio)"
+
+
+def test_a_side_of_one_replicate_has_no_interval_and_no_numpy_warning():
+    with warnings.catch_warnings():  # no standard deviation of one value is taken (ddof=1: 0/0)
+        warnings.simplefilter("error")
+        d = ratio_difference([1, 1], [1, 1], [3], [2], paired=False)
+    assert (d.b.value, d.b.n, d.b.note) == (1.5, 1, "") and math.isnan(d.b.low) and math.isnan(d.b.high)
+
+
+def test_paired_ratio_difference_of_unequal_lengths_raises_and_says_so():
+    with pytest.raises(ValueError, match="paired samples differ in length: 3 blocks of A, 2 of B"):
+        ratio_difference([1, 2, 3], [1, 1, 1], [1, 2], [1, 1], paired=True)
+    with pytest.raises(ValueError, match="paired samples differ in length: 2 blocks of A, 3 of B"):
+        ratio_difference([1, 2], [1, 1], [1, 2, 3], [1, 1, 1], paired=True)

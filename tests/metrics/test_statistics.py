@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -199,6 +200,31 @@ def test_bca_fallback_notes_say_why():
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
 
 
+def test_paired_bootstrap_of_samples_of_unequal_length_raises_and_says_so():
+    with pytest.raises(ValueError, match=r"paired samples differ in length: \[3, 4\]"):
+        bootstrap_ci(np.mean, ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]), n_resamples=FEW)
+
+
+def test_bootstrap_without_dropping_nan_drops_nothing():
+    # drop_nan=False (the cluster bootstrap's run indices): nothing is counted as dropped, nothing noted
+    x = np.array([3.1, 2.4, 5.0, 4.2, 3.3, 2.9])
+    e = bootstrap_ci(np.mean, (x,), n_resamples=FEW, drop_nan=False)
+    ref = bootstrap_ci(np.mean, (x,), n_resamples=FEW)
+    assert (e.dropped, e.note, e.low, e.high) == (0, "", ref.low, ref.high)
+
+
+def test_bca_fallback_is_the_percentile_interval_of_the_very_same_resamples():
+    # numerators that vary: the lower bound interpolates between distinct resampled ratios, so one resample
+    # more (or other draws) would move it; it is scipy's percentile bound of the same 500 resamples, bit for bit
+    num, den = np.array([1.3, 0.7, 2.1, 0.4, 1.9]), np.array([0.0, 1.0, 2.0, 0.0, 0.0])
+    e = ratio_ci(num, den, n_resamples=500)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
+                              method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
+    assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
+    assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+
+
 def test_ratio_ci_defaults_unscaled_seed_0():
     cost, tokens = np.array([2.0, 3.1, 1.9, 2.6, 2.2]), np.array([1.0, 1.4, 1.0, 1.2, 1.1])
     e = ratio_ci(cost, tokens, n_resamples=FEW)
@@ -251,6 +277,12 @@ def test_cluster_bootstrap_matches_brute_force_with_scipy():
     assert e.high == pytest.approx(ref.confidence_interval.high, rel=1e-12)
     assert e.value == pytest.approx(np.percentile(np.concatenate(runs), 90))
     assert e.method == "cluster bca-bootstrap" and "runs resampled" in e.note and e.n == 8
+    # seeded 0 by default
+    default = pooled_percentile_ci(runs, 90, n_resamples=FEW)
+    ref = stats.bootstrap((np.arange(len(runs)),), brute, n_resamples=FEW, vectorized=True,
+                          random_state=np.random.default_rng(0))
+    assert default.low == pytest.approx(ref.confidence_interval.low, rel=1e-12)
+    assert default.high == pytest.approx(ref.confidence_interval.high, rel=1e-12)
 
 
 def test_cluster_bootstrap_is_wider_than_a_request_bootstrap_when_runs_drift():
@@ -290,6 +322,25 @@ def test_pooled_quantile_of_nothing_drawn_at_q0_and_of_no_values():
     np.testing.assert_array_equal(PooledQuantile([np.empty(0)], 50)(np.array([[0]])), [math.nan])
 
 
+def test_pooled_quantile_of_several_q_over_resamples_in_two_dimensions():
+    # indices of shape (2, 5, R): one percentile per q and resample, q first, as numpy's percentile lays them out
+    rng = np.random.default_rng(4)
+    runs = _runs(rng, 4, lo=1)
+    idx = rng.integers(0, 4, (2, 5, 4))
+    got = PooledQuantile(runs, [50, 90])(idx)
+    brute = np.array([[np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in plane]
+                      for plane in idx])                      # (2, 5, q)
+    assert got.shape == (2, 2, 5)
+    np.testing.assert_allclose(got, np.moveaxis(brute, -1, 0), rtol=1e-13, atol=0)
+
+
+def test_pooled_quantile_of_no_runs_is_nan():
+    # no runs: one padding block, no weight column; nothing drawn is NaN
+    stat = PooledQuantile([], 50)
+    assert (stat.S, stat.B) == (1, 1)
+    np.testing.assert_array_equal(stat.from_weights(np.zeros((2, 0))), [[math.nan], [math.nan]])
+
+
 def test_pooled_quantile_in_chunks_and_several_q():
     # one value a block: B = 2,400 blocks, so 2,000,000 // 2,400 = 833 rows a chunk, 1,000 rows: 2 chunks
     rng = np.random.default_rng(3)
@@ -299,6 +350,21 @@ def test_pooled_quantile_in_chunks_and_several_q():
     brute = np.array([np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in idx]).T
     np.testing.assert_allclose(stat(idx), brute, rtol=1e-13, atol=0)  # shape (q, rows), as scipy wants
     assert stat(np.empty((0, 3), dtype=np.intp)).shape == (2, 0)
+
+
+def test_pooled_quantile_past_two_million_blocks_takes_one_row_a_chunk():
+    # 2,000,002 values, one a block: 2,000,000 // 2,000,002 = 0 rows a chunk, so at least 1
+    x = np.arange(2_000_001.0)
+    stat = PooledQuantile([x, np.array([5.5])], 50, block_size=1)
+    # x twice: 4,000,002 values, h = 2,000,000.5 -> halfway between 1,000,000 (twice) = 1e6;
+    # x and 5.5: the 1,000,001st of 2,000,002 values, 5.5 among them below, halfway 999,999 and 1e6
+    np.testing.assert_array_equal(stat(np.array([[0, 0], [0, 1]])), [1_000_000.0, 999_999.5])
+
+
+def test_pooled_percentile_note_without_anything_dropped():
+    rng = np.random.default_rng(1)
+    e = pooled_percentile_ci(_runs(rng, 5, lo=3), 50, n_resamples=500)
+    assert (e.note, e.dropped) == ("cluster bootstrap: runs resampled, their requests pooled", 0)
 
 
 def test_pooled_percentile_from_a_callers_generator_is_one_seed_drawn_from_it():
@@ -358,8 +424,24 @@ def test_paired_difference_drops_incomplete_blocks_and_bootstraps():
     assert d.bootstrap.method in ("bca-bootstrap", "percentile-bootstrap")
     assert d.relative.method.endswith("bootstrap") and d.relative.value == pytest.approx(428 / 405 - 1)
     assert d.to_dict()["relative"]["n"] == 4
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="paired samples differ in length: 2 blocks of A, 1 of B"):
         paired_difference([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="paired samples differ in length: 2 blocks of A, 3 of B"):
+        paired_difference([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def test_paired_difference_bootstrap_keeps_blocks_together():
+    # bootstrap=True: block i of A is resampled with block i of B, as scipy's paired bootstrap of b̄ - ā
+    d = paired_difference(A, B, bootstrap=True, n_resamples=FEW)
+    ref = stats.bootstrap((A, B), lambda a, b, axis: np.mean(b, axis) - np.mean(a, axis), paired=True,
+                          n_resamples=FEW, random_state=np.random.default_rng(0))
+    assert (d.bootstrap.low, d.bootstrap.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    assert (d.bootstrap.n, d.bootstrap.value) == (6, pytest.approx(32 / 6))  # 6 blocks; (637 - 605)/6
+    # relative="bootstrap": b̄/ā - 1 resampled by block too
+    d = paired_difference(A, B, relative="bootstrap", n_resamples=FEW)
+    ref = stats.bootstrap((A, B), lambda a, b, axis: np.mean(b, axis) / np.mean(a, axis) - 1, paired=True,
+                          n_resamples=FEW, random_state=np.random.default_rng(0))
+    assert (d.relative.low, d.relative.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
 
 
 def test_paired_log_ratio_by_hand_and_its_fallback():
@@ -500,6 +582,11 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     small = unpaired_difference([0.5], [1.0])
     assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
     assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
+    assert math.isnan(unpaired_difference([-2.0], [1.0, 3.0]).relative.value)  # nor to a negative mean
+    with warnings.catch_warnings():  # a side without values: NaN, and no numpy warning of an empty mean
+        warnings.simplefilter("error")
+        none = unpaired_difference([math.nan], [1.0, 3.0])
+    assert math.isnan(none.absolute.value) and math.isnan(none.relative.value) and none.absolute.n == 2
     zero = unpaired_difference([0.0, 0.0], [1.0, 2.0])  # no relative to a zero mean: its n counts both sides
     assert (zero.relative.n, zero.relative.note) == (4, "relative difference needs a positive mean of A")
 
@@ -582,6 +669,16 @@ def test_verdict_at_the_edges_of_zero_and_the_margin():
     assert verdict(_rel(0.0, -0.02, 0.01)).outcome == "equivalent"   # the margin itself is inside
     assert verdict(_rel(0.0, -0.01, 0.02)).outcome == "equivalent"
 
+    # an effect the size of the margin itself, significant: not above the margin, so no winner
+    v = verdict(_rel(0.02, 0.01, 0.03))
+    assert (v.outcome, v.significant) == ("no_significant_difference", True)
+    assert verdict(_rel(-0.02, -0.03, -0.01), higher_is_better=False).outcome == "no_significant_difference"
+
+
+def test_insufficient_data_is_not_significant():
+    v = verdict(_rel(0.1, math.nan, math.nan))
+    assert (v.outcome, v.significant) == ("insufficient_data", False)
+
 
 def test_verdict_on_an_absolute_difference_uses_the_absolute_margin():
     # A never fails, B 11.5 % of the time: B - A = 0.115 [0.094, 0.136], judged in points
@@ -590,6 +687,9 @@ def test_verdict_on_an_absolute_difference_uses_the_absolute_margin():
     v = verdict(d, higher_is_better=False, absolute_margin=0.2)
     assert (v.outcome, v.margin, v.judged) == ("equivalent", 0.2, "absolute")
     assert v.text.startswith("A and B equivalent within 0.2 (B - A = +0.115 [")
+
+    assert v.text.endswith("; margin ±0.2; lower is better)")
+    assert verdict(d, absolute_margin=0.2).text.endswith("; margin ±0.2; higher is better)")
 
 
 def test_verdict_needs_two_replicates_and_says_why_not():
@@ -614,6 +714,8 @@ def test_converged():
     ok, pending = converged(ests, 0.05)
     assert not ok and [m for m, _ in pending] == ["p99", "new"] and pending[0][1] == pytest.approx(0.2)
     assert converged({"tput": ests["tput"]}, 0.05) == (True, [])
+    # at the target exactly: (5 - 3)/2 / 4 = 0.25 is "at most" 0.25, converged
+    assert converged({"x": Estimate(4.0, 3.0, 5.0, 5, "student-t")}, 0.25) == (True, [])
 
 
 # ------------------------------------------------------------------------------------ many runs
@@ -635,5 +737,12 @@ def test_aggregate_runs_groups_means_and_ratios():
     # a ratio named by its two columns only is unscaled: group a's 3.0 / 3.1e5
     plain = aggregate_runs(cols, ratios={"cost_per_tok": ("cost_total", "good_output_tokens")}, n_resamples=500)
     assert plain[("a", 1)]["cost_per_tok"].value == pytest.approx(3.0 / 3.1e5, rel=1e-12)
+    # seeded 0 by default, as ratio_ci: the interval is scipy's paired bootstrap of Σ cost / Σ tokens
+    cost, tok = np.array([1.0, 1.3, 0.9, 1.7, 1.2, 0.8]), np.array([1.0, 1.2, 0.9, 1.1, 1.3, 1.0])
+    e = aggregate_runs({"c": cost, "t": tok}, group_by=(), ratios={"r": ("c", "t")}, n_resamples=500)[()]["r"]
+    ref = stats.bootstrap((cost, tok), lambda c, t, axis: c.sum(axis) / t.sum(axis), paired=True, n_resamples=500,
+                          random_state=np.random.default_rng(0))
+    assert (e.low, e.high) == (pytest.approx(ref.confidence_interval.low, rel=1e-12),
+                               pytest.approx(ref.confidence_interval.high, rel=1e-12))
     with pytest.raises(KeyError):
         aggregate_runs(cols, ["nope"])
