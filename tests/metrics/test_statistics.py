@@ -591,6 +591,21 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     assert (zero.relative.n, zero.relative.note) == (4, "relative difference needs a positive mean of A")
 
 
+def test_relative_difference_against_a_negative_mean_of_a_is_undefined():
+    # two blocks or more: the guard, not the delta method, answers for a negative ā (here -2)
+    for diff in (paired_difference, unpaired_difference):
+        d = diff([-1.0, -2.0, -3.0], [1.0, 2.0, 3.0])
+        assert math.isnan(d.relative.value) and math.isnan(d.relative.low)
+        assert d.relative.note == "relative difference needs a positive mean of A"
+        assert d.absolute.value == 4.0  # the absolute difference is there: 2 - (-2)
+
+
+def test_unpaired_relative_bootstrap_read_from_a_config():
+    relative = "".join(["boot", "strap"])  # the same text, not the same object as the literal
+    d = unpaired_difference(A, [106.0, 115.0, 99.0, 108.0], relative=relative, n_resamples=FEW)
+    assert d.relative.method == "unpaired bca-bootstrap"
+
+
 def test_unpaired_relative_bootstrap_resamples_each_side_alone():
     a, b = A, np.array([106.0, 115.0, 99.0, 108.0])
     d = unpaired_difference(a, b, relative="bootstrap", n_resamples=FEW)
@@ -598,6 +613,13 @@ def test_unpaired_relative_bootstrap_resamples_each_side_alone():
                           random_state=np.random.default_rng(0))
     assert (d.relative.low, d.relative.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
     assert (d.relative.method, d.relative.n) == ("unpaired bca-bootstrap", 10)
+
+
+def test_unpaired_difference_counts_the_nan_of_both_sides():
+    # one NaN in A, two in B: 3 dropped (a difference of the counts would say -1)
+    d = unpaired_difference([1.0, math.nan, 3.0], [math.nan, 2.0, 4.0, math.nan, 6.0])
+    assert (d.dropped, d.absolute.dropped, d.relative.dropped, d.absolute.n) == (3, 3, 3, 5)
+    assert d.note == "3 NaN value(s) dropped"
 
 
 def test_welch_dof_is_infinite_where_the_variances_underflow():
@@ -746,3 +768,10 @@ def test_aggregate_runs_groups_means_and_ratios():
                                pytest.approx(ref.confidence_interval.high, rel=1e-12))
     with pytest.raises(KeyError):
         aggregate_runs(cols, ["nope"])
+
+
+def test_aggregate_runs_of_no_rows_has_no_group():
+    # no run, no group: not one group () of nothing, with no columns at all as with empty ones
+    assert aggregate_runs({}, group_by=()) == {}
+    assert aggregate_runs({"x": []}, ["x"], group_by=()) == {}
+    assert aggregate_runs(pa.table({"config": pa.array([], pa.string())}), group_by=("config",)) == {}
