@@ -69,6 +69,14 @@ def test_mean_ci_drops_nan_and_counts_them_one_value_has_no_interval():
     assert (flat.low, flat.high, flat.rel_half_width) == (2.0, 2.0, 0.0)
 
 
+def test_mean_ci_of_constant_values_is_the_point_even_at_100_percent():
+    # s = 0: the interval is the point itself, not t(1, 2)·0 = inf·0 = NaN; with spread it is (-inf, inf)
+    e = mean_ci([2.0, 2.0, 2.0], confidence=1.0)
+    assert (e.value, e.low, e.high) == (2.0, 2.0, 2.0)
+    spread = mean_ci([1.0, 2.0, 3.0], confidence=1.0)
+    assert (spread.low, spread.high) == (-math.inf, math.inf)
+
+
 def test_mean_ci_of_two_values_of_one_and_of_none():
     e = mean_ci([1.0, 3.0])  # x̄ = 2, s = √2, se = s/√2 = 1: 2 ± t(0.975, 1) = 2 ± 12.7062
     h = stats.t.ppf(0.975, 1)
@@ -198,6 +206,14 @@ def test_bca_fallback_notes_say_why():
     assert e.method == "percentile-bootstrap"
     assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+    # the basic interval (2θ̂ - the percentiles) has no BCa to fail either: an infinite bound is kept and noted
+    e = ratio_ci(num, den, n_resamples=500, method="basic")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
+                              method="basic", n_resamples=500, random_state=np.random.default_rng(0))
+    assert e.method == "basic-bootstrap"
+    assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
+    assert (e.low, e.high) == (-math.inf, ref.confidence_interval.high)
 
 
 def test_paired_bootstrap_of_samples_of_unequal_length_raises_and_says_so():
@@ -314,6 +330,10 @@ def test_pooled_quantile_interpolates_bit_equal_to_numpy():
     for (a, b), q in (((1.7275651451716942, 5.247186713758815), 50), ((0.457531994967418, 2.8590376000764186), 25)):
         got = PooledQuantile([np.array([a]), np.array([b])], q)(np.array([[0, 1], [1, 0]]))
         assert got.tolist() == [np.percentile([a, b], q)] * 2
+    # g = 0.75 > 0.5: hi - (hi - lo)·0.25 = 0.6270619310689842, lo + (hi - lo)·0.75 one bit above it
+    a, b = 0.09778043484747923, 0.8034890964761526
+    got = PooledQuantile([np.array([a]), np.array([b])], 75)(np.array([[0, 1]]))
+    assert got.tolist() == [np.percentile([a, b], 75)] == [0.6270619310689842]
 
 
 def test_pooled_quantile_of_nothing_drawn_at_q0_and_of_no_values():
