@@ -599,6 +599,8 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     one = unpaired_difference([1.0], [2.0, 3.0, 4.0])
     assert one.note == "n_a=1, n_b=3: need 2 each" and math.isnan(one.absolute.low) and one.absolute.value == 2.0
     assert (one.absolute.n, one.relative.n) == (4, 4)  # every value of both sides
+    one_b = unpaired_difference([1.0, 2.0, 3.0], [5.0])  # and one value of B
+    assert one_b.note == "n_a=3, n_b=1: need 2 each" and math.isnan(one_b.absolute.low) and one_b.absolute.value == 3.0
     small = unpaired_difference([0.5], [1.0])
     assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
     assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
@@ -618,6 +620,7 @@ def test_relative_difference_against_a_negative_mean_of_a_is_undefined():
         assert math.isnan(d.relative.value) and math.isnan(d.relative.low)
         assert d.relative.note == "relative difference needs a positive mean of A"
         assert d.absolute.value == 4.0  # the absolute difference is there: 2 - (-2)
+        assert d.judged == "relative"  # judged on B - A only where a mean is exactly 0
 
 
 def test_unpaired_relative_bootstrap_read_from_a_config():
