@@ -621,6 +621,8 @@ def test_relative_difference_against_a_negative_mean_of_a_is_undefined():
         assert d.relative.note == "relative difference needs a positive mean of A"
         assert d.absolute.value == 4.0  # the absolute difference is there: 2 - (-2)
         assert d.judged == "relative"  # judged on B - A only where a mean is exactly 0
+        # nor a negative mean of B: -2 against 2 is -200 %, judged relative
+        assert diff([1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]).judged == "relative"
 
 
 def test_unpaired_relative_bootstrap_read_from_a_config():
