@@ -370,6 +370,8 @@ def test_pooled_quantile_in_chunks_and_several_q():
     brute = np.array([np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in idx]).T
     np.testing.assert_allclose(stat(idx), brute, rtol=1e-13, atol=0)  # shape (q, rows), as scipy wants
     assert stat(np.empty((0, 3), dtype=np.intp)).shape == (2, 0)
+    # no q at all: nothing per resample, laid out (q, rows) as for several
+    assert PooledQuantile(runs, [])(idx[:4]).shape == (0, 4)
 
 
 def test_pooled_quantile_past_two_million_blocks_takes_one_row_a_chunk():
@@ -512,6 +514,8 @@ def test_difference_defaults():
     e = Estimate(1.0, 0.5, 1.5, 3, "m")
     d = Difference(e, e, e, e, True)
     assert (d.dropped, d.bootstrap, d.labels, d.note) == (0, None, ("A", "B"), "")
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a result is read, never edited
+        d.note = "edited"
 
 
 def test_which_difference_is_judged():
@@ -550,8 +554,16 @@ def test_paired_log_ratio_fallback_for_a_relative_read_from_a_config():
     relative = "".join(["lo", "g"])  # the same text, not the same object as the literal "log"
     z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative=relative)
     assert z.relative.note == "a block's value is not positive: no log ratio"
+    assert paired_difference(A, B, relative=relative).relative.method == "paired log ratio (student-t)"
     boot = paired_difference(A, B, relative="".join(["boot", "strap"]), n_resamples=FEW)
     assert boot.relative.method == "bca-bootstrap"
+
+
+def test_the_delta_method_asked_for_carries_no_log_note():
+    # "delta" (the default) is not "log": its note is only the dropped blocks', never the log fallback's
+    assert paired_difference(A, B).relative.note == ""
+    d = paired_difference([*A, math.nan], [*B, 1.0], relative="delta")
+    assert (d.relative.method, d.relative.note) == ("delta (student-t)", "1 block(s) with a missing run dropped")
 
 
 def test_no_bootstrap_unless_asked():
@@ -598,7 +610,7 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
     one = unpaired_difference([1.0], [2.0, 3.0, 4.0])
     assert one.note == "n_a=1, n_b=3: need 2 each" and math.isnan(one.absolute.low) and one.absolute.value == 2.0
-    assert (one.absolute.n, one.relative.n) == (4, 4)  # every value of both sides
+    assert (one.absolute.n, one.relative.n, one.paired) == (4, 4, False)  # every value of both sides, unpaired
     one_b = unpaired_difference([1.0, 2.0, 3.0], [5.0])  # and one value of B
     assert one_b.note == "n_a=3, n_b=1: need 2 each" and math.isnan(one_b.absolute.low) and one_b.absolute.value == 3.0
     small = unpaired_difference([0.5], [1.0])
