@@ -142,6 +142,7 @@ def test_ratio_difference_unpaired_by_formula():
     rb, ub = _influence(B_NUM, B_DEN)
     assert (ra, rb) == (1.5, pytest.approx(1.6)) and ua.tolist() == [-0.25, 0.25, 0.0]
     assert (d.dropped, d.note, d.relative.n) == (1, "1 replicate(s) with a missing value dropped", 6)
+    assert d.method == d.relative.method == d.a.method == "ratio of totals, delta on logs (Welch)"
     h = stats.t.ppf(0.975, 2) * ua.std(ddof=1) / math.sqrt(3)                     # A alone: t(n - 1)
     assert (d.a.low, d.a.high) == (pytest.approx(1.5 * math.exp(-h)), pytest.approx(1.5 * math.exp(h)))
     ca, cb = ua.var(ddof=1) / 3, ub.var(ddof=1) / 3
@@ -160,6 +161,7 @@ def test_ratio_difference_paired_by_formula():
     ra, ua = _influence(A_NUM, A_DEN)
     rb, ub = _influence(B_NUM, B_DEN)
     assert (d.dropped, d.relative.n, d.paired) == (1, 3, True)
+    assert d.method == d.relative.method == d.a.method == "ratio of totals, delta on logs (paired)"
     h = stats.t.ppf(0.975, 2) * (ub - ua).std(ddof=1) / math.sqrt(3)
     assert (d.relative.low, d.relative.high) == (pytest.approx(rb / ra * math.exp(-h) - 1),
                                                  pytest.approx(rb / ra * math.exp(h) - 1))

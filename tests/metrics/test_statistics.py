@@ -69,6 +69,14 @@ def test_mean_ci_drops_nan_and_counts_them_one_value_has_no_interval():
     assert (flat.low, flat.high, flat.rel_half_width) == (2.0, 2.0, 0.0)
 
 
+def test_mean_ci_of_constant_values_is_the_point_even_at_100_percent():
+    # s = 0: the interval is the point itself, not t(1, 2)·0 = inf·0 = NaN; with spread it is (-inf, inf)
+    e = mean_ci([2.0, 2.0, 2.0], confidence=1.0)
+    assert (e.value, e.low, e.high) == (2.0, 2.0, 2.0)
+    spread = mean_ci([1.0, 2.0, 3.0], confidence=1.0)
+    assert (spread.low, spread.high) == (-math.inf, math.inf)
+
+
 def test_mean_ci_of_two_values_of_one_and_of_none():
     e = mean_ci([1.0, 3.0])  # x̄ = 2, s = √2, se = s/√2 = 1: 2 ± t(0.975, 1) = 2 ± 12.7062
     h = stats.t.ppf(0.975, 1)
@@ -198,6 +206,14 @@ def test_bca_fallback_notes_say_why():
     assert e.method == "percentile-bootstrap"
     assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
+    # the basic interval (2θ̂ - the percentiles) has no BCa to fail either: an infinite bound is kept and noted
+    e = ratio_ci(num, den, n_resamples=500, method="basic")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
+                              method="basic", n_resamples=500, random_state=np.random.default_rng(0))
+    assert e.method == "basic-bootstrap"
+    assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
+    assert (e.low, e.high) == (-math.inf, ref.confidence_interval.high)
 
 
 def test_paired_bootstrap_of_samples_of_unequal_length_raises_and_says_so():
@@ -314,6 +330,10 @@ def test_pooled_quantile_interpolates_bit_equal_to_numpy():
     for (a, b), q in (((1.7275651451716942, 5.247186713758815), 50), ((0.457531994967418, 2.8590376000764186), 25)):
         got = PooledQuantile([np.array([a]), np.array([b])], q)(np.array([[0, 1], [1, 0]]))
         assert got.tolist() == [np.percentile([a, b], q)] * 2
+    # g = 0.75 > 0.5: hi - (hi - lo)·0.25 = 0.6270619310689842, lo + (hi - lo)·0.75 one bit above it
+    a, b = 0.09778043484747923, 0.8034890964761526
+    got = PooledQuantile([np.array([a]), np.array([b])], 75)(np.array([[0, 1]]))
+    assert got.tolist() == [np.percentile([a, b], 75)] == [0.6270619310689842]
 
 
 def test_pooled_quantile_of_nothing_drawn_at_q0_and_of_no_values():
@@ -350,6 +370,8 @@ def test_pooled_quantile_in_chunks_and_several_q():
     brute = np.array([np.percentile(np.concatenate([runs[k] for k in row]), [50, 90]) for row in idx]).T
     np.testing.assert_allclose(stat(idx), brute, rtol=1e-13, atol=0)  # shape (q, rows), as scipy wants
     assert stat(np.empty((0, 3), dtype=np.intp)).shape == (2, 0)
+    # no q at all: nothing per resample, laid out (q, rows) as for several
+    assert PooledQuantile(runs, [])(idx[:4]).shape == (0, 4)
 
 
 def test_pooled_quantile_past_two_million_blocks_takes_one_row_a_chunk():
@@ -492,6 +514,8 @@ def test_difference_defaults():
     e = Estimate(1.0, 0.5, 1.5, 3, "m")
     d = Difference(e, e, e, e, True)
     assert (d.dropped, d.bootstrap, d.labels, d.note) == (0, None, ("A", "B"), "")
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a result is read, never edited
+        d.note = "edited"
 
 
 def test_which_difference_is_judged():
@@ -530,8 +554,16 @@ def test_paired_log_ratio_fallback_for_a_relative_read_from_a_config():
     relative = "".join(["lo", "g"])  # the same text, not the same object as the literal "log"
     z = paired_difference([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], relative=relative)
     assert z.relative.note == "a block's value is not positive: no log ratio"
+    assert paired_difference(A, B, relative=relative).relative.method == "paired log ratio (student-t)"
     boot = paired_difference(A, B, relative="".join(["boot", "strap"]), n_resamples=FEW)
     assert boot.relative.method == "bca-bootstrap"
+
+
+def test_the_delta_method_asked_for_carries_no_log_note():
+    # "delta" (the default) is not "log": its note is only the dropped blocks', never the log fallback's
+    assert paired_difference(A, B).relative.note == ""
+    d = paired_difference([*A, math.nan], [*B, 1.0], relative="delta")
+    assert (d.relative.method, d.relative.note) == ("delta (student-t)", "1 block(s) with a missing run dropped")
 
 
 def test_no_bootstrap_unless_asked():
@@ -578,7 +610,9 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     assert (two.absolute.low, two.absolute.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
     one = unpaired_difference([1.0], [2.0, 3.0, 4.0])
     assert one.note == "n_a=1, n_b=3: need 2 each" and math.isnan(one.absolute.low) and one.absolute.value == 2.0
-    assert (one.absolute.n, one.relative.n) == (4, 4)  # every value of both sides
+    assert (one.absolute.n, one.relative.n, one.paired) == (4, 4, False)  # every value of both sides, unpaired
+    one_b = unpaired_difference([1.0, 2.0, 3.0], [5.0])  # and one value of B
+    assert one_b.note == "n_a=3, n_b=1: need 2 each" and math.isnan(one_b.absolute.low) and one_b.absolute.value == 3.0
     small = unpaired_difference([0.5], [1.0])
     assert (small.absolute.value, small.relative.value) == (0.5, 1.0)
     assert math.isnan(unpaired_difference([0.0], [5.0]).relative.value)
@@ -591,6 +625,24 @@ def test_unpaired_of_two_a_side_of_one_and_of_none():
     assert (zero.relative.n, zero.relative.note) == (4, "relative difference needs a positive mean of A")
 
 
+def test_relative_difference_against_a_negative_mean_of_a_is_undefined():
+    # two blocks or more: the guard, not the delta method, answers for a negative ā (here -2)
+    for diff in (paired_difference, unpaired_difference):
+        d = diff([-1.0, -2.0, -3.0], [1.0, 2.0, 3.0])
+        assert math.isnan(d.relative.value) and math.isnan(d.relative.low)
+        assert d.relative.note == "relative difference needs a positive mean of A"
+        assert d.absolute.value == 4.0  # the absolute difference is there: 2 - (-2)
+        assert d.judged == "relative"  # judged on B - A only where a mean is exactly 0
+        # nor a negative mean of B: -2 against 2 is -200 %, judged relative
+        assert diff([1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]).judged == "relative"
+
+
+def test_unpaired_relative_bootstrap_read_from_a_config():
+    relative = "".join(["boot", "strap"])  # the same text, not the same object as the literal
+    d = unpaired_difference(A, [106.0, 115.0, 99.0, 108.0], relative=relative, n_resamples=FEW)
+    assert d.relative.method == "unpaired bca-bootstrap"
+
+
 def test_unpaired_relative_bootstrap_resamples_each_side_alone():
     a, b = A, np.array([106.0, 115.0, 99.0, 108.0])
     d = unpaired_difference(a, b, relative="bootstrap", n_resamples=FEW)
@@ -598,6 +650,13 @@ def test_unpaired_relative_bootstrap_resamples_each_side_alone():
                           random_state=np.random.default_rng(0))
     assert (d.relative.low, d.relative.high) == (ref.confidence_interval.low, ref.confidence_interval.high)
     assert (d.relative.method, d.relative.n) == ("unpaired bca-bootstrap", 10)
+
+
+def test_unpaired_difference_counts_the_nan_of_both_sides():
+    # one NaN in A, two in B: 3 dropped (a difference of the counts would say -1)
+    d = unpaired_difference([1.0, math.nan, 3.0], [math.nan, 2.0, 4.0, math.nan, 6.0])
+    assert (d.dropped, d.absolute.dropped, d.relative.dropped, d.absolute.n) == (3, 3, 3, 5)
+    assert d.note == "3 NaN value(s) dropped"
 
 
 def test_welch_dof_is_infinite_where_the_variances_underflow():
@@ -746,3 +805,10 @@ def test_aggregate_runs_groups_means_and_ratios():
                                pytest.approx(ref.confidence_interval.high, rel=1e-12))
     with pytest.raises(KeyError):
         aggregate_runs(cols, ["nope"])
+
+
+def test_aggregate_runs_of_no_rows_has_no_group():
+    # no run, no group: not one group () of nothing, with no columns at all as with empty ones
+    assert aggregate_runs({}, group_by=()) == {}
+    assert aggregate_runs({"x": []}, ["x"], group_by=()) == {}
+    assert aggregate_runs(pa.table({"config": pa.array([], pa.string())}), group_by=("config",)) == {}
