@@ -187,6 +187,13 @@ def test_bootstrap_of_two_values_and_of_none():
     assert (none.n, none.dropped, none.note) == (0, 1, "no values; 1 NaN value(s) dropped")
 
 
+def _scipy_ratio_interval(num, den, method: str):
+    """scipy's paired bootstrap of Σ num / Σ den, 500 resamples drawn with seed 0 (ratio_ci's draws)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
+                               method=method, n_resamples=500, random_state=np.random.default_rng(0))
+
+
 def test_bca_fallback_notes_say_why():
     # constant data: scipy's DegenerateDataWarning, its first sentence quoted
     e = bootstrap_ci(np.mean, ([4.0, 4.0, 4.0, 4.0],), n_resamples=500)
@@ -196,9 +203,7 @@ def test_bca_fallback_notes_say_why():
     # lower bound and an infinite upper one without a warning: both are taken from the percentiles
     num, den = np.ones(5), np.array([0.0, 1.0, 2.0, 0.0, 0.0])
     e = ratio_ci(num, den, n_resamples=500)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
-                              method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
+    ref = _scipy_ratio_interval(num, den, "percentile")
     assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
     # asked for the percentile interval itself: no BCa to fail, only the infinite bound is noted
@@ -208,9 +213,7 @@ def test_bca_fallback_notes_say_why():
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
     # the basic interval (2θ̂ - the percentiles) has no BCa to fail either: an infinite bound is kept and noted
     e = ratio_ci(num, den, n_resamples=500, method="basic")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
-                              method="basic", n_resamples=500, random_state=np.random.default_rng(0))
+    ref = _scipy_ratio_interval(num, den, "basic")
     assert e.method == "basic-bootstrap"
     assert e.note == "the bootstrap distribution has NaN/inf values (statistic undefined on some resamples)"
     assert (e.low, e.high) == (-math.inf, ref.confidence_interval.high)
@@ -234,9 +237,7 @@ def test_bca_fallback_is_the_percentile_interval_of_the_very_same_resamples():
     # more (or other draws) would move it; it is scipy's percentile bound of the same 500 resamples, bit for bit
     num, den = np.array([1.3, 0.7, 2.1, 0.4, 1.9]), np.array([0.0, 1.0, 2.0, 0.0, 0.0])
     e = ratio_ci(num, den, n_resamples=500)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ref = stats.bootstrap((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), paired=True,
-                              method="percentile", n_resamples=500, random_state=np.random.default_rng(0))
+    ref = _scipy_ratio_interval(num, den, "percentile")
     assert e.method == "percentile-bootstrap" and e.note.startswith("BCa failed (BCa bounds are NaN)")
     assert (e.low, e.high) == (ref.confidence_interval.low, math.inf)
 
