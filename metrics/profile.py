@@ -12,7 +12,12 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
 - ``step_ms`` (a decode run) = the median over every output token after a request's first of
   its per-token ITL (``metrics.request_metrics.itl_per_token_s``), in ms: the time between two
   decode steps, each of which emits one token per running sequence.  The median keeps a step
-  that also ran another request's prefill (a closed loop's next request arriving) out.
+  that also ran another request's prefill (a closed loop's next request arriving) out.  Chunks
+  stamped with one time (events the client read at once: vLLM CPU streams a token an event, and
+  three in four of a run's gaps were exactly 0) count as one chunk of their tokens together
+  (``one_chunk_a_read``), so a burst of k tokens after a gap G gives k values of G / k, as a
+  multi-token chunk does.  The run's ITL in ``summary.json`` keeps each event's own gap: what
+  the client saw, as peers count it; here the engine's step is what is estimated.
 - ``batch`` = the mean, over those same tokens (each arriving at ``t``), of the number of the
   run's completed requests, warm-up included (a warm-up request holds a slot of the batch
   too), with ``first_token_ns <= t <= end_ns``: the batch each measured token was decoded in.
@@ -121,6 +126,17 @@ def _token_times(chunk_ns, chunk_tokens) -> np.ndarray:
     return np.repeat(c, np.maximum(counts, 0))
 
 
+def one_chunk_a_read(chunk_ns, chunk_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive chunks with the same time stamp merged into one carrying their tokens together
+    (``step_ms``, module doc)."""
+    c = np.asarray(chunk_ns, dtype=np.int64)
+    k = np.asarray(chunk_tokens, dtype=np.int64)
+    if c.size == 0:
+        return c, k
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    return c[starts], np.add.reduceat(k, starts)
+
+
 def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
     """A decode run's figures (module doc) at the ladder's ``prompt_tokens``: ``step_ms`` (median
     per-token ITL), ``mean_itl_ms``, ``p90_itl_ms``, ``batch``, ``context`` (with each request's
@@ -131,7 +147,7 @@ def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
         return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": math.nan, "step_ms": math.nan,
                 "mean_itl_ms": math.nan, "p90_itl_ms": math.nan, "batch": math.nan, "context": math.nan,
                 "kv_tokens": math.nan, "output_tokens": math.nan, "requests": 0}
-    itl = np.concatenate([itl_per_token_s(r["chunk_ns"], r["chunk_tokens"]) for r in rs]) * MS
+    itl = np.concatenate([itl_per_token_s(*one_chunk_a_read(r["chunk_ns"], r["chunk_tokens"])) for r in rs]) * MS
     held = [r for r in rows if r.get("status") == "ok" and r.get("first_token_ns") is not None]
     batch = decode_batch([r["first_token_ns"] for r in held], [r["end_ns"] for r in held],
                          np.concatenate([_token_times(r["chunk_ns"], r["chunk_tokens"]) for r in rs]))
