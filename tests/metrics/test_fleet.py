@@ -121,3 +121,18 @@ def test_overprovisioning_counts_no_shortfall_and_nothing_before_the_first_repli
                         needed_t=np.array([0.0, 10.0]), needed_n=np.array([1, 3]))
     assert m["overprovisioned_replica_seconds"] == pytest.approx(5.0)
     assert m["paid_replica_seconds"] == pytest.approx(30.0)
+
+
+def test_step_integral_counts_from_the_window_start():
+    # [start_s, end_s] = [5, 20] over 1 on [0, 10), 3 on [10, 15), 2 after: 5 x 1 + 5 x 3 + 5 x 2 = 30
+    assert step_integral(np.array([0.0, 10.0, 15.0]), np.array([1, 3, 2]), 20.0, start_s=5.0) == pytest.approx(30.0)
+    # by default the window starts at 0: a step begun at -5 s counts from 0 (10 x 2 + 10 x 3 = 50, not 52)
+    assert step_integral(np.array([-5.0, 10.0]), np.array([2, 3]), 20.0) == pytest.approx(50.0)
+
+
+def test_overprovisioning_reads_a_step_function_as_0_before_its_first_change():
+    # paid 2 from 0 s; the needed step starts at 10 s with 1, so it is 0 before (as step_integral
+    # reads a step): over by 2 on [0, 10) and by 1 on [10, 20] = 20 + 10
+    m = replica_metrics(np.array([0.0]), np.array([0]), np.array([2]), np.array([0]), 20.0,
+                        needed_t=np.array([10.0]), needed_n=np.array([1]))
+    assert m["overprovisioned_replica_seconds"] == pytest.approx(30.0)
