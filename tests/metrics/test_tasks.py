@@ -325,3 +325,42 @@ def test_a_sink_that_failed_after_its_check_passed_did_not_complete():
     s = task_summary(table(rows))
     assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, 0, 0)
     assert s["task_completion_rate"] == 0.0
+
+
+# the second run, every sampled mutant (docs/measured/mutation.md): six more survivors
+def test_attempts_per_completed_task_divides_by_the_completed_tasks():
+    # t3 completed in 2 attempts, t7 in 1, t4 failed twice: 5 attempts over 2 completed tasks = 2.5
+    rows = [call("t3", "a", 1, 0, 100, check=False), call("t3", "a", 2, 200, 300, check=True),
+            call("t7", "a", 1, 0, 100, check=True),
+            call("t4", "a", 1, 0, 100, check=False), call("t4", "a", 2, 200, 300, check=False)]
+    s = task_summary(table(rows))
+    assert (s["completed_tasks"], s["task_attempts"]) == (2, 5)
+    assert s["attempts_per_completed_task"] == 2.5
+
+
+def test_a_task_of_300_calls_is_judged_by_its_row_count_not_by_identity():
+    # 300 calls, each a root and a sink, [0, 100] ms.  "all": every check passed -> completed;
+    # "unchecked": every row ok and present but no sink has a check -> neither completed nor cut.
+    # Past 256 CPython makes a new int for each count, so `len(calls) is not task_calls` would read
+    # every whole attempt as short
+    def task(name, check):
+        return [call(name, f"n{i}", 1, 0, 100, calls=300, check=check) for i in range(300)]
+
+    s = task_summary(table(task("all", True) + task("unchecked", None)))
+    assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, 1, 0)
+    assert s["task_completion_rate"] == 0.5  # 1 / (2 - 0)
+    assert s["mean_task_time_ms"] == pytest.approx(100.0, rel=EXACT)
+    assert s["good_task_output_tokens"] == 3000  # 300 calls x 10
+
+
+def test_a_completed_task_whose_rows_carry_no_send_has_no_time():
+    # a malformed file (loadgen sends every ok call): "m"'s one call passed with no sent_ns, so it
+    # completed but has no span: T NaN, left out of the task time and the engine share, and its
+    # critical path is 0 (no call on the engine).  t1 (fan_out_join): T 400, engine 370, path 340
+    m = dataclasses.replace(call("m", "a", 1, 0, 100, check=True), sent_ns=None)
+    s = task_summary(table(fan_out_join() + [m]))
+    assert (s["num_tasks"], s["completed_tasks"]) == (2, 2)
+    assert s["n_task_time"] == 1 and s["mean_task_time_ms"] == pytest.approx(400.0, rel=EXACT)
+    assert s["mean_task_engine_share"] == pytest.approx(370 / 400, rel=EXACT)  # t1's only, not NaN
+    assert s["mean_critical_path_engine_ms"] == pytest.approx(170.0, rel=EXACT)  # (340 + 0) / 2
+    assert s["good_task_output_tokens"] == 50  # t1's 4 x 10 + m's 10
