@@ -75,6 +75,10 @@ def test_the_ratio_scale_is_exactly_a_million_for_every_per_m_cost():
         t = runs(cost_total=[1.0, 3.0], **{den: [2.0, 2.0]})
         (p,) = compare_tables({"a": t}, [metric], "a", paired=False)
         assert p["metrics"][metric]["per_config"]["a"]["value"] == pytest.approx(1.0, rel=1e-12), metric
+    # attempts over completed tasks: (3 + 5) / (2 + 2) = 2 attempts a task, unscaled
+    t = runs(task_attempts=[3.0, 5.0], completed_tasks=[2.0, 2.0])
+    (p,) = compare_tables({"a": t}, ["attempts_per_completed_task"], "a", paired=False)
+    assert p["metrics"]["attempts_per_completed_task"]["per_config"]["a"]["value"] == pytest.approx(2.0, rel=1e-12)
 
 
 def test_which_runs_have_a_metric():
@@ -90,6 +94,11 @@ def test_a_ratio_metric_without_its_denominator_is_the_mean_of_its_own_column():
     (p,) = compare_tables({"a": t}, ["cost_per_mtok_good"], "a", paired=False)
     est = p["metrics"]["cost_per_mtok_good"]["per_config"]["a"]
     assert (est["value"], est["method"]) == (1.5, "student-t")
+    # and its difference is that of the means (Welch), as the values shown: 3.0 / 1.5 - 1 = +100 %, 3.0 - 1.5
+    b = runs(cost_total=[1.0, 1.0], cost_per_mtok_good=[2.0, 4.0])
+    (p,) = compare_tables({"a": t, "b": b}, ["cost_per_mtok_good"], "a", paired=False)
+    d = p["metrics"]["cost_per_mtok_good"]["vs_baseline"]["b"]["difference"]
+    assert (d["relative"]["value"], d["absolute"]["value"], d["relative"]["method"]) == (1.0, 1.5, "delta (Welch)")
 
 
 def test_a_cheaper_good_answer_token_wins():
@@ -107,6 +116,21 @@ def test_every_config_but_the_baseline_is_compared_with_it_whatever_the_names_or
     t = runs(output_throughput=[10.0, 12.0])
     (p,) = compare_tables({"a": t, "b": t, "c": t}, ["output_throughput"], "b", paired=False)
     assert list(p["metrics"]["output_throughput"]["vs_baseline"]) == ["a", "c"]
+    # protocol.baseline comes from YAML: equal to the config's name, not the same object
+    (p,) = compare_tables({"a": t, "b": t, "c": t}, ["output_throughput"], runtime("b"), paired=False)
+    assert list(p["metrics"]["output_throughput"]["vs_baseline"]) == ["a", "c"]
+
+
+def test_blocks_pair_by_their_number_not_by_their_rows_order():
+    # B's rows in the order block 1, block 0: block 0 is A 10 against B 12, block 1 A 12 against B 10 (as in
+    # experiment() below): log ratios ln(12/10), ln(10/12), mean 0, se 0.182322, t(0.975, 1) = 12.706205;
+    # paired by row it would be 10 against 10 and 12 against 12, a zero-width interval
+    a = runs(block=[0, 1], output_throughput=[10.0, 12.0])
+    b = runs(block=[1, 0], output_throughput=[10.0, 12.0])
+    (p,) = compare_tables({"A": a, "B": b}, ["output_throughput"], "A", paired=True)
+    rel = p["metrics"]["output_throughput"]["vs_baseline"]["B"]["difference"]["relative"]
+    assert rel["low"] == pytest.approx(-0.9013931975, abs=1e-9)
+    assert rel["high"] == pytest.approx(9.1412881688, abs=1e-7)
 
 
 def test_the_bootstrap_seed_defaults_to_zero():
@@ -152,13 +176,21 @@ def test_the_bonferroni_level_from_a_config_string():
     assert difference_confidence(0.95, 4, runtime("bonferroni")) == pytest.approx(0.9875, abs=1e-15)
     assert difference_confidence(0.95, 4, runtime("none")) == 0.95
     assert difference_confidence(0.95, 1, runtime("bonferroni")) == 0.95
+    assert difference_confidence(0.95, 2, runtime("bonferroni")) == pytest.approx(0.975, abs=1e-15)  # 1 - 0.05/2
+    # one verdict: the level as asked, bit for bit, at any level (1 - (1 - 0.1) is 0.09999999999999998)
+    assert difference_confidence(0.1, 1, runtime("bonferroni")) == 0.1
     # no metric compared: no family, the level as asked (not a division by zero)
     assert difference_confidence(0.95, 0, runtime("bonferroni")) == 0.95
     (p,) = compare_tables({"a": runs(x=[1.0])}, [], "a", paired=False, adjust="bonferroni")
     assert (p["family"], p["difference_confidence"]) == (0, 0.95)
     text = format_comparison({"kind": "paired", "confidence": 0.95, "baseline": "a", "min_effect": 0.02, "points": [p]})
     assert text.splitlines()[2:] == ["load point rate=4 (replicates: 1 of a)"]
-    for other in ("holm", "sidak"):  # before and after "none" in string order
+    # kind as read back from comparison.json: a string made at run time
+    text = format_comparison(json.loads(json.dumps({"kind": "paired", "method_note": "blocks paired: ...",
+                                                     "confidence": 0.95, "baseline": "a", "min_effect": 0.02,
+                                                     "points": [p]})))
+    assert text.splitlines()[0] == "comparison (paired by block), 95% intervals, baseline a, margin 2%"
+    for other in ("Bonferroni", "holm", "sidak"):  # before "bonferroni" in string order, before and after "none"
         with pytest.raises(ValueError, match=f"protocol.adjust must be bonferroni or none, not '{other}'"):
             difference_confidence(0.95, 4, other)
 
@@ -244,6 +276,27 @@ def test_fixed_conditions_that_differ_and_the_mlflow_keys():
         "p0.m.value": 1.5, "p0.m.n": 1.0}
 
 
+def test_compare_runs_takes_the_protocols_baseline_and_the_records_seed():
+    # costs 1.0, 1.3, 0.9, 1.1 over 1, 1.1, 0.8, 1.2 M good tokens a block: a BCa interval, which the seed moves
+    cost, good = [1.0, 1.3, 0.9, 1.1], [1e6, 1.1e6, 0.8e6, 1.2e6]
+    table = pa.Table.from_pylist([{"config": c, "block": b, "label": "rate=4", "cost_total": x, "good_output_tokens": g}
+                                  for c in ("A", "B") for b, (x, g) in enumerate(zip(cost, good))])
+
+    def cmp(protocol: dict, record: dict, **kw) -> dict:
+        protocol = OmegaConf.create({"metrics": ["cost_per_mtok_good"], "confidence": 0.95, "min_effect": 0.02,
+                                     **protocol})
+        return compare_runs(table, protocol, {"configs": {"A": {}, "B": {}}, **record}, **kw)
+
+    c = cmp({"baseline": "B"}, {})
+    assert c["baseline"] == "B" and list(c["points"][0]["metrics"]["cost_per_mtok_good"]["vs_baseline"]) == ["A"]
+    assert cmp({}, {}, baseline="B")["baseline"] == "B" and cmp({}, {})["baseline"] == "A"
+    for record, seed in (({}, 0), ({"seed": 7}, 7)):
+        est = cmp({}, record)["points"][0]["metrics"]["cost_per_mtok_good"]["per_config"]["A"]
+        want = ratio_ci(cost, good, scale=1e6, seed=seed)
+        assert (est["low"], est["high"]) == (want.low, want.high), record
+    assert ratio_ci(cost, good, scale=1e6, seed=0).low != ratio_ci(cost, good, scale=1e6, seed=7).low
+
+
 def test_point_aggregates_of_a_sweep():
     t = pa.Table.from_pylist([{"label": "rate=4", "role": r, "output_throughput": v}
                               for r, v in (("point", 10.0), ("point", 12.0), ("warmup", 100.0))])
@@ -252,6 +305,13 @@ def test_point_aggregates_of_a_sweep():
     assert agg == pytest.approx({"p0.output_throughput.value": 11.0, "p0.output_throughput.low": 11.0 - 12.7062047362,
                                  "p0.output_throughput.high": 11.0 + 12.7062047362, "p0.output_throughput.n": 2.0})
     assert point_aggregates(t.slice(0, 0), ["output_throughput"]) == {}
+    # a ratio of totals: its BCa bootstrap with seed 0 unless told, Σ cost / Σ good = 4.3 / 4.1 per M
+    cost, good = [1.0, 1.3, 0.9, 1.1], [1e6, 1.1e6, 0.8e6, 1.2e6]
+    agg = point_aggregates(runs(cost_total=cost, good_output_tokens=good), ["cost_per_mtok_good"])
+    want = ratio_ci(cost, good, scale=1e6, seed=0)
+    assert agg == {"p0.cost_per_mtok_good.value": pytest.approx(4.3 / 4.1, rel=1e-12),
+                   "p0.cost_per_mtok_good.low": want.low, "p0.cost_per_mtok_good.high": want.high,
+                   "p0.cost_per_mtok_good.n": 4.0}
 
 
 # ------------------------------------------------------------------------------ the printed table
@@ -280,6 +340,15 @@ def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
     comparison["points"][0]["adjust"] = "none"
     assert format_comparison(comparison).splitlines()[4] == (
         "  (5 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
+        "protocol.adjust=bonferroni holds the level for all of them together)")
+    # two metrics are a family: 1 - 0.05/2 = 97.50 % each
+    two = json.loads(json.dumps({**comparison, "points": compare_tables({"A": a, "B": a}, ["error_rate", "p99_ttft_ms"],
+                                                                         "A", paired=False, adjust="bonferroni")}))
+    assert format_comparison(two).splitlines()[4] == (
+        "  (differences at 97.50% each: Bonferroni over the 2 metrics below, 95% for all of them together)")
+    two["points"][0]["adjust"] = "none"
+    assert format_comparison(two).splitlines()[4] == (
+        "  (2 verdicts at 95% each: between identical configs about 1 in 20 is a false winner; "
         "protocol.adjust=bonferroni holds the level for all of them together)")
     # one metric: nothing to adjust, no family line
     one = json.loads(json.dumps({**comparison, "points": compare_tables({"A": a, "B": a}, ["error_rate"], "A",
