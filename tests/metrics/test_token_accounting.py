@@ -64,6 +64,9 @@ def test_mismatch_counts_only_completed_measured_rows_with_both_counts():
     assert m["token_mismatch_rate"] == 0.75 and m["token_counts_disagree"] is True
     line = mismatch_line(m)
     assert "75.0% of 4 requests" in line and "max 10" in line and "client.token_mismatch_threshold=0.5" in line
+    assert "emulated" not in line
+    # on Dynamo's mocker (random token ids) the line says the disagreement is expected
+    assert mismatch_line({**m, "emulated": True}).startswith(line + "; expected on emulated workers")
 
 
 def test_bos_counted_on_every_request_shows_as_mean_plus_one():
