@@ -37,6 +37,7 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries, router_summary
+from metrics.filling import filling_note
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.speculative import spec_agreement
@@ -363,6 +364,14 @@ def point_line(title: str, m: dict) -> str:
     return f"  {title}{emulated}: {done}, "
 
 
+def filling_line(m: dict) -> str:
+    """The console's line under a point still filling up (``metrics.filling``: its requests in flight
+    still rising through its arrivals), or "" for one that is not."""
+    if not m.get("still_filling"):
+        return ""
+    return "  " + filling_note(m["in_flight_second_quarter"], m["in_flight_last_quarter"])
+
+
 def fault_figures(s, p: PointRun) -> None:
     """Engine faults and scenarios in ``summary.json`` (part of ``summarise``): whether the point failed and why, the
     failure-recovery figures of a ``scenario.kill_at_s`` point (``metrics.recovery``), and
@@ -457,6 +466,8 @@ def print_point(s, p: PointRun) -> None:
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
     print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
           f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
+    if filling_line(m):  # beside a stop: a point whose latencies are not a steady state's
+        print(filling_line(m), flush=True)
     if mismatch_line(m):
         print("  " + mismatch_line(m), flush=True)
     if m.get("cached_tokens_rows"):

@@ -13,17 +13,24 @@ configured SLO's ``slo.percentile``-th percentile over its completed requests is
 limit, some request completed, failed <= (100 - percentile)% of the run's requests (a failed
 request misses every limit: with more failed than that, the percentile over all the run's
 requests is beyond any limit), and the share of good requests is at least the attainment floor
-(``slo.min_attainment``) where one is set.  ``slo_holds`` applies it to a ``summary.json``.
+(``slo.min_attainment``) where one is set, and it was not still filling (``metrics.filling``: the
+requests in flight still rising through its arrivals, so its latencies are a fill-up's, a lower
+bound of the steady state's).  A run still filling that misses the SLO misses it (the steady
+state would be slower still); one that meets it on a fill-up's latencies does not meet it, and the
+reason says it was still filling.  ``slo_holds`` applies it to a ``summary.json`` (one written
+before ``in_flight_second_quarter`` was recorded is not judged on it).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from conf.schema import Slo
+from metrics.filling import filling_note, still_filling
 from metrics.percentiles import percentile as _percentile
 
 # SLO name -> the per-request column (seconds) it bounds.
@@ -97,10 +104,11 @@ def percentiles_missed(slo: SLO, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> list[st
 
 def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile: float,
                   attainment: float | None = None, min_attainment: float | None = None,
-                  saturated: bool = False) -> tuple[bool, str]:
+                  saturated: bool = False, in_flight_quarters: tuple[float, float] | None = None) -> tuple[bool, str]:
     """The run-level check (module doc) and, when it fails, why: ``missed`` the SLOs whose
     percentile over the completed requests is above the limit, ``completed`` and ``failed`` the
-    run's measured requests, ``attainment`` its share of good requests."""
+    run's measured requests, ``attainment`` its share of good requests, ``in_flight_quarters`` the
+    mean in flight over its arrivals' second and last quarters (``metrics.filling``; None: unknown)."""
     if saturated:
         return False, "over-saturated"
     if missed:
@@ -114,16 +122,27 @@ def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile:
                        f"p{percentile:g} SLO allows")
     if min_attainment is not None and not (attainment or 0) >= min_attainment:
         return False, f"attainment {attainment} < {min_attainment}"
+    if in_flight_quarters is not None and still_filling(*in_flight_quarters):
+        return False, filling_note(*in_flight_quarters)
     return True, ""
 
 
 def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bool, str]:
     """``run_meets_slo`` on a run's ``summary.json``: its per-SLO checks (``slo_*_met``), request
-    counts, ``slo_percentile``, ``slo_attainment`` and ``saturated``."""
+    counts, ``slo_percentile``, ``slo_attainment``, ``saturated``, ``in_flight_second_quarter`` and
+    ``in_flight_last_quarter``."""
     missed = [k[4:-4] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_met") and not v]
     # a summary without the key (written before it was recorded) was run at the default percentile
     pct = summary.get("slo_percentile")
     return run_meets_slo(missed, completed=int(summary.get("completed") or 0), failed=int(summary.get("failed") or 0),
                          percentile=float(pct) if pct is not None else SLO.percentile,
                          attainment=summary.get("slo_attainment"), min_attainment=min_attainment,
-                         saturated=bool(summary.get("saturated")))
+                         saturated=bool(summary.get("saturated")), in_flight_quarters=in_flight_quarters(summary))
+
+
+
+def in_flight_quarters(summary: Mapping) -> tuple[float, float]:
+    """A summary's (``in_flight_second_quarter``, ``in_flight_last_quarter``), ``metrics.filling``'s
+    means; NaN (not filling) where JSON wrote null or the summary was written before them."""
+    return tuple(math.nan if summary.get(k) is None else float(summary[k])
+                 for k in ("in_flight_second_quarter", "in_flight_last_quarter"))

@@ -24,7 +24,11 @@ Definitions:
 - achieved load beside the offered one: ``achieved_send_rate_rps`` = (measured sends - 1) /
   (last send - first send), the arrival rate the engine saw; ``mean_in_flight`` = sum over
   measured requests of (done - sent) / ``duration_s`` (Little's law: the concurrency the
-  engine held on average).
+  engine held on average).  Over the arrival window (first to last send), the mean in flight over
+  its second quarter and its last (``in_flight_second_quarter``, ``in_flight_last_quarter``) and
+  ``still_filling`` when the last exceeds the second by more than max(3·√(second + last), 0.1·second):
+  the run's arrivals ended before its batch filled, so its latencies are a fill-up's, a lower bound
+  of the steady state's (``metrics/filling.py`` holds the definitions).
 - ``schedule_lag_*_ms``: the load generator's own delay per measured request,
   ``sent_ns - max(scheduled_ns, slot_ns)`` (``metrics.request_metrics.schedule_lag_s``);
   ``client_limited`` when its p99 exceeds ``client.max_schedule_lag_ms``.  Waiting for a
@@ -57,6 +61,7 @@ import pyarrow.compute as pc
 
 from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
+from metrics.filling import quarter_in_flight, still_filling
 from metrics.percentiles import add_latency_stats, describe
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s, ttfa_or_ttft
 from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
@@ -135,6 +140,9 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["achieved_send_rate_rps"] = (sent_ok.size - 1) / span if span and span > 0 else math.nan
     busy = np.nansum(done_ns - sent) / 1e9
     out["mean_in_flight"] = busy / duration if duration and duration > 0 else math.nan
+    second, last = quarter_in_flight(sent, done_ns)
+    out["in_flight_second_quarter"], out["in_flight_last_quarter"] = second, last
+    out["still_filling"] = still_filling(second, last)
 
     in_tok = _col(done, "prompt_tokens")
     out_tok = _col(done, "output_tokens")

@@ -206,6 +206,32 @@ def sessions_by_hand(rows: list[dict], expected_turns: dict | None) -> dict:
     return {"num_sessions": n, "completed_sessions": done, "session_completion_rate": done / n if n else math.nan}
 
 
+def filling_by_hand(m: list[dict]) -> dict:
+    """Over the arrival window (first to last send of the measured rows ``m``), the mean in flight
+    (sent <= t < end) over its second and its last quarter, and whether the last exceeds the
+    second by more than 3 x sqrt(second + last) and by more than a tenth of the second."""
+    sends = [r["sent_ns"] for r in m if r["sent_ns"] is not None]
+    if len(sends) < 2 or max(sends) == min(sends):
+        return {"in_flight_second_quarter": math.nan, "in_flight_last_quarter": math.nan, "still_filling": False}
+    first, length = min(sends), max(sends) - min(sends)
+
+    def mean_in_flight(a, b):
+        total = 0.0
+        for r in m:
+            if r["sent_ns"] is None or _end(r) is None:
+                continue                        # never sent, or no end recorded: counts nowhere
+            lo, hi = max(r["sent_ns"], a), min(_end(r), b)
+            if hi > lo:
+                total += hi - lo
+        return total / (b - a)
+
+    second = mean_in_flight(first + length / 4, first + length / 2)
+    last = mean_in_flight(first + 3 * length / 4, first + length)
+    rise = last - second
+    return {"in_flight_second_quarter": second, "in_flight_last_quarter": last,
+            "still_filling": rise > 3 * math.sqrt(second + last) and rise > 0.1 * second}
+
+
 STATUSES = ("http_error", "timeout", "connection_error", "invalid_response", "truncated", "cancelled")
 EXACT_TOKEN_SOURCES = ("usage_continuous", "usage")   # per-chunk counts that are the server's (speculative.py)
 
@@ -245,6 +271,7 @@ def summary_by_hand(rows: list[dict], slo: dict, window_start_ns: int, window_en
     out["achieved_send_rate_rps"] = (len(sent) - 1) / span if span > 0 else math.nan
     out["mean_in_flight"] = per_s(math.fsum((_end(r) - r["sent_ns"]) / 1e9 for r in m
                                             if _end(r) is not None and r["sent_ns"] is not None))
+    out.update(filling_by_hand(m))
     q = slo.get("percentile", 99)
     for name, value, _ in SLO_VALUES:
         if slo.get(name) is not None:

@@ -24,6 +24,7 @@ from harness.report import data as report_data
 from harness.report import workload as workload_section
 from harness.report.requests_view import read_runs
 from harness.results_io import PROVENANCE, read_json, write_atomic
+from metrics.filling import STILL_FILLING
 from metrics.token_accounting import mismatch_line
 
 
@@ -92,6 +93,20 @@ def saturation_note(d: report_data.ReportData) -> page.Note | None:
     return page.Note(f"{len(stopped)} of {len(d.ours)} runs stopped as over-saturated{unsent}", parts)
 
 
+def filling_runs_note(d: report_data.ReportData) -> page.Note | None:
+    """Runs still filling up (``metrics.filling``: their requests in flight still rising through
+    their arrivals): how many, and for each the rise; their latencies are a fill-up's."""
+    filling = [r for r in d.ours if r.summary.get("still_filling")]
+    if not filling:
+        return None
+    parts = [f"{' '.join(str(x) for x in (r.series, r.label) if x)}: in flight rose from "
+             f"{r.summary['in_flight_second_quarter']:.3g} to {r.summary['in_flight_last_quarter']:.3g} over the "
+             "arrivals' second and last quarters" for r in filling]
+    return page.Note(f"{len(filling)} of {len(d.ours)} runs {STILL_FILLING}: their latencies are a fill-up's (a "
+                     "lower bound), not a steady state's, and they do not meet the SLO: give them more requests or a "
+                     "longer duration", parts)
+
+
 def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     exp = d.experiment
     lines = []
@@ -124,6 +139,9 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     stopped = saturation_note(d)
     if stopped is not None:
         lines.append(stopped)
+    filling = filling_runs_note(d)
+    if filling is not None:
+        lines.append(filling)
     first = next((r.summary for r in d.ours), {})
     if first.get("energy_available") is False and first.get("energy_unavailable_reason"):
         lines.append(energy_note(str(first["energy_unavailable_reason"])))

@@ -12,6 +12,7 @@ import math
 
 from harness import results_io
 from harness.report.data import Group, ReportData, Run, number
+from metrics.filling import STILL_FILLING
 
 NA = "n/a"
 
@@ -75,7 +76,7 @@ def runs_table(data: ReportData) -> str:
                      esc(r.role if not r.imported else "imported"), esc(fmt(r.x))]
             cells += [f"<td data-run='{esc(data.run_key(r))}' data-live='{LIVE[k]}'>{esc(fmt(s.get(k)))}</td>"
                       if k in LIVE else esc(fmt(s.get(k))) for k, _ in RUN_KEYS]
-            cells.append(esc(_stopped(s)))
+            cells.append(esc(_run_note(s)))
             rows.append(cells)
             cls = " ".join(c for c, on in (("client-limited", s.get("client_limited")), ("imported", r.imported)) if on)
             attrs.append(f" class='{cls}'" if cls else "")
@@ -83,12 +84,17 @@ def runs_table(data: ReportData) -> str:
     return table(head, rows, "runs", attrs, "runs")
 
 
-def _stopped(s: dict) -> str:
-    """A run's note: stopped as over-saturated, with what it sent of what it planned."""
-    if not s.get("saturated"):
-        return ""
-    planned = s.get("num_requests_planned")
-    return f"saturated: sent {s.get('num_requests_sent')} of {planned}" if planned is not None else "saturated"
+def _run_note(s: dict) -> str:
+    """A run's note: stopped as over-saturated, with what it sent of what it planned; still filling up
+    (``metrics.filling``: its latencies a fill-up's)."""
+    notes = []
+    if s.get("saturated"):
+        planned = s.get("num_requests_planned")
+        notes.append(f"saturated: sent {s.get('num_requests_sent')} of {planned}" if planned is not None
+                     else "saturated")
+    if s.get("still_filling"):
+        notes.append(STILL_FILLING)
+    return "; ".join(notes)
 
 
 # Summary keys the SLO and price controls recompute (harness/report/slo_controls.py) -> its names.

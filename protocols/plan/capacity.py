@@ -7,8 +7,8 @@ TPOT.  A ``ConfigCapacity`` holds a config's points by deployment size and block
 measured cold starts and cost profile.  The fleet simulation (``protocols.plan.fleet``)
 samples requests from the points; the capacity a replica has under an SLO is read from the
 points themselves (``max_load``): the highest offered load whose run passes the run-level check
-(``metrics.slo.run_meets_slo``, the SLO search's: failed requests and an over-saturated stop
-count against it) at that SLO over its requests, per block, so any SLO can be planned from the
+(``metrics.slo.run_meets_slo``, the SLO search's: failed requests, an over-saturated stop and a
+run still filling up count against it) at that SLO over its requests, per block, so any SLO can be planned from the
 same runs.
 
 Resampling blocks with replacement (``resample``) gives the capacity's uncertainty: a block
@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.errors import UserError
-from metrics.slo import SLO, good_mask, percentiles_missed, run_meets_slo
+from metrics.slo import SLO, good_mask, in_flight_quarters, percentiles_missed, run_meets_slo
 
 # Columns read from each run's requests.parquet.
 REQUEST_COLUMNS = ["prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "status", "warmup"]
@@ -50,6 +50,9 @@ class OperatingPoint:
     # an estimated point's roofline bound beside it (protocols.plan.estimates.roofline_beside)
     roofline: dict | None = None
     saturated: bool = False         # the run was stopped as over-saturated (summary.json ``saturated``)
+    # mean in flight over its arrivals' second and last quarters (summary.json, metrics.filling):
+    # a run still filling up measured a fill-up's latencies; None: not recorded
+    in_flight_quarters: tuple[float, float] | None = None
 
     def __post_init__(self):
         order = np.argsort(self.prompt_tokens, kind="stable")
@@ -64,7 +67,8 @@ class OperatingPoint:
         n = done + self.failed
         return run_meets_slo(percentiles_missed(slo, self.ttft_s, self.tpot_s, e2el), completed=done,
                              failed=self.failed, percentile=slo.percentile, attainment=good / n if n else None,
-                             min_attainment=min_attainment, saturated=self.saturated)[0]
+                             min_attainment=min_attainment, saturated=self.saturated,
+                             in_flight_quarters=self.in_flight_quarters)[0]
 
 
 @dataclass
@@ -230,7 +234,8 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
             tpot_s=_column(t["tpot_s"], ok, np.float64),
             output_tokens=_column(t["output_tokens"], ok, np.int64),
             failed=int(((np.asarray(t["status"]) != "ok") & ~warm).sum()),
-            block=block, run_dir=str(run), saturated=bool(summary.get("saturated"))))
+            block=block, run_dir=str(run), saturated=bool(summary.get("saturated")),
+            in_flight_quarters=in_flight_quarters(summary)))
         if summary.get("engine_startup_s") and block not in cold:
             cold[block] = float(summary["engine_startup_s"])
         cost = cost or cfg.get("cost")

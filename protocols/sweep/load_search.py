@@ -11,7 +11,9 @@ points up to and past it, and find the highest load at which the SLO still holds
 - ``Bisection``: the highest offered load whose run meets the SLO, between a load known to
   pass and one known to fail, halving the bracket until it is within ``tolerance`` of the
   passing end (or ``max_probes`` runs); integer for concurrency.  The answer carries its
-  bracket: the true knee lies between the last pass and the first fail.
+  bracket: the true knee lies between the last pass and the first fail.  A probe still filling
+  up (``metrics.filling``: its requests in flight still rising through its arrivals) fails
+  (``metrics.slo.run_meets_slo``), and the answer's note names its load and what to do.
 
 Pure: numbers in, numbers out; the harness runs the probes (``protocols.experiment``).
 """
@@ -22,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from metrics.filling import STILL_FILLING
 
 SPACINGS = ("linear", "geometric", "mlperf")
 MLPERF_LOW = (1, 2, 4, 8, 16, 32)
@@ -138,6 +142,11 @@ class Bisection:
             note = f"bracket within tolerance {self.tolerance:.0%}"
         else:
             note = f"stopped after {len(self.probes)} probes (protocol.search_max_probes)"
+        filling = [p.load for p in self.probes if not p.passed and p.why.startswith(STILL_FILLING)]
+        if filling:  # met the SLO on a fill-up's latencies: no answer stands on them, nor above them
+            note += (f"; {STILL_FILLING} at {', '.join(f'{x:g}' for x in sorted(filling))} (its latencies a "
+                     "fill-up's, not a steady state's), read as missing the SLO: give each probe more requests "
+                     "(load.num_requests) or a longer duration (load.duration_s)")
         return {"max_load_under_slo": lo if lo is not None else 0.0,
                 "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
                 "probes": [p.__dict__ for p in self.probes], "note": note}

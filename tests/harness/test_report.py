@@ -318,6 +318,31 @@ def test_runs_stopped_as_over_saturated_are_on_the_first_screen(experiment, tmp_
     assert page.count("saturated: sent 60 of 400") == 1  # the runs table's note
 
 
+def test_runs_still_filling_are_on_the_first_screen(experiment, tmp_path):
+    import shutil
+
+    from harness.report.build import render
+    from harness.results_io import find_run_dirs, read_json, write_json
+
+    exp = tmp_path / "exp"
+    shutil.copytree(experiment, exp)
+    dirs = find_run_dirs(exp)
+    # the issue 33 sweep's 16 req/s point: in flight 140.3 then 253.2 (metrics.filling)
+    write_json(dirs[0] / "summary.json", read_json(dirs[0] / "summary.json") | {
+        "still_filling": True, "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16})
+    page = render(exp, tmp_path / "r.html").read_text()
+    notes = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>",
+                       _subtitle(page))
+    head, detail = next((h, x) for h, x in notes if "still filling" in h)
+    assert head == (f"1 of {len(dirs)} runs still filling: their latencies are a fill-up&#x27;s (a lower bound), "
+                    "not a steady state&#x27;s, and they do not meet the SLO: give them more requests or a longer "
+                    "duration")
+    items = re.findall(r"<li>(.*?)</li>", detail)
+    assert len(items) == 1 and items[0].endswith(
+        "in flight rose from 140 to 253 over the arrivals&#x27; second and last quarters")
+    assert page.count("<td>still filling</td>") == 1  # the runs table's note
+
+
 def test_max_load_meeting_the_slo_leaves_out_a_point_with_half_its_requests_failed(tmp_path):
     """The report's highest load meeting the SLO reads the one run-level check (metrics.slo.slo_holds):
     a load point whose completed requests are fast but half its requests failed does not meet it."""

@@ -164,6 +164,23 @@ RENTAL = {"model": "rental", "num_gpus": 2, "hourly_per_gpu": 1.8, "num_hosts": 
 SLO_500 = {"ttft_ms": 500, "tpot_ms": None, "e2el_ms": None, "percentile": 99}
 
 
+def test_a_run_still_filling_agrees():
+    # 80 requests sent every 50 ms, each 5 s: all in flight to the last send (3.95 s).  Second
+    # quarter [987.5, 1975] ms: 20 in flight throughout, 20 sent inside for 975 - 50k ms each:
+    # (19,750 + 19,500 - 9,500) / 987.5 = 30.13; last [2962.5, 3950]: (59,250 + 9,500) / 987.5
+    # = 69.62; a rise of 39.5 above 3 x sqrt(99.75) = 30.0
+    rows = [ok_row(50 * i, 5000, [], [1]) for i in range(80)]
+    got, want = both(rows, SLO_500, RENTAL)
+    check(got, want)
+    assert got["in_flight_second_quarter"] == pytest.approx(29_750 / 987.5)
+    assert got["in_flight_last_quarter"] == pytest.approx(68_750 / 987.5) and got["still_filling"] is True
+    # the first 10 of them 5 s, the rest 100 ms: 10 + 2 in flight throughout both quarters
+    got, want = both([ok_row(50 * i, 5000 if i < 10 else 100, [], [1]) for i in range(80)], SLO_500, RENTAL)
+    check(got, want)
+    assert got["in_flight_second_quarter"] == got["in_flight_last_quarter"] == 12.0
+    assert got["still_filling"] is False
+
+
 def test_empty_run_has_nan_rates_and_infinite_cost():
     got, want = both([], SLO_500, RENTAL)
     check(got, want)

@@ -1,5 +1,6 @@
 """The one run-level SLO check (metrics.slo.run_meets_slo, slo_holds on a summary): failed
-requests count against the percentile, an over-saturated stop fails it.  The SLO a run is judged
+requests count against the percentile, an over-saturated stop fails it, and so does a run still
+filling up that would otherwise meet it.  The SLO a run is judged
 by is the one its config names (the percentile too), and it cannot be changed under a run that
 holds it (mutants cosmic-ray found alive)."""
 
@@ -38,6 +39,36 @@ def test_slo_holds_reads_a_summary_with_the_same_check():
     assert slo_holds(s) == (False, "30 of 60 requests failed: more than the 5% a p95 SLO allows")
     assert slo_holds({**s, "completed": 57, "failed": 3}) == (True, "")
     assert slo_holds({**s, "completed": 57, "failed": 3, "saturated": "backlog grows"}) == (False, "over-saturated")
+
+
+FILLING_NOTE = ("still filling: in flight rose from 140 to 253 over the arrivals' second and last quarters; its "
+                "latencies are a fill-up's (a lower bound): give it more requests or a longer duration")
+
+
+def test_a_run_still_filling_does_not_meet_the_slo_it_would_otherwise_meet():
+    # the 16 req/s run of results/v33s/sweep_slo: 140.3 then 253.2 in flight, a rise of 112.8 above
+    # max(3 x sqrt(393.5) = 59.5, 14.0); every SLO met on the fill-up's latencies
+    rising = (140.33, 253.16)
+    assert run_meets_slo([], completed=400, failed=0, percentile=99.0, in_flight_quarters=rising) == (
+        False, FILLING_NOTE)
+    # missing the SLO on a fill-up's latencies (a lower bound) is missing it: that is the reason
+    assert run_meets_slo(["ttft"], completed=400, failed=0, percentile=99.0, in_flight_quarters=rising) == (
+        False, "missed: ttft")
+    # the 4 req/s run: 23.0 then 27.0, a rise of 4.0 within 3 x sqrt(50) = 21.2; unknown: not judged on it
+    assert run_meets_slo([], completed=400, failed=0, percentile=99.0, in_flight_quarters=(22.98, 26.99)) == (
+        True, "")
+    assert run_meets_slo([], completed=400, failed=0, percentile=99.0, in_flight_quarters=(float("nan"), 5.0)) == (
+        True, "")
+
+
+def test_slo_holds_reads_whether_the_summary_was_still_filling():
+    s = {"slo_ttft_met": True, "slo_tpot_met": True, "completed": 400, "failed": 0, "slo_percentile": 99.0}
+    assert slo_holds({**s, "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16}) == (
+        False, FILLING_NOTE)
+    assert slo_holds({**s, "in_flight_second_quarter": 22.98, "in_flight_last_quarter": 26.99}) == (True, "")
+    # written before the keys, or NaN written as JSON's null (no arrival window): not judged on them
+    assert slo_holds(s) == (True, "")
+    assert slo_holds({**s, "in_flight_second_quarter": None, "in_flight_last_quarter": None}) == (True, "")
 
 
 def test_percentiles_missed_names_each_slo_over_its_limit():

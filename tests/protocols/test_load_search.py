@@ -55,6 +55,30 @@ def test_bisection_edges():
     assert b.result()["bracket"] == [13, 14]
 
 
+def test_a_probe_still_filling_fails_and_the_note_says_so():
+    # the issue 33 sweep: 400 requests at 16 req/s met the SLO on a fill-up's latencies (in flight
+    # 140 then 253 over the arrivals' second and last quarters) and the search answered 16
+    filling = {"slo_ttft_met": True, "slo_tpot_met": True, "completed": 400, "failed": 0,
+               "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16}
+    steady = {**filling, "in_flight_second_quarter": 22.98, "in_flight_last_quarter": 26.99}
+    b = Bisection(4, 16)
+    for summary in (filling, steady):           # 16 first (the high end), then 4 (the low end)
+        load = b.next_load()
+        ok, why = slo_holds(summary)
+        b.record(load, ok, f"search/rate={load:g}", why)
+    assert [(p.load, p.passed) for p in b.probes] == [(16, False), (4, True)]
+    assert b.probes[0].why.startswith("still filling: in flight rose from 140 to 253")
+    b.record(10.0, True)
+    b.record(13.0, True)
+    b.record(15.0, True)
+    r = b.result()
+    assert r["max_load_under_slo"] == 15.0 and r["bracket"] == [15.0, 16]
+    # 16 - 15 = 1 <= 10 % of 15: within the tolerance, the filling probe named
+    assert r["note"] == ("bracket within tolerance 10%; still filling at 16 (its latencies a fill-up's, not a "
+                         "steady state's), read as missing the SLO: give each probe more requests "
+                         "(load.num_requests) or a longer duration (load.duration_s)")
+
+
 def test_slo_holds_reads_the_summary():
     assert slo_holds({"slo_ttft_met": True, "slo_tpot_met": True, "completed": 5}) == (True, "")
     assert slo_holds({"slo_ttft_met": False, "completed": 5})[1] == "missed: ttft"

@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.errors import UserError
+from metrics.filling import still_filling
 from metrics.slo import SLO
 from protocols.plan.capacity import read_experiment, resamples
 from tests.protocols.plan.capacity_fixtures import capacity, point
@@ -76,6 +77,14 @@ def test_a_point_stopped_as_over_saturated_does_not_meet_the_slo():
     assert not p.meets(SLO(ttft_ms=1000))
 
 
+def test_a_point_still_filling_does_not_meet_the_slo():
+    p = point(8.0, 1.6, 0.2, 0.02)
+    p.in_flight_quarters = (22.98, 26.99)      # a rise of 4.0 within 3 x sqrt(50) = 21.2
+    assert p.meets(SLO(ttft_ms=1000))
+    p.in_flight_quarters = (140.33, 253.16)    # a rise of 112.8 above 3 x sqrt(393.5) = 59.5
+    assert not p.meets(SLO(ttft_ms=1000))
+
+
 def _fast_knee(failed=0, saturated=False):
     """The fixture's capacity, but its 8 req/s points as fast as its 4 req/s ones (TTFT 0.2 s):
     only their 60 failed requests of 120 (or the over-saturation stop) say they are past the knee."""
@@ -126,6 +135,23 @@ def test_a_run_recorded_saturated_is_read_as_past_the_knee(tmp_path):
     path.write_text(json.dumps({**json.loads(path.read_text()), "saturated": True}))
     cap = read_experiment(exp)[0]
     assert [p.saturated for p in sorted(cap.points[1], key=lambda p: p.rate_rps)] == [False, True]
+    assert cap.max_load(slo)["per_block"] == [5.0] and cap.max_load(slo)["first_fail"] == [10.0]
+
+
+def test_a_run_recorded_still_filling_is_read_as_past_the_knee(tmp_path):
+    import json
+
+    exp = write_experiment(tmp_path / "exp", configs={"c": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
+                                                            "power_w": 450}}, rates=(5.0, 10.0), blocks=1,
+                           requests=40, seed=3)
+    slo = SLO(ttft_ms=400, tpot_ms=40, percentile=50.0)
+    path = exp / "c" / "block0" / "01-rate10" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "in_flight_second_quarter": 140.33,
+                                "in_flight_last_quarter": 253.16}))
+    cap = read_experiment(exp)[0]
+    points = sorted(cap.points[1], key=lambda p: p.rate_rps)
+    assert points[1].in_flight_quarters == (140.33, 253.16)
+    assert not still_filling(*points[0].in_flight_quarters)    # the 5 req/s run as summarize wrote it
     assert cap.max_load(slo)["per_block"] == [5.0] and cap.max_load(slo)["first_fail"] == [10.0]
 
 

@@ -1,0 +1,78 @@
+"""Whether a run was still filling up: the requests in flight still rising through its arrivals.
+
+An open loop's engine takes time to reach its steady state: a continuous batch fills as the
+requests arrive, and each request's latency grows with the batch.  A run whose arrivals end
+before the batch is full measured a fill-up: its latencies are a lower bound of the steady
+state's, and its passing an SLO says nothing about the load it was offered.
+
+From the per-request records over the arrival window ``[first send, last send]`` of the measured
+requests (length ``L``), with a request in flight at ``t`` when ``sent_ns <= t < end`` (``end`` its
+``done_ns``, else its ``end_ns``; ended or failed alike):
+
+- ``in_flight_second_quarter`` = the mean number in flight over ``[first + L/4, first + L/2]``
+  = Σ over requests of the time each spent in flight inside that quarter ÷ (L/4);
+- ``in_flight_last_quarter`` = the same over ``[first + 3L/4, last]``;
+- ``still_filling`` = last − second > max(3·√(second + last), 0.1·second).
+
+The second quarter, not the first, so that a batch that fills within the first quarter (a
+request's latency under L/4) is steady by then. The margin: in flight is a count like an M/G/∞
+queue's, whose noise is about the square root of its mean, so the difference of the two
+quarters' counts has a noise of about √(second + last); three of those keep a steady run from
+being flagged by chance, and 10 % of the count is the floor for large counts (above about 1,800
+in flight, where three noises are under a tenth: a drift that small is not a fill-up). (Against
+√(second) alone: issue 31's server without a capacity limit, 10.2 s requests at Poisson 2 req/s,
+60 requests, whose second quarter still holds part of its ramp, is flagged in 94 of 3,000 seeds
+by 3·√(second) and in 4 by 3·√(second + last); ``tests/metrics/test_filling.py``.) Below 9 in
+flight (second + last) the margin exceeds any rise, so a few short requests are never flagged.
+Bursty arrivals count noisier than Poisson ones (gamma gaps of CV 2: that server at 60 requests
+is flagged in 54 of 1,000 seeds, at 400 in 1): such a run needs more requests to be judged.
+``python benchmarks/filling_rule.py`` gives the rule's flags on simulated servers by the run's
+length.
+
+A request with no end recorded (neither ``done_ns`` nor ``end_ns``) is in flight for an unknown
+time and counts in neither quarter; its send still bounds the window.  No window (fewer than two
+sends, or every send at one instant): both means NaN, not filling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# The reason a run that otherwise meets the SLO does not (metrics.slo.run_meets_slo) starts so.
+STILL_FILLING = "still filling"
+
+
+def quarter_in_flight(sent_ns, end_ns) -> tuple[float, float]:
+    """(mean in flight over the arrival window's second quarter, over its last quarter): module doc;
+    ``sent_ns`` and ``end_ns`` per measured request (NaN: never sent, no end recorded)."""
+    sent = np.asarray(sent_ns, dtype=np.float64)
+    end = np.asarray(end_ns, dtype=np.float64)
+    sends = sent[~np.isnan(sent)]
+    if sends.size < 2 or not sends.max() > sends.min():
+        return math.nan, math.nan
+    first, span = sends.min(), sends.max() - sends.min()
+    known = ~np.isnan(sent) & ~np.isnan(end)
+    s, e = sent[known], end[known]
+
+    def mean_over(a: float, b: float) -> float:
+        inside = np.clip(np.minimum(e, b) - np.maximum(s, a), 0.0, None)
+        return float(inside.sum() / (b - a))
+
+    return mean_over(first + span / 4, first + span / 2), mean_over(first + 3 * span / 4, first + span)
+
+
+def still_filling(second: float, last: float) -> bool:
+    """Last quarter's mean in flight above the second quarter's by more than
+    max(3·√(second + last), 0.1·second) (module doc); False where either is NaN."""
+    if math.isnan(second) or math.isnan(last):
+        return False
+    return last - second > max(3 * math.sqrt(second + last), 0.1 * second)
+
+
+def filling_note(second: float, last: float) -> str:
+    """What a console line and a report say of a run still filling."""
+    return (f"{STILL_FILLING}: in flight rose from {second:.3g} to {last:.3g} over the arrivals' second and "
+            "last quarters; its latencies are a fill-up's (a lower bound): give it more requests or a longer "
+            "duration")
