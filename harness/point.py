@@ -294,7 +294,8 @@ def summarise(s, p: PointRun) -> None:
                         cost_replicas=int(s.topology().get("replicas") or 1),
                         # autoscaled: the replica-seconds paid in the window (starting, serving and
                         # draining), not replicas x window
-                        cost_replica_seconds=scaled.get("paid_replica_seconds"))
+                        cost_replica_seconds=scaled.get("paid_replica_seconds"),
+                        fixed_rate=p.spec.load.get("kind") != "trace")
     load_s = (p.stats["end_ns"] - p.stats["start_ns"]) / 1e9
     summary.update({
         "label": p.spec.label, "offered_load": offered_load(p.spec.load), "load_kind": p.spec.load.get("kind"),

@@ -143,6 +143,9 @@ def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bo
 
 def in_flight_quarters(summary: Mapping) -> tuple[float, float]:
     """A summary's (``in_flight_second_quarter``, ``in_flight_last_quarter``), ``metrics.filling``'s
-    means; NaN (not filling) where JSON wrote null or the summary was written before them."""
+    means; NaN (not filling) where JSON wrote null, the summary was written before them, or the run
+    replayed a trace (``load_kind`` trace: its rate changes by design, so its in flight may rise)."""
+    if summary.get("load_kind") == "trace":
+        return math.nan, math.nan
     return tuple(math.nan if summary.get(k) is None else float(summary[k])
                  for k in ("in_flight_second_quarter", "in_flight_last_quarter"))

@@ -28,7 +28,8 @@ Definitions:
   its second quarter and its last (``in_flight_second_quarter``, ``in_flight_last_quarter``) and
   ``still_filling`` when the last exceeds the second by more than max(3·√(second + last), 0.1·second):
   the run's arrivals ended before its batch filled, so its latencies are a fill-up's, a lower bound
-  of the steady state's (``metrics/filling.py`` holds the definitions).
+  of the steady state's (``metrics/filling.py`` holds the definitions); judged only at a fixed
+  offered rate (``fixed_rate``: not a trace's replay, whose rate changes by design).
 - ``schedule_lag_*_ms``: the load generator's own delay per measured request,
   ``sent_ns - max(scheduled_ns, slot_ns)`` (``metrics.request_metrics.schedule_lag_s``);
   ``client_limited`` when its p99 exceeds ``client.max_schedule_lag_ms``.  Waiting for a
@@ -102,7 +103,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
               telemetry=None, steady_capacity: int | None = None, steady_reason: str = "",
               expected_turns: dict | None = None, cost_replicas: int = 1,
               cost_replica_seconds: float | None = None, token_mismatch_tolerance: int = 1,
-              token_mismatch_threshold: float = 0.01) -> dict:
+              token_mismatch_threshold: float = 0.01, fixed_rate: bool = True) -> dict:
     """The run's metrics from its per-request table (see module doc for definitions).
 
     ``telemetry`` (the run's ``telemetry.parquet`` table) gives the energy block; without
@@ -142,7 +143,8 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["mean_in_flight"] = busy / duration if duration and duration > 0 else math.nan
     second, last = quarter_in_flight(sent, done_ns)
     out["in_flight_second_quarter"], out["in_flight_last_quarter"] = second, last
-    out["still_filling"] = still_filling(second, last)
+    # a trace's rate changes by design: its in flight follows the trace, not a fill-up
+    out["still_filling"] = bool(fixed_rate) and still_filling(second, last)
 
     in_tok = _col(done, "prompt_tokens")
     out_tok = _col(done, "output_tokens")

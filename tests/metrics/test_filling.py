@@ -18,8 +18,8 @@ from tests.telemetry_fixtures import S, request_table
 LONG_AFTER = 1000.0     # an end after every window here: the request is in flight to its end
 
 
-def summary(rows) -> dict:
-    return summarize(request_table(rows), SLO(), 0, 2000 * S)
+def summary(rows, fixed_rate: bool = True) -> dict:
+    return summarize(request_table(rows), SLO(), 0, 2000 * S, fixed_rate=fixed_rate)
 
 
 def stepped(instants: list[float], counts: list[int]) -> list[dict]:
@@ -62,6 +62,9 @@ def test_the_shape_of_a_fill_up_at_16_req_s_is_still_filling():
     assert s["in_flight_second_quarter"] == 118.5 and s["in_flight_last_quarter"] == 239.0
     # rise 120.5 > max(3 x sqrt(357.5) = 56.7, 11.85)
     assert s["still_filling"] is True
+    # the same rise in a trace's replay (not a fixed rate): the trace's own, not judged
+    s = summary(rows, fixed_rate=False)
+    assert s["in_flight_last_quarter"] == 239.0 and s["still_filling"] is False
 
 
 def test_the_shape_of_a_steady_run_at_4_req_s_is_not():

@@ -69,6 +69,11 @@ def test_slo_holds_reads_whether_the_summary_was_still_filling():
     # written before the keys, or NaN written as JSON's null (no arrival window): not judged on them
     assert slo_holds(s) == (True, "")
     assert slo_holds({**s, "in_flight_second_quarter": None, "in_flight_last_quarter": None}) == (True, "")
+    # a trace's replay: its rate changes by design, so a rise is the trace's, never a fill-up
+    assert slo_holds({**s, "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16,
+                      "load_kind": "trace"}) == (True, "")
+    assert slo_holds({**s, "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16,
+                      "load_kind": "poisson"}) == (False, FILLING_NOTE)
 
 
 def test_percentiles_missed_names_each_slo_over_its_limit():
