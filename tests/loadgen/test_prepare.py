@@ -180,7 +180,8 @@ def test_session_turns_are_built_during_the_think_time(tmp_path):
     assert len(rows) == 23
     for prev, nxt in (("a", "a.1"), ("a.1", "a.1.2")):
         assert rows[nxt]["scheduled_ns"] == rows[prev]["done_ns"] + int(think * 1e9)
-        assert (rows[nxt]["sent_ns"] - rows[nxt]["scheduled_ns"]) / 1e6 < 5 or not quiet
+        # sent on time: well under the 50 ms build (5 ms failed once beside another test worker: 5.4)
+        assert (rows[nxt]["sent_ns"] - rows[nxt]["scheduled_ns"]) / 1e6 < 20 or not quiet
     lags = [(r["sent_ns"] - r["scheduled_ns"]) / 1e6 for k, r in rows.items() if k.startswith("x")]
     assert max(lags) < 20 or not quiet, (max(lags), noise_ms)  # a 50 ms build on the loop would delay them
 
