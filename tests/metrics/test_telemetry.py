@@ -291,5 +291,7 @@ def test_energy_selftest_measure_on_a_fake_gpu():
     assert w["method"] == "counter"
     assert w["counter_j"] == pytest.approx(250.0 * w["seconds"], rel=1e-3)
     assert r["counter_vs_power"] < 1e-3 and r["collector_vs_direct"] < 1e-2
-    assert r["collector_idle_power_w"] == pytest.approx(250.0, rel=1e-3)
+    # the fake counter runs on the wall clock and the collector reads it between its own time stamps:
+    # a scheduling delay between the two shows (250.3 W once in .ci/run, beside another test worker)
+    assert r["collector_idle_power_w"] == pytest.approx(250.0, rel=1e-2)
     assert r["ok"] is True
