@@ -140,7 +140,6 @@ def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bo
                          saturated=bool(summary.get("saturated")), in_flight_quarters=in_flight_quarters(summary))
 
 
-
 def in_flight_quarters(summary: Mapping) -> tuple[float, float]:
     """A summary's (``in_flight_second_quarter``, ``in_flight_last_quarter``), ``metrics.filling``'s
     means; NaN (not filling) where JSON wrote null, the summary was written before them, or the run
