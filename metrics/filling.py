@@ -74,5 +74,5 @@ def still_filling(second: float, last: float) -> bool:
 def filling_note(second: float, last: float) -> str:
     """What a console line and a report say of a run still filling."""
     return (f"{STILL_FILLING}: in flight rose from {second:.3g} to {last:.3g} over the arrivals' second and "
-            "last quarters; its latencies are a fill-up's (a lower bound): give it more requests or a longer "
-            "duration")
+            "last quarters; its latencies are a fill-up's or a growing backlog's (a lower bound either way): give it "
+            "more requests or a longer duration to tell which")

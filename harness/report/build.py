@@ -102,9 +102,9 @@ def filling_runs_note(d: report_data.ReportData) -> page.Note | None:
     parts = [f"{' '.join(str(x) for x in (r.series, r.label) if x)}: in flight rose from "
              f"{r.summary['in_flight_second_quarter']:.3g} to {r.summary['in_flight_last_quarter']:.3g} over the "
              "arrivals' second and last quarters" for r in filling]
-    return page.Note(f"{len(filling)} of {len(d.ours)} runs {STILL_FILLING}: their latencies are a fill-up's (a "
-                     "lower bound), not a steady state's, and they do not meet the SLO: give them more requests or a "
-                     "longer duration", parts)
+    return page.Note(f"{len(filling)} of {len(d.ours)} runs {STILL_FILLING}: their latencies are a fill-up's or a "
+                     "growing backlog's (a lower bound), not a steady state's, and they do not meet the SLO: give them "
+                     "more requests or a longer duration", parts)
 
 
 def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:

@@ -28,7 +28,8 @@ def test_the_console_says_a_point_still_filling_under_its_line():
     m = {"still_filling": True, "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16}
     assert filling_line(m) == (
         "  still filling: in flight rose from 140 to 253 over the arrivals' second and last quarters; its "
-        "latencies are a fill-up's (a lower bound): give it more requests or a longer duration")
+        "latencies are a fill-up's or a growing backlog's (a lower bound either way): give it more requests "
+        "or a longer duration to tell which")
     assert filling_line({**m, "still_filling": False}) == "" and filling_line({}) == ""
 
 

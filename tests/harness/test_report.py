@@ -334,9 +334,9 @@ def test_runs_still_filling_are_on_the_first_screen(experiment, tmp_path):
     notes = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>",
                        _subtitle(page))
     head, detail = next((h, x) for h, x in notes if "still filling" in h)
-    assert head == (f"1 of {len(dirs)} runs still filling: their latencies are a fill-up&#x27;s (a lower bound), "
-                    "not a steady state&#x27;s, and they do not meet the SLO: give them more requests or a longer "
-                    "duration")
+    assert head == (f"1 of {len(dirs)} runs still filling: their latencies are a fill-up&#x27;s or a growing "
+                    "backlog&#x27;s (a lower bound), not a steady state&#x27;s, and they do not meet the SLO: give "
+                    "them more requests or a longer duration")
     items = re.findall(r"<li>(.*?)</li>", detail)
     assert len(items) == 1 and items[0].endswith(
         "in flight rose from 140 to 253 over the arrivals&#x27; second and last quarters")

@@ -146,4 +146,5 @@ def test_a_request_with_no_end_counts_nowhere_but_its_send_bounds_the_window():
 def test_the_note_says_the_rise_and_what_to_do():
     assert filling_note(118.5, 239.0) == (
         "still filling: in flight rose from 118 to 239 over the arrivals' second and last quarters; its "
-        "latencies are a fill-up's (a lower bound): give it more requests or a longer duration")
+        "latencies are a fill-up's or a growing backlog's (a lower bound either way): give it more requests "
+        "or a longer duration to tell which")

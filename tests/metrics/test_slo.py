@@ -42,7 +42,8 @@ def test_slo_holds_reads_a_summary_with_the_same_check():
 
 
 FILLING_NOTE = ("still filling: in flight rose from 140 to 253 over the arrivals' second and last quarters; its "
-                "latencies are a fill-up's (a lower bound): give it more requests or a longer duration")
+                "latencies are a fill-up's or a growing backlog's (a lower bound either way): give it more requests "
+                "or a longer duration to tell which")
 
 
 def test_a_run_still_filling_does_not_meet_the_slo_it_would_otherwise_meet():
