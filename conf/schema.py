@@ -634,6 +634,12 @@ class ProfileProtocol:
     decode_output_tokens: int = _f(64, ge=2)
     decode_waves: int = _f(2, ge=1)           # requests at each concurrency: concurrency x waves
     warmup_requests: int = _f(1, ge=0)        # each run's warm-up requests (outside its figures)
+    # mixed ladder: each prefill length with mixed_concurrency requests in a closed loop, outputs
+    # spread over mixed_output_tokens/2 .. 3/2 of it, so each prefill shares a step with the
+    # others' decodes: what a prefill adds to that step (the scheduler model's prefill cost); 0: none
+    mixed_concurrency: int = _f(4, ge=0)
+    mixed_requests: int = _f(40, ge=1)
+    mixed_output_tokens: int = _f(32, ge=4)
     resolution: int = _f(50, ge=2)            # points per axis of the mocker's tables
     # whose figures the mocker's tables come from: the client's (TTFT, ITL: what a user waits
     # for, the serving path included) or the engine's phase histograms (vLLM; the serving path

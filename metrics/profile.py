@@ -29,6 +29,19 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
   the served model's tokenizer); the server's own count stands beside them
   (``reported_prompt_tokens``).
 - ``kv_tokens`` = ``batch * context``: the KV tokens a step reads, summed over the batch.
+- ``prefill_in_step_ms`` (a mixed run: ``c`` requests of prompt ``L`` in a closed loop, their
+  output lengths spread so that each new request's prefill runs while the others decode): what
+  a prefill of ``L`` adds to the decode step it shares (vLLM and SGLang run a prefill chunk and
+  the running sequences' decode in one forward pass).  Every completed request's first token
+  (at ``f``) ends the step that ran its prefill; each other counted request decoding then (its
+  first read before ``f``, its last after) got that step's token in its read nearest ``f``
+  (reads: ``one_chunk_a_read``), within ``MIXED_READ_TOLERANCE_NS`` and carrying one token:
+  the gap before that read is a step with a prefill in it.  ``step_with_prefill_ms`` = the
+  median of those gaps; ``step_ms`` = the median per-token ITL of the run's other reads;
+  ``prefill_in_step_ms`` = their difference.  The scheduler model charges a step that carries
+  a prefill this increment, not the prefill's TTFT (``protocols.plan.scheduler``): the rest of
+  a TTFT (the serving path: HTTP, tokenisation, the engine's scheduling) delays the request
+  without holding the batch.
 - The engine's own phase histograms where it has them (vLLM's
   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds``, the run's
   ``engine_mean_prefill_ms`` and ``engine_mean_decode_ms``; ``metrics.engine_counters``):
@@ -38,6 +51,9 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
 
 Fits (non-negative least squares, ``scipy.optimize.nnls``: no coefficient may be negative, a
 time that shrinks with work being noise):
+
+- prefill in a step: ``prefill_in_step_ms(L) = a + b*L + c*L^2`` over the mixed runs'
+  ``(prompt_tokens, prefill_in_step_ms)``, as the prefill fit.
 
 - prefill: ``prefill_ms(L) = a + b*L + c*L^2`` over the prefill runs' ``(prompt_tokens,
   prefill_ms)``: a fixed cost, a per-token cost (the weights' FLOPs) and a quadratic one
@@ -157,6 +173,42 @@ def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
             "p90_itl_ms": float(np.percentile(itl, 90)), "batch": batch, "context": context,
             "kv_tokens": batch * context, "output_tokens": float(np.mean([r["output_tokens"] for r in rs])),
             "requests": len(rs)}
+
+
+MIXED_READ_TOLERANCE_NS = 2_000_000   # a decoding stream's read this close to another's first token is of its step
+
+
+def mixed_point(rows: list[dict], prompt_tokens: int) -> dict:
+    """A mixed run's figures (module doc) at the ladder's ``prompt_tokens``:
+    ``step_with_prefill_ms``, ``step_ms``, ``prefill_in_step_ms``, ``steps_with_prefill`` (the
+    gaps counted), ``requests``."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("first_token_ns") is not None and r.get("chunk_ns")]
+    firsts = np.sort(np.array([r["first_token_ns"] for r in ok], dtype=np.int64))
+    mixed: list[float] = []
+    pure: list[np.ndarray] = []
+    for r in counted(ok):
+        c, k = one_chunk_a_read(r["chunk_ns"], r["chunk_tokens"])
+        if c.size < 3:
+            continue
+        # the other requests' first tokens while this one decodes (its own is c[0])
+        inside = firsts[(firsts > c[0]) & (firsts < c[-1])]
+        near = np.clip(np.searchsorted(c, inside), 1, c.size - 1)
+        near = np.where(np.abs(c[near - 1] - inside) < np.abs(c[near] - inside), near - 1, near)
+        hit = (near >= 1) & (np.abs(c[near] - inside) <= MIXED_READ_TOLERANCE_NS) & (k[near] == 1)
+        marked = np.unique(near[hit])
+        mixed += ((c[marked] - c[marked - 1]) / 1e6).tolist()
+        keep = np.ones(c.size, dtype=bool)
+        keep[marked] = False
+        keep[0] = True                       # the first token's read opens the first gap
+        gaps = np.diff(c) / 1e6
+        per_token = gaps / np.maximum(k[1:], 1)
+        pure.append(np.repeat(per_token[keep[1:]], np.maximum(k[1:][keep[1:]], 1)))
+    pure_all = np.concatenate(pure) if pure else np.empty(0)
+    with_prefill = float(np.median(mixed)) if mixed else math.nan
+    step = float(np.median(pure_all)) if pure_all.size else math.nan
+    return {"prompt_tokens": prompt_tokens, "step_with_prefill_ms": with_prefill, "step_ms": step,
+            "prefill_in_step_ms": with_prefill - step, "steps_with_prefill": len(mixed),
+            "requests": len(counted(ok))}
 
 
 def engine_step_ms(engine_mean_decode_ms, output_tokens) -> float:

@@ -6,7 +6,11 @@
   ``protocol.decode_concurrency``, ``concurrency x decode_waves`` requests (the warm-up ones
   among them) of ``decode_output_tokens`` each (exact lengths where the engine takes
   ``ignore_eos``), so that a closed loop keeps that many sequences decoding together, in whole
-  waves.
+  waves;
+- mixed ladder (``protocol.mixed_concurrency`` > 0): each prefill length at that concurrency,
+  ``mixed_requests`` requests whose output lengths are spread uniformly over
+  ``mixed_output_tokens`` / 2 .. 3/2 of it, so that the closed loop falls out of step and each
+  new request's prefill runs while the others decode (``metrics.profile.mixed_point``).
 
 Each step is a ``RunSpec`` (``load=concurrency`` with its fixed lengths) plus the workload
 lengths it runs with; pure data, so the plan prints and tests without an engine.
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 
 from conf.load_point import RunSpec
 
-PREFILL, DECODE = "prefill", "decode"
+PREFILL, DECODE, MIXED = "prefill", "decode", "mixed"
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,14 @@ class Step:
 
     @property
     def workload(self) -> dict:
-        """The synthetic workload's fields this step sets: exact lengths, no distribution, no
-        shared prefix (a prefix-cache hit would shorten the prefill measured) and no long tail."""
+        """The synthetic workload's fields this step sets: exact lengths (a mixed step's outputs
+        spread uniformly over half to one and a half of its mean), no shared prefix (a
+        prefix-cache hit would shorten the prefill measured) and no long tail."""
+        out = {"kind": "fixed", "min": None, "max": None}
+        if self.phase == MIXED:
+            out = {"kind": "uniform", "min": max(self.output_tokens // 2, 2), "max": self.output_tokens * 3 // 2}
         return {"input_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
-                "input_dist": {"kind": "fixed"}, "output_dist": {"kind": "fixed"},
+                "input_dist": {"kind": "fixed"}, "output_dist": out,
                 "prefix_groups": {"count": 0, "prefix_tokens": 0}, "stress": {"long_tail": {"fraction": 0.0}}}
 
 
@@ -52,8 +60,9 @@ def profile_steps(protocol, base_load: dict, max_model_len: int | None = None) -
     if len(prompts) * len(users) < 2:
         raise ValueError(f"protocol.decode_prompt_lengths={prompts} x protocol.decode_concurrency={users}: the "
                          "decode fit needs at least 2 runs")
+    mixed_c, mixed_out = int(protocol.mixed_concurrency), int(protocol.mixed_output_tokens)
     if max_model_len:
-        for key, vals, extra in (("protocol.prefill_lengths", lengths, 1),
+        for key, vals, extra in (("protocol.prefill_lengths", lengths, mixed_out * 3 // 2 if mixed_c else 1),
                                  ("protocol.decode_prompt_lengths", prompts, out_tokens)):
             bad = [v for v in vals if v + extra > max_model_len]
             if bad:
@@ -76,6 +85,10 @@ def profile_steps(protocol, base_load: dict, max_model_len: int | None = None) -
             # warm-up and measured requests together fill whole waves: none decodes alone at the end
             add(DECODE, P, out_tokens, c, max(c * int(protocol.decode_waves) - warm, 1), f"decode in={P} c={c}",
                 f"decode/in={P:05d}-c={c:04d}")
+    if mixed_c:
+        for L in sorted(set(lengths)):
+            add(MIXED, L, mixed_out, mixed_c, int(protocol.mixed_requests), f"mixed in={L} c={mixed_c}",
+                f"mixed/in={L:05d}-c={mixed_c:04d}")
     return steps
 
 

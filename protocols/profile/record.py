@@ -1,5 +1,6 @@
 """The profile's record, rebuilt from its run folders: ``profile.json`` (every ladder step's
-figures, the two fits and their residuals; ``metrics.profile``) and ``perf_data.npz``, the
+figures, the fits and their residuals, the prefill in a step's where the mixed ladder ran;
+``metrics.profile``) and ``perf_data.npz``, the
 file Dynamo's mocker reads with ``--planner-profile-data`` (the five float64 arrays of
 ``metrics.profile.MOCKER_KEYS``; ``write_mocker_npz``)."""
 
@@ -15,7 +16,7 @@ import pyarrow.parquet as pq
 
 from harness import results_io
 from metrics import profile as fit
-from protocols.profile.plan import DECODE, PREFILL, Step
+from protocols.profile.plan import DECODE, MIXED, PREFILL, Step
 
 PROFILE_FILE = "profile.json"
 MOCKER_FILE = "perf_data.npz"
@@ -43,6 +44,8 @@ def step_figures(out: Path, step: Step) -> dict | None:
     if step.phase == PREFILL:
         got = fit.prefill_point(rows, step.prompt_tokens)
         got["engine_prefill_ms"] = _num(summary.get("engine_mean_prefill_ms"))
+    elif step.phase == MIXED:
+        got = fit.mixed_point(rows, step.prompt_tokens)
     else:
         got = fit.decode_point(rows, step.prompt_tokens)
         got["engine_step_ms"] = fit.engine_step_ms(summary.get("engine_mean_decode_ms"), got["output_tokens"])
@@ -67,25 +70,36 @@ def profile_json(out: Path, steps: list[Step], resolution: int, source: str = "c
     figures = [f for f in (step_figures(out, s) for s in steps) if f is not None]
     pre = [f for f in figures if f["phase"] == PREFILL]
     dec = [f for f in figures if f["phase"] == DECODE]
+    mixed = [f for f in figures if f["phase"] == MIXED]
     record: dict = {"kind": "measured", "formulas": "metrics/profile.py", "source": source, "prefill_points": pre,
-                    "decode_points": dec, "runs_planned": len(steps), "runs_finished": len(figures)}
+                    "decode_points": dec, "mixed_points": mixed, "runs_planned": len(steps),
+                    "runs_finished": len(figures)}
     notes: list[str] = []
+    if mixed:
+        try:
+            record["prefill_in_step_fit"] = fit.fit_prefill([f["prompt_tokens"] for f in mixed],
+                                                            [f["prefill_in_step_ms"] for f in mixed])
+            record["prefill_in_step_fit"]["model"] = "prefill_in_step_ms = a + b*L + c*L^2"
+        except ValueError as e:
+            notes.append(f"the mixed ladder: {e}; the scheduler model charges a step the prefill's whole TTFT")
     try:
         record["prefill_fit"], record["decode_fit"] = _fits(pre, dec, "prefill_ms", "step_ms")
     except ValueError as e:
         record["fit_error"] = str(e)
         return record, None
+    engine_note = None
     if any(math.isfinite(f["engine_prefill_ms"]) for f in pre) or any(math.isfinite(f["engine_step_ms"]) for f in dec):
         try:
             record["engine_prefill_fit"], record["engine_decode_fit"] = _fits(pre, dec, "engine_prefill_ms",
                                                                               "engine_step_ms")
         except ValueError as e:
-            notes.append(f"the engine's histograms: {e}")
+            engine_note = f"the engine's histograms: {e}"
+            notes.append(engine_note)
     chosen = "engine_" if source == "engine" else ""
     if f"{chosen}prefill_fit" not in record:
         record["fit_error"] = ("protocol.source=engine: the engine's phase histograms (vLLM's "
                                "vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds) gave no fit"
-                               + (f" ({notes[-1]})" if notes else "; it exports none") + "; use protocol.source=client")
+                               + (f" ({engine_note})" if engine_note else "; it exports none") + "; use protocol.source=client")
         record["notes"] = notes
         return record, None
     prefill, decode = record[f"{chosen}prefill_fit"], record[f"{chosen}decode_fit"]
@@ -141,7 +155,7 @@ def write_profile(out: Path, steps: list[Step], resolution: int, source: str = "
 def parent_metrics(record: dict) -> dict:
     """The fits' coefficients and residual sizes, for the MLflow parent run."""
     m: dict = {}
-    for key in ("prefill_fit", "decode_fit", "engine_prefill_fit", "engine_decode_fit"):
+    for key in ("prefill_fit", "decode_fit", "engine_prefill_fit", "engine_decode_fit", "prefill_in_step_fit"):
         f = record.get(key)
         if f:
             m.update({f"profile_{key.removesuffix('fit')}{k}": v for k, v in f["coefficients"].items()})

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from metrics import profile
+from tests.engine_steps import closed_loop_rows
 
 MS = 1_000_000  # ns
 
@@ -168,3 +169,21 @@ def test_mocker_tables_evaluate_the_fits_on_dynamos_grid():
                                    resolution=5)
     assert capped["decode_itl"][-1, 0] == pytest.approx(4 + 16 + 0.001 * 17408)
     assert capped["decode_itl"][-1, -1] == pytest.approx(t["decode_itl"][-1, -1])
+
+
+def test_a_prefill_in_a_step_is_what_it_adds_to_the_others_gap():
+    rows = closed_loop_rows(c=4, n_requests=60, step_ms=5.0, prefill_ms=30.0)
+    p = profile.mixed_point(rows, 256)
+    # a step with one prefill in it: 35 ms (reads up to 0.3 ms late on either end)
+    assert p["step_with_prefill_ms"] == pytest.approx(35.0, abs=0.3)
+    assert p["step_ms"] == pytest.approx(5.0, abs=0.3)
+    assert p["prefill_in_step_ms"] == pytest.approx(30.0, abs=0.5)
+    assert p["steps_with_prefill"] > 100 and p["requests"] == 60
+
+
+def test_a_mixed_run_without_a_prefill_among_decodes_has_no_figure():
+    # one request at a time: no other request decodes while one is prefilled
+    rows = closed_loop_rows(c=1, n_requests=5, step_ms=5.0, prefill_ms=30.0)
+    p = profile.mixed_point(rows, 256)
+    assert p["steps_with_prefill"] == 0 and math.isnan(p["prefill_in_step_ms"])
+    assert p["step_ms"] == pytest.approx(5.0, abs=0.3)

@@ -18,9 +18,10 @@ from conf.compose import compose_config
 from harness.errors import UserError
 from metrics import profile as fit
 from protocols.profile import record
-from protocols.profile.plan import DECODE, PREFILL
+from protocols.profile.plan import DECODE, MIXED, PREFILL
 from protocols.profile.run import plan
 from protocols.registry import Invocation, get_protocol
+from tests.engine_steps import closed_loop_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +33,8 @@ def _cfg(*overrides):
 def test_plan_is_a_prefill_ladder_then_decode_ladders():
     cfg = _cfg("protocol.prefill_lengths=[64,256]", "protocol.prefill_requests=3",
                "protocol.decode_prompt_lengths=[128,1024]", "protocol.decode_concurrency=[1,4]",
-               "protocol.decode_output_tokens=32", "protocol.decode_waves=2", "protocol.warmup_requests=0")
+               "protocol.decode_output_tokens=32", "protocol.decode_waves=2", "protocol.warmup_requests=0",
+               "protocol.mixed_concurrency=0")
     steps = plan(cfg)
     assert [s.spec.label for s in steps] == ["prefill in=64", "prefill in=256", "decode in=128 c=1",
                                               "decode in=128 c=4", "decode in=1024 c=1", "decode in=1024 c=4"]
@@ -45,15 +47,28 @@ def test_plan_is_a_prefill_ladder_then_decode_ladders():
     assert {s.spec.load["warmup_requests"] for s in steps} == {0}
     assert len({s.spec.subdir for s in steps}) == 6 and [s.spec.index for s in steps] == list(range(6))
     assert steps[3].workload == {"input_tokens": 128, "output_tokens": 32, "input_dist": {"kind": "fixed"},
-                                 "output_dist": {"kind": "fixed"}, "prefix_groups": {"count": 0, "prefix_tokens": 0},
+                                 "output_dist": {"kind": "fixed", "min": None, "max": None}, "prefix_groups": {"count": 0, "prefix_tokens": 0},
                                  "stress": {"long_tail": {"fraction": 0.0}}}
+
+
+def test_the_mixed_ladder_runs_each_prefill_length_among_decodes_of_spread_lengths():
+    steps = plan(_cfg("protocol.prefill_lengths=[64,256]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_concurrency=[1,4]", "protocol.mixed_concurrency=3",
+                      "protocol.mixed_requests=30", "protocol.mixed_output_tokens=40"))
+    mixed = [s for s in steps if s.phase == MIXED]
+    assert [s.spec.label for s in mixed] == ["mixed in=64 c=3", "mixed in=256 c=3"]
+    assert [(s.prompt_tokens, s.spec.load["concurrency"], s.spec.load["num_requests"]) for s in mixed] == [
+        (64, 3, 30), (256, 3, 30)]
+    assert mixed[1].workload["output_dist"] == {"kind": "uniform", "min": 20, "max": 60}
+    assert mixed[1].workload["output_tokens"] == 40 and mixed[1].spec.subdir == "mixed/in=00256-c=0003"
 
 
 def test_a_steps_workload_merges_over_a_synthetic_one_with_prefixes_and_a_tail():
     from omegaconf import OmegaConf
 
     cfg = _cfg("workload.prefix_groups.count=4", "workload.prefix_groups.prefix_tokens=32",
-               "workload.stress.long_tail.fraction=0.1", "workload.input_dist.kind=uniform")
+               "workload.stress.long_tail.fraction=0.1", "workload.input_dist.kind=uniform",
+               "protocol.mixed_concurrency=0")
     w = OmegaConf.merge(cfg.workload, plan(cfg)[-1].workload)
     assert (w.input_tokens, w.output_tokens, w.input_dist.kind, w.prefix_groups.count,
             w.stress.long_tail.fraction) == (1024, 64, "fixed", 0, 0.0)
@@ -70,7 +85,7 @@ def test_decode_warmup_requests_fill_whole_waves():
 def test_default_plan_fits_the_tiny_models_context():
     cfg = _cfg()
     steps = plan(cfg)
-    assert len(steps) == 6 + 2 * 5
+    assert len(steps) == 6 + 2 * 5 + 6
     assert max(s.prompt_tokens + s.output_tokens for s in steps) <= 2048
 
 
@@ -78,8 +93,11 @@ def test_default_plan_fits_the_tiny_models_context():
     (["workload=azure"], "runs workload=synthetic, not workload=azure"),
     (["protocol.prefill_lengths=[128]"], "at least 2 distinct lengths"),
     (["protocol.decode_prompt_lengths=[64]", "protocol.decode_concurrency=[1]"], "the decode fit needs at least 2"),
-    (["engine.max_model_len=512", "protocol.prefill_lengths=[64,600]"],
+    (["engine.max_model_len=512", "protocol.prefill_lengths=[64,600]", "protocol.mixed_concurrency=0"],
      r"protocol.prefill_lengths: \[600\] \+ 1 output token\(s\) exceed the engine's max length 512"),
+    # the mixed ladder's outputs (up to 3/2 of 32) follow its prompts
+    (["engine.max_model_len=512", "protocol.prefill_lengths=[64,480]"],
+     r"protocol.prefill_lengths: \[480\] \+ 48 output token\(s\) exceed the engine's max length 512"),
     (["protocol.decode_concurrency=[0,2]"], r"protocol.decode_concurrency\[0\]=0: must be >= 1"),
 ])
 def test_a_bad_plan_is_one_clear_error(overrides, message):
@@ -100,7 +118,8 @@ def test_a_multirun_of_a_profile_is_refused():
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     out = get_protocol("profile").run(_cfg(f"output_dir={tmp_path}/out", "protocol.dry_run=true",
                                            "protocol.prefill_lengths=[64,128]", "protocol.decode_concurrency=[1,2]",
-                                           "protocol.decode_prompt_lengths=[128]"), Invocation())
+                                           "protocol.decode_prompt_lengths=[128]", "protocol.mixed_concurrency=0"),
+                                     Invocation())
     said = capsys.readouterr().out
     assert "plan (4 runs, 1 engine launch)" in said
     assert "decode in=128 c=2: 3 requests (+1 warm-up) of 128 in / 64 out" in said
@@ -170,7 +189,7 @@ def test_profile_of_the_fake_server_recovers_its_timing(tmp_path, mlflow_uri, ti
              f"output_dir={tmp_path}/out", "protocol.prefill_lengths=[32,64,128]", "protocol.prefill_requests=3",
              "protocol.decode_prompt_lengths=[32,96]", "protocol.decode_concurrency=[1,4]",
              f"protocol.decode_output_tokens={CHUNKS}", "protocol.decode_waves=1", "protocol.warmup_requests=0",
-             "protocol.resolution=5"],
+             "protocol.resolution=5", "protocol.mixed_concurrency=0"],
             capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     out = tmp_path / "out"
@@ -231,7 +250,8 @@ def test_record_from_run_folders_puts_the_engines_histograms_beside_the_clients(
     """profile.json from finished run folders: a prefill run's median TTFT and vLLM's mean
     prefill time, a decode run's step from its chunks and vLLM's mean decode time per token."""
     steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
-                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5"))
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5",
+                      "protocol.mixed_concurrency=0"))
     ms = 1_000_000
     for s, ttft in zip(steps[:2], (20.0, 60.0)):
         rows = [{"status": "ok", "warmup": w, "ttft_s": (ttft if not w else 500.0) / 1e3,
@@ -277,7 +297,8 @@ def test_record_without_enough_runs_says_why_and_writes_no_mocker_file(tmp_path)
 def test_source_engine_draws_the_mocker_tables_from_the_engines_histograms(tmp_path):
     test_record_from_run_folders_puts_the_engines_histograms_beside_the_clients(tmp_path)
     steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
-                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5"))
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5",
+                      "protocol.mixed_concurrency=0"))
     rec = record.write_profile(tmp_path, steps, 4, source="engine")
     assert rec["engine_prefill_fit"]["fitted_ms"] == pytest.approx([18.0, 58.0], abs=1e-6)
     assert rec["mocker"]["from"] == "engine_prefill_fit, engine_decode_fit"
@@ -290,7 +311,8 @@ def test_source_engine_draws_the_mocker_tables_from_the_engines_histograms(tmp_p
 
 def test_source_engine_without_histograms_says_so(tmp_path):
     steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
-                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5"))
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5",
+                      "protocol.mixed_concurrency=0"))
     for s in steps:
         rows = [{"status": "ok", "warmup": False, "ttft_s": 0.02, "prompt_tokens": s.prompt_tokens,
                  "output_tokens": s.output_tokens, "first_token_ns": 0, "end_ns": 4_000_000 * (s.output_tokens - 1),
@@ -301,3 +323,29 @@ def test_source_engine_without_histograms_says_so(tmp_path):
     assert rec["fit_error"].startswith("protocol.source=engine: the engine's phase histograms")
     assert rec["fit_error"].endswith("it exports none; use protocol.source=client")
     assert not (tmp_path / record.MOCKER_FILE).exists()
+
+
+def test_record_fits_the_prefill_a_step_carries_from_the_mixed_runs(tmp_path):
+    """The mixed runs of an engine whose step takes 5 ms plus 10 + 0.05*L ms for a prefill of L
+    in it (tests.engine_steps): the fit recovers the increment, not the TTFT."""
+    steps = plan(_cfg("protocol.prefill_lengths=[64,512]", "protocol.decode_prompt_lengths=[128]",
+                      "protocol.decode_concurrency=[1,2]", "protocol.decode_output_tokens=5",
+                      "protocol.mixed_concurrency=4"))
+    ms = 1_000_000
+    for s in steps:
+        if s.phase == PREFILL:
+            rows = [{"status": "ok", "warmup": False, "ttft_s": (20.0 + 0.1 * s.prompt_tokens) / 1e3,
+                     "prompt_tokens": s.prompt_tokens, "output_tokens": 1}] * 3
+        elif s.phase == DECODE:
+            rows = [{"status": "ok", "warmup": False, "ttft_s": 0.02, "prompt_tokens": 128, "output_tokens": 5,
+                     "first_token_ns": 0, "end_ns": 20 * ms, "chunk_ns": [i * 5 * ms for i in range(5)],
+                     "chunk_tokens": [1] * 5}] * s.concurrency
+        else:
+            rows = closed_loop_rows(4, 40, 5.0, 10.0 + 0.05 * s.prompt_tokens, prompt_tokens=s.prompt_tokens)
+        _write_run(tmp_path / s.spec.subdir, rows, {})
+    rec = record.write_profile(tmp_path, steps, 4)
+    assert [p["prefill_in_step_ms"] for p in rec["mixed_points"]] == pytest.approx([13.2, 35.6], abs=0.5)
+    got = rec["prefill_in_step_fit"]
+    assert got["model"] == "prefill_in_step_ms = a + b*L + c*L^2"
+    assert got["fitted_ms"] == pytest.approx([13.2, 35.6], abs=0.5)
+    assert record.parent_metrics(rec)["profile_prefill_in_step_a_ms"] == pytest.approx(got["coefficients"]["a_ms"])
