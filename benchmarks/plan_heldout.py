@@ -85,11 +85,18 @@ def mooncake_blocks(trace: str, request_ids: list[str], prompt: np.ndarray, bloc
     return out
 
 
-def write_fixture(folder: Path, name: str, run: Path, r: dict, knobs: dict, profile: Path) -> None:
+def write_fixture(folder: Path, name: str, run: Path, r: dict, knobs: dict, profile: Path,
+                  in_step: dict | None) -> None:
     """A case as the CI check reads it: ``case.json`` (the requests in arrival order, the
-    engine's knobs) and the profile's ``perf_data.npz``."""
+    engine's knobs), the profile's ``perf_data.npz`` and, where the model charged a step the
+    prefill's measured increment, a ``profile.json`` holding that fit alone."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "perf_data.npz").write_bytes(profile.read_bytes())
+    rec = folder / sched.PROFILE_JSON
+    rec.unlink(missing_ok=True)
+    if in_step:
+        rec.write_text(json.dumps({"prefill_in_step_fit": {"coefficients": in_step}}, indent=1) + "\n",
+                       encoding="utf-8")
     case = {"case": name, "run": str(run), "knobs": knobs,
             "arrival_s": [round(float(x), 6) for x in r["arrival_s"]],
             "prompt_tokens": r["prompt"].tolist(), "output_tokens": r["output"].tolist(),
@@ -130,6 +137,9 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the residuals here")
     ap.add_argument("--effect", action="append", default=[],
                     help="A/B: the knob's effect, case A's metrics over case B's, measured and predicted")
+    ap.add_argument("--prefill-charge", choices=("auto", "ttft"), default="auto",
+                    help="auto: a step carrying a prefill costs the profile's measured increment where its "
+                         "mixed ladder ran (the model's default); ttft: the prefill's TTFT less one step")
     ap.add_argument("--fixture", default=None,
                     help="write the first case's requests, knobs and the profile here (the CI check's input)")
     a = ap.parse_args()
@@ -146,7 +156,7 @@ def main() -> int:
         name, run, over, trace = parse_case(text)
         r = read_run(run)
         knobs = {**sched.engine_knobs(r["provenance"]), **over}
-        model = sched.SchedulerModel(py, profile, knobs)
+        model = sched.SchedulerModel(py, profile, knobs, in_step={} if a.prefill_charge == "ttft" else None)
         stream = (r["arrival_s"], r["prompt"], r["output"])
         if trace:
             stream += (mooncake_blocks(trace, r["request_id"], r["prompt"], int(knobs.get("block_size", 16))),)
@@ -157,14 +167,16 @@ def main() -> int:
         if name in emulated:
             e = read_run(Path(emulated[name]))
             emu = stats(slo, e, e["ttft"], e["tpot"], e["done"])
-        rows = [{**row, "model": "scheduler", "profile": str(a.profile), "run": str(run)}
+        rows = [{**row, "model": "scheduler", "profile": str(a.profile), "run": str(run),
+                 "prefill_charged": "in_step" if model.in_step else "ttft"}
                 for row in residuals(name, pred, meas)]
         got[name] = (pred, meas)
         if a.fixture and not out:
-            write_fixture(Path(a.fixture), name, run, r, knobs, profile)
+            write_fixture(Path(a.fixture), name, run, r, knobs, profile, model.in_step)
         n = int((~r["warmup"]).sum())
         src = f"; prefix blocks from {trace}" if trace else ""
-        print(f"\n{name}: {run} ({n} requests measured; knobs {json.dumps(knobs, sort_keys=True)}{src})")
+        print(f"\n{name}: {run} ({n} requests measured; knobs {json.dumps(knobs, sort_keys=True)}{src}; "
+              f"prefill charged: {model.describe()['prefill_charged']})")
         print(f"  {'metric':<16}{'measured':>11}{'predicted':>11}{'error':>10}" + (f"{'mocker':>11}{'error':>10}"
                                                                                     if emu else ""))
         for row in rows:

@@ -133,6 +133,40 @@ def test_first_token_table_takes_one_step_off_the_prefill():
     assert (got["decode_itl"] == TABLES["decode_itl"]).all() and TABLES["prefill_ttft_ms"][0] == 30.0
 
 
+def test_with_a_measured_prefill_increment_the_rest_of_the_ttft_is_serving_path():
+    # the profile's mixed ladder: a prefill adds 10 + 0.02*L ms to the step it shares
+    tables, serving = sched.replay_tables(TABLES, {"a_ms": 10.0, "b_ms_per_token": 0.02, "c_ms_per_token2": 0.0})
+    assert tables["prefill_ttft_ms"] == pytest.approx([12.0, 32.0])
+    # TTFT - increment - one step: 30 - 12 - 6 and 80 - 32 - 16
+    assert serving == pytest.approx([12.0, 32.0])
+    # an increment past the TTFT leaves no serving path (never negative)
+    _, serving = sched.replay_tables(TABLES, {"a_ms": 40.0, "b_ms_per_token": 0.0, "c_ms_per_token2": 0.0})
+    assert serving == pytest.approx([0.0, 24.0])
+    # without one: the TTFT less one step, nothing added
+    tables, serving = sched.replay_tables(TABLES)
+    assert tables["prefill_ttft_ms"] == pytest.approx([24.0, 64.0]) and serving == pytest.approx([0.0, 0.0])
+
+
+def test_the_model_reads_the_increment_beside_the_profile_and_adds_the_serving_path(tmp_path, fake_python):
+    (tmp_path / "profile.json").write_text(json.dumps(
+        {"prefill_in_step_fit": {"coefficients": {"a_ms": 10.0, "b_ms_per_token": 0.02, "c_ms_per_token2": 0.0}}}))
+    model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    assert model.in_step["a_ms"] == 10.0 and "mixed ladder" in model.describe()["prefill_charged"]
+    # the fake replays every request at 50 ms TTFT; prompts of 100 and 600 tokens (serving path
+    # 12 ms, and 22 ms halfway along the table) on top, TPOT untouched
+    (ttft, tpot), = model.serve([(np.array([0.0, 1.0]), np.array([100, 600]), np.array([5, 5]))])
+    assert ttft == pytest.approx([0.062, 0.072]) and tpot == pytest.approx([0.01, 0.01])
+    # without the record: nothing added, and another cache key
+    (tmp_path / "profile.json").unlink()
+    plain = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
+                                 cache_dir=tmp_path / "cache", workers=1)
+    assert plain.in_step is None and plain.key((np.zeros(1), np.ones(1), np.ones(1))) != model.key(
+        (np.zeros(1), np.ones(1), np.ones(1)))
+    (ttft, _), = plain.serve([(np.array([0.0, 1.0]), np.array([100, 600]), np.array([5, 5]))])
+    assert ttft == pytest.approx([0.05, 0.05])
+
+
 @pytest.fixture
 def fake_python(tmp_path):
     """A Python whose ``dynamo`` is a fake replay (``fake_replay``)."""

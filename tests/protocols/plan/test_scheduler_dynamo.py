@@ -161,3 +161,23 @@ def test_a_replica_of_four_workers_serves_what_one_queues(model):
     four, res = _run(dataclasses.replace(model, replica_workers=4), rate=40.0)
     assert res["completed"] == 400
     assert np.percentile(four.ttft, 90) < np.percentile(one.ttft, 90) / 3
+
+
+def test_a_step_carrying_a_prefill_costs_the_measured_increment(model, tmp_path):
+    """A prefill of 512 tokens joins a request decoding alone: with the profile's increment
+    (10.24 ms: 0.02 ms a token) the decoding request is held up that long, not the prefill's
+    TTFT less a step (22 ms); the joining request, alone, still gets the profile's TTFT back."""
+    inc = {"a_ms": 0.0, "b_ms_per_token": 0.02, "c_ms_per_token2": 0.0}
+    with_inc = sched.SchedulerModel(model.python, model.profile, model.knobs, in_step=inc, cache_dir=tmp_path)
+    plain = sched.SchedulerModel(model.python, model.profile, model.knobs, in_step={}, cache_dir=tmp_path)
+    alone = (np.array([0.0]), np.array([64]), np.array([101]))
+    joined = (np.array([0.0, 0.3]), np.array([64, 512]), np.array([101, 2]))
+    held = {}
+    for name, m in (("increment", with_inc), ("ttft", plain)):
+        (t1, p1), (t2, p2) = m.serve([alone, joined])
+        held[name] = ((t2[0] + 100 * p2[0]) - (t1[0] + 100 * p1[0])) * 1e3    # ms added to its end-to-end
+        if name == "increment":
+            lone, _ = m.serve([(np.array([0.0]), np.array([512]), np.array([2]))])[0]
+            assert lone[0] == pytest.approx(30.24e-3, rel=0.10)
+    assert held["increment"] == pytest.approx(10.24, abs=2.0)
+    assert held["ttft"] == pytest.approx(30.24 - 8.05, abs=2.5)
