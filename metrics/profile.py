@@ -16,8 +16,11 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
   stamped with one time (events the client read at once: vLLM CPU streams a token an event, and
   three in four of a run's gaps were exactly 0) count as one chunk of their tokens together
   (``one_chunk_a_read``), so a burst of k tokens after a gap G gives k values of G / k, as a
-  multi-token chunk does.  The run's ITL in ``summary.json`` keeps each event's own gap: what
-  the client saw, as peers count it; here the engine's step is what is estimated.
+  multi-token chunk does.  The tokens read with a request's first token show no step and are
+  left out (``after_first_read``): vLLM CPU on two cores at times holds a stream back and sends
+  it whole in one read, whose 63 zeros made a run's step 0.  The run's ITL in ``summary.json``
+  keeps each event's own gap: what the client saw, as peers count it; here the engine's step is
+  what is estimated.
 - ``batch`` = the mean, over those same tokens (each arriving at ``t``), of the number of the
   run's completed requests, warm-up included (a warm-up request holds a slot of the batch
   too), with ``first_token_ns <= t <= end_ns``: the batch each measured token was decoded in.
@@ -153,24 +156,38 @@ def one_chunk_a_read(chunk_ns, chunk_tokens) -> tuple[np.ndarray, np.ndarray]:
     return c[starts], np.add.reduceat(k, starts)
 
 
+def after_first_read(chunk_ns, chunk_tokens) -> np.ndarray:
+    """The per-token ITLs (s) of the tokens read after a request's first read: the tokens that
+    came with its first token show no step (``step_ms``, module doc)."""
+    k = np.asarray(chunk_tokens, dtype=np.int64)
+    itl = itl_per_token_s(chunk_ns, chunk_tokens)
+    with_first = int(k[np.argmax(k > 0)]) - 1 if k.size and (k > 0).any() else 0
+    return itl[with_first:]
+
+
 def decode_point(rows: list[dict], prompt_tokens: int) -> dict:
     """A decode run's figures (module doc) at the ladder's ``prompt_tokens``: ``step_ms`` (median
     per-token ITL), ``mean_itl_ms``, ``p90_itl_ms``, ``batch``, ``context`` (with each request's
     own output length: an engine without ``ignore_eos`` may stop early), ``kv_tokens``,
-    ``output_tokens`` (mean), ``reported_prompt_tokens``, ``requests``."""
+    ``output_tokens`` (mean), ``reported_prompt_tokens``, ``requests``, ``decode_requests`` (those
+    with a token read after their first read: a run without one has no step, NaN)."""
     rs = [r for r in counted(rows) if (r.get("output_tokens") or 0) > 1 and r.get("chunk_ns")]
     if not rs:
         return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": math.nan, "step_ms": math.nan,
                 "mean_itl_ms": math.nan, "p90_itl_ms": math.nan, "batch": math.nan, "context": math.nan,
-                "kv_tokens": math.nan, "output_tokens": math.nan, "requests": 0}
-    itl = np.concatenate([itl_per_token_s(*one_chunk_a_read(r["chunk_ns"], r["chunk_tokens"])) for r in rs]) * MS
+                "kv_tokens": math.nan, "output_tokens": math.nan, "requests": 0, "decode_requests": 0}
+    gaps = [after_first_read(*one_chunk_a_read(r["chunk_ns"], r["chunk_tokens"])) for r in rs]
+    itl = np.concatenate(gaps) * MS
     held = [r for r in rows if r.get("status") == "ok" and r.get("first_token_ns") is not None]
     batch = decode_batch([r["first_token_ns"] for r in held], [r["end_ns"] for r in held],
                          np.concatenate([_token_times(r["chunk_ns"], r["chunk_tokens"]) for r in rs]))
     context = float(prompt_tokens + np.mean([r["output_tokens"] for r in rs]) / 2)
+    none = not itl.size
     return {"prompt_tokens": prompt_tokens, "reported_prompt_tokens": _reported(rs),
-            "step_ms": float(np.median(itl)), "mean_itl_ms": float(np.mean(itl)),
-            "p90_itl_ms": float(np.percentile(itl, 90)), "batch": batch, "context": context,
+            "step_ms": math.nan if none else float(np.median(itl)),
+            "mean_itl_ms": math.nan if none else float(np.mean(itl)),
+            "p90_itl_ms": math.nan if none else float(np.percentile(itl, 90)),
+            "decode_requests": sum(1 for g in gaps if g.size), "batch": batch, "context": context,
             "kv_tokens": batch * context, "output_tokens": float(np.mean([r["output_tokens"] for r in rs])),
             "requests": len(rs)}
 

@@ -74,7 +74,9 @@ def profile_json(out: Path, steps: list[Step], resolution: int, source: str = "c
     record: dict = {"kind": "measured", "formulas": "metrics/profile.py", "source": source, "prefill_points": pre,
                     "decode_points": dec, "mixed_points": mixed, "runs_planned": len(steps),
                     "runs_finished": len(figures)}
-    notes: list[str] = []
+    notes: list[str] = [f"{f['label']}: every request's tokens came in its first read (the engine held the stream "
+                        "back): no decode step measured, left out of the fit" for f in dec
+                        if f.get("requests") and not f.get("decode_requests")]
     if mixed:
         try:
             record["prefill_in_step_fit"] = fit.fit_prefill([f["prompt_tokens"] for f in mixed],

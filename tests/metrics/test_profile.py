@@ -187,3 +187,22 @@ def test_a_mixed_run_without_a_prefill_among_decodes_has_no_figure():
     p = profile.mixed_point(rows, 256)
     assert p["steps_with_prefill"] == 0 and math.isnan(p["prefill_in_step_ms"])
     assert p["step_ms"] == pytest.approx(5.0, abs=0.3)
+
+
+def test_tokens_read_with_the_first_token_are_no_decode_step():
+    # vLLM CPU on two cores at times holds a whole stream back and sends it in one read (a decode
+    # run of a profile, 2026-12-02: both requests of a c=1 run, 64 tokens each, in one read at
+    # 200 ms): no gap was seen, so no step is measured from them, where their 63 zeros made the
+    # run's step 0 ms and pulled the decode fit's fixed cost down. A request read in two parts
+    # counts only the tokens after its first read.
+    burst = {"status": "ok", "warmup": False, "prompt_tokens": 128, "output_tokens": 64, "first_token_ns": 0,
+             "end_ns": 0, "chunk_ns": [0] * 64, "chunk_tokens": [1] * 64}
+    p = profile.decode_point([burst, dict(burst)], 128)
+    assert math.isnan(p["step_ms"]) and p["requests"] == 2 and p["decode_requests"] == 0
+    # half its tokens in the first read, then a token every 4 ms: the step is 4 ms
+    times = [0] * 5 + [4 * MS * k for k in range(1, 6)]
+    part = {"status": "ok", "warmup": False, "prompt_tokens": 128, "output_tokens": 10, "first_token_ns": 0,
+            "end_ns": times[-1], "chunk_ns": times, "chunk_tokens": [1] * 10}
+    p = profile.decode_point([burst, part], 128)
+    assert p["step_ms"] == pytest.approx(4.0) and p["mean_itl_ms"] == pytest.approx(4.0)
+    assert p["decode_requests"] == 1
