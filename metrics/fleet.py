@@ -70,6 +70,10 @@ def request_metrics(slo: SLO, completed, ttft_s, tpot_s, output_tokens, window_s
         "p50_tpot_ms": percentile(done_tpot, 50) * 1e3 if done_tpot.size else math.nan,
         "p90_tpot_ms": percentile(done_tpot, 90) * 1e3 if done_tpot.size else math.nan,
         "p99_tpot_ms": percentile(done_tpot, 99) * 1e3 if done_tpot.size else math.nan,
+        # end to end, TTFT + TPOT x (output - 1): how a stream is split between its first token and
+        # the rest (an engine holding tokens back, then sending them at once) does not move it
+        "p50_e2el_ms": percentile(e2el[completed], 50) * 1e3 if completed.any() else math.nan,
+        "p90_e2el_ms": percentile(e2el[completed], 90) * 1e3 if completed.any() else math.nan,
     }
     res["slo_met"] = slo_met(slo, done_ttft, done_tpot, e2el[completed])
     return res

@@ -28,6 +28,8 @@ def test_request_metrics_by_hand():
     assert m["p50_ttft_ms"] == pytest.approx(80.0)  # over the completed ones: 50, 80, 200
     # TPOT over the completed ones with one: 10, 10, 30 ms; p90 interpolates 10 + 0.8 * 20
     assert m["p50_tpot_ms"] == pytest.approx(10.0) and m["p90_tpot_ms"] == pytest.approx(26.0)
+    # end to end over the completed ones, TTFT + 9 x TPOT: 140, 290, 350 ms; p90 = 290 + 0.8 * 60
+    assert m["p50_e2el_ms"] == pytest.approx(290.0) and m["p90_e2el_ms"] == pytest.approx(338.0)
     assert m["slo_met"] is False
 
 
