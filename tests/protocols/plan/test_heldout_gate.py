@@ -1,7 +1,8 @@
 """The plan's scheduler model, gated on its held-out error (as aiconfigurator gates its own):
 a real vLLM CPU run's requests (tests/fixtures/plan_heldout_vllm_cpu/case.json) replayed through
 Dynamo's replay (``protocols.plan.scheduler``), timed by the ``tokenfactory profile`` of the same
-engine (its perf_data.npz beside it), fitted on the profile's own runs only; the predicted
+engine (its perf_data.npz beside it, and the profile.json holding its mixed ladder's fit),
+fitted on the profile's own runs only; the predicted
 TTFT and TPOT p50/p90, attainment and goodput must stay within the bounds below of what the
 engine measured.  Skips without TOKENFACTORY_DYNAMO_PYTHON (.ci/dynamo_venv.sh builds the venv).
 
@@ -29,13 +30,15 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "plan_heldout_vllm_
 SLO_USED = SLO(ttft_ms=500, tpot_ms=50)
 # |error| allowed per metric: relative for latencies and goodput, points for attainment.  The
 # case (docs/measured/plan.md, "Held out, on a quiet host"): the sweep's point near the knee,
-# 11 req/s, against the profile taken 13 minutes before it, both with nothing else running; its
-# error when it was taken: TTFT p50 -36.2 %, p90 -22.4 %, TPOT p50 +9.0 %, p90 +5.8 %,
-# attainment +10.8 points, goodput +14.0 %.  The replay is deterministic (simulated time), so
-# each bound is that error plus a margin for other Dynamo releases: the check catches the model
-# getting worse, no more.
-BOUNDS = {"p50_ttft_ms": 0.45, "p90_ttft_ms": 0.30, "p50_tpot_ms": 0.15, "p90_tpot_ms": 0.12,
-          "slo_attainment": 15.0, "goodput_rps": 0.20}
+# 11 req/s, against the profile taken right after the sweep's last points (mixed ladder
+# included: a step carrying a prefill costs the measured increment), both with nothing else
+# running; its error when it was taken: TTFT p50 -51.7 %, p90 -59.9 % (vLLM CPU held some
+# streams back and sent them at once, which moves tokens into the TTFT), TPOT p50 +25.6 %,
+# p90 +26.2 %, end to end p50 -2.0 %, p90 +13.1 %, attainment +1.7 points, goodput +1.7 %.
+# The replay is deterministic (simulated time), so each bound is that error plus a margin for
+# other Dynamo releases: the check catches the model getting worse, no more.
+BOUNDS = {"p50_ttft_ms": 0.60, "p90_ttft_ms": 0.68, "p50_tpot_ms": 0.33, "p90_tpot_ms": 0.33,
+          "p50_e2el_ms": 0.10, "p90_e2el_ms": 0.20, "slo_attainment": 8.0, "goodput_rps": 0.08}
 
 
 def _stats(case, ttft, tpot, done):
