@@ -55,9 +55,6 @@ Per run of the profile's ladders, over its completed requests outside warm-up (`
 Fits (non-negative least squares, ``scipy.optimize.nnls``: no coefficient may be negative, a
 time that shrinks with work being noise):
 
-- prefill in a step: ``prefill_in_step_ms(L) = a + b*L + c*L^2`` over the mixed runs'
-  ``(prompt_tokens, prefill_in_step_ms)``, as the prefill fit.
-
 - prefill: ``prefill_ms(L) = a + b*L + c*L^2`` over the prefill runs' ``(prompt_tokens,
   prefill_ms)``: a fixed cost, a per-token cost (the weights' FLOPs) and a quadratic one
   (attention over the prompt).
@@ -66,6 +63,8 @@ time that shrinks with work being noise):
   a per-KV-token cost (attention reads every sequence's cache each step).  With a single
   context length among the runs ``KV`` is proportional to ``B`` and ``gamma`` is not
   identifiable: it is set to 0 and the record says so (``identifiable``).
+- prefill in a step: ``prefill_in_step_ms(L) = a + b*L + c*L^2`` over the mixed runs'
+  ``(prompt_tokens, prefill_in_step_ms)``, as the prefill fit.
 - residuals, per point: ``measured - fitted`` (ms) and ``(measured - fitted) / measured``;
   ``rms_ms`` and ``max_abs_rel`` over the points.
 
