@@ -379,7 +379,9 @@ class Load:
     warmup_requests: int = _f(2, ge=0)                # inside the cost window, outside latency statistics
     max_concurrency: Optional[int] = _f(None, ge=1)   # cap on requests in flight
     drain_timeout_s: float = _f(120.0, ge=0)          # after duration_s, how long in-flight requests may finish
-    stop_when_saturated: bool = True          # open loop: stop a point whose backlog grows without bound
+    # open loop: stop a point whose backlog grows without bound; null: on, but off where
+    # deployment.autoscale.enabled (an overload while a replica starts is what that run measures)
+    stop_when_saturated: Optional[bool] = None
     seed: int = 0
 
 

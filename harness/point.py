@@ -77,6 +77,7 @@ class PointInputs:
     track: str | None                    # the track's name, if the run is one of a track's
     workload: Any                        # the workload group (loadgen.workloads.build.make_workload)
     ray: Any                             # client.ray (loadgen.ray_workers.RaySettings.from_config)
+    autoscaled: bool = False             # deployment.autoscale.enabled (saturation_guard)
 
     @classmethod
     def from_config(cls, cfg) -> PointInputs:
@@ -95,7 +96,16 @@ class PointInputs:
             first_window_s=float(first) if first is not None else None,
             min_attainment=float(attain) if attain is not None else None,
             experiment=str(cfg.experiment), protocol=cfg.protocol.get("name"), track=cfg.get("track"),
-            workload=cfg.workload, ray=c.ray)
+            workload=cfg.workload, ray=c.ray,
+            autoscaled=bool(((cfg.get("deployment") or {}).get("autoscale") or {}).get("enabled", False)))
+
+
+def saturation_guard(load: dict, autoscaled: bool) -> bool:
+    """Whether the over-saturation guard stops the point (``load.stop_when_saturated``): as given,
+    else on, but off for an autoscaled run, whose overload while a replica starts is what it
+    measures (an autoscaled replay stopped at 688 of its 899 s never sent its last 105 requests)."""
+    given = load.get("stop_when_saturated")
+    return (not autoscaled) if given is None else bool(given)
 
 
 @dataclass
@@ -131,6 +141,7 @@ def prepare_folder(s, p: PointRun) -> None:
     for stale in (results_io.SUMMARY, results_io.REQUESTS):
         (p.run_dir / stale).unlink(missing_ok=True)
     p.load = LoadSpec.from_load(p.spec.load)
+    p.load.stop_when_saturated = saturation_guard(p.spec.load, p.inputs.autoscaled)
 
 
 def reset_cache(s, p: PointRun) -> None:

@@ -67,7 +67,9 @@ class LoadSpec:
     seed: int = 0
     drain_timeout_s: float | None = None  # after duration_s: how long in-flight requests may finish
     prewarm_connections: int | None = None  # connections opened before t0 (default: from the load)
-    stop_when_saturated: bool = False       # open loop: stop early once over-saturated (loadgen.saturation)
+    # open loop: stop early once over-saturated (loadgen.saturation); None: as off (the point's
+    # steps resolve the config's null, harness.point.saturation_guard)
+    stop_when_saturated: bool | None = False
 
     @classmethod
     def from_load(cls, load) -> LoadSpec:

@@ -57,3 +57,18 @@ def test_the_console_says_an_emulated_point():
          "timing_source": "mocker-polynomial"}
     assert point_line("poisson rate=2", m) == "  poisson rate=2 [EMULATED: mocker-polynomial]: 20/20 ok, "
     assert point_line("x", {**m, "emulated": False}) == "  x: 20/20 ok, "
+
+
+def test_an_autoscaled_run_keeps_sending_through_an_overload_unless_told():
+    """The over-saturation guard stops a probe past capacity; an autoscaled replay overloads its
+    replicas while the next one starts, which is what it measures (the plan's held-out replay
+    was stopped at 688 of 899 s, its last 105 requests never sent): off there unless given."""
+    from harness.point import saturation_guard
+
+    plain, scaled = compose_config([]), compose_config(["deployment=replicas", "deployment.autoscale.enabled=true"])
+    assert PointInputs.from_config(plain).autoscaled is False and PointInputs.from_config(scaled).autoscaled is True
+    assert saturation_guard({"kind": "poisson", "rate": 4.0}, autoscaled=False) is True
+    assert saturation_guard({"kind": "trace"}, autoscaled=True) is False
+    assert saturation_guard({"kind": "trace", "stop_when_saturated": True}, autoscaled=True) is True
+    assert saturation_guard({"kind": "poisson", "stop_when_saturated": False}, autoscaled=False) is False
+    assert LoadSpec.from_load({"kind": "trace", "stop_when_saturated": None}).stop_when_saturated is None
