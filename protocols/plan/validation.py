@@ -27,7 +27,9 @@ from metrics.slo import SLO
 from protocols.plan.traffic import Traffic
 
 ROWS = (("slo_attainment", "relative"), ("goodput_rps", "relative"), ("good_output_throughput", "relative"),
-        ("p50_ttft_ms", "relative"), ("p90_ttft_ms", "relative"), ("paid_replica_seconds", "relative"),
+        ("p50_ttft_ms", "relative"), ("p90_ttft_ms", "relative"), ("p50_tpot_ms", "relative"),
+        ("p90_tpot_ms", "relative"), ("p50_e2el_ms", "relative"), ("p90_e2el_ms", "relative"),
+        ("paid_replica_seconds", "relative"),
         ("starting_replica_seconds", "relative"), ("serving_replica_seconds", "relative"),
         ("draining_replica_seconds", "relative"), ("replicas_max", "relative"), ("scale_ups", "difference"))
 
