@@ -20,9 +20,9 @@ prediction of the plan: it is printed, not written to the residuals).
 
 Warm-up requests are replayed (they loaded the engine) and left out of the statistics on both
 sides; the window is the run's span of arrivals.  Prints one table a case and, with ``--json``,
-writes the residuals as a list of ``{case, metric, predicted, measured, error, error_kind,
-within, model, profile, run}`` records (``model``: ``scheduler``, the replica model that
-predicted; ``protocol.residuals`` of the plan reads such a list).
+writes the residuals as ``{"model": "scheduler", "held_out": true, "source", "residuals": [...]}``,
+a list of ``{case, metric, predicted, measured, error, error_kind, within, model, profile, run,
+prefill_charged}`` records (the form ``protocol.residuals`` of the plan reads).
 """
 
 from __future__ import annotations
@@ -204,7 +204,11 @@ def main() -> int:
             ratio = [u / v if v else math.nan for u, v in ((mx[m], my[m]), (px[m], py_[m]))]
             print(f"  {m:<16}{ratio[0]:>11.3f}{ratio[1]:>11.3f}")
     if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        doc = {"model": "scheduler", "held_out": True,
+               "source": f"benchmarks/plan_heldout.py: the profile {a.profile}, fitted on its own ladders only; each "
+                         "case a measured run the fit never saw, replayed with its own arrivals and lengths",
+               "residuals": out}
+        Path(a.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"\nresiduals: {a.json} ({len(out)} records, metrics {', '.join(METRICS)})")
     return 0
 
