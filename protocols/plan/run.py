@@ -42,12 +42,12 @@ from metrics.plan_pick import runner_up_text
 from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
 from protocols.plan import scheduler as sched
-from protocols.plan.stretches import StretchSample
 from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
 from protocols.plan.fleet import FleetSimulation, calibrate
 from protocols.plan.modelled import recorded_knobs, recorded_layout, residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
 from protocols.plan.residuals import Residuals, read_residuals
+from protocols.plan.stretches import StretchSample
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = "plan.json"

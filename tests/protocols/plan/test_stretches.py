@@ -60,15 +60,17 @@ def test_strata_and_sample():
     """M stretches holding requests, n = round(fraction x M) strata of equal count by score,
     one stretch drawn in each; the lead-in requests come before the stretch and are not kept."""
     arr, p, o = day()
-    s = st.StretchSample(0.1, stretch_s=300, lead_s=120)
+    s = st.StretchSample(0.3, stretch_s=300, lead_s=120)
     plan = st.plan_sample(arr, p, o, s, seed=7)
     m = int(np.unique(np.floor(arr / 300)).size)
-    assert plan.stratum.size == m == 34 and plan.chosen.size == round(0.1 * m) == 3
-    assert np.bincount(plan.stratum).tolist() == [12, 11, 11]
-    assert sorted(plan.stratum[plan.chosen]) == [0, 1, 2]
+    assert plan.stratum.size == m == 34 and plan.chosen.size == round(0.3 * m) == 10
+    assert np.bincount(plan.stratum).tolist() == [4, 3, 4, 3, 3, 4, 3, 4, 3, 3]
+    assert sorted(plan.stratum[plan.chosen]) == list(range(10))
+    # too few stretches for the fraction: MIN_STRATA of them
+    assert st.plan_sample(arr, p, o, st.StretchSample(0.1, stretch_s=300), 7).chosen.size == st.MIN_STRATA == 8
     # the strata order the stretches by score: every stretch of stratum 0 scores below stratum 2's
     _, score, _ = st.stretch_scores(arr, p, o, 300)
-    assert score[plan.stratum == 0].max() <= score[plan.stratum == 2].min()
+    assert score[plan.stratum == 0].max() <= score[plan.stratum == 9].min()
     kept = plan.replay[plan.keep]
     assert set(plan.stretch[kept]) == set(plan.chosen.tolist())
     assert kept.size == np.isin(plan.stretch, plan.chosen).sum()     # every request of a chosen stretch
@@ -173,7 +175,7 @@ def test_scheduler_model_samples_caches_and_labels(tmp_path):
         assert approx.describe()["approximate"]["text"].startswith("approximate: 10% of each replica's 60 s")
         got, note = approx.serve_noted([(arr, p, o)])
         assert got[0][0].size == 3000 and np.allclose(got[0][0], 0.05)
-        assert note["replayed_stretches"] == round(0.1 * note["stretches"]) == 3 and note["text"].startswith("approximate: ")
+        assert note["replayed_stretches"] == st.MIN_STRATA and note["text"].startswith("approximate: ")
         assert fake_replay.log(tmp_path)[1] == [note["replayed_requests"] + note["lead_in_requests"]]
         again, note2 = approx.serve_noted([(arr, p, o)])
         assert note2 == note and fake_replay.log(tmp_path)[1] == [note["replayed_requests"] + note["lead_in_requests"]]
@@ -192,7 +194,7 @@ def test_fleet_result_carries_the_note(tmp_path):
         model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {}, cache_dir=tmp_path / "c",
                                      sample=st.StretchSample(0.2, stretch_s=60, lead_s=10))
         res = FleetSimulation(tr, capacity(), pol, SLO(), scheduler=model).run()
-        assert res["completed"] == 2000 and res["replay_sample"]["replayed_stretches"] == 3
+        assert res["completed"] == 2000 and res["replay_sample"]["replayed_stretches"] == 8
         assert res["replay_sample"]["stretches"] == 17
     finally:
         sched.close_workers()
