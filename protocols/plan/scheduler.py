@@ -32,6 +32,10 @@ round-robin routing which replica serves a request depends on arrivals and the p
 so the scheduler serves exactly the streams the policy produced; under least-loaded routing
 the choice follows the processor-sharing model's counts in flight (an approximation the
 plan states).  Replica start, drain and bill times stay the processor-sharing model's.
+
+``sample`` below 1 (``protocol.replay_sample``) makes the model an approximation: a stratified
+sample of each stream's stretches replayed, the others given their stratum's replayed
+latencies (``protocols.plan.stretches``), said so by ``describe`` and ``serve_noted``'s note.
 """
 
 from __future__ import annotations
