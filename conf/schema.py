@@ -602,6 +602,12 @@ class PlanProtocol:
     profile: Optional[str] = None             # a tokenfactory profile folder or its perf_data.npz
     # the Dynamo venv's Python; null: $TOKENFACTORY_DYNAMO_PYTHON, else ~/.cache/tokenfactory/dynamo-venv
     dynamo_python: Optional[str] = None
+    # the scheduler model below 1: an APPROXIMATION, a stratified sample of this fraction of each
+    # replica's stretches replayed, the others given their stratum's replayed latencies
+    # (protocols/plan/stretches.py; labelled in plan.json and the page); 1: exact replay
+    replay_sample: float = _f(1.0, gt=0, le=1)
+    replay_stretch_s: float = _f(300.0, gt=0)   # the stretches the approximation samples
+    replay_lead_s: float = _f(120.0, ge=0)      # requests replayed before each sampled stretch, records dropped
     # a real replay's run folder (load=trace, deployment.autoscale.enabled): the plan's error against it
     validate: Optional[str] = None
     # fold the model's held-out error (protocol.residuals) into the cheapest-config verdict beside the

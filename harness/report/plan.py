@@ -63,6 +63,7 @@ def plan_tables(doc: dict) -> str:
         rows.append([esc("cost / M good tok, with the model's validation residuals")] +
                     [esc(_with_model(plan["configs"][n])) for n in names])
         rows.append([esc("meets the SLO")] + [esc(fmt(plan["configs"][n]["meets_slo"])) for n in names])
+        rows.append([esc("replica model")] + [esc(config_model_text(plan["configs"][n])) for n in names])
         rows.append([esc("scale-ups / downs")] + [esc(f"{plan['configs'][n]['scale_ups']} / "
                                                       f"{plan['configs'][n]['scale_downs']}") for n in names])
         title = f"{plan['variant']} policy {' '.join(plan['variant_overrides'])} at {_slo(plan['slo'])}"
@@ -252,13 +253,31 @@ def modelled_text(m: dict) -> str:
     return f"modelled, never run: {m['base']} with {knobs}; {m.get('validated', 'not validated')}"
 
 
+def approximate_text(m: dict, sampled: dict | None = None) -> str:
+    """The scheduler model's approximation, where one was asked for (``replica_model.approximate``)
+    or made (a config's ``replay_sample``: what it replayed); empty for exact replay."""
+    got = (sampled or {}).get("text") or (m.get("approximate") or {}).get("text")
+    return got or ""
+
+
+def config_model_text(entry: dict) -> str:
+    """A config's replica model in a plan's table: its name, and the approximation's numbers."""
+    m = entry.get("replica_model") or {"model": "processor_sharing"}
+    if m["model"] != "scheduler":
+        return "processor sharing"
+    approx = approximate_text(m, entry.get("replay_sample"))
+    return "scheduler (Dynamo's replay)" + (f"; {approx}" if approx else ", exact")
+
+
 def replica_model_text(c: dict) -> str:
     """Which model served a candidate's replicas in the plan, and why (plan.json's
     ``candidates[NAME].replica_model``; a plan from before it: processor sharing)."""
     m = c.get("replica_model") or {"model": "processor_sharing", "reason": "not recorded"}
     name = ("the engine's scheduler (Dynamo's replay)" if m["model"] == "scheduler"
             else "processor sharing (fitted slowdown curve)")
-    return f"{name}: {m.get('reason', '')}" + (f"; {modelled_text(m['modelled'])}" if m.get("modelled") else "")
+    approx = approximate_text(m) if m["model"] == "scheduler" else ""
+    return (f"{name}: {m.get('reason', '')}" + (f"; {approx}" if approx else "")
+            + (f"; {modelled_text(m['modelled'])}" if m.get("modelled") else ""))
 
 
 def write_plan_page(folder: str | Path) -> Path:

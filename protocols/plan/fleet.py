@@ -169,6 +169,7 @@ class FleetSimulation:
         # a protocols.plan.scheduler.SchedulerModel: each replica's requests served by the engine's
         # scheduler (Dynamo's replay) instead of processor sharing; the policy and router as here
         self.scheduler = scheduler
+        self.replay_sample: dict | None = None   # what the scheduler's approximation replayed (reserve)
         self.initial = max(policy.min_replicas, min(policy.max_replicas, int(initial)))
         self.rng = np.random.default_rng(seed)
         corr = capacity.corrections or {}
@@ -212,7 +213,8 @@ class FleetSimulation:
         their TTFT and TPOT are the replay's (``protocols.plan.scheduler``)."""
         t = self.traffic
         which = [np.flatnonzero(self.served_by == r.index) for r in self.replicas]
-        got = self.scheduler.serve([(self.arrived[i], t.prompt_tokens[i], t.output_tokens[i]) for i in which])
+        got, self.replay_sample = self.scheduler.serve_noted(
+            [(self.arrived[i], t.prompt_tokens[i], t.output_tokens[i]) for i in which])
         for i, (ttft, tpot) in zip(which, got):
             self.ttft[i], self.tpot[i] = ttft, tpot
 
@@ -412,7 +414,9 @@ class FleetSimulation:
                "outside_measurements_share": float(self.outside.mean()) if self.outside.size else 0.0,
                "scale_ups": sum(1 for d in self.autoscaler.decisions if d["to"] > d["from"]),
                "scale_downs": sum(1 for d in self.autoscaler.decisions if d["to"] < d["from"]),
-               "start_delay_s": self.start_delay, "initial_replicas": self.initial}
+               "start_delay_s": self.start_delay, "initial_replicas": self.initial,
+               # the scheduler model's approximation, where it sampled (protocols.plan.stretches)
+               "replay_sample": self.replay_sample}
         out["timeline"] = self.timeline(times, paid, serving)
         out["decisions"] = self.autoscaler.decisions
         return out

@@ -47,6 +47,7 @@ from protocols.plan.fleet import FleetSimulation, calibrate
 from protocols.plan.modelled import recorded_knobs, recorded_layout, residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
 from protocols.plan.residuals import Residuals, read_residuals
+from protocols.plan.stretches import StretchSample
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = "plan.json"
@@ -135,6 +136,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                          outside_measurements=point["outside_measurements_share"] > 0,
                          scale_ups=point["scale_ups"], scale_downs=point["scale_downs"],
                          start_delay_s=point["start_delay_s"], cost=point["cost"],
+                         replay_sample=point.get("replay_sample"),
                          timeline=point["timeline"], decisions=point["decisions"],
                          resamples=len(rs), warnings=keep_up(point, entry["policy"]))
             warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
@@ -394,7 +396,9 @@ def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sche
             continue
         knobs = recorded_knobs(c)
         workers, mode = recorded_layout(c)
-        s = sched.SchedulerModel(python, profile, knobs, replica_workers=workers, router_mode=mode)
+        s = sched.SchedulerModel(python, profile, knobs, replica_workers=workers, router_mode=mode,
+                                 sample=StretchSample(float(p.replay_sample), float(p.replay_stretch_s),
+                                                      float(p.replay_lead_s)))
         out[c.name] = ({"model": model, "reason": why, **s.describe(),
                         "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
                         "routing_note": "replica start, drain and bill times, and least-loaded routing, follow "
@@ -669,7 +673,10 @@ def print_plan(doc: dict) -> None:
         for name, e in plan["configs"].items():
             m = e["metrics"]
             on_sched = (e.get("replica_model") or {}).get("model") == "scheduler"
-            sched_mark = "  [replicas: the engine's scheduler]" if on_sched else ""
+            approx = (e.get("replay_sample") or {}).get("text") or \
+                ((e.get("replica_model") or {}).get("approximate") or {}).get("text")
+            sched_mark = (f"  [replicas: the engine's scheduler{'; ' + approx if approx else ''}]"
+                          if on_sched else "")
             mark = (f"  [{e['source']}]" if e.get("source") in ("estimated", "emulated") else
                     f"  [{modelled_text(e['modelled'])}]" if e.get("source") == "modelled" else
                     "  [outside the measurements]" if e["outside_measurements"] else "")

@@ -42,6 +42,10 @@ round-robin routing which replica serves a request depends on arrivals and the p
 so the scheduler serves exactly the streams the policy produced; under least-loaded routing
 the choice follows the processor-sharing model's counts in flight (an approximation the
 plan states).  Replica start, drain and bill times stay the processor-sharing model's.
+
+``sample`` below 1 (``protocol.replay_sample``) makes the model an approximation: a stratified
+sample of each stream's stretches replayed, the others given their stratum's replayed
+latencies (``protocols.plan.stretches``), said so by ``describe`` and ``serve_noted``'s note.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from metrics.profile import MOCKER_KEYS, prefill_ms_at
+from protocols.plan.stretches import StretchSample, combine, serve_sampled
 
 MODELS = ("auto", "scheduler", "processor_sharing")
 WORKER = Path(__file__).with_name("replay_worker.py")
@@ -398,6 +403,8 @@ class SchedulerModel:
     # the profile's prefill_in_step_fit coefficients (module doc); None: read from the profile.json
     # beside the NPZ, where there is one
     in_step: dict | None = None
+    # below a fraction of 1: each stream's stretches sampled, not all replayed (protocols.plan.stretches)
+    sample: StretchSample = field(default_factory=StretchSample)
 
     def __post_init__(self) -> None:
         if self.in_step is None:
@@ -407,18 +414,23 @@ class SchedulerModel:
         return {**self.knobs, "planner_profile_data": str(table or self.profile)}
 
     def describe(self) -> dict:
-        return {"profile": str(self.profile), "engine_args": self.engine_args(), "python": str(self.python),
-                "replica_workers": self.replica_workers, "router_mode": self.router_mode,
-                "prefill_charged": ("the prefill's increment of a decode step (the profile's mixed ladder), "
-                                    "the rest of its TTFT added as serving path") if self.in_step else
-                                   "the prefill's TTFT less one step (the profile has no mixed ladder)",
-                "prefill_in_step": self.in_step}
+        out = {"profile": str(self.profile), "engine_args": self.engine_args(), "python": str(self.python),
+               "replica_workers": self.replica_workers, "router_mode": self.router_mode,
+               "prefill_charged": ("the prefill's increment of a decode step (the profile's mixed ladder), "
+                                   "the rest of its TTFT added as serving path") if self.in_step else
+                                  "the prefill's TTFT less one step (the profile has no mixed ladder)",
+               "prefill_in_step": self.in_step}
+        if not self.sample.exact:
+            out["approximate"] = {**self.sample.describe(), "text": self.sample.text()}
+        return out
 
     def key(self, stream: tuple) -> str:
         """A stream's cache key: the engine's args, the profile's bytes and prefill increment, the
         stream's arrays."""
-        h = hashlib.sha256(json.dumps([self.engine_args(), self.replica_workers, self.router_mode, self.in_step],
-                                      sort_keys=True).encode())
+        ident = [self.engine_args(), self.replica_workers, self.router_mode, self.in_step]
+        if not self.sample.exact:        # exact replays keep their keys (and their cache entries)
+            ident.append(self.sample.describe())
+        h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())
         h.update(hashlib.sha256(self.profile.read_bytes()).digest())
         for a in stream[:3]:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
@@ -428,14 +440,21 @@ class SchedulerModel:
         return h.hexdigest()
 
     def serve(self, streams: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``serve_noted`` without the note."""
+        return self.serve_noted(streams)[0]
+
+    def serve_noted(self, streams: list[tuple]) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict | None]:
         """Each stream (arrival s, prompt tokens, output tokens[, each request's block ids];
         arrival order) replayed on one replica; its requests' (TTFT, TPOT), in its order (module
         doc).  The replay is deterministic, so a stream is replayed once and read back from the
         cache after (each stream by its own hash: a resample whose policy routed some replicas as
         another simulation did reuses those); the streams not cached are replayed side by side by
-        long-lived worker processes (``workers``)."""
+        long-lived worker processes (``workers``).  With ``sample`` below 1 a stream's stretches
+        are sampled (``protocols.plan.stretches``): the note (``stretches.combine``) says how
+        much was replayed; None where every stream was replayed whole."""
         folder = self.cache_dir or Path(tempfile.gettempdir()) / "tokenfactory-replay-cache"
         got: list = [None] * len(streams)
+        notes: list = [None] * len(streams)
         todo: dict[str, list[int]] = {}
         for k, s in enumerate(streams):
             if len(s[0]) == 0:
@@ -446,20 +465,23 @@ class SchedulerModel:
             if hit.is_file():
                 with np.load(hit) as z:
                     got[k] = (z["ttft"], z["tpot"])
+                    notes[k] = json.loads(str(z["note"])) if "note" in z.files else None
             else:
                 todo.setdefault(key, []).append(k)
         if todo:
             keys = list(todo)
-            done = self._replay([streams[todo[key][0]] for key in keys])
+            # the stream's own key seeds its sample: the same stream, the same sample
+            done, made = serve_sampled([streams[todo[key][0]] for key in keys], self._replay, self.sample,
+                                       [int(key[:15], 16) for key in keys])
             folder.mkdir(parents=True, exist_ok=True)
-            for key, res in zip(keys, done):
+            for key, res, nt in zip(keys, done, made):
                 hit = folder / f"{key}.npz"
                 tmp = hit.with_suffix(f".{os.getpid()}.{threading.get_ident()}.npz")
-                np.savez(tmp, ttft=res[0], tpot=res[1])
+                np.savez(tmp, ttft=res[0], tpot=res[1], **({"note": json.dumps(nt)} if nt else {}))
                 os.replace(tmp, hit)
                 for k in todo[key]:
-                    got[k] = res
-        return got
+                    got[k], notes[k] = res, nt
+        return got, combine(notes, self.sample)
 
     def _replay(self, streams: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
         got: list = [None] * len(streams)

@@ -69,20 +69,32 @@ def test_plan_names_the_model_per_candidate(tmp_path, model):
 
     exp = write_experiment(tmp_path / "exp", requests=40, rates=(5.0, 10.0, 20.0))
     docs = {}
-    for mode in ("scheduler", "processor_sharing"):
-        cfg = compose_config(["protocol=plan", f"protocol.experiments=[{exp}]", "workload=mooncake",
+    pages = {}
+    for mode in ("scheduler", "processor_sharing", "approximate"):
+        extra = (["protocol.replay_sample=0.3", "protocol.replay_stretch_s=5", "protocol.replay_lead_s=2"]
+                 if mode == "approximate" else [])
+        cfg = compose_config(extra + ["protocol=plan", f"protocol.experiments=[{exp}]", "workload=mooncake",
                               f"workload.path={_trace(tmp_path / 'trace.jsonl', duration=60.0)}",
                               "deployment=replicas", "router=vllm", "deployment.autoscale.cold_start_s=5",
                               "deployment.autoscale.max_replicas=4", "protocol.workers=1", "protocol.resamples=2",
-                              f"protocol.replica_model={mode}", f"protocol.profile={model.profile}",
+                              f"protocol.replica_model={'scheduler' if mode == 'approximate' else mode}",
+                              f"protocol.profile={model.profile}",
                               f"protocol.dynamo_python={model.python}", f"output_dir={tmp_path / mode}"])
         out = run_protocol(cfg, Invocation(explicit=frozenset()))
         docs[mode] = json.loads((out / "plan.json").read_text())
-        page = (out / "plan.html").read_text()
+        pages[mode] = (out / "plan.html").read_text()
     sch, ps = docs["scheduler"], docs["processor_sharing"]
+    # the approximation (protocol.replay_sample) is said so, per candidate and per config; exact is not
+    ap = docs["approximate"]
+    assert {c["replica_model"]["approximate"]["fraction"] for c in ap["candidates"].values()} == {0.3}
+    for e in ap["plans"][0]["configs"].values():
+        assert e["replay_sample"]["text"].startswith("approximate: ") and e["replay_sample"]["replayed_stretches"] >= 8
+    assert "approximate: " in pages["approximate"] and "approximate" not in pages["scheduler"]
+    assert all(e["replay_sample"] is None for e in sch["plans"][0]["configs"].values())
     assert {c["replica_model"]["model"] for c in sch["candidates"].values()} == {"scheduler"}
     assert {c["replica_model"]["model"] for c in ps["candidates"].values()} == {"processor_sharing"}
-    assert "processor sharing (fitted slowdown curve): protocol.replica_model=processor_sharing" in page
+    assert ("processor sharing (fitted slowdown curve): protocol.replica_model=processor_sharing"
+            in pages["processor_sharing"])
     # the same requests, the same policy: the scheduler's TTFT is the profile's (~30 ms at 256 tokens)
     for name, e in sch["plans"][0]["configs"].items():
         assert e["replica_model"]["model"] == "scheduler"
