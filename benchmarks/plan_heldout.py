@@ -191,7 +191,8 @@ def main() -> int:
             print(line)
         for m in ("p50_e2el_ms", "p90_e2el_ms"):    # beside the residuals: a stream's split moves neither
             ee = error(m, pred[m], meas[m])
-            print(f"  {m:<16}{meas[m]:>11.4g}{pred[m]:>11.4g}" + ("         -" if ee is None else f"{ee * 100:>+8.1f} %"))
+            err = "         -" if ee is None else f"{ee * 100:>+8.1f} %"
+            print(f"  {m:<16}{meas[m]:>11.4g}{pred[m]:>11.4g}{err}")
         out += rows
     for ab in a.effect:
         x, _, y = ab.partition("/")

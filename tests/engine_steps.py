@@ -35,7 +35,8 @@ def closed_loop_rows(c: int, n_requests: int, step_ms: float, prefill_ms: float,
         running += prefills
         for r in [r for r in running if r["left"] == 0]:
             running.remove(r)
-            rows.append({"status": "ok", "warmup": False, "prompt_tokens": prompt_tokens, "output_tokens": len(r["chunks"]),
+            rows.append({"status": "ok", "warmup": False, "prompt_tokens": prompt_tokens,
+                         "output_tokens": len(r["chunks"]),
                          "first_token_ns": r["chunks"][0], "end_ns": r["chunks"][-1], "chunk_ns": r["chunks"],
                          "chunk_tokens": [1] * len(r["chunks"])})
             new()

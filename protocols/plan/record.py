@@ -25,7 +25,8 @@ from metrics.plan_pick import joint, relative_differences, runner_up_cheaper
 
 # The metrics a plan reports per config, each with its interval.
 PLAN_METRICS = ("slo_attainment", "goodput_rps", "good_output_throughput", "p50_ttft_ms", "p90_ttft_ms",
-                "p99_ttft_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p50_e2el_ms", "p90_e2el_ms", "replicas_max", "replicas_mean", "starting_replica_seconds",
+                "p99_ttft_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p50_e2el_ms", "p90_e2el_ms",
+                "replicas_max", "replicas_mean", "starting_replica_seconds",
                 "serving_replica_seconds", "draining_replica_seconds", "paid_replica_seconds",
                 "idle_replica_seconds", "overprovisioned_replica_seconds", "cost_total", "cost_per_mtok_good",
                 "headroom_cost")

@@ -101,7 +101,8 @@ def profile_json(out: Path, steps: list[Step], resolution: int, source: str = "c
     if f"{chosen}prefill_fit" not in record:
         record["fit_error"] = ("protocol.source=engine: the engine's phase histograms (vLLM's "
                                "vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds) gave no fit"
-                               + (f" ({engine_note})" if engine_note else "; it exports none") + "; use protocol.source=client")
+                               + (f" ({engine_note})" if engine_note else "; it exports none")
+                               + "; use protocol.source=client")
         record["notes"] = notes
         return record, None
     prefill, decode = record[f"{chosen}prefill_fit"], record[f"{chosen}decode_fit"]

@@ -47,7 +47,8 @@ def test_plan_is_a_prefill_ladder_then_decode_ladders():
     assert {s.spec.load["warmup_requests"] for s in steps} == {0}
     assert len({s.spec.subdir for s in steps}) == 6 and [s.spec.index for s in steps] == list(range(6))
     assert steps[3].workload == {"input_tokens": 128, "output_tokens": 32, "input_dist": {"kind": "fixed"},
-                                 "output_dist": {"kind": "fixed", "min": None, "max": None}, "prefix_groups": {"count": 0, "prefix_tokens": 0},
+                                 "output_dist": {"kind": "fixed", "min": None, "max": None},
+                                 "prefix_groups": {"count": 0, "prefix_tokens": 0},
                                  "stress": {"long_tail": {"fraction": 0.0}}}
 
 
