@@ -427,7 +427,9 @@ class SchedulerModel:
     def key(self, stream: tuple) -> str:
         """A stream's cache key: the engine's args, the profile's bytes and prefill increment, the
         stream's arrays."""
-        ident = [self.engine_args(), self.replica_workers, self.router_mode, self.in_step]
+        # the profile by its bytes, not its path: a stream's key (and the sample it seeds) is the
+        # same wherever the profile lies
+        ident = [self.knobs, self.replica_workers, self.router_mode, self.in_step]
         if not self.sample.exact:        # exact replays keep their keys (and their cache entries)
             ident.append(self.sample.describe())
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())

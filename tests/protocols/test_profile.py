@@ -232,7 +232,8 @@ def test_profile_of_transformers_serve(tmp_path):
         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     rec = json.loads((tmp_path / "out" / record.PROFILE_FILE).read_text())
-    assert rec["runs_finished"] == 6 and "fit_error" not in rec
+    # 2 prefill + 4 decode + 2 mixed runs (the prefill lengths again, at concurrency 4)
+    assert rec["runs_finished"] == 8 and "fit_error" not in rec and len(rec["mixed_points"]) == 2
     assert all(pt["prefill_ms"] > 0 for pt in rec["prefill_points"])
     assert all(pt["step_ms"] > 0 and pt["requests"] == pt["concurrency"] for pt in rec["decode_points"])
     assert (tmp_path / "out" / record.MOCKER_FILE).exists()
