@@ -5,7 +5,7 @@ traffic from the same starting replicas.
 
 Both sides go through the same definitions (``metrics.fleet``, ``metrics.autoscale_bill``) over
 the same window, the trace's span [first arrival, last arrival]: attainment, goodput and good
-output tokens per second, TTFT p50/p90, and the bill under one name each:
+output tokens per second, TTFT, TPOT and E2EL p50/p90, and the bill under one name each:
 ``starting_replica_seconds``, ``serving_replica_seconds``, ``draining_replica_seconds`` and
 their sum ``paid_replica_seconds``.  A failed scale-up is paid from its decision until it
 failed (an autoscale.json written before failures were timed: counted 0 s, and said so).  The error of each is
