@@ -323,3 +323,16 @@ def test_streams_with_blocks_are_cached_apart(tmp_path, fake_python):
     model.serve([(*base, [[1], [1, 2]])])
     model.serve([(*base, [[1], [3, 4]])])
     assert fake_replay.log(tmp_path)[1] == [2, 2]
+
+
+def test_a_streams_key_is_the_profiles_bytes_not_its_path(tmp_path, fake_python):
+    # the key seeds the approximation's sample: a profile copied elsewhere (another checkout, a
+    # test's temp folder) must give the same key, or the same plan draws another sample
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "perf_data.npz").write_bytes((tmp_path / "perf_data.npz").read_bytes())
+    a = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8})
+    b = sched.SchedulerModel(fake_python, other / "perf_data.npz", {"max_num_seqs": 8})
+    s = _stream(0.0, 3)
+    assert a.key(s) == b.key(s)
+    assert a.key(s) != sched.SchedulerModel(fake_python, other / "perf_data.npz", {"max_num_seqs": 4}).key(s)
