@@ -75,18 +75,33 @@ def test_cores_this_machine_lacks_are_refused_by_name():
         make_placer(d)
 
 
-def test_first_port_plus_index_and_a_taken_one():
-    with socket.socket() as s:  # a free block of two: the second one then held
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-    placer = make_placer(dep(kind="replicas", replicas=2, first_port=base))
-    assert isinstance(placer, LocalPlacer)
-    r0, r1 = placer.slots
-    assert placer.reserve(r0, "127.0.0.1") == ("127.0.0.1", base)
-    assert (r0.host, r0.port, r0.node) == ("127.0.0.1", base, socket.gethostname())
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", base + 1))
+def held_second_of_a_free_pair() -> tuple[int, socket.socket]:
+    """A port ``base`` free a moment ago and ``base + 1`` held (listening) by this test from the
+    start: another test's process (pytest-xdist) may take any port freed, so the taken one is
+    never let go between finding it and the placer's check (CI drew exactly that race)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        held = socket.socket()
+        try:
+            held.bind(("127.0.0.1", base + 1))
+        except OSError:
+            held.close()
+            continue
         held.listen()
+        return base, held
+    raise AssertionError("no free port followed by a free one in 100 tries")
+
+
+def test_first_port_plus_index_and_a_taken_one():
+    base, held = held_second_of_a_free_pair()
+    with held:
+        placer = make_placer(dep(kind="replicas", replicas=2, first_port=base))
+        assert isinstance(placer, LocalPlacer)
+        r0, r1 = placer.slots
+        assert placer.reserve(r0, "127.0.0.1") == ("127.0.0.1", base)
+        assert (r0.host, r0.port, r0.node) == ("127.0.0.1", base, socket.gethostname())
         with pytest.raises(PlacementError, match=rf"deployment\.first_port={base}: port {base + 1} \(replica r1"):
             placer.reserve(r1, "127.0.0.1")
 
