@@ -6,7 +6,9 @@ venv's Python as a script, so it imports only the standard library, numpy and ``
     python replay_worker.py JOB.json     # one-shot: every job of the file, then exit
 
 A job: ``{"engine_args": {mocker engine args: planner_profile_data, max_num_seqs, ...},
-"router_mode": "round_robin", "trace": PATH, "report": PATH, "records": PATH, "num_workers": 1}``
+"router_mode": "round_robin", "trace": PATH, "report": PATH, "records": PATH, "num_workers": 1,
+"trace_block_size": 16}`` (the tokens each of the trace's ``hash_ids`` stands for: the replay's
+own default is Mooncake's 512, under which one shared id of a 16-token block covers 512 tokens)
 (JOB.json: ``{"engine_args", "router_mode", "jobs": [{"trace", "report", "records", ...}]}``).
 The replay's per-request records go to ``report`` (``report_jsonl_path``); with ``records``,
 their fields the plan reads are also saved there as a float64 ``.npy`` array, one row a record
@@ -59,7 +61,8 @@ def run(job: dict, cache: dict) -> float:
         cache[key] = engine_args(job.get("engine_args") or {})
     t0 = time.perf_counter()
     run_trace_replay(job["trace"], extra_engine_args=cache[key], num_workers=int(job.get("num_workers", 1)),
-                     router_mode=job.get("router_mode", "round_robin"), report_jsonl_path=job["report"])
+                     router_mode=job.get("router_mode", "round_robin"), report_jsonl_path=job["report"],
+                     trace_block_size=job.get("trace_block_size"))
     if job.get("records"):
         save_records(job["report"], job["records"])
     return time.perf_counter() - t0

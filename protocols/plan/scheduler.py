@@ -15,7 +15,9 @@ replay CLI's module it imported, that start cost twice the CPU of replaying 5,00
 - Trace (Mooncake jsonl, one line a request, in arrival order): ``timestamp`` = arrival in ms,
   ``input_length`` = prompt tokens, ``output_length`` = output tokens, ``hash_ids`` =
   ceil(prompt / block_size) ids of its own (the plan's traffic says nothing of shared
-  prefixes, so no request reuses another's blocks).
+  prefixes, so no request reuses another's blocks), or given with the stream (a trace's
+  prefixes); the replay is told an id stands for ``block_size`` tokens (``trace_block_size``:
+  left to its default, Mooncake's 512, a shared id of a 128-token block covered 512 tokens).
 - The profile's ``prefill_ttft_ms`` is a measured TTFT (``metrics.profile``: the first token
   included), but the mocker emits a request's first token at the end of the decode step after
   its prefill, so its TTFT is the table's plus one step.  The replay is given the table less
@@ -429,7 +431,9 @@ class SchedulerModel:
         stream's arrays."""
         # the profile by its bytes, not its path: a stream's key (and the sample it seeds) is the
         # same wherever the profile lies
-        ident = [self.knobs, self.replica_workers, self.router_mode, self.in_step]
+        # "ids per block": entries replayed while the replay read each id as 512 tokens (its
+        # default, not the trace's block) hold wrong prefix hits, and are not read back
+        ident = [self.knobs, self.replica_workers, self.router_mode, self.in_step, "ids per block"]
         if not self.sample.exact:        # exact replays keep their keys (and their cache entries)
             ident.append(self.sample.describe())
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())
@@ -498,6 +502,7 @@ class SchedulerModel:
             np.savez(table, **tables)
             isl = np.asarray(tables["prefill_isl"], dtype=np.float64)
             args = self.engine_args(table)
+            block_size = int(self.knobs.get("block_size", 16))    # the trace's ids: one per block
 
             def drain(worker: _Worker) -> None:
                 try:
@@ -516,11 +521,11 @@ class SchedulerModel:
                 arr, pr, ou = streams[k][:3]
                 tr, rep, rec = (Path(tmp) / f"{w}{k}.{x}" for w, x in (("trace", "jsonl"), ("report", "jsonl"),
                                                                      ("records", "npy")))
-                write_trace(tr, arr, pr, ou, self.knobs.get("block_size", 16),
+                write_trace(tr, arr, pr, ou, block_size,
                             hash_ids=streams[k][3] if len(streams[k]) > 3 else None)
                 ans = worker.ask({"engine_args": args, "router_mode": self.router_mode,
                                   "num_workers": self.replica_workers, "trace": str(tr), "report": str(rep),
-                                  "records": str(rec)}, self.timeout_s)
+                                  "records": str(rec), "trace_block_size": block_size}, self.timeout_s)
                 if not ans.get("ok"):
                     raise RuntimeError(f"Dynamo's replay ({self.python}) failed: {ans.get('error')}")
                 ttft, tpot = match_records(np.load(rec), arr, pr, ou, where=rep)

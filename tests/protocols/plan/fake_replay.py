@@ -14,8 +14,9 @@ FAKE_REPLAY = textwrap.dedent('''
         f.write(f"start {os.getpid()}\\n")
 
     def run_trace_replay(trace, extra_engine_args=None, num_workers=1, router_mode="round_robin",
-                         report_jsonl_path=None):
+                         report_jsonl_path=None, trace_block_size=None):
         assert extra_engine_args["planner_profile_data"]
+        assert trace_block_size == extra_engine_args.get("block_size", 16)   # the writer's ids, one a block
         rows = [json.loads(x) for x in open(trace)]
         ttft = ttft_ms(extra_engine_args, rows)
         if rows[0]["input_length"] == 13:
