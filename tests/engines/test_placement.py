@@ -83,6 +83,8 @@ def held_second_of_a_free_pair() -> tuple[int, socket.socket]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
+        if base >= 65535:        # no port after it
+            continue
         held = socket.socket()
         try:
             held.bind(("127.0.0.1", base + 1))
