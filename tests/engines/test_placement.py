@@ -77,8 +77,8 @@ def test_cores_this_machine_lacks_are_refused_by_name():
 
 def held_second_of_a_free_pair() -> tuple[int, socket.socket]:
     """A port ``base`` free a moment ago and ``base + 1`` held (listening) by this test from the
-    start: another test's process (pytest-xdist) may take any port freed, so the taken one is
-    never let go between finding it and the placer's check (CI drew exactly that race)."""
+    moment it is found free, never let go before the placer's check: the test once took
+    ``base + 1`` for free without looking, and CI found another process (pytest-xdist) on it."""
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
