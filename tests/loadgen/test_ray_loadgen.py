@@ -173,7 +173,9 @@ def test_two_nodes_four_workers_against_ground_truth(cluster, tmp_path):
 
 
 def test_a_worker_killed_mid_run(cluster, tmp_path):
-    n, tokens, rate = 160, 40, 40.0  # 4 s of sends, each stream ~0.45 s
+    # 8 s of sends, each stream ~0.45 s: the kill (after ~0.6 s) finds requests not sent yet even
+    # when the hand-backs reach this process seconds late (CI: with 4 s of sends, none was left)
+    n, tokens, rate = 320, 40, 40.0
     spec = LoadSpec(kind="poisson", rate=rate, num_requests=n, seed=5)
     point = bench.Point("kill", "poisson", rate, None, n, tokens, 20.0, 10.0)
     port = bench._free_port()
@@ -183,7 +185,7 @@ def test_a_worker_killed_mid_run(cluster, tmp_path):
         victim.update(infos[1])
 
     def on_done(rec):  # worker 1 has handed back 5 finished requests: kill its process (started
-        # by this test, through Ray) with ~30 of its requests still to send
+        # by this test, through Ray) with ~70 of its requests still to send
         if int(rec.request_id[1:]) % 4 == 1:
             handed_back.append(rec.request_id)
             if len(handed_back) == 5:
