@@ -40,6 +40,7 @@ from metrics.engine_counters import PHASES, engine_summary, replica_engine_summa
 from metrics.filling import filling_note
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
+from metrics.slo import vacuous_line
 from metrics.speculative import spec_agreement
 from metrics.summary import summarize
 from metrics.token_accounting import mismatch_line
@@ -482,6 +483,8 @@ def print_point(s, p: PointRun) -> None:
         print(filling_line(m), flush=True)
     if mismatch_line(m):
         print("  " + mismatch_line(m), flush=True)
+    if vacuous_line(m):
+        print("  " + vacuous_line(m), flush=True)
     if m.get("cached_tokens_rows"):
         print(f"  prefix cache: {m['cache_hit_rate']:.1%} of prompt tokens cached (server usage, "
               f"{m['cached_tokens_rows']} requests); engine counters "

@@ -4,8 +4,16 @@ A request is good when it completed (status ``ok``) and every configured per-req
 holds, inclusively (``ttft <= slo.ttft_ms``).  ``ttfa_ms`` bounds the time to the first answer
 token (``metrics.request_metrics.ttfa_s``: reasoning left out); a caller without that column (a
 simulation of a model that does not reason) passes none and TTFT stands for it.  ``task_s``
-bounds a task's completion time, not a request's (``metrics.tasks``).  TPOT is undefined for
-one-token outputs; such a request passes the TPOT SLO, as in ``vllm bench serve``'s goodput.
+bounds a task's completion time, not a request's (``metrics.tasks``).
+
+A request without a TPOT (fewer than two output tokens: ``metrics.request_metrics.tpot_s`` is NaN)
+cannot miss a TPOT SLO: it passes it (``slo_pass``), and the TPOT percentile is taken over the
+requests that have one (``percentile_check``), as ``vllm bench serve`` (goodput; TPOT over outputs
+longer than one token) and AIPerf (no inter-token latency below two tokens) do.  A run where no
+completed request has a TPOT meets the TPOT SLO vacuously, and says so (``slo_tpot_vacuous`` in
+``summary.json``, the reason ``run_meets_slo`` gives).  Any other SLO without a value misses it
+(a TTFT or E2EL only a completed request has; a TTFA where only reasoning came).  Every reader (the
+summary, the good mask, the plan's capacity, the SLO search, the report) goes through these.
 
 A run meets the SLO (``run_meets_slo``, the one run-level check: the SLO search, the plan's
 capacity, the report and tune all read it) when it was not stopped as over-saturated, every
@@ -35,6 +43,9 @@ from metrics.percentiles import percentile as _percentile
 
 # SLO name -> the per-request column (seconds) it bounds.
 SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s", "ttfa_ms": "ttfa_s"}
+# SLOs a request may have no value for without missing them (module doc): TPOT, undefined below two tokens.
+UNDEFINED_PASSES = frozenset({"tpot_ms"})
+VACUOUS_NOTE = "no completed request has a {0} (each had one output token): the {0} SLO holds vacuously"
 
 
 @dataclass(frozen=True)
@@ -75,9 +86,31 @@ def slo_pass(slo: SLO, name: str, values_s) -> np.ndarray:
     limit = getattr(slo, name)
     with np.errstate(invalid="ignore"):
         ok = v <= limit
-    if name == "tpot_ms":
+    if name in UNDEFINED_PASSES:
         ok |= np.isnan(v)
     return ok
+
+
+@dataclass(frozen=True)
+class PercentileCheck:
+    """One SLO's ``slo.percentile``-th percentile over the requests that have a value (NaN left out)."""
+    value_ms: float    # NaN: no request has a value
+    samples: int       # the requests that have one
+    met: bool          # within the limit, inclusively; with no sample: TPOT holds (vacuously), any other misses
+
+    @property
+    def vacuous(self) -> bool:
+        """Met with nothing to judge: no request has a TPOT."""
+        return self.met and self.samples == 0
+
+
+def percentile_check(slo: SLO, name: str, values_s) -> PercentileCheck:
+    """The percentile part of the run-level check for SLO ``name`` over ``values_s`` (seconds, the completed
+    requests'): the percentile of the non-NaN values (numpy's linear rule) against the limit (module doc)."""
+    v = np.asarray(values_s, dtype=np.float64)
+    n = int(np.count_nonzero(~np.isnan(v)))
+    pv = _percentile(v, slo.percentile) * 1e3
+    return PercentileCheck(pv, n, bool(pv <= getattr(slo, name)) if n else name in UNDEFINED_PASSES)
 
 
 def good_mask(slo: SLO, status, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> np.ndarray:
@@ -92,23 +125,20 @@ def good_mask(slo: SLO, status, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> np.ndarr
 def percentiles_missed(slo: SLO, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> list[str]:
     """The configured SLOs (``ttft``, ``tpot``, ``e2el``, ``ttfa``: ``ttfa_s`` None, TTFT stands for it)
     whose ``slo.percentile``-th percentile over the completed requests' values (NaN left out) is
-    above the limit; one with no value misses, except TPOT (one-token outputs, module doc)."""
+    above the limit (``percentile_check``); one with no value misses, except TPOT (module doc)."""
     cols = {"ttft_ms": ttft_s, "tpot_ms": tpot_s, "e2el_ms": e2el_s, "ttfa_ms": ttft_s if ttfa_s is None else ttfa_s}
-    missed = []
-    for name, limit in slo.limits().items():
-        pv = _percentile(cols[name], slo.percentile) * 1e3
-        if (np.isnan(pv) and name != "tpot_ms") or pv > limit:
-            missed.append(name[:-3])
-    return missed
+    return [name[:-3] for name in slo.limits() if not percentile_check(slo, name, cols[name]).met]
 
 
 def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile: float,
                   attainment: float | None = None, min_attainment: float | None = None,
-                  saturated: bool = False, in_flight_quarters: tuple[float, float] | None = None) -> tuple[bool, str]:
+                  saturated: bool = False, in_flight_quarters: tuple[float, float] | None = None,
+                  vacuous: list[str] = ()) -> tuple[bool, str]:
     """The run-level check (module doc) and, when it fails, why: ``missed`` the SLOs whose
     percentile over the completed requests is above the limit, ``completed`` and ``failed`` the
     run's measured requests, ``attainment`` its share of good requests, ``in_flight_quarters`` the
-    mean in flight over its arrivals' second and last quarters (``metrics.filling``; None: unknown)."""
+    mean in flight over its arrivals' second and last quarters (``metrics.filling``; None: unknown).
+    A run that meets it with ``vacuous`` SLOs (held with no request to judge: ``tpot``) says so."""
     if saturated:
         return False, "over-saturated"
     if missed:
@@ -124,20 +154,40 @@ def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile:
         return False, f"attainment {attainment} < {min_attainment}"
     if in_flight_quarters is not None and still_filling(*in_flight_quarters):
         return False, filling_note(*in_flight_quarters)
-    return True, ""
+    return True, "; ".join(VACUOUS_NOTE.format(name.upper()) for name in vacuous)
 
 
 def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bool, str]:
-    """``run_meets_slo`` on a run's ``summary.json``: its per-SLO checks (``slo_*_met``), request
-    counts, ``slo_percentile``, ``slo_attainment``, ``saturated``, ``in_flight_second_quarter`` and
-    ``in_flight_last_quarter``."""
-    missed = [k[4:-4] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_met") and not v]
+    """``run_meets_slo`` on a run's ``summary.json``: its per-SLO checks (``slo_*_met``, ``slo_*_vacuous``),
+    request counts, ``slo_percentile``, ``slo_attainment``, ``saturated``, ``in_flight_second_quarter`` and
+    ``in_flight_last_quarter``.  A summary written before ``slo_tpot_vacuous`` (its ``slo_tpot_met`` false
+    where no request had a TPOT: its percentile null) is read by the same rule (module doc)."""
     # a summary without the key (written before it was recorded) was run at the default percentile
     pct = summary.get("slo_percentile")
+    pct = float(pct) if pct is not None else SLO.percentile
+    checked = [k[4:-4] for k in summary if k.startswith("slo_") and k.endswith("_met")]
+    vacuous = [m for m in checked if _vacuous(summary, m, pct)]
+    missed = [m for m in checked if not summary[f"slo_{m}_met"] and m not in vacuous]
     return run_meets_slo(missed, completed=int(summary.get("completed") or 0), failed=int(summary.get("failed") or 0),
-                         percentile=float(pct) if pct is not None else SLO.percentile,
-                         attainment=summary.get("slo_attainment"), min_attainment=min_attainment,
-                         saturated=bool(summary.get("saturated")), in_flight_quarters=in_flight_quarters(summary))
+                         percentile=pct, attainment=summary.get("slo_attainment"), min_attainment=min_attainment,
+                         saturated=bool(summary.get("saturated")), in_flight_quarters=in_flight_quarters(summary),
+                         vacuous=vacuous)
+
+
+def _vacuous(summary: Mapping, short: str, pct: float) -> bool:
+    """Whether the summary's SLO ``short`` held with no request to judge (an older summary: its percentile null)."""
+    if f"{short}_ms" not in UNDEFINED_PASSES:
+        return False
+    if f"slo_{short}_vacuous" in summary:
+        return bool(summary[f"slo_{short}_vacuous"])
+    key = f"slo_{short}_p{pct:g}_ms"
+    return key in summary and (summary[key] is None or math.isnan(float(summary[key])))
+
+
+def vacuous_line(summary: Mapping) -> str | None:
+    """What the console says of a run whose TPOT SLO held with no request to judge (else None)."""
+    held = [k[4:-len("_vacuous")] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_vacuous") and v]
+    return "; ".join(VACUOUS_NOTE.format(m.upper()) for m in held) or None
 
 
 def in_flight_quarters(summary: Mapping) -> tuple[float, float]:

@@ -36,6 +36,11 @@ Definitions:
   ``load.max_concurrency`` slot is ``queue_wait_*_ms`` (``slot_ns - scheduled_ns``), the
   server's backlog, never the client's; ``num_connects`` and ``connect_*_ms`` count the sends
   that had to open a connection and how long that took (included in their lag).
+- SLOs (``metrics.slo``'s rules): ``slo_attainment`` = good / measured requests and, per configured SLO,
+  ``slo_attainment_<metric>`` = its pass share, ``slo_<metric>_p<q>_ms`` its ``slo.percentile``-th
+  percentile over the completed requests that have a value, ``slo_<metric>_met`` that percentile within the
+  limit (``metrics.slo.percentile_check``); ``slo_tpot_vacuous`` when no completed request has a TPOT
+  (each one token): the TPOT SLO then holds with nothing to judge.
 - cost and energy: ``metrics/cost.py`` and ``metrics/energy.py`` hold their definitions.
 - prefix-cache hits from the rows (``cache_hit_rate`` ...) and client-server token counts
   (``token_mismatch_rate`` ...): ``metrics/token_accounting.py``.
@@ -63,9 +68,9 @@ import pyarrow.compute as pc
 from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
 from metrics.filling import quarter_in_flight, still_filling
-from metrics.percentiles import add_latency_stats, describe
+from metrics.percentiles import add_latency_stats
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s, ttfa_or_ttft
-from metrics.slo import SLO, SLO_COLUMNS, good_mask, slo_pass
+from metrics.slo import SLO, SLO_COLUMNS, UNDEFINED_PASSES, good_mask, percentile_check, slo_pass
 from metrics.speculative import spec_summary
 from metrics.tasks import task_cost, task_summary
 from metrics.token_accounting import cache_summary, mismatch_summary
@@ -189,10 +194,11 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
         pick = _ttfa if col == "ttfa_s" else (lambda t, c=col: _col(t, c))
         passed = ok & slo_pass(slo, name, pick(measured))
         out[f"slo_attainment_{short}"] = passed.sum() / n_all if n_all else math.nan
-        vals = pick(done)
-        pv = describe(vals, (slo.percentile,))[f"p{slo.percentile:g}"] * 1e3
-        out[f"slo_{short}_p{slo.percentile:g}_ms"] = pv
-        out[f"slo_{short}_met"] = bool(pv <= getattr(slo, name)) if not math.isnan(pv) else False
+        check = percentile_check(slo, name, pick(done))
+        out[f"slo_{short}_p{slo.percentile:g}_ms"] = check.value_ms
+        out[f"slo_{short}_met"] = check.met
+        if name in UNDEFINED_PASSES:
+            out[f"slo_{short}_vacuous"] = check.vacuous
     out["slo_percentile"] = slo.percentile
     out.update(spec_summary(done.column("chunk_tokens").to_pylist(),
                             done.column("tokens_source").to_pylist() if "tokens_source" in done.column_names

@@ -273,14 +273,17 @@ def summary_by_hand(rows: list[dict], slo: dict, window_start_ns: int, window_en
                                             if _end(r) is not None and r["sent_ns"] is not None))
     out.update(filling_by_hand(m))
     q = slo.get("percentile", 99)
-    for name, value, _ in SLO_VALUES:
+    for name, value, nan_passes in SLO_VALUES:
         if slo.get(name) is not None:
             short = name[:-3]
             passed = [r for r in done if plain_good(r, {name: slo[name]})]
             out[f"slo_attainment_{short}"] = share(len(passed))
             pv = plain_percentile([value(r) for r in done], q) * 1e3   # seconds, then ms, as metrics/ does
             out[f"slo_{short}_p{q:g}_ms"] = pv
-            out[f"slo_{short}_met"] = not math.isnan(pv) and pv <= slo[name]
+            # no value at all: a TPOT SLO holds vacuously (no request has one to miss), any other misses
+            out[f"slo_{short}_met"] = nan_passes if math.isnan(pv) else pv <= slo[name]
+            if nan_passes:
+                out[f"slo_{short}_vacuous"] = math.isnan(pv)
     out["slo_percentile"] = q
     lat = {k: [_num(r[f"{k}_s"]) * 1e3 for r in done] for k in ("ttft", "tpot", "e2el")}
     lat["ttfa"] = [plain_ttfa(r) * 1e3 for r in done]

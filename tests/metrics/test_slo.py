@@ -5,11 +5,12 @@ by is the one its config names (the percentile too), and it cannot be changed un
 holds it (mutants cosmic-ray found alive)."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 
-from metrics.slo import SLO, percentiles_missed, run_meets_slo, slo_holds
+from metrics.slo import SLO, percentiles_missed, run_meets_slo, slo_holds, vacuous_line
 from metrics.summary import summarize
 from tests.metrics.test_recompute_summary import ok_row
 from tests.telemetry_fixtures import request_table
@@ -104,3 +105,31 @@ def test_an_slo_cannot_change_under_the_runs_that_hold_it():
     with pytest.raises(dataclasses.FrozenInstanceError):
         slo.ttft_ms = 1e9
     assert {slo: 1}[SLO(ttft_ms=100.0)] == 1                       # hashable: a key of per-SLO results
+
+
+TPOT_VACUOUS = "no completed request has a TPOT (each had one output token): the TPOT SLO holds vacuously"
+
+
+def test_a_request_without_a_tpot_cannot_miss_a_tpot_slo_anywhere():
+    # one rule (issue 41): a one-token output has no TPOT; per request it passes, the percentile is over
+    # the requests that have one, and a run where none has one meets the TPOT SLO vacuously and says so
+    slo = SLO(ttft_ms=200, tpot_ms=20, percentile=99)
+    ones = [ok_row(i * 1000, 100, [], [1]) for i in range(5)]
+    s = summarize(request_table(ones), slo, 0, 10 * 10**9)
+    assert s["slo_attainment"] == 1.0 and s["slo_attainment_tpot"] == 1.0
+    assert s["slo_tpot_met"] is True and s["slo_tpot_vacuous"] is True and math.isnan(s["slo_tpot_p99_ms"])
+    assert slo_holds(s) == (True, TPOT_VACUOUS) and vacuous_line(s) == TPOT_VACUOUS   # the console's line
+    assert percentiles_missed(slo, np.full(5, 0.1), np.full(5, np.nan), np.full(5, 0.1)) == []
+    # with one request of 3 tokens (TPOT 30 ms: 100 ms, then 30 and 30): the p99 is its 30 ms, over 20 ms
+    mixed = ones + [ok_row(6000, 100, [30, 30], [1, 1, 1])]
+    s = summarize(request_table(mixed), slo, 0, 10 * 10**9)
+    assert s["slo_tpot_p99_ms"] == pytest.approx(30.0) and s["slo_tpot_met"] is False
+    assert s["slo_tpot_vacuous"] is False and s["slo_attainment_tpot"] == pytest.approx(5 / 6)
+    assert slo_holds(s) == (False, "missed: tpot") and vacuous_line(s) is None
+    # a summary written before the rule (slo_tpot_met false over no TPOT, its percentile null) is read by it
+    old = {"slo_ttft_met": True, "slo_tpot_met": False, "slo_tpot_p99_ms": None, "completed": 5, "failed": 0,
+           "slo_percentile": 99.0, "slo_attainment": 1.0}
+    assert slo_holds(old) == (True, TPOT_VACUOUS)
+    # TTFT or E2EL without a value (no request completed) still misses: only TPOT can be undefined
+    assert slo_holds({**old, "slo_ttft_met": False, "slo_ttft_p99_ms": None})[1] == "missed: ttft"
+    assert run_meets_slo([], completed=5, failed=0, percentile=99.0, vacuous=["tpot"]) == (True, TPOT_VACUOUS)
