@@ -104,7 +104,8 @@ class RequestRecord:
     # In memory only: what the stream said, before token attribution (metrics.token_attribution).
     chunk_text: list = field(default_factory=list)     # text of each output chunk
     chunk_usage: list = field(default_factory=list)    # cumulative usage.completion_tokens at each chunk (-1: none)
-    chunk_kind: list = field(default_factory=list)     # answer | reasoning | tool_call, per output chunk
+    # answer | reasoning | tool_call per output chunk; a chunk of several kinds: its (kind, text) parts
+    chunk_kind: list = field(default_factory=list)
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     text: str = ""  # generated text; kept for multi-turn prompts

@@ -29,6 +29,11 @@ By chunk kind (``chunk_kind``: ``answer``, ``reasoning``, ``tool_call``, set by 
 ``reasoning_tokens`` = sum of ``chunk_tokens`` over reasoning chunks, ``tool_call_tokens`` = sum over
 tool-call chunks (both 0 when none came; both are part of ``output_tokens``, so the answer's
 tokens are ``output_tokens - reasoning_tokens``).  A record without kinds leaves them null.
+A chunk that carried several kinds at once (its kind the tuple of its ``(kind, text)`` parts:
+vLLM's ``</think>`` chunk, content beside a tool call) shares its ``chunk_tokens`` between them in
+proportion to their texts' token counts under the served model's tokenizer (their characters
+without one), largest remainder, a tie to the earlier part (reasoning, answer, tool call): each kind
+gets its share and the chunk's tokens stay what they were (``tokens_by_kind``).
 """
 
 from __future__ import annotations
@@ -48,8 +53,24 @@ def attribute_tokens(rec, count_tokens: Callable[[str], int] | None = None) -> N
     _attribute(rec, count_tokens)
     kinds = getattr(rec, "chunk_kind", None)
     if kinds is not None and len(kinds) == len(rec.chunk_tokens):
-        rec.reasoning_tokens = sum(k for k, kind in zip(rec.chunk_tokens, kinds) if kind == REASONING)
-        rec.tool_call_tokens = sum(k for k, kind in zip(rec.chunk_tokens, kinds) if kind == TOOL_CALL)
+        by_kind = tokens_by_kind(rec.chunk_tokens, kinds, count_tokens)
+        rec.reasoning_tokens = by_kind.get(REASONING, 0)
+        rec.tool_call_tokens = by_kind.get(TOOL_CALL, 0)
+
+
+def tokens_by_kind(chunk_tokens: list[int], kinds: list, count_tokens: Callable[[str], int] | None = None) -> dict:
+    """Output tokens per chunk kind: each chunk's ``chunk_tokens`` to its kind, or, for a chunk of
+    several kinds (a tuple of ``(kind, text)`` parts), shared between them by their texts' token
+    counts (``count_tokens``; None: characters), largest remainder (module doc)."""
+    out: dict[str, int] = {}
+    for k, kind in zip(chunk_tokens, kinds):
+        if kind.__class__ is str:
+            out[kind] = out.get(kind, 0) + k
+            continue
+        weights = [count_tokens(text) if count_tokens is not None else len(text) for _, text in kind]
+        for (name, _), share in zip(kind, split_total(k, weights, at_least_one=False)):
+            out[name] = out.get(name, 0) + share
+    return out
 
 
 def _attribute(rec, count_tokens) -> None:

@@ -12,11 +12,17 @@ text and the cumulative ``usage.completion_tokens`` it carried (-1: none); how m
 each chunk carried is decided from these in ``metrics.token_attribution``.
 
 Each output chunk also gets a kind (``chunk_kind``): ``reasoning`` (``delta.reasoning``, vLLM >=
-0.11's name, or the older ``delta.reasoning_content``), ``tool_call`` (``delta.tool_calls``: the
-function names and argument fragments are its text; it is output, so it counts for TTFT) or
-``answer`` (``content``, or the completions API's ``text``, which never separates reasoning).  A
-delta carrying content and reasoning at once is an ``answer`` chunk (its tokens are not split).
-``first_answer_ns`` is the first chunk that is not reasoning; ``first_token_ns`` the first of any kind.
+0.11's name, or the older ``delta.reasoning_content``; a server that sends both with the same text
+is read once, ``reasoning`` first), ``tool_call`` (``delta.tool_calls``: the function names and
+argument fragments are its text; it is output, so it counts for TTFT) or ``answer`` (``content``,
+or the completions API's ``text``, which never separates reasoning).  A delta that carries several
+kinds at once (vLLM's reasoning parser at ``</think>`` when several tokens arrive together: the
+reasoning's end and the answer's start; content beside a tool call's first fragment) keeps every
+one: its text is theirs joined in the order reasoning, answer, tool call, and its kind the tuple of
+its ``(kind, text)`` parts in that order (``metrics.token_attribution.tokens_by_kind`` shares its
+tokens between them).  ``first_answer_ns`` is the first chunk that carries anything but reasoning;
+``first_token_ns`` the first of any kind.  The whole text, every kind joined, is the record's
+``text`` (the next turn's assistant message) and what the client's tokenizer counts.
 """
 
 from __future__ import annotations
@@ -107,12 +113,8 @@ class OpenAIStream:
             if delta.__class__ is not dict:
                 raise _wrong("choices[0].delta", delta)
             text, kind, what = delta.get("content"), ANSWER, "choices[0].delta.content"
-            if not text:
-                text = delta.get("reasoning") or delta.get("reasoning_content")
-                if text:
-                    kind, what = REASONING, "choices[0].delta.reasoning"
-                elif delta.get("tool_calls"):
-                    text, kind, what = _tool_text(delta["tool_calls"]), TOOL_CALL, "choices[0].delta.tool_calls"
+            if "reasoning" in delta or "reasoning_content" in delta or "tool_calls" in delta:
+                text, kind = _delta_parts(delta, text)
         else:
             text, kind, what = c0.get("text"), ANSWER, "choices[0].text"
         if text and text.__class__ is not str:
@@ -157,6 +159,26 @@ class OpenAIStream:
         if not (self.saw_done or rec.finish_reason):
             return "truncated", "stream closed before a finish_reason or [DONE]"
         return "ok", None
+
+
+def _delta_parts(delta: dict, content) -> tuple[str | None, str | tuple]:
+    """A delta's output text and kind: one kind's text and its name, or, where it carries several
+    (module doc), their texts joined and the tuple of its ``(kind, text)`` parts."""
+    parts = []
+    for kind, what, text in ((REASONING, "choices[0].delta.reasoning",
+                              delta.get("reasoning") or delta.get("reasoning_content")),
+                             (ANSWER, "choices[0].delta.content", content)):
+        if text:
+            if text.__class__ is not str:
+                raise _wrong(what, text)
+            parts.append((kind, text))
+    if delta.get("tool_calls"):
+        text = _tool_text(delta["tool_calls"])
+        if text:
+            parts.append((TOOL_CALL, text))
+    if len(parts) > 1:
+        return "".join(text for _, text in parts), tuple(parts)
+    return (parts[0][1], parts[0][0]) if parts else (None, ANSWER)
 
 
 def _tool_text(calls) -> str:

@@ -8,13 +8,15 @@ import asyncio
 from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 
 from loadgen.client import ClientConfig, StreamingClient, Timeouts
-from loadgen.client.openai_stream import OpenAIStream
-from loadgen.records import RequestRecord
+from loadgen.client.openai_stream import OpenAIStream, finish_text
+from loadgen.records import RecordWriter, RequestRecord
 from metrics.request_metrics import complete_record
 from metrics.slo import SLO
+from metrics.summary import summarize
 from tests.fake_server import FakeServer
 
 
@@ -100,10 +102,74 @@ def _events(*deltas) -> RequestRecord:
     return rec
 
 
-def test_delta_with_content_and_reasoning_is_an_answer_chunk():
-    rec = _events({"role": "assistant"}, {"reasoning": "think"}, {"reasoning": "done", "content": "Hi"})
-    assert rec.chunk_kind == ["reasoning", "answer"] and rec.chunk_text == ["think", "Hi"]
-    assert rec.first_token_ns == 101 and rec.first_answer_ns == 102
+def words(text: str) -> int:
+    """The test's tokenizer: one token a whitespace-separated word."""
+    return len(text.split())
+
+
+def _usage_stream(*deltas_and_counts, final: int) -> RequestRecord:
+    """A chat stream with ``continuous_usage_stats``: each (delta, cumulative completion_tokens) an event
+    at 100, 101 ...; then the final usage; then ``complete_record`` with the words tokenizer."""
+    rec = RequestRecord(request_id="r", sent_ns=0, expected_prompt_tokens=5)
+    st = OpenAIStream(rec)
+    for i, (d, cum) in enumerate(deltas_and_counts):
+        ev = {"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": None}],
+              "usage": {"prompt_tokens": 5, "completion_tokens": cum}}
+        st.feed(b"data: " + orjson.dumps(ev) + b"\n\n", 100 + i)
+    last = {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": final}}
+    st.feed(b"data: " + orjson.dumps(last) + b"\n\ndata: [DONE]\n\n", 200)
+    rec.status = st.outcome()[0]
+    finish_text(rec)
+    complete_record(rec, count_tokens=words)
+    return rec
+
+
+def _summary(tmp_path, *recs) -> dict:
+    w = RecordWriter(tmp_path / "requests.parquet")
+    for r in recs:
+        w.append(r)
+    w.close()
+    return summarize(pq.read_table(tmp_path / "requests.parquet"), SLO(), 0, 10**9)
+
+
+def test_a_think_end_chunk_keeps_its_reasoning_and_its_answer_with_their_shares_of_its_tokens(tmp_path):
+    # vLLM's reasoning parser at </think> when several tokens come at once: the reasoning's end and
+    # the answer's start in one delta.  Chunk 2 carries 5 tokens ("over", </think>, "The answer is"):
+    # split 1 : 3 by its parts' token counts, 1.25 and 3.75, the spare token to the larger remainder
+    rec = _usage_stream(({"role": "assistant"}, 0), ({"reasoning": "Let me think "}, 3),
+                        ({"reasoning": "over ", "content": "The answer is "}, 8), ({"content": "4."}, 9), final=9)
+    assert rec.status == "ok" and rec.chunk_tokens == [3, 5, 1] and rec.output_tokens == 9
+    assert rec.chunk_text == ["Let me think ", "over The answer is ", "4."]
+    assert rec.chunk_kind == ["reasoning", (("reasoning", "over "), ("answer", "The answer is ")), "answer"]
+    assert rec.reasoning_tokens == 3 + 1 and rec.tool_call_tokens == 0     # answer tokens: 9 - 4 = 5
+    assert rec.text == "Let me think over The answer is 4."                 # the multi-turn text, whole
+    # the client's count of the whole text, 8 words, within one token of the server's 9 (</think>)
+    assert rec.client_output_tokens == 8 and rec.server_output_tokens == 9
+    assert rec.first_token_ns == 101 and rec.first_answer_ns == 102         # the answer starts in chunk 2
+    # the older field name, the same split
+    old = _usage_stream(({"reasoning_content": "Let me think "}, 3),
+                        ({"reasoning_content": "over ", "content": "The answer is "}, 8), ({"content": "4."}, 9),
+                        final=9)
+    assert old.reasoning_tokens == 4 and old.text == rec.text
+    s = _summary(tmp_path, rec)
+    assert s["total_reasoning_tokens"] == 4 and s["good_answer_tokens"] == 5
+    assert s["token_mismatch_rate"] == 0.0 and s["token_counts_disagree"] is False
+
+
+def test_a_chunk_with_content_and_a_tool_call_keeps_both(tmp_path):
+    # content and the tool call's start in one delta (a multi-token step), then the arguments
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    args = {"index": 0, "function": {"arguments": '{"city": "Paris"}'}}
+    rec = _usage_stream(({"content": "Sure. "}, 1), ({"content": "Calling ", "tool_calls": [call]}, 3),
+                        ({"tool_calls": [args]}, 5), final=5)
+    assert rec.chunk_tokens == [1, 2, 2] and rec.chunk_text == ["Sure. ", "Calling get_weather", '{"city": "Paris"}']
+    assert rec.chunk_kind[1] == (("answer", "Calling "), ("tool_call", "get_weather"))
+    assert rec.tool_call_tokens == 1 + 2 and rec.reasoning_tokens == 0     # 1 : 1 in chunk 2
+    assert rec.text == 'Sure. Calling get_weather{"city": "Paris"}'        # the next turn's assistant message
+    assert rec.client_output_tokens == 4 and rec.server_output_tokens == 5  # (name and arguments join: one word)
+    assert rec.first_answer_ns == rec.first_token_ns == 100
+    s = _summary(tmp_path, rec)
+    assert s["total_tool_call_tokens"] == 3 and s["good_answer_tokens"] == 5 and s["token_mismatch_rate"] == 0.0
 
 
 def test_tool_call_fragment_without_function_text_is_not_output():

@@ -165,6 +165,43 @@ def test_sessions_follow_previous_turn_with_real_history(tmp_path, builder, kind
     assert builder.count(p1) == a1.expected_prompt_tokens  # history (44 tok) > 30: history + 1 token
 
 
+class MixedChunkClient(RecordingClient):
+    """Answers with a chat stream whose 2nd chunk carries reasoning's end and the answer, and 3rd the
+    answer's end and a tool call (``delta`` fields of vLLM's reasoning and tool parsers), read by the
+    real stream reader."""
+
+    async def send(self, rec: RequestRecord, payload: bytes):
+        import time
+
+        import orjson
+
+        from loadgen.client.openai_stream import OpenAIStream, finish_text
+
+        rec.sent_ns = time.perf_counter_ns()
+        self.prompts[rec.request_id] = json.loads(payload)["prompt"]
+        st = OpenAIStream(rec)
+        call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+        for d in ({"reasoning": "hmm "}, {"reasoning": "ok ", "content": "Sure. "},
+                  {"content": "Calling ", "tool_calls": [call]}):
+            ev = {"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+            st.feed(b"data: " + orjson.dumps(ev) + b"\n\n", time.perf_counter_ns())
+        st.feed(b"data: [DONE]\n\n", time.perf_counter_ns())
+        rec.done_ns = time.perf_counter_ns()
+        rec.status = st.outcome()[0]
+        finish_text(rec)
+        return rec
+
+
+def test_the_next_turn_carries_every_kind_a_chunk_carried(tmp_path, builder):
+    path = jsonl(tmp_path, SESSION_ROWS)
+    items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder, max_model_len=2048)
+    rows, _, client = run(items, LoadSpec(kind="trace"), MixedChunkClient())
+    by = {(r.session_id, r.turn): r for r in rows}
+    a0, a1 = by[("a", 0)], by[("a", 1)]
+    assert a0.text == "hmm ok Sure. Calling get_weather"       # reasoning, answer and the tool call, in order
+    assert client.prompts[a1.request_id].startswith(client.prompts[a0.request_id] + a0.text)
+
+
 def test_failed_turn_ends_session_and_summary(tmp_path, builder):
     from loadgen.records import RecordWriter, read_requests
     from metrics.slo import SLO
