@@ -45,7 +45,7 @@ from metrics.percentiles import percentile as _percentile
 SLO_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2el_ms": "e2el_s", "ttfa_ms": "ttfa_s"}
 # SLOs a request may have no value for without missing them (module doc): TPOT, undefined below two tokens.
 UNDEFINED_PASSES = frozenset({"tpot_ms"})
-VACUOUS_NOTE = "no completed request has a {0} (each had one output token): the {0} SLO holds vacuously"
+VACUOUS_NOTE = "no completed request has a {0} (each had fewer than two output tokens): the {0} SLO holds vacuously"
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ def test_an_slo_cannot_change_under_the_runs_that_hold_it():
     assert {slo: 1}[SLO(ttft_ms=100.0)] == 1                       # hashable: a key of per-SLO results
 
 
-TPOT_VACUOUS = "no completed request has a TPOT (each had one output token): the TPOT SLO holds vacuously"
+TPOT_VACUOUS = "no completed request has a TPOT (each had fewer than two output tokens): the TPOT SLO holds vacuously"
 
 
 def test_a_request_without_a_tpot_cannot_miss_a_tpot_slo_anywhere():
