@@ -295,6 +295,8 @@ def write_plan_page(folder: str | Path) -> Path:
                                         f"{[round(x, 1) for x in c['cold_start_s']]} s; replica model: "
                                         f"{replica_model_text(c)}" for n, c in
                                         doc["candidates"].items()])]
+    if doc.get("cost_lower_bound"):
+        sub.append(f"Cost: {doc['cost_lower_bound']['reason']}.")
     warn = "".join(f"<li>{esc(w)}</li>" for w in doc.get("warnings", []))
     sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),
                 ("timeline", "Over the window", "".join(by.get("timeline", []))),

@@ -189,6 +189,27 @@ def _cost(entry: dict) -> float:
     return v if v is not None and math.isfinite(v) else math.inf
 
 
+def cost_lower_bound(plans: list[dict]) -> dict | None:
+    """plan.json's ``cost_lower_bound``: the configs whose simulated bill leaves a line out (an
+    owned-hardware profile's electricity: the plan simulates no energy, ``metrics.cost.fleet_cost``
+    then gives the energy line as NaN and leaves it out of ``cost_total``), and why their cost and
+    cost per million good tokens are lower bounds; None where every bill is complete."""
+    names, notes = [], []
+    for plan in plans:
+        for name, e in plan["configs"].items():
+            c = e.get("cost") or {}
+            if c and c.get("cost_complete") is False:
+                if name not in names:
+                    names.append(name)
+                notes += [n for n in c.get("cost_notes", []) if n not in notes]
+    if not names:
+        return None
+    return {"configs": names, "notes": notes,
+            "reason": f"the cost of {', '.join(names)} is a lower bound: owned hardware (cost.model=owned) is "
+                      "priced as depreciation + electricity + operations, and the plan simulates no energy, so "
+                      "the electricity line is left out of cost_total and cost per million good tokens"}
+
+
 def answers(plans: list[dict]) -> dict:
     """The planner's questions (issue: replicas at peak and on average, a tighter SLO's cost, a
     faster scale-up, the headroom's cost), read from the plans side by side."""
