@@ -263,10 +263,12 @@ def combine(notes: list[dict], sample: StretchSample) -> dict | None:
             f"{tot['replayed_requests'] / tot['requests']:.1%} of the requests), the others given their "
             "stratum's replayed latencies")
     if tot["replayed_whole"]:
-        text += (f"; {tot['replayed_whole']} of {tot['streams']} sampled stream(s) replayed whole: their replayed "
+        whole = (f"{tot['replayed_whole']} of {tot['streams']} sampled stream(s) replayed whole: their replayed "
                  f"stretches' mean latency moved by up to {tot['lead_in_shift']:.1%} with a "
                  f"{sample.check().lead_s:g} s lead-in (over {LEAD_IN_TOLERANCE:.0%}: a backlog older than the "
                  "lead-in, a replica near or past capacity, where a sample underestimates latency and cost)")
+        text = "exact replay, the sample refused: " + whole if tot["replayed_whole"] == tot["streams"] else \
+            text + "; " + whole
     if tot["undrained_blocks"]:
         text += (f"; {tot['undrained_blocks']} replayed block(s) had not drained {sample.gap_s:g} s after their "
                  "last arrival: a replica near or past capacity, where the approximation does not hold")

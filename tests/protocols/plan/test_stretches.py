@@ -234,7 +234,8 @@ def test_a_day_past_capacity_is_replayed_whole_and_says_why():
         assert n["replayed_whole"] == 1 and n["lead_in_shift"] > st.LEAD_IN_TOLERANCE
         assert (n["replayed_stretches"], n["replayed_requests"]) == (n["stretches"], arr.size)
         text = st.combine(notes, s)["text"]
-        assert "1 of 1 sampled stream(s) replayed whole" in text and "240 s" in text
+        assert text.startswith("exact replay, the sample refused: 1 of 1 sampled stream(s) replayed whole")
+        assert "240 s lead-in" in text
 
 
 def test_a_day_within_capacity_keeps_its_sample():
