@@ -9,8 +9,9 @@ replica count routes the same whatever a resample's capacity: its streams are re
 the cache), cycling over the counts.  A fresh cache, so nothing of an earlier run is read back.
 
 ``--fraction F`` below 1: the approximation (``protocol.replay_sample``: a stratified sample of
-each replica's ``--stretch-s`` stretches replayed after ``--lead-s`` lead-ins,
-``protocols.plan.stretches``), labelled so in what it prints.  ``--compare``: afterwards (not
+each replica's ``--stretch-s`` stretches replayed after ``--lead-s`` lead-ins, and again after
+twice that for the lead-in check, ``protocols.plan.stretches``), labelled so in what it prints,
+with the check's largest move of the stretches' mean latencies.  ``--compare``: afterwards (not
 timed) the same counts replayed exactly (cached in ``--exact-cache`` where given, so a second
 fraction reuses them) and, per count, the approximation's error against exact
 (``metrics.prediction_error.error``: latencies and goodput relative, attainment in points) on
@@ -112,7 +113,9 @@ def main() -> None:
         approx[k], note = model.serve_noted([(arr[i::k], prompt[i::k], out[i::k]) for i in range(k)])
         ttft = np.concatenate([g[0] for g in approx[k]])
         print(f"{k} replicas: {time.perf_counter() - t0:.1f} s, p50 TTFT {np.nanmedian(ttft) * 1e3:.1f} ms, "
-              f"completed {np.isfinite(ttft).sum()}" + (f"; {note['text']}" if note else ""), flush=True)
+              f"completed {np.isfinite(ttft).sum()}" + (f"; {note['text']}; lead-in check: the stretches' means "
+                                                          f"moved {note['lead_in_shift']:.3%} with "
+                                                          f"{sample.check().lead_s:g} s" if note else ""), flush=True)
     replays = time.perf_counter() - t_start
     t0 = time.perf_counter()
     for r in range(a.resamples):

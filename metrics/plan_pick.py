@@ -41,7 +41,22 @@ runner-up, of P_a(Y^a > Y^b_jd) + ½ ties),
 **The relative difference** (``relative_differences``): Y^a_ic / Y^b_jd - 1 over the same
 pairs with weights W^a_ic W^b_jd (its interval: the weighted percentile interval,
 ``protocols.plan.record.interval``); past ``max_pairs`` pairs, that many drawn by weight
-with a seed, each of weight 1 / max_pairs.
+with a seed, each of weight 1 / max_pairs.  An infinite cost is part of it: +inf where only
+the pick's is infinite, -1 where only the runner-up's, 0 where both are equal (both infinite:
+neither has a good token, a tie, as the probability counts it half).  So the interval lies
+below 0 only where the pick is the cheaper in more than its upper quantile of the pairs, and
+a verdict read from it never contradicts the probability.
+
+**The model's error between candidates.**  The pairs above take it as *independent*: every
+case of the pick's replica model against every case of the runner-up's.  Two candidates on
+one replica model share its cases; taking the error as *shared* pairs each case with itself
+(``shared_differences``): Y^a_ic / Y^b_jc - 1 with weight w^a_i w^b_j / C, where a finite
+factor cancels and an infinite one is a tie, and
+
+    P_shared(b cheaper) = Σ_{i,j,c} (w^a_i w^b_j / C) ( 1[Y^b_jc < Y^a_ic] + ½ 1[Y^b_jc = Y^a_ic] )
+
+(``probability_from_differences``: the weight of the pairs whose difference is above 0, ties
+half).  Candidates whose models have different cases have no shared figure.
 """
 
 from __future__ import annotations
@@ -145,14 +160,71 @@ def relative_differences(pick: Draws, runner_up: Draws, max_pairs: int = 1_000_0
     na, nb = pick.values.size, runner_up.values.size
     if na == 0 or nb == 0:
         return np.zeros(0), np.zeros(0)
+    if na * nb <= max_pairs:
+        rel = _relative(pick.values[:, None], runner_up.values[None, :]).ravel()
+        return rel, (pick.weights[:, None] * runner_up.weights[None, :]).ravel()
+    rng = np.random.default_rng(seed)
+    ia = rng.choice(na, size=max_pairs, p=pick.weights)
+    ib = rng.choice(nb, size=max_pairs, p=runner_up.weights)
+    return _relative(pick.values[ia], runner_up.values[ib]), np.full(max_pairs, 1.0 / max_pairs)
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b - 1, 0 where a = b (both infinite: a tie; module doc)."""
+    a, b = np.broadcast_arrays(a, b)
     with np.errstate(divide="ignore", invalid="ignore"):
-        if na * nb <= max_pairs:
-            rel = (pick.values[:, None] / runner_up.values[None, :] - 1.0).ravel()
-            return rel, (pick.weights[:, None] * runner_up.weights[None, :]).ravel()
-        rng = np.random.default_rng(seed)
-        ia = rng.choice(na, size=max_pairs, p=pick.weights)
-        ib = rng.choice(nb, size=max_pairs, p=runner_up.weights)
-        return pick.values[ia] / runner_up.values[ib] - 1.0, np.full(max_pairs, 1.0 / max_pairs)
+        rel = a / b - 1.0
+    rel[a == b] = 0.0
+    return rel
+
+
+def shared_differences(pick_costs, pick_weights, runner_up_costs, runner_up_weights, factors,
+                       max_pairs: int = 1_000_000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(Y^a_ic / Y^b_jc - 1, weight) with the model's error shared: each case's factor on both
+    sides (module doc); NaN costs left out, each side's weights renormalised; past ``max_pairs``
+    triples, that many drawn by weight with a seed."""
+    sides = []
+    for y, w in ((pick_costs, pick_weights), (runner_up_costs, runner_up_weights)):
+        y, w = np.asarray(y, dtype=np.float64), np.asarray(w, dtype=np.float64)
+        keep = ~np.isnan(y)
+        y, w = y[keep], w[keep]
+        sides.append((y, w / w.sum() if w.sum() > 0 else w))
+    (ya, wa), (yb, wb) = sides
+    q = np.asarray(list(factors), dtype=np.float64) if len(factors) else np.ones(1)
+    if ya.size == 0 or yb.size == 0:
+        return np.zeros(0), np.zeros(0)
+    if ya.size * yb.size * q.size <= max_pairs:
+        rel = _relative(ya[:, None, None] * q[None, None, :], yb[None, :, None] * q[None, None, :]).ravel()
+        return rel, np.repeat((wa[:, None] * wb[None, :]).ravel() / q.size, q.size)
+    rng = np.random.default_rng(seed)
+    ia = rng.choice(ya.size, size=max_pairs, p=wa)
+    ib = rng.choice(yb.size, size=max_pairs, p=wb)
+    c = rng.integers(0, q.size, size=max_pairs)
+    return _relative(ya[ia] * q[c], yb[ib] * q[c]), np.full(max_pairs, 1.0 / max_pairs)
+
+
+def probability_from_differences(rel: np.ndarray, weights: np.ndarray) -> float | None:
+    """P(runner-up cheaper) from pairs' relative differences (module doc): the weight above 0,
+    ties half; None without pairs."""
+    if rel.size == 0 or weights.sum() <= 0:
+        return None
+    w = weights / weights.sum()
+    return float(np.sum(w * ((rel > 0) + 0.5 * (rel == 0))))
+
+
+def no_good_share(d: Draws) -> float:
+    """The weight of a candidate's joint resamples with an infinite cost (no good token)."""
+    return float(d.weights[np.isinf(d.values)].sum())
+
+
+def signed_share(x) -> str:
+    """A relative difference as a signed percentage; an infinite one (or plan.json's "inf") as
+    "+inf"."""
+    if x in ("inf", "-inf"):
+        x = float(x)
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return ("+inf" if x > 0 else "-inf") if math.isinf(x) else f"{x:+.1%}"
 
 
 def runner_up_text(verdict: dict) -> str:
@@ -168,4 +240,22 @@ def runner_up_text(verdict: dict) -> str:
     return (f"chance that {r['runner_up']} is in fact the cheaper at the SLO: {p:.1%}"
             + (f" ± {se:.1%} (resample error)" if se else "")
             + (f", over the capacity's resamples and the model's validation residuals ({model})" if model
-               else ", over the capacity's resamples alone (no validation residuals of its model)"))
+               else ", over the capacity's resamples alone (no validation residuals of its model)")
+            + between_text(verdict))
+
+
+def between_text(verdict: dict) -> str:
+    """Whether the verdict took the model's error as shared or independent between the pick and
+    the runner-up, with the other assumption's figure beside it ('' where neither has model error)."""
+    m = verdict.get("model_error_between") or {}
+    if m.get("taken_as") != "independent":
+        return ""
+    r = verdict["runner_up_cheaper"]
+    a, b = r["pick"], r["runner_up"]
+    sh = m.get("shared") or {}
+    if sh.get("probability") is None:
+        return f"; the model's error taken as independent between {a} and {b} ({sh.get('why', 'no shared figure')})"
+    iv = sh.get("interval")
+    ivs = f", {a} vs {b} [{signed_share(iv[0])}, {signed_share(iv[1])}]" if iv else ""
+    return (f"; the model's error taken as independent between {a} and {b} (shared: P({b} cheaper) = "
+            f"{sh['probability']:.1%}{ivs})")

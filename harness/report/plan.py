@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.report import style
+from harness.report.data import number
 from harness.report.page import Note, document, figure_html
 from harness.report.tables import esc, fmt, table
 from harness.results_io import read_json
@@ -219,17 +220,18 @@ def figures(doc: dict) -> list[style.Fig]:
                 continue
             m = e["metrics"]["cost_per_mtok_good"]
             xs.append(style.text(f"{p['variant']} · {_slo(p['slo'])}"))
-            ys.append(m["value"])
-            iv = m["interval"] or [m["value"], m["value"]]
-            lo.append((m["value"] or 0) - (iv[0] or 0))
-            hi.append((iv[1] or 0) - (m["value"] or 0))
+            ys.append(number(m["value"]))
+            down, up = error_bar(m)
+            lo.append(down)
+            hi.append(up)
         fig.add_trace(go.Bar(x=xs, y=ys, name=style.text(n), marker_color=col[n],
                              error_y={"type": "data", "array": hi, "arrayminus": lo}))
     style.base_layout(fig, "Cost per million good output tokens over the whole window", "plan",
                       "cost / M good tokens")
     figs.append(style.Fig("plan_cost", "cost", "cost", fig, wide=True,
                           notes=[f"Error bars: {doc['confidence']:.0%} interval over block resamples of the capacity "
-                                 "measurements."]))
+                                 "measurements; an interval reaching +∞ (resamples with no good token) is drawn to its "
+                                 "value and said in the plan's table."]))
     fig = go.Figure()
     cands = doc.get("candidates") or {}
     col = style.colours(list(cands))
@@ -244,6 +246,17 @@ def figures(doc: dict) -> list[style.Fig]:
     figs.append(style.Fig("plan_points", "capacity", "points", fig,
                           notes=["One marker per measured (or estimated) run and block."]))
     return figs
+
+
+def error_bar(m: dict) -> tuple[float, float]:
+    """(below, above) the value of a metric's interval (plan.json: a bound may be "inf"); an
+    infinite or missing side is drawn as 0 (the table prints ∞)."""
+    v = number(m.get("value"))
+    iv = m.get("interval") or [m.get("value"), m.get("value")]
+    lo, hi = number(iv[0]), number(iv[1])
+    if v is None:
+        return 0.0, 0.0
+    return (v - lo if lo is not None else 0.0), (hi - v if hi is not None else 0.0)
 
 
 def modelled_text(m: dict) -> str:
@@ -295,6 +308,8 @@ def write_plan_page(folder: str | Path) -> Path:
                                         f"{[round(x, 1) for x in c['cold_start_s']]} s; replica model: "
                                         f"{replica_model_text(c)}" for n, c in
                                         doc["candidates"].items()])]
+    if doc.get("cost_lower_bound"):
+        sub.append(f"Cost: {doc['cost_lower_bound']['reason']}.")
     warn = "".join(f"<li>{esc(w)}</li>" for w in doc.get("warnings", []))
     sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),
                 ("timeline", "Over the window", "".join(by.get("timeline", []))),

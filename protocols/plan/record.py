@@ -12,7 +12,12 @@ excludes zero and a point estimate beyond ``protocol.min_effect``; else "no sign
 difference".  A joint resample is a block resample times one of the model's validation cost
 factors (``protocol.residuals``, ``protocols.plan.residuals``; none: the capacity's alone),
 and the verdict states the probability that the runner-up is in fact the cheaper at the SLO
-over the same pairs (``metrics.plan_pick``).
+over the same pairs (``metrics.plan_pick``).  An infinite cost (no good token) is part of the
+interval (its bound then +inf) and of the probability; the verdict says "cheapest" only where
+the interval lies below zero and the runner-up is the cheaper in under half the pairs, so the two
+never contradict each other.  The pairs take the model's error as independent between the two
+candidates; where both share one replica model's cases, the shared figure (each case on both
+sides) is stated beside it (``model_error_between``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ import math
 
 import numpy as np
 
-from metrics.plan_pick import joint, relative_differences, runner_up_cheaper
+from metrics.plan_pick import (
+    joint,
+    no_good_share,
+    probability_from_differences,
+    relative_differences,
+    runner_up_cheaper,
+    shared_differences,
+    signed_share,
+)
 
 # The metrics a plan reports per config, each with its interval.
 PLAN_METRICS = ("slo_attainment", "goodput_rps", "good_output_throughput", "p50_ttft_ms", "p90_ttft_ms",
@@ -39,7 +52,7 @@ LOWER_IS_BETTER = {"cost_per_mtok_good", "cost_total", "p50_ttft_ms", "p90_ttft_
 def weighted_quantile(values, weights, q: float) -> float:
     v = np.asarray(values, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
-    keep = np.isfinite(v)
+    keep = ~np.isnan(v)                   # an infinite value (no good token) is part of the interval
     v, w = v[keep], w[keep]
     if v.size == 0:
         return math.nan
@@ -108,6 +121,7 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
                          "confidence": confidence, "model_error_cases": cases,
                          "what": f"cost_per_mtok_good of {a} / {b} - 1 over their joint resamples"}
     chance = runner_up_cheaper(da, db) if iv is not None else {"probability": None, "standard_error": None}
+    out["model_error_between"] = _between(a, b, resampled, factors, confidence)
     out["runner_up_cheaper"] = {
         "pick": a, "runner_up": b, **chance, "model_error_cases": cases,
         "what": f"the weight of the joint resamples (block resamples x the model's validation cost factors) in "
@@ -115,16 +129,43 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
     if chance["probability"] is None:
         out["runner_up_cheaper"]["why"] = "no capacity resamples (protocol.resamples=0 or one block): no probability"
     odds = f"; P({b} cheaper) = {chance['probability']:.1%}" if chance["probability"] is not None else ""
-    significant = iv is not None and iv[1] < 0 and abs(rel) >= min_effect
+    odds += "".join(f"; no good tokens in {no_good_share(d):.1%} of {n}'s resamples"
+                    for n, d in ((a, da), (b, db)) if no_good_share(d) > 0)
+    significant = (iv is not None and iv[1] < 0 and abs(rel) >= min_effect
+                   and (chance["probability"] is None or chance["probability"] < 0.5))
+    ivs = f"[{signed_share(iv[0])}, {signed_share(iv[1])}]" if iv is not None else ""
     if significant:
         out.update(config=a, verdict=f"{a} is cheapest at the SLO: {rel:+.1%} cost per million good tokens vs {b} "
-                                     f"[{iv[0]:+.1%}, {iv[1]:+.1%}] at {confidence:.0%}{odds}")
+                                     f"{ivs} at {confidence:.0%}{odds}")
     elif iv is None:
         out.update(config=a, verdict=f"{a} is cheapest at the SLO by its point estimate ({rel:+.1%} vs {b}); no "
                                      "interval (protocol.resamples=0 or one block)")
     else:
-        out["verdict"] = (f"no significant difference: {a} vs {b} {rel:+.1%} [{iv[0]:+.1%}, {iv[1]:+.1%}] at "
+        out["verdict"] = (f"no significant difference: {a} vs {b} {rel:+.1%} {ivs} at "
                           f"{confidence:.0%} (margin {min_effect:.0%}){odds}")
+    return out
+
+
+def _between(a: str, b: str, resampled: dict, factors: dict, confidence: float) -> dict:
+    """How the verdict took the model's error between ``a`` and ``b`` (independent), and the
+    shared figure beside it where both have one replica model's cases (module doc)."""
+    fa, fb = list(factors.get(a, [])), list(factors.get(b, []))
+    if not fa and not fb:
+        return {"taken_as": "none", "why": "no validation residuals of either config's model"}
+    out = {"taken_as": "independent",
+           "what": f"every validation case of {a}'s replica model against every case of {b}'s"}
+    if fa != fb:
+        out["shared"] = {"why": f"{a}'s and {b}'s replica models have different validation cases: no shared figure"}
+        return out
+    sides = []
+    for n in (a, b):
+        costs = [r.get("cost_per_mtok_good") for r, _ in resampled.get(n, [])]
+        sides += [[math.nan if c is None else c for c in costs], [w for _, w in resampled.get(n, [])]]
+    rel, w = shared_differences(*sides, fa)
+    out["shared"] = {"interval": interval(list(zip(rel.tolist(), w.tolist())), confidence),
+                     "probability": probability_from_differences(rel, w),
+                     "what": f"each validation case on both {a} and {b} (one replica model's cases): a finite "
+                             "factor cancels, an infinite one is a tie"}
     return out
 
 
@@ -146,6 +187,27 @@ def model_error_interval(resampled: list[tuple[dict, float]], factors: list[floa
 def _cost(entry: dict) -> float:
     v = entry["metrics"]["cost_per_mtok_good"]["value"]
     return v if v is not None and math.isfinite(v) else math.inf
+
+
+def cost_lower_bound(plans: list[dict]) -> dict | None:
+    """plan.json's ``cost_lower_bound``: the configs whose simulated bill leaves a line out (an
+    owned-hardware profile's electricity: the plan simulates no energy, ``metrics.cost.fleet_cost``
+    then gives the energy line as NaN and leaves it out of ``cost_total``), and why their cost and
+    cost per million good tokens are lower bounds; None where every bill is complete."""
+    names, notes = [], []
+    for plan in plans:
+        for name, e in plan["configs"].items():
+            c = e.get("cost") or {}
+            if c and c.get("cost_complete") is False:
+                if name not in names:
+                    names.append(name)
+                notes += [n for n in c.get("cost_notes", []) if n not in notes]
+    if not names:
+        return None
+    return {"configs": names, "notes": notes,
+            "reason": f"the cost of {', '.join(names)} is a lower bound: owned hardware (cost.model=owned) is "
+                      "priced as depreciation + electricity + operations, and the plan simulates no energy, so "
+                      "the electricity line is left out of cost_total and cost per million good tokens"}
 
 
 def answers(plans: list[dict]) -> dict:

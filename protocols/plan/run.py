@@ -156,6 +156,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
            "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
            "candidates": {c.name: {**describe_candidate(c), "replica_model": models[c.name][0]} for c in cands},
            "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
+           "cost_lower_bound": record.cost_lower_bound(plans),
            "model_error": ({"applied": True, **residuals.describe()} if residuals is not None else
                            {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
            "warnings": sorted(set(warnings)),
@@ -692,5 +693,7 @@ def print_plan(doc: dict) -> None:
             print(f"  {name}: not planned: {why}")
         print(f"  -> {plan['cheapest']['verdict']}")
         print(f"     {runner_up_text(plan['cheapest'])}")
+    if doc.get("cost_lower_bound"):
+        print(f"note: {doc['cost_lower_bound']['reason']}")
     for w in doc["warnings"]:
         print(f"warning: {w}")

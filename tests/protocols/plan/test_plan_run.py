@@ -201,3 +201,24 @@ def test_resamples_read_back_the_point_estimates_replays(tmp_path):
     assert sum(streams) == 120                       # each request replayed once, by the point estimate
     assert [r["completed"] for r in got] == [120] * 4
     assert [r["p99_ttft_ms"] for r in got] == pytest.approx([50.0] * 4)
+
+
+def test_owned_hardware_says_its_cost_is_a_lower_bound(tmp_path, experiment, capsys):
+    # the plan simulates no energy: an owned profile's electricity line is NaN and left out of the cost
+    _, doc = _plan(tmp_path, experiment, "protocol.resamples=0", "protocol.replica_model=processor_sharing",
+                   "cost=example_8gpu_owned")
+    bound = doc["cost_lower_bound"]
+    assert bound["configs"] == ["fast", "slow"]
+    assert "electricity" in bound["reason"] and "lower bound" in bound["reason"]
+    for e in doc["plans"][0]["configs"].values():
+        assert e["cost"]["cost_lines"]["energy"] is None and e["cost"]["cost_complete"] is False
+    out = capsys.readouterr().out
+    assert f"note: {bound['reason']}" in out
+    page = (tmp_path / "plan" / "plan.html").read_text()
+    assert "lower bound" in page and "electricity" in page
+
+
+def test_a_rental_plan_is_no_lower_bound(tmp_path, experiment, capsys):
+    _, doc = _plan(tmp_path, experiment, "protocol.resamples=0", "protocol.replica_model=processor_sharing")
+    assert doc["cost_lower_bound"] is None
+    assert "lower bound" not in capsys.readouterr().out

@@ -93,3 +93,56 @@ def test_no_config_meeting_the_slo_has_no_probability():
     got = cheapest({"a": entry(1.0, False), "b": entry(1.2, False)}, {}, 0.95, 0.02)
     assert got["runner_up_cheaper"]["probability"] is None
     assert runner_up_text(got) == "no config's plan meets the SLO: no pick to be wrong"
+
+
+def test_infinite_resamples_are_part_of_the_interval_and_the_verdict_agrees_with_the_probability():
+    # a has no good tokens in 30 % of its resamples (cost inf): b is the cheaper there, P = 0.3, so a's
+    # cost relative to b's is +inf at the interval's upper end and a is not significantly the cheapest
+    ents = {"a": entry(1.1), "b": entry(2.1)}
+    res = {"a": rs([math.inf, 1.0, 1.2], [0.3, 0.35, 0.35]), "b": rs([2.0, 2.2], [0.5, 0.5])}
+    got = cheapest(ents, res, 0.95, 0.02)
+    assert got["runner_up_cheaper"]["probability"] == pytest.approx(0.3)
+    lo, hi = got["difference"]["interval"]
+    assert lo == pytest.approx(1.0 / 2.2 - 1) and hi == math.inf
+    assert got["config"] is None and got["verdict"].startswith("no significant difference")
+    assert "+inf]" in got["verdict"] and "no good tokens in 30.0% of a's resamples" in got["verdict"]
+    assert "nan" not in got["verdict"].lower()
+
+
+def test_a_verdict_never_says_cheapest_beside_a_probability_of_a_half_or_more():
+    # every pair but the 2.5 % tail has a below b, yet b is cheaper in 60 % of pairs is impossible: the
+    # verdict says "cheapest" only where the interval lies below 0, and then P(b cheaper) is below 2.5 %
+    ents = {"a": entry(1.0), "b": entry(1.5)}
+    res = {"a": rs([math.inf, 1.0], [0.6, 0.4]), "b": rs([1.5], [1.0])}
+    got = cheapest(ents, res, 0.95, 0.02)
+    assert got["runner_up_cheaper"]["probability"] == pytest.approx(0.6)
+    assert got["config"] is None and "cheapest" not in got["verdict"]
+
+
+def test_a_shared_infinite_factor_is_a_tie_not_a_dropped_pair():
+    # a and b on one replica model, its cases' factors [1, inf] (one case measured nothing good)
+    ents = {"a": entry(1.0), "b": entry(1.5)}
+    res = {"a": rs([1.0], [1.0]), "b": rs([1.5], [1.0])}
+    got = cheapest(ents, res, 0.95, 0.02, factors={"a": [1.0, math.inf], "b": [1.0, math.inf]})
+    # independent: (1, 1) -1/3, (inf, 1) +inf, (1, inf) -1, (inf, inf) a tie (0), each 1/4
+    lo, hi = got["difference"]["interval"]
+    assert (lo, hi) == (-1.0, math.inf)
+    assert got["runner_up_cheaper"]["probability"] == pytest.approx(0.25 + 0.5 * 0.25)
+    between = got["model_error_between"]
+    assert between["taken_as"] == "independent"
+    # shared: the same case on both sides, the factor cancels; inf on both is a tie
+    assert between["shared"]["probability"] == pytest.approx(0.5 * 0.5)
+    assert between["shared"]["interval"] == [pytest.approx(-1 / 3), 0.0]
+    text = runner_up_text(got)
+    assert "independent between a and b" in text and "shared: P(b cheaper) = 25.0%" in text
+    assert "[-33.3%, +0.0%]" in text
+
+
+def test_different_replica_models_have_no_shared_figure_and_say_why():
+    ents = {"a": entry(1.0), "b": entry(1.5)}
+    res = {"a": rs([1.0], [1.0]), "b": rs([1.5], [1.0])}
+    got = cheapest(ents, res, 0.95, 0.02, factors={"a": [1.0, 1.2], "b": [0.9]})
+    between = got["model_error_between"]
+    assert between["taken_as"] == "independent" and "interval" not in between["shared"]
+    assert "different validation cases" in between["shared"]["why"]
+    assert "different validation cases" in runner_up_text(got)

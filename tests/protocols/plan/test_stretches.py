@@ -13,7 +13,7 @@ from protocols.plan import scheduler as sched
 from protocols.plan import stretches as st
 from protocols.plan.fleet import FleetSimulation
 from protocols.plan.traffic import Traffic
-from tests.protocols.plan import fake_replay
+from tests.protocols.plan import fake_replay, slot_replay
 from tests.protocols.plan.capacity_fixtures import capacity
 from tests.protocols.plan.test_scheduler import TABLES
 
@@ -104,8 +104,13 @@ def test_replayed_stretches_get_their_exact_records_and_the_rest_their_strata():
     kept = plan.replay[plan.keep]
     assert np.array_equal(ttft[kept], truth[0][kept]) and np.array_equal(tpot[kept], truth[1][kept])
     assert np.all(np.isfinite(ttft)) and ttft.size == arr.size
-    # the replay saw only the sample: its lead-ins and stretches
-    assert sum(calls[1]) == plan.replay.size < 0.4 * arr.size
+    # the replay saw only the sample (its lead-ins and stretches) and, beside it, the lead-in check's
+    # (the same stretches after 2 x 60 s: with the fake's 60 s memory, the same records, so kept)
+    wide = st.plan_sample(arr, p, o, s.check(), 3)
+    jobs = -(-(int(plan.block.max()) + 1) // st.BLOCKS_PER_JOB)
+    assert sum(calls[1][:jobs]) == plan.replay.size < 0.4 * arr.size
+    assert sum(calls[1][jobs:]) == wide.replay.size < 0.5 * arr.size
+    assert notes[0]["replayed_whole"] == 0 and notes[0]["lead_in_shift"] == 0.0
     n = notes[0]
     assert (n["stretches"], n["replayed_stretches"], n["undrained_blocks"]) == (34, 10, 0)
     assert n["replayed_requests"] == kept.size and n["lead_in_requests"] == plan.replay.size - kept.size
@@ -131,8 +136,12 @@ def test_a_stream_is_split_into_jobs_of_eight_blocks():
     got, notes = st.serve_sampled([(arr, p, o), (arr[:50], p[:50], o[:50])], fake_replay_fn(calls), s, [0, 1])
     plan = st.plan_sample(arr, p, o, s, 0)
     blocks = int(plan.block.max()) + 1
-    assert len(calls[0]) == -(-blocks // st.BLOCKS_PER_JOB) + 1      # the short stream: whole, one job
-    assert sum(calls[0][:-1]) == plan.replay.size and calls[0][-1] == 50
+    wide = st.plan_sample(arr, p, o, s.check(), 0)
+    jobs = -(-blocks // st.BLOCKS_PER_JOB)
+    # the sample's jobs, its lead-in check's, and the short stream: whole, one job
+    assert len(calls[0]) == jobs + -(-(int(wide.block.max()) + 1) // st.BLOCKS_PER_JOB) + 1
+    assert sum(calls[0][:jobs]) == plan.replay.size and sum(calls[0][jobs:-1]) == wide.replay.size
+    assert calls[0][-1] == 50
     assert notes[1] is None and got[1][0].size == 50 and got[0][0].size == 40_000
 
 
@@ -176,9 +185,12 @@ def test_scheduler_model_samples_caches_and_labels(tmp_path):
         got, note = approx.serve_noted([(arr, p, o)])
         assert got[0][0].size == 3000 and np.allclose(got[0][0], 0.05)
         assert note["replayed_stretches"] == st.MIN_STRATA and note["text"].startswith("approximate: ")
-        assert fake_replay.log(tmp_path)[1] == [note["replayed_requests"] + note["lead_in_requests"]]
+        # the sample, and its lead-in check beside it (a constant TTFT: the same records, the sample kept)
+        wide = st.plan_sample(arr, p, o, approx.sample.check(), int(approx.key((arr, p, o))[:15], 16)).replay.size
+        replays = [note["replayed_requests"] + note["lead_in_requests"], wide]
+        assert sorted(fake_replay.log(tmp_path)[1]) == sorted(replays) and note["replayed_whole"] == 0
         again, note2 = approx.serve_noted([(arr, p, o)])
-        assert note2 == note and fake_replay.log(tmp_path)[1] == [note["replayed_requests"] + note["lead_in_requests"]]
+        assert note2 == note and sorted(fake_replay.log(tmp_path)[1]) == sorted(replays)
     finally:
         sched.close_workers()
 
@@ -198,3 +210,44 @@ def test_fleet_result_carries_the_note(tmp_path):
         assert res["replay_sample"]["stretches"] == 17
     finally:
         sched.close_workers()
+
+
+def _good_tokens(ttft, tpot, o, arr) -> float:
+    slo = SLO(ttft_ms=2000, tpot_ms=50)
+    return request_metrics(slo, np.ones(arr.size, bool), ttft, tpot, o, float(arr[-1]))["good_output_throughput"]
+
+
+def test_a_day_past_capacity_is_replayed_whole_and_says_why():
+    """A 4-slot replica whose diurnal day peaks at 1.11x its capacity: a backlog builds over
+    hours, no 120 s lead-in holds it, and the sample put the cost per good token 7 to 40 % below
+    the exact replay's.  Doubling the lead-in moves the replayed stretches' latencies: the stream
+    is replayed whole, so its cost is the exact one, and the note says why."""
+    arr, p, o = slot_replay.diurnal_day(1.11)
+    replay = slot_replay.replay(4)
+    exact = replay([(arr, p, o)])[0]
+    s = st.StretchSample(0.1)
+    for seed in range(3):
+        got, notes = st.serve_sampled([(arr, p, o)], replay, s, [seed])
+        assert np.array_equal(got[0][0], exact[0]) and np.array_equal(got[0][1], exact[1])
+        assert _good_tokens(*got[0], o, arr) == _good_tokens(*exact, o, arr)
+        n = notes[0]
+        assert n["replayed_whole"] == 1 and n["lead_in_shift"] > st.LEAD_IN_TOLERANCE
+        assert (n["replayed_stretches"], n["replayed_requests"]) == (n["stretches"], arr.size)
+        text = st.combine(notes, s)["text"]
+        assert text.startswith("exact replay, the sample refused: 1 of 1 sampled stream(s) replayed whole")
+        assert "240 s lead-in" in text
+
+
+def test_a_day_within_capacity_keeps_its_sample():
+    """The same replica peaking at 0.8x its capacity: the lead-in holds (the doubled lead-in gives
+    the same records), the sample stands and its cost per good token is within 1 % of exact."""
+    arr, p, o = slot_replay.diurnal_day(0.8)
+    replay = slot_replay.replay(4)
+    exact = replay([(arr, p, o)])[0]
+    s = st.StretchSample(0.1)
+    got, notes = st.serve_sampled([(arr, p, o)], replay, s, [0])
+    n = notes[0]
+    assert n["replayed_whole"] == 0 and n["lead_in_shift"] < 1e-9      # the same records, to rounding
+    assert n["replayed_stretches"] == 29 < n["stretches"]
+    assert _good_tokens(*got[0], o, arr) == pytest.approx(_good_tokens(*exact, o, arr), rel=0.01)
+    assert "replayed whole" not in st.combine(notes, s)["text"]
