@@ -11,7 +11,7 @@ import pytest
 from loadgen.arrivals import arrival_offsets
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
-from loadgen.records import RecordWriter
+from loadgen.records import RecordWriter, RequestRecord
 from loadgen.saturation import SaturationRule
 from loadgen.workloads.item import WorkItem
 from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
@@ -253,3 +253,16 @@ def test_a_server_with_fixed_slots_past_its_capacity_is_still_stopped(tmp_path):
     assert 48 < stats["sent"] < 400 and len(t["status"]) == stats["sent"]  # every send recorded
     assert queued >= 40  # the fake's own count of requests waiting for a slot
     assert 0.6 < stats["saturated_after_s"] < 5.0
+
+
+def test_a_request_ended_with_no_token_by_an_error_is_not_served_evidence():
+    # what the dispatcher tells the saturation rule: an end with no token and an error status (the
+    # client's timeout, a refused connection) is counted apart from those served; an ok end with no
+    # token (an empty answer) was served
+    class Kept(list):
+        append = list.append
+
+    d = Dispatcher(client=None, writer=Kept())
+    for status, first in (("ok", 5), ("timeout", None), ("connection_error", None), ("ok", None), ("timeout", 7)):
+        d._store(RequestRecord(request_id="r", status=status, first_token_ns=first))
+    assert d.completed == 5 and d.failed_untokened == 2
