@@ -36,8 +36,9 @@ start: evidence from before a queue formed would dilute it.)  The point trips wh
 with ``due >= min_waiting``, while the requests not served rose over the last ``windows x
 window_s`` (and are at least ``min_waiting``) and the served are not rising (below), at
 ``windows`` consecutive checks.  D is the sends' own index of dispersion (``dispersion``: the
-variance of their counts in windows of ``windows x window_s`` over the mean, at least 1, 1 until
-five such windows were sent): Poisson counts have D = 1, bursty arrivals (gamma gaps of CV 2, a
+variance of their counts in windows of ``windows x window_s`` over the mean; 1 until five such
+windows were sent, and where it is within two standard errors of Poisson's): Poisson counts
+have D = 1, bursty arrivals (gamma gaps of CV 2, a
 trace's) vary about four times more, and a margin of Poisson's stopped a server with room at
 their bursts.  Measured from the sends themselves, it is a trace's own burstiness too.
 
@@ -115,8 +116,9 @@ class SaturationMonitor:
 
     def dispersion(self, now_s: float) -> float:
         """The sends' index of dispersion: the variance of their counts in windows of the span's
-        length (``windows x window_s``) from the start to ``now_s``, over their mean; at least 1
-        (Poisson's), and 1 until there are ``DISPERSION_MIN_BINS`` windows to measure it in."""
+        length (``windows x window_s``) from the start to ``now_s``, over their mean; 1 (Poisson's)
+        unless above 1 by more than two of the standard errors Poisson counts give it
+        (sqrt(2 / (windows - 1))), and until there are ``DISPERSION_MIN_BINS`` windows."""
         span = self.rule.windows * self.rule.window_s
         bins = int(now_s // span)
         if bins < DISPERSION_MIN_BINS or not self._sends:
@@ -124,7 +126,11 @@ class SaturationMonitor:
         edges = np.searchsorted(self._sends, np.arange(bins + 1) * span, side="right")
         counts = np.diff(edges)
         mean = counts.mean()
-        return max(1.0, float(counts.var(ddof=1) / mean)) if mean > 0 else 1.0
+        if mean <= 0:
+            return 1.0
+        d = float(counts.var(ddof=1) / mean)
+        # Poisson's own counts give about 1 +- sqrt(2 / (bins - 1)): only a dispersion past two of those is the sends'
+        return d if d > 1 + 2 * math.sqrt(2 / (bins - 1)) else 1.0
 
     def check(self, now_s: float, served: int, waiting: int, wait_s: float, failed: int = 0) -> str | None:
         if self.reason is not None:
