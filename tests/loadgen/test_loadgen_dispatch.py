@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.arrivals import arrival_offsets
-from loadgen.client import ClientConfig, StreamingClient
+from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.saturation import SaturationRule
@@ -266,3 +266,27 @@ def test_a_request_ended_with_no_token_by_an_error_is_not_served_evidence():
     for status, first in (("ok", 5), ("timeout", None), ("connection_error", None), ("ok", None), ("timeout", 7)):
         d._store(RequestRecord(request_id="r", status=status, first_token_ns=first))
     assert d.completed == 5 and d.failed_untokened == 2
+
+
+@pytest.mark.slow
+def test_a_server_that_never_answers_is_stopped_once_the_clients_timeouts_end_its_requests(tmp_path):
+    # every request's first token 60 s away, the client's timeout 0.5 s, 40 req/s for 10 s: the
+    # timeouts end the requests at the send rate; counted as served they kept pace and the point
+    # ran its 10 s; not served, the point is stopped a few checks (0.2 s) after the first of them
+    spec = LoadSpec(kind="constant", rate=40.0, num_requests=400, stop_when_saturated=True)
+    items = (WorkItem(f"r{i}", "ttft_ms:60000 n=1", 1, 5) for i in range(400))
+    writer = RecordWriter(tmp_path / "r.parquet")
+    with FakeServer(process=True) as srv:
+        async def go():
+            cfg = ClientConfig(base_url=srv.url, model="m", timeouts=Timeouts(ttft_s=0.5))
+            async with StreamingClient(cfg) as c:
+                d = Dispatcher(c, writer)
+                d.saturation_rule = FAST_RULE
+                return await d.run(items, spec)
+
+        stats = asyncio.run(go())
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert stats["saturated"] and "ended with none" in stats["saturated"]
+    assert 0.5 < stats["saturated_after_s"] < 3.0 and stats["sent"] < 200
+    assert "ok" not in t["status"] and "timeout" in t["status"]

@@ -247,9 +247,9 @@ def test_the_sends_dispersion_is_measured_from_the_sends():
 @pytest.mark.slow
 def test_bursty_arrivals_within_capacity_are_judged_against_their_own_burstiness():
     # 25 slots x 10 s at 2 req/s (80 %), gamma gaps of CV 2 (a trace's burstiness), 600 requests, seeds
-    # 0 .. 59: a burst's long wait is W for the rest of the run, and the sends it compares with vary about
-    # four times more than Poisson's; the rule before stopped 4 (streaming) and 3 (whole) with nothing
-    # queued; with the margin scaled by the sends' dispersion, 2 and 0
+    # 0 .. 59: the sends the rule compares vary about four times more than Poisson's; the rule before
+    # stopped 4 (streaming) and 3 (whole); with the margin scaled by the sends' dispersion, 2 and 0
+    # (the 2 are bursts that queue for real, more than 25 requests at once, and read as a backlog)
     stops = {True: 0, False: 0}
     for seed in range(60):
         stream = slotted(gamma(2.0, 600, 2.0, seed), 25, 10.0)
