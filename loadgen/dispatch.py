@@ -134,6 +134,7 @@ class Dispatcher:
         self.t0: int | None = None             # the schedule's origin, once the load starts
         self._users: list[asyncio.Future] = []  # closed loop's users
         self.completed = 0                     # requests whose response is over (the saturation rule counts them)
+        self.failed_untokened = 0              # of those, ended by an error or the client's timeout with no token
         self._closed = False
         self._end_ns: int | None = None
         self._task_end_ns: int | None = None   # the last time a started task's call may be sent
@@ -186,6 +187,8 @@ class Dispatcher:
         if self.aborted is not None and rec.status == "cancelled":
             rec.error = self.aborted
         self.completed += 1
+        if rec.first_token_ns is None and rec.status != "ok":  # not served: the saturation rule's evidence
+            self.failed_untokened += 1
         flying = self._flying.pop(id(rec), None)
         if flying is not None:
             first = rec.first_token_ns if rec.first_token_ns is not None else perf_ns()
@@ -475,14 +478,16 @@ class Dispatcher:
 
     async def _watch_saturation(self) -> None:
         """Every window, the stage where a backlog waits (``loadgen.saturation``): the requests
-        served (past their first token, or ended) and those still waiting for one, and the
+        served (past their first token, or ended without an error), those still waiting for one,
+        those that ended with none by an error or the client's timeout (not served), and the
         longest wait seen (the slowest first token, or the oldest request still waiting)."""
         while self.saturated is None:
             await asyncio.sleep(self.saturation_rule.window_s)
             now = perf_ns()
+            failed = self.failed_untokened
             served, waiting, wait_s = waiting_stage(((r.first_token_ns, sent) for r, sent in self._flying.values()),
-                                                    self.completed, self._max_wait_ns, now)
-            self.saturated = self._monitor.check((now - self.t0) / 1e9, served, waiting, wait_s)
+                                                    self.completed - failed, self._max_wait_ns, now)
+            self.saturated = self._monitor.check((now - self.t0) / 1e9, served, waiting, wait_s, failed=failed)
             if self.saturated:
                 self.saturated_ns = now
 

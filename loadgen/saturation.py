@@ -16,27 +16,47 @@ sends throughout.  (On a server that streams nothing before the end, the first t
 end, and the rule judges whole requests.)
 
 The monitor is told when each request was sent, and every ``window_s`` the time since the
-load started, the requests ``served`` (past their first token, or ended, any status), those
-``waiting`` (in flight with no token yet) and ``wait_s`` = W: the longest wait seen so far,
-the slowest first token or the age of the oldest request still waiting, whichever is longer.
-At time t, with H = ``windows x window_s``, or W if longer:
+load started, the requests ``served`` (past their first token, or ended without an error),
+those ``waiting`` (in flight with no token yet), those ``failed`` (ended with no token by an
+error or the client's timeout) and ``wait_s`` = W: the longest wait seen so far, the slowest
+first token (or end with none) or the age of the oldest request still waiting, whichever is
+longer.  At time t, with H = ``windows x window_s``, or W if longer:
 
-    served = requests served in the last H seconds, (t - H, t]
-    due    = requests sent in the H seconds W earlier, (t - W - H, t - W]
+    served = requests served in the last H seconds, (t - H, t], cut to (W, t] before W + H
+    due    = requests sent in the H seconds W earlier, (t - W - H, t - W], cut to (0, t - W]
              (after a wait of W every one of them is served)
 
 A server that keeps pace serves as many as were due, however long it takes each; one past its
 capacity starts them at its own rate while the sends go on, so ``served`` stays below ``due``
-and the requests waiting rise.  (A window rather than all since the start: evidence from before
-a queue formed would dilute it.)  The point trips when
+and the requests not served (waiting, or failed) rise.  (A window rather than all since the
+start: evidence from before a queue formed would dilute it.)  The point trips when
 
-    served < m x due - z x sqrt(m^2 x due + served)      (m = min_achieved; Poisson counts)
+    served < m x due - z x sqrt(D x (m^2 x due + served))     (m = min_achieved)
 
-with ``due >= min_waiting``, while the requests waiting rose over the last ``windows x
-window_s`` (and are at least ``min_waiting``), at ``windows`` consecutive checks.  While
-nothing has been served, the oldest waiting request is as old as the point, so t - W is the
-start and nothing is due: no first token yet is no evidence.  A server that serves nothing
-at all is left to the client's timeout.
+with ``due >= min_waiting``, while the requests not served rose over the last ``windows x
+window_s`` (and are at least ``min_waiting``) and the served are not rising (below), at
+``windows`` consecutive checks.  D is the sends' own index of dispersion (``dispersion``: the
+variance of their counts in windows of ``windows x window_s`` over the mean; 1 until five such
+windows were sent, and where it is within two standard errors of Poisson's): Poisson counts
+have D = 1, bursty arrivals (gamma gaps of CV 2, a
+trace's) vary about four times more, and a margin of Poisson's stopped a server with room at
+their bursts.  Measured from the sends themselves, it is a trace's own burstiness too.
+
+Not rising: a batch still filling up serves more each window as it grows (a continuous batcher
+within its capacity, each step serving more sequences), one at its capacity no more; the served
+of the last window are compared with those of the window before it, as long, and a rise past
+z x sqrt(D x (both)) is no backlog.  On a server that streams nothing before the end this is
+what tells a fill-up from a queue while the fill-up's ends speed up; a latency that rises in a
+line and then levels (5 s to 24 s over the first 10 s of sends) reads as a queue past capacity
+until it levels, and is stopped (benchmarks/guards.py, docs/measured/guards.md).
+
+An end with no token by an error or the client's timeout is not served: a server that stops
+answering has its requests end at the send rate by the client's timeout, and counted as served
+they kept pace, so the point ran its whole duration.  While nothing has been served (and none
+failed), the oldest waiting request is as old as the point, so t - W is the start and nothing
+is due: no first token yet is no evidence.  A server that never answers is stopped a few
+checks after the client's first timeouts; one that stops answering, a few checks after its
+silence (streaming) or its requests' service time after it (not streaming).
 
 Then sending stops, what is in flight gets ``drain_s`` to finish (the rest is cancelled), and
 the point is recorded as saturated, so its latencies are not read as a steady state's.
@@ -48,6 +68,10 @@ import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
+
+DISPERSION_MIN_BINS = 5   # the sends' dispersion is measured once there are this many spans of them
 
 
 @dataclass
@@ -90,11 +114,30 @@ class SaturationMonitor:
         c0, c1 = self._counts[i - 1][k], self._counts[i][k]
         return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else float(c1)
 
-    def check(self, now_s: float, served: int, waiting: int, wait_s: float) -> str | None:
+    def dispersion(self, now_s: float) -> float:
+        """The sends' index of dispersion: the variance of their counts in windows of the span's
+        length (``windows x window_s``) from the start to ``now_s``, over their mean; 1 (Poisson's)
+        unless above 1 by more than two of the standard errors Poisson counts give it
+        (sqrt(2 / (windows - 1))), and until there are ``DISPERSION_MIN_BINS`` windows."""
+        span = self.rule.windows * self.rule.window_s
+        bins = int(now_s // span)
+        if bins < DISPERSION_MIN_BINS or not self._sends:
+            return 1.0
+        edges = np.searchsorted(self._sends, np.arange(bins + 1) * span, side="right")
+        counts = np.diff(edges)
+        mean = counts.mean()
+        if mean <= 0:
+            return 1.0
+        d = float(counts.var(ddof=1) / mean)
+        # Poisson's own counts give about 1 +- sqrt(2 / (bins - 1)): only a dispersion past two of those is the sends'
+        return d if d > 1 + 2 * math.sqrt(2 / (bins - 1)) else 1.0
+
+    def check(self, now_s: float, served: int, waiting: int, wait_s: float, failed: int = 0) -> str | None:
         if self.reason is not None:
             return self.reason
+        unserved = waiting + failed  # an end with no token (the client's timeout, an error) was not served
         self._t.append(now_s)
-        self._counts.append((served, waiting))
+        self._counts.append((served, unserved))
         span = self.rule.windows * self.rule.window_s
         lag = max(wait_s, 0.0)
         if now_s - lag <= 0:  # nothing served yet: the oldest request waiting is as old as the point
@@ -102,27 +145,37 @@ class SaturationMonitor:
             return None
         # the last H seconds (H: the span, or W if longer) against the H seconds W earlier: the
         # requests sent then (the oldest waiting, which sets W, is not among them, nor by a rounding
-        # the one sent at t - W) are the ones served now, whatever the wait of each
+        # the one sent at t - W) are the ones served now, whatever the wait of each; before W + H
+        # into the point both windows are cut to the t - W seconds since the start
         horizon = max(span, lag)
+        since = max(now_s - horizon, lag)
         due = (bisect.bisect_left(self._sends, now_s - lag - 1e-6)
                - bisect.bisect_left(self._sends, now_s - lag - horizon - 1e-6))
-        done = served - self._at(max(now_s - horizon, lag), 0)
-        grew = waiting - self._at(now_s - span, 1)
+        done = served - self._at(since, 0)
+        grew = unserved - self._at(now_s - span, 1)
         m = self.rule.min_achieved
-        # the shortfall against m x due must exceed what chance explains in counts this small
-        short = m * due - done - self.rule.z * math.sqrt(max(m * m * due + done, 0.0))
-        if (due >= self.rule.min_waiting and short > 0 and grew > 0
-                and waiting >= self.rule.min_waiting):
-            self._streak.append(f"at {now_s:.3g} s: {done:.3g} served in the last {horizon:.3g} s of {due} sent "
-                                f"{lag:.3g} s earlier, {waiting} waiting (+{grew:.3g})")
+        # the shortfall against m x due must exceed what chance explains in counts this small, as
+        # bursty as the sends themselves are
+        d = self.dispersion(now_s)
+        short = m * due - done - self.rule.z * math.sqrt(max(d * (m * m * due + done), 0.0))
+        # a server still filling serves more each window as its batch grows; one at its capacity, no more
+        before = self._at(since, 0) - self._at(2 * since - now_s, 0)
+        rising = done - before > self.rule.z * math.sqrt(d * (done + before))
+        significant = (due >= self.rule.min_waiting and short > 0 and grew > 0 and not rising
+                       and unserved >= self.rule.min_waiting)
+        if significant:
+            failures = f", {failed} ended with none" if failed else ""
+            self._streak.append(f"at {now_s:.3g} s: {done:.3g} served in the last {now_s - since:.3g} s of {due} "
+                                f"sent in the {now_s - since:.3g} s {lag:.3g} s earlier, {waiting} waiting"
+                                f"{failures} (+{grew:.3g})")
         else:
             self._streak.clear()
         if len(self._streak) >= self.rule.windows:
             self.reason = (f"over-saturated: at {self.rule.windows} checks {self.rule.window_s:g} s apart, the "
-                           "requests served (first token or end) in the last H seconds stayed below "
-                           f"{self.rule.min_achieved:.0%} of those sent in the H seconds W earlier (W: the longest "
-                           "wait for a first token seen) while the requests waiting rose ("
-                           + "; ".join(self._streak[-self.rule.windows:]) + ")")
+                           "requests served (first token, or an end with no error) in the last H "
+                           f"seconds stayed below {self.rule.min_achieved:.0%} of those sent in the H seconds W "
+                           "earlier (W: the longest wait for a first token seen) while the requests not served "
+                           "rose (" + "; ".join(self._streak[-self.rule.windows:]) + ")")
         return self.reason
 
 

@@ -1,8 +1,9 @@
 """Simulated servers' streams for the over-saturation rule (``loadgen.saturation``), on simulated
 clocks at a real model's time scales, and ``feed``: what the dispatcher tells the monitor.
 
-Each stream is (send times, first tokens, ends) in seconds.  The unit tests and
-``benchmarks/saturation_rule.py`` (false stops and stop times over many seeds) share them."""
+Each stream is (send times, first tokens, ends) in seconds; a request that ended with no token (the
+client's timeout, an error) has its first token NaN.  The unit tests, ``benchmarks/saturation_rule.py``
+and ``benchmarks/guards.py`` (false stops and stop times over many seeds) share them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ def poisson(rate: float, n: int, seed: int = 0) -> np.ndarray:
 
 def constant(rate: float, n: int) -> np.ndarray:
     return np.arange(n) / rate
+
+
+def gamma(rate: float, n: int, cv: float, seed: int = 0) -> np.ndarray:
+    """Gamma gaps of mean 1/rate and coefficient of variation ``cv`` (2: bursty, a trace's; 1: Poisson)."""
+    shape = 1 / cv ** 2
+    return np.cumsum(np.random.default_rng(seed).gamma(shape, 1 / (rate * shape), n))
 
 
 class Stream(tuple):
@@ -79,6 +86,24 @@ def batcher(sends: np.ndarray, outputs, step_s: float, per_seq_s: float, max_seq
     return Stream((sends, firsts, ends))
 
 
+def whole(stream: Stream) -> Stream:
+    """The same server sending nothing before the end (not streaming): its first token is its end."""
+    sends, firsts, ends = stream
+    return Stream((sends, np.where(np.isnan(firsts), np.nan, ends), ends))
+
+
+def silent_from(stream: Stream, at_s: float, timeout_s: float) -> Stream:
+    """The server stops answering at ``at_s``: what had no first token by then never gets one, and
+    ends with none at the client's timeout (``timeout_s`` after its send, or at ``at_s`` if later);
+    what was streaming stalls and ends at the timeout too, with its tokens."""
+    sends, firsts, ends = stream
+    cut = np.maximum(sends + timeout_s, at_s)
+    late = ~(firsts <= at_s)
+    firsts = np.where(late, np.nan, firsts)
+    ends = np.where(late | (ends > at_s), cut, ends)
+    return Stream((sends, firsts, ends))
+
+
 def feed(stream: Stream, rule: SaturationRule | None = None) -> tuple[str | None, float]:
     """What the dispatcher does: check every window while it is sending; (reason, when it tripped)."""
     sends, firsts, ends = stream
@@ -91,10 +116,12 @@ def feed(stream: Stream, rule: SaturationRule | None = None) -> tuple[str | None
             mon.sent(float(s))
         told = int(sent.sum())
         served = sent & (firsts <= t)
-        waiting = sent & ~served
+        failed = sent & np.isnan(firsts) & (ends <= t)   # ended with no token: the client's timeout, an error
+        waiting = sent & ~served & ~failed
         wait = max(float(np.max(firsts[served] - sends[served], initial=0.0)),
+                   float(np.max(ends[failed] - sends[failed], initial=0.0)),
                    float(np.max(t - sends[waiting], initial=0.0)))
-        if mon.check(t, int(served.sum()), int(waiting.sum()), wait):
+        if mon.check(t, int(served.sum()), int(waiting.sum()), wait, failed=int(failed.sum())):
             return mon.reason, t
         t += rule.window_s
     return None, t

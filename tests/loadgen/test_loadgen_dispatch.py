@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.arrivals import arrival_offsets
-from loadgen.client import ClientConfig, StreamingClient
+from loadgen.client import ClientConfig, StreamingClient, Timeouts
 from loadgen.dispatch import Dispatcher, LoadSpec
-from loadgen.records import RecordWriter
+from loadgen.records import RecordWriter, RequestRecord
 from loadgen.saturation import SaturationRule
 from loadgen.workloads.item import WorkItem
 from tests.fake_server import END, HEAD_CHUNKED, FakeServer, chunk, completion, event
@@ -253,3 +253,40 @@ def test_a_server_with_fixed_slots_past_its_capacity_is_still_stopped(tmp_path):
     assert 48 < stats["sent"] < 400 and len(t["status"]) == stats["sent"]  # every send recorded
     assert queued >= 40  # the fake's own count of requests waiting for a slot
     assert 0.6 < stats["saturated_after_s"] < 5.0
+
+
+def test_a_request_ended_with_no_token_by_an_error_is_not_served_evidence():
+    # what the dispatcher tells the saturation rule: an end with no token and an error status (the
+    # client's timeout, a refused connection) is counted apart from those served; an ok end with no
+    # token (an empty answer) was served
+    class Kept(list):
+        append = list.append
+
+    d = Dispatcher(client=None, writer=Kept())
+    for status, first in (("ok", 5), ("timeout", None), ("connection_error", None), ("ok", None), ("timeout", 7)):
+        d._store(RequestRecord(request_id="r", status=status, first_token_ns=first))
+    assert d.completed == 5 and d.failed_untokened == 2
+
+
+@pytest.mark.slow
+def test_a_server_that_never_answers_is_stopped_once_the_clients_timeouts_end_its_requests(tmp_path):
+    # every request's first token 60 s away, the client's timeout 0.5 s, 40 req/s for 10 s: the
+    # timeouts end the requests at the send rate; counted as served they kept pace and the point
+    # ran its 10 s; not served, the point is stopped a few checks (0.2 s) after the first of them
+    spec = LoadSpec(kind="constant", rate=40.0, num_requests=400, stop_when_saturated=True)
+    items = (WorkItem(f"r{i}", "ttft_ms:60000 n=1", 1, 5) for i in range(400))
+    writer = RecordWriter(tmp_path / "r.parquet")
+    with FakeServer(process=True) as srv:
+        async def go():
+            cfg = ClientConfig(base_url=srv.url, model="m", timeouts=Timeouts(ttft_s=0.5))
+            async with StreamingClient(cfg) as c:
+                d = Dispatcher(c, writer)
+                d.saturation_rule = FAST_RULE
+                return await d.run(items, spec)
+
+        stats = asyncio.run(go())
+    writer.close()
+    t = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert stats["saturated"] and "ended with none" in stats["saturated"]
+    assert 0.5 < stats["saturated_after_s"] < 3.0 and stats["sent"] < 200
+    assert "ok" not in t["status"] and "timeout" in t["status"]
