@@ -292,7 +292,8 @@ class Dispatcher:
             self._turns = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenfactory-turns")
         prewarm = getattr(self.client, "prewarm", None)
         if prewarm is not None:
-            # Closed loop or capped: the users never need more connections than were opened.
+            # Closed loop or capped: the users rarely need more connections than were opened (one
+            # still taking its body's end after [DONE] is not idle: the next send opens another).
             await prewarm(self._prewarm_count(spec), top_up=spec.kind != "concurrency" and not spec.max_concurrency)
         self.source.start(asyncio.get_running_loop())
         await self.source.head_start()
