@@ -8,6 +8,13 @@ first (not counted), then ``--repeats`` rounds in A B, B A order, and prints bot
 by side.  The spread between repeats of the same tool is the run-to-run noise the
 difference between the tools is judged against.
 
+Beside each run, the server's own truth: vLLM's histograms ``vllm:time_to_first_token_seconds``,
+``vllm:request_time_per_output_token_seconds`` and ``vllm:e2e_request_latency_seconds``, read
+from ``/metrics`` before and after it (the requests the server ended meanwhile, their mean
+and median), with the host's 1-minute load when it started and the share of the run each tool
+kept its ``--concurrency`` requests in flight (a closed loop that leaves its slots idle shows
+there, below 1).  The closing table gives each tool's median and range over the repeats.
+
     python benchmarks/cross_check_vllm_bench.py --python $TOKENFACTORY_VLLM_PYTHON
 """
 
@@ -35,6 +42,61 @@ BENCH_DRIVER = ("import sys\n"
                 "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
                 "from vllm.benchmarks.serve import add_cli_args, main\n"
                 "p = FlexibleArgumentParser()\nadd_cli_args(p)\nmain(p.parse_args(sys.argv[1:]))\n")
+
+
+# The server's own view of each run: vLLM's per-request histograms, read before and after it.
+SERVER_HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "tpot": "vllm:request_time_per_output_token_seconds",
+                     "e2el": "vllm:e2e_request_latency_seconds"}
+
+
+def server_histograms(base_url: str) -> dict:
+    """``{name: (sum, count, {le: cumulative count})}`` for SERVER_HISTOGRAMS, from ``/metrics``
+    (summed over label sets: one engine, one model here)."""
+    from engines.http import http_get
+
+    status, body = http_get(base_url.rstrip("/") + "/metrics", timeout=10)
+    if status != 200:
+        sys.exit(f"{base_url}/metrics: HTTP {status}")
+    out = {k: [0.0, 0.0, {}] for k in SERVER_HISTOGRAMS}
+    for line in body.decode().splitlines():
+        for key, name in SERVER_HISTOGRAMS.items():
+            if not line.startswith(name + "_"):
+                continue
+            series, _, value = line.rpartition(" ")
+            kind = series[len(name) + 1:].split("{", 1)[0]
+            if kind == "sum":
+                out[key][0] += float(value)
+            elif kind == "count":
+                out[key][1] += float(value)
+            elif kind == "bucket":
+                le = float(series.split('le="', 1)[1].split('"', 1)[0])
+                out[key][2][le] = out[key][2].get(le, 0.0) + float(value)
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def server_delta(before: dict, after: dict) -> dict:
+    """What the server saw during one run: per histogram, the requests it ended and their mean
+    and median (the median linearly inside its bucket, as Prometheus' histogram_quantile), in ms."""
+    out = {}
+    for k in SERVER_HISTOGRAMS:
+        s = after[k][0] - before[k][0]
+        n = after[k][1] - before[k][1]
+        out[f"server_n_{k}"] = n
+        out[f"server_mean_{k}_ms"] = s / n * 1e3 if n else float("nan")
+        out[f"server_median_{k}_ms"] = _bucket_median(before[k][2], after[k][2], n) * 1e3 if n else float("nan")
+    return out
+
+
+def _bucket_median(b0: dict, b1: dict, n: float) -> float:
+    lo, below = 0.0, 0.0
+    for le in sorted(b1):
+        c = b1[le] - b0.get(le, 0.0)
+        if c >= n / 2:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * ((n / 2 - below) / (c - below) if c > below else 0.0)
+        lo, below = le, c
+    return lo
 
 
 def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
@@ -73,6 +135,14 @@ def run_vllm_bench(python: str, base_url: str, model: str, a, out: Path) -> dict
     return json.loads((out / "bench.json").read_text())
 
 
+def in_flight_share(result: dict, concurrency: int, tool: str) -> float:
+    """The share of the run the tool kept ``concurrency`` requests in flight: each request's own
+    time (send -> its last event) summed, over concurrency x the run's duration."""
+    if tool == "tf":
+        return result["mean_in_flight"] / concurrency
+    return sum(result["latencies"]) / (concurrency * result["duration"])
+
+
 def stream_stats_tokenfactory(run_dir: Path) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
@@ -80,8 +150,11 @@ def stream_stats_tokenfactory(run_dir: Path) -> dict:
     rows = [r for r in pq.read_table(run_dir / results_io.REQUESTS).to_pylist()
             if not r["warmup"] and r["status"] == "ok"]
     gaps = np.concatenate([np.diff(np.asarray(r["chunk_ns"], dtype=np.int64)) / 1e6 for r in rows])
+    held = np.asarray([r["done_ns"] - r["end_ns"] for r in rows], dtype=np.int64) / 1e6
     return {"tokens_per_chunk": sum(r["output_tokens"] for r in rows) / sum(len(r["chunk_ns"]) for r in rows),
-            "gaps_below_0.05ms": float((gaps < 0.05).mean())}
+            "gaps_below_0.05ms": float((gaps < 0.05).mean()),
+            # how long the record (and its user) stayed on after the last output chunk
+            "done_after_end_mean_ms": float(held.mean()), "done_after_end_p99_ms": float(np.percentile(held, 99))}
 
 
 def stream_stats_vllm(result: dict) -> dict:
@@ -92,6 +165,28 @@ def stream_stats_vllm(result: dict) -> dict:
     gaps = np.asarray(itls, dtype=np.float64) * 1e3
     return {"tokens_per_chunk": result["total_output_tokens"] / chunks if chunks else float("nan"),
             "gaps_below_0.05ms": float((gaps < 0.05).mean()) if gaps.size else float("nan")}
+
+
+SERVER_KEYS = [f"server_{s}_{k}_ms" for k in SERVER_HISTOGRAMS for s in ("mean", "median")]
+TABLE_KEYS = [("output_throughput", "output throughput (tok/s)", 1), ("in_flight_share", "in-flight share", 3),
+              ("mean_e2el_ms", "client mean E2EL (ms)", 1), ("server_mean_ttft_ms", "server mean TTFT (ms)", 1),
+              ("server_mean_tpot_ms", "server mean TPOT (ms)", 2), ("server_mean_e2el_ms", "server mean E2E (ms)", 1),
+              ("server_median_e2el_ms", "server median E2E (ms)", 1), ("host_load_1m", "host load (1 min)", 2)]
+
+
+def median_table(tf: list[dict], vb: list[dict]) -> str:
+    """A Markdown table: each tool's median [min-max] per figure, and the ratio of the medians."""
+    import statistics
+
+    def cell(runs, k, d):
+        v = [float(r[k]) for r in runs]
+        return f"{statistics.median(v):.{d}f} [{min(v):.{d}f}-{max(v):.{d}f}]", statistics.median(v)
+
+    lines = ["| | tokenfactory | vllm bench serve | ratio of medians |", "|---|---|---|---|"]
+    for k, name, d in TABLE_KEYS:
+        (t, mt), (v, mv) = cell(tf, k, d), cell(vb, k, d)
+        lines.append(f"| {name} | {t} | {v} | {mt / mv if mv else float('nan'):.3f} |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -139,6 +234,20 @@ def main() -> int:
         base_url = engine.base_url
     if a.client_core is not None:  # after the server started: it keeps its own placement
         os.sched_setaffinity(0, {a.client_core})
+    def measured(tool: str, out: Path) -> dict:
+        load = os.getloadavg()[0]
+        before = server_histograms(base_url)
+        if tool == "tf":
+            result = run_tokenfactory(base_url, model, a, out)
+        else:
+            result = run_vllm_bench(a.python, base_url, model, a, out)
+        result.update(server_delta(before, server_histograms(base_url)))
+        result["host_load_1m"] = load
+        result["in_flight_share"] = in_flight_share(result, a.concurrency, tool)
+        print(f"{tool}: {result['output_throughput']:.1f} tok/s, in flight {result['in_flight_share']:.3f}, "
+              f"server e2e {result['server_mean_e2el_ms']:.1f} ms, load {load:.2f}", flush=True)
+        return result
+
     try:
         rows = {"tokenfactory": [], "vllm bench serve": []}
         for w in range(a.warmup_rounds):
@@ -149,9 +258,9 @@ def main() -> int:
             order = ("tf", "vb") if r % 2 == 0 else ("vb", "tf")
             for tool in order:
                 if tool == "tf":
-                    rows["tokenfactory"].append(run_tokenfactory(base_url, model, a, work / f"tf{r}"))
+                    rows["tokenfactory"].append(measured("tf", work / f"tf{r}"))
                 else:
-                    rows["vllm bench serve"].append(run_vllm_bench(a.python, base_url, model, a, work / f"vb{r}"))
+                    rows["vllm bench serve"].append(measured("vb", work / f"vb{r}"))
     finally:
         if engine is not None:
             engine.stop()
@@ -177,6 +286,12 @@ def main() -> int:
     vb_stats = [stream_stats_vllm(s) for s in rows["vllm bench serve"]]
     for k in ("tokens_per_chunk", "gaps_below_0.05ms"):
         print(f"{k:<22}" + "".join(f"{st[k]:>11.3f}" for st in tf_stats + vb_stats))
+    for k in ("done_after_end_mean_ms", "done_after_end_p99_ms"):
+        print(f"{k:<22}" + "".join(f"{st[k]:>11.2f}" for st in tf_stats))
+    for k in ("host_load_1m", "in_flight_share", *SERVER_KEYS):
+        print(f"{k:<22}" + "".join(f"{float(s[k]):>11.3f}" for s in rows["tokenfactory"] + rows["vllm bench serve"]))
+    print(f"\nmedian [min-max] over {a.repeats} runs per tool (server_*: vLLM's histograms over each run)\n")
+    print(median_table(rows["tokenfactory"], rows["vllm bench serve"]))
     print(f"\nrun folders: {work}")
     return 0
 

@@ -46,7 +46,7 @@ class RequestRecord:
     sent_ns: int | None = _col(pa.int64())
     first_token_ns: int | None = _col(pa.int64())
     end_ns: int | None = _col(pa.int64())         # the last output chunk
-    done_ns: int | None = _col(pa.int64())        # stream closed (after the usage chunk)
+    done_ns: int | None = _col(pa.int64())        # response over: [DONE] read, else the body's end
     chunk_ns: list = _col(pa.list_(pa.int64()), factory=list)
     chunk_tokens: list = _col(pa.list_(pa.int32()), factory=list)
     prompt_tokens: int | None = _col(pa.int64())

@@ -31,9 +31,11 @@ from loadgen.records import RequestRecord
 
 perf_ns = time.perf_counter_ns
 FLUSH_SLICE_NS = 200_000  # longest parse pass before the loop gets a turn
-# After [DONE] the body's end is due at once; a server that keeps the body open after it
-# (keep-alive pings, a proxy's buffering) gets this long (at most idle_s), then the complete
-# response is recorded and the connection closed, instead of an idle timeout.
+# The request is over at [DONE]: its record ends there and its caller goes on (a closed-loop
+# user sends its next request at once).  The connection takes the body's end in the
+# background and then goes back to the pool; a server that keeps the body open after [DONE]
+# (keep-alive pings, a proxy's buffering) gets this long (at most idle_s), then the
+# connection is closed, instead of an idle timeout.
 DONE_GRACE_S = 1.0
 
 
@@ -51,6 +53,7 @@ class _Conn(asyncio.Protocol):
         self.reused = False
         self.idle_since = perf_ns()  # perf_counter_ns when it last went idle (the idle sweep reads it)
         self.swept = False           # closed by the idle sweep, which already took it off the idle list
+        self.draining = False        # the request ended at [DONE]; the body's end is still to come
         self.inbox: list = []   # (perf_counter_ns, bytes) reads not parsed yet
         self.queued = False
         self._clear()
@@ -68,7 +71,6 @@ class _Conn(asyncio.Protocol):
         self.err_body = b""
         self.timer = None
         self.retried = False
-        self.done_by: int | None = None  # [DONE] seen: the body must end by then
         self.junk = False                # bytes after the body's end: the connection is not reused
         self.sink = None        # called with each body piece of a 200 response (the promotion proxy forwards them)
 
@@ -95,6 +97,12 @@ class _Conn(asyncio.Protocol):
             return
         self.inbox = []
         for now, data in inbox:
+            if self.draining:
+                try:
+                    self._drain_tail(data)
+                except ValueError:  # the tail's framing is broken: the connection is not reused
+                    self._tail_overdue()
+                continue
             if self.rec is None:
                 # Bytes nobody asked for: the connection's framing can no longer be trusted.
                 if not self.closed:
@@ -114,6 +122,9 @@ class _Conn(asyncio.Protocol):
         self.drain_inbox()  # what arrived before the close comes first
         self.closed = True
         self.client._forget(self)
+        if self.draining:  # the request ended at [DONE] already; the body's end is moot now
+            self.draining = False
+            self._cancel_timer()
         if self.rec is None:
             return
         if not self.got_bytes and self.reused and not self.retried:
@@ -147,8 +158,6 @@ class _Conn(asyncio.Protocol):
             deadline = min(deadline, rec.sent_ns + int(t.ttft_s * 1e9))
         else:
             deadline = min(deadline, rec.end_ns + int(t.idle_s * 1e9))
-        if self.done_by is not None:
-            deadline = min(deadline, self.done_by)
         self.timer = self.client.loop.call_later(max(deadline - perf_ns(), 0) / 1e9, self._on_timer, deadline)
 
     def _on_timer(self, deadline: int) -> None:
@@ -159,9 +168,6 @@ class _Conn(asyncio.Protocol):
             return
         if perf_ns() < deadline - 500_000:
             self._arm()
-            return
-        if self.done_by is not None and perf_ns() >= self.done_by - 500_000:
-            self._finish(None, None, reusable=False)  # complete at [DONE]; the body never ended
             return
         t = self.client.cfg.timeouts
         rec = self.rec
@@ -252,11 +258,9 @@ class _Conn(asyncio.Protocol):
                 # The timer still waits for the TTFT deadline: from now on the idle limit rules.
                 self._cancel_timer()
                 self._arm()
-            if self.stream.saw_done and self.done_by is None and not done:
-                t = self.client.cfg.timeouts
-                self.done_by = now + int(min(DONE_GRACE_S, t.idle_s) * 1e9)
-                self._cancel_timer()
-                self._arm()
+            if self.stream.saw_done and not done:
+                self._over_at_done()
+                return
         if done:
             self._complete(now)
 
@@ -279,7 +283,57 @@ class _Conn(asyncio.Protocol):
             return
         self._finish(None, None, reusable=reusable)
 
-    def _finish(self, status: str | None, error: str | None, reusable: bool) -> None:
+    def _over_at_done(self) -> None:
+        """[DONE] came before the body's end: the request is over now.  Its record is finished and
+        its future resolved; the connection keeps the body's framing and takes the rest (the
+        terminating chunk) in ``_drain_tail``, then rejoins the pool, or is closed after the grace."""
+        head, chunked, body_left, junk = self.head, self.chunked, self.body_left, self.junk
+        self._finish(None, None, reusable=False, drain=True)
+        if self.closed:
+            return
+        self.draining = True
+        self.head, self.chunked, self.body_left, self.junk = head, chunked, body_left, junk
+        grace = min(DONE_GRACE_S, self.client.cfg.timeouts.idle_s)
+        self.timer = self.client.loop.call_later(grace, self._tail_overdue)
+
+    def _drain_tail(self, data: bytes) -> None:
+        """Bytes after [DONE]: the body's end (the pool takes the connection back) or more of it."""
+        head = self.head
+        if head.mode == "chunked":
+            self.chunked.feed(data, [])
+            done, junk = self.chunked.done, bool(self.chunked.extra)
+        elif head.mode == "length":
+            junk = len(data) > self.body_left
+            self.body_left = max(self.body_left - len(data), 0)
+            done = self.body_left == 0
+        else:  # the body ends with the connection (connection_lost)
+            return
+        if done:
+            self._cancel_timer()
+            self.draining = False
+            reusable = head.keep_alive and not junk and not self.junk
+            self._clear()
+            self._to_pool(reusable, perf_ns())
+
+    def _tail_overdue(self) -> None:
+        """The body did not end within the grace after [DONE] (or its framing broke): the
+        connection is not reused."""
+        self._cancel_timer()
+        if self.draining:
+            self.draining = False
+            self._clear()
+            self._to_pool(False, perf_ns())
+
+    def _to_pool(self, reusable: bool, now: int) -> None:
+        if reusable and not self.closed:
+            self.reused = True
+            self.idle_since = now
+            self.client._idle.append(self)
+        elif not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def _finish(self, status: str | None, error: str | None, reusable: bool, drain: bool = False) -> None:
         rec, fut = self.rec, self.fut
         try:
             self._cancel_timer()
@@ -296,13 +350,8 @@ class _Conn(asyncio.Protocol):
                 error = error.replace(key, "***redacted***")
             rec.status, rec.error = status, error
             self._clear()
-            if reusable and not self.closed:
-                self.reused = True
-                self.idle_since = rec.done_ns  # the stamp taken above: no clock read of its own
-                self.client._idle.append(self)
-            elif not self.closed:
-                self.closed = True
-                self.transport.close()
+            if not drain:  # (draining: the connection waits for the body's end first)
+                self._to_pool(reusable, rec.done_ns)  # the stamp taken above: no clock read of its own
         finally:
             # Whatever went wrong above, the request ends: a future left pending would hang the run.
             if not fut.done():

@@ -66,11 +66,53 @@ def test_closed_loop_keeps_concurrency_and_prewarms(tmp_path):
         stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(12))
         conns = srv.connections
     assert stats["sent"] == 12 and set(t["status"]) == {"ok"}
-    assert conns == 4  # the pool was opened before the window and reused
+    assert conns == 5  # the pool (4 users and a spare) was opened before the window and reused
     # Never more than 4 in flight: at any send, at most 3 others are open.
     spans = sorted(zip(t["sent_ns"], t["done_ns"]))
     for s0, _ in spans:
         assert sum(1 for s, d in spans if s <= s0 < d) <= 4
+
+
+def held_tail_script(tail_s: float):
+    """60 ms of output (a first token after 20 ms, four more 10 ms apart), then the last token, the
+    usage chunk and [DONE] in one write; the body's end ``tail_s`` later: a server descheduled
+    between its last two writes, or a proxy that holds the terminating chunk back."""
+    def script(req, k):
+        steps = [HEAD_CHUNKED, 0.02]
+        for _ in range(5):
+            steps += [chunk(event(completion(f"s-{k}", "a"))), 0.01]
+        last = chunk(event(completion(f"s-{k}", "b", "length"))) + chunk(event(
+            {"id": f"s-{k}", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 6}}))
+        if not tail_s:  # the body ends in the same write
+            return steps + [last + chunk(event(b"[DONE]")) + END]
+        return steps + [last + chunk(event(b"[DONE]")), tail_s, END]
+    return script
+
+
+@pytest.mark.parametrize("tail_s", [0.0, 0.15])
+def test_closed_loop_user_goes_on_when_the_stream_is_over(tmp_path, tail_s):
+    # A user's request is over when its last event ([DONE]) arrives: the record ends there and the
+    # user sends its next request at once, whether or not the body's terminating chunk came with it
+    # (the connection takes it in the background, then goes back to the pool).  The old client
+    # waited for the body's end, up to a 1 s grace: 150 ms held per 60 ms request, 4 users in
+    # flight 0.3 of the time.  Occupancy: the requests' own time (send -> [DONE]) over 4 x the window.
+    n, users = 40, 4
+    spec = LoadSpec(kind="concurrency", concurrency=users, num_requests=n)
+    with FakeServer(held_tail_script(tail_s), process=True) as srv:
+        stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(n))
+        conns = srv.connections
+    assert stats["sent"] == n and set(t["status"]) == {"ok"} and set(map(len, t["chunk_ns"])) == {6}
+    assert set(t["finish_reason"]) == {"length"}
+    sent, end, done = (np.asarray(t[c], dtype=np.int64) for c in ("sent_ns", "end_ns", "done_ns"))
+    window = done.max() - sent.min()
+    occupancy = (end - sent).sum() / (users * window)
+    assert occupancy >= 0.95, occupancy
+    held = (done - end) / 1e6  # ms the record (and the user) waited past the last event
+    assert np.median(held) < 2.0 and held.max() < 50.0, held
+    # the prewarmed pool (4 users and a spare) when the body ends with [DONE]; a connection still
+    # taking its tail is not given a request: the pool grows by what is draining (here ~3.5 per
+    # user: 150 ms of tail per 60 ms request), and each is reused once its body ended
+    assert conns == users + 1 if tail_s == 0 else users + 1 < conns <= 5 * users, conns
 
 
 def test_duration_bound_run_cancels_and_records_unfinished(tmp_path):

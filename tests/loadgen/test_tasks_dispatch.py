@@ -39,7 +39,8 @@ def dag_rows(n_tasks: int) -> list[dict]:
 
 
 def recording_script():
-    """The fake engine, stamping each request's arrival and the moment before its last write."""
+    """The fake engine, stamping each request's arrival and the moment before it writes [DONE] (a
+    call is over at its last event; the body's end follows in a write of its own)."""
     truth: dict = {}
     inner = openai_script(truth)
     seen: dict = {}
@@ -51,7 +52,8 @@ def recording_script():
         rid = (set(truth) - before).pop()
         seen[rid] = {"arrived_ns": arrived}
         last = seen[rid]
-        return steps[:-1] + [lambda: last.__setitem__("ended_ns", time.perf_counter_ns()), steps[-1]]
+        assert steps[-2].endswith(b"data: [DONE]\n\n\r\n")
+        return steps[:-2] + [lambda: last.__setitem__("ended_ns", time.perf_counter_ns()), *steps[-2:]]
 
     return script, seen
 
