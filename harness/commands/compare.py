@@ -1,6 +1,6 @@
 """``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--allow-emulated] [--out FILE]``: equal-SLO comparison of
 finished experiments (unpaired), written to comparison.json (the current folder unless ``--out``);
-the comparison itself is ``compare_experiments``."""
+the comparison itself is the compare protocol's ``of_finished`` (``protocols.registry``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 from harness import results_io
 from metrics.comparison import FIXED_KEYS, format_comparison
-from protocols.compare.record import compare_experiments
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +37,10 @@ def main(argv: list[str]) -> int:
         print(f"error: --allow {','.join(sorted(unknown))}: not a fixed condition ({', '.join(FIXED_KEYS)})",
               file=sys.stderr)
         return 2
+    from protocols.registry import get_protocol  # the command table's one way up (pyproject's import contracts)
+
     try:
+        compare_experiments = get_protocol("compare").of_finished
         comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust,
                                          tracking_uri=a.tracking_uri, allow_emulated=a.allow_emulated)
     except ValueError as e:
