@@ -80,10 +80,10 @@ def seven_steps(cfg, design, done: bool, *, points: int, configs: int,
         (3, done, "provenance.json per run: engine version, flags, effective config, devices, harness commit; "
                   "topology: " + topology_text(cfg)),
         (4, done and points > 1, f"{points} load point(s)" + ("" if points > 1 else ": a single point is not a sweep")),
-        (5, design.ablation and done, f"{configs} arms in blocks, effects and interactions (ablation.json)"
+        (5, design.ablation and done, f"{configs} arms in blocks, effects and interactions ({results_io.ABLATION})"
          if design.ablation else "not an ablation (protocol=ablation)"),
         (6, design.in_blocks and done, f"{configs} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
-         "(comparison.json)" if design.in_blocks else "one config: nothing to compare (protocol=compare)"),
+         f"({results_io.COMPARISON})" if design.in_blocks else "one config: nothing to compare (protocol=compare)"),
         (7, design.promotion and promotion_how is not None, promotion_how or "not a promotion (protocol=promote)"),
     ])
 

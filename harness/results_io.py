@@ -37,6 +37,15 @@ TELEMETRY = "telemetry.parquet"
 WORKLOAD = "workload.json"
 EXPERIMENT = "experiment.json"
 RUNS_TABLE = "runs.parquet"
+# The protocols' records beside experiment.json (each protocol's record module writes its own)
+COMPARISON = "comparison.json"
+ABLATION = "ablation.json"
+PROMOTION = "promote.json"
+ROLLBACK = "rollback.json"      # the promotion's config to roll back to
+PLAN = "plan.json"
+PROFILE = "profile.json"
+PROFILE_TABLE = "perf_data.npz"  # the profile as the Dynamo mocker's timing table
+AUTOSCALE = "autoscale.json"    # an autoscaled deployment's run: its replicas and bill
 # What a load point writes into its run folder besides summary.json (harness.point).
 RUN_FILES = (REQUESTS, RUN_META, CONFIG, PROVENANCE, TELEMETRY, WORKLOAD)
 _REQUIRED = object()

@@ -28,8 +28,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
                     help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
-    ap.add_argument("--out", default="comparison.json",
-                    help="where to write comparison.json (default: comparison.json in the current folder)")
+    ap.add_argument("--out", default=results_io.COMPARISON,
+                    help=f"where to write {results_io.COMPARISON} (default: {results_io.COMPARISON} in the current "
+                         "folder)")
     a = ap.parse_args(argv)
     allow = {k.strip() for k in a.allow.split(",") if k.strip()}
     unknown = allow - set(FIXED_KEYS)
@@ -56,5 +57,5 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(f"comparison.json written: {out.resolve()}")
+    print(f"{results_io.COMPARISON} written: {out.resolve()}")
     return 0

@@ -45,12 +45,12 @@ def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -
     if "config" in table.column_names:  # each config's kind of numbers: measured, or emulated (how)
         comparison["kinds"] = {c: kind_of_runs(table.filter(pc.equal(table.column("config"), c)))
                                for c in comparison["configs"]}
-    results_io.write_json(exp.out / "comparison.json", comparison)
+    results_io.write_json(exp.out / results_io.COMPARISON, comparison)
     print(format_comparison(comparison), flush=True)
     return comparison.get("mlflow_metrics", {})
 
 
-COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
+COMPARISON_RECORD = ProtocolRecord(write_comparison, (results_io.COMPARISON,))
 
 
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:

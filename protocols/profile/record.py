@@ -18,8 +18,8 @@ from harness import results_io
 from metrics import profile as fit
 from protocols.profile.plan import DECODE, MIXED, PREFILL, Step
 
-PROFILE_FILE = "profile.json"
-MOCKER_FILE = "perf_data.npz"
+PROFILE_FILE = results_io.PROFILE
+MOCKER_FILE = results_io.PROFILE_TABLE
 COLUMNS = ("status", "warmup", "ttft_s", "prompt_tokens", "output_tokens", "first_token_ns", "end_ns", "chunk_ns",
            "chunk_tokens")
 
