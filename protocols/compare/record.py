@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
@@ -57,7 +56,7 @@ def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
     """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
     replicate of a point, and its fixed conditions."""
     if (path / results_io.RUNS_TABLE).exists():
-        table = _replicate_labels(pq.read_table(path / results_io.RUNS_TABLE))
+        table = _replicate_labels(results_io.read_parquet(path / results_io.RUNS_TABLE))
     else:
         rows = experiment_record.run_rows(path)
         if not rows:

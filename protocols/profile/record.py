@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from harness import results_io
 from metrics import profile as fit
@@ -28,7 +27,7 @@ def _rows(run_dir: Path) -> list[dict]:
     path = run_dir / results_io.REQUESTS
     if not path.exists():
         return []
-    table = pq.read_table(path)
+    table = results_io.read_parquet(path)
     return table.select([c for c in COLUMNS if c in table.column_names]).to_pylist()
 
 
