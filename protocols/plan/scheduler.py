@@ -497,7 +497,7 @@ class SchedulerModel:
         lock = threading.Lock()
         n = min(len(streams), self.workers or os.cpu_count() or 1)
         with tempfile.TemporaryDirectory(prefix="tf-replay-") as tmp:
-            table = Path(tmp) / "perf_data.npz"
+            table = Path(tmp) / PROFILE_NPZ
             with np.load(self.profile) as z:
                 tables, serving = replay_tables({k: z[k] for k in z.files}, self.in_step)
             np.savez(table, **tables)

@@ -78,15 +78,18 @@ def test_a_parquet_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_the_folder_file_names_are_said_in_results_io_only():
-    """No module of the packages or benchmarks spells a run or experiment folder's file name as
-    a string of its own (prose in docstrings and messages may name them)."""
+    """No module of the packages or benchmarks spells a run or experiment folder's file name (the
+    protocols' records included) as a string of its own (prose in docstrings and messages may
+    name them)."""
     import io
     import tokenize
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     names = {results_io.SUMMARY, results_io.REQUESTS, results_io.RUN_META, results_io.CONFIG, results_io.PROVENANCE,
-             results_io.TELEMETRY, results_io.WORKLOAD, results_io.EXPERIMENT, results_io.RUNS_TABLE}
+             results_io.TELEMETRY, results_io.WORKLOAD, results_io.EXPERIMENT, results_io.RUNS_TABLE,
+             results_io.COMPARISON, results_io.ABLATION, results_io.PROMOTION, results_io.ROLLBACK, results_io.PLAN,
+             results_io.PROFILE, results_io.PROFILE_TABLE, results_io.AUTOSCALE}
     spelled = []
     for pkg in ("harness", "protocols", "engines", "loadgen", "metrics", "conf", "benchmarks"):
         for path in sorted((root / pkg).rglob("*.py")):
