@@ -91,7 +91,7 @@ def write_fixture(folder: Path, name: str, run: Path, r: dict, knobs: dict, prof
     engine's knobs), the profile's ``perf_data.npz`` and, where the model charged a step the
     prefill's measured increment, a ``profile.json`` holding that fit alone."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "perf_data.npz").write_bytes(profile.read_bytes())
+    (folder / sched.PROFILE_NPZ).write_bytes(profile.read_bytes())
     rec = folder / sched.PROFILE_JSON
     rec.unlink(missing_ok=True)
     if in_step:

@@ -87,7 +87,7 @@ def main() -> None:
     prompt = rng.integers(128, 2049, n)
     out = rng.integers(16, 513, n)
     tmp = Path(tempfile.mkdtemp(prefix="plan-replay-profile-"))
-    table = tmp / "perf_data.npz"
+    table = tmp / sched.PROFILE_NPZ
     np.savez(table, **sched.first_token_table(mocker_tables(
         {"a_ms": 20.0, "b_ms_per_token": 0.02, "c_ms_per_token2": 0.0},
         {"alpha_ms": 8.0, "beta_ms_per_seq": 0.05, "gamma_ms_per_kv_token": 0.0},

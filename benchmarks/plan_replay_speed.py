@@ -93,7 +93,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="plan-replay-speed-"))
     # the profile's bytes are in the replay cache's key and a zip's carry its time: with
     # --exact-cache, one profile kept there, so that a later run reads the exact replays back
-    npz = Path(a.exact_cache) / "perf_data.npz" if a.exact_cache else tmp / "perf_data.npz"
+    npz = Path(a.exact_cache) / sched.PROFILE_NPZ if a.exact_cache else tmp / sched.PROFILE_NPZ
     npz.parent.mkdir(parents=True, exist_ok=True)
     if not npz.is_file():
         np.savez(npz, **mocker_tables({"a_ms": 20.0, "b_ms_per_token": 0.02, "c_ms_per_token2": 0.0},

@@ -19,7 +19,7 @@ from pathlib import Path
 from engines import prometheus
 from engines.features import FeatureError, normalize
 from engines.http import auth_headers, http_get, http_post, retry_until
-from engines.process import EngineProcess, free_port, port_in_use
+from engines.process import EngineProcess, ProcessHolder, free_port, port_in_use
 from engines.tiny_model import ensure_tiny_model
 
 
@@ -27,7 +27,7 @@ class EngineError(RuntimeError):
     """An engine that cannot be started, reached or used; the message is for the user."""
 
 
-class EngineAdapter:
+class EngineAdapter(ProcessHolder):
     name = "base"
     health_path = "/health"
     # What the watchdog polls while the engine serves load (None: ``health_path``); it must be
@@ -286,17 +286,7 @@ class EngineAdapter:
 
         retry_until(healthy, timeout_s, 0.5, on_timeout=never)
 
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-
-    def kill(self) -> None:
-        """Stop a failed engine at once (SIGKILL to its process group; see ``EngineProcess.kill``)."""
-        if self.process is not None:
-            self.process.kill()
-
-    def alive(self) -> bool:
-        return self.process is None or self.process.poll() is None
+    # stop, kill, alive: ProcessHolder's
 
     # --- what the engine is and reports --------------------------------------------------
     def version(self) -> str | None:

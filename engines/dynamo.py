@@ -34,7 +34,7 @@ import time
 
 from engines.base import EngineAdapter, EngineError, redact_argv
 from engines.http import http_get, retry_until
-from engines.process import EngineProcess, port_in_use
+from engines.process import EngineProcess, ProcessHolder, port_in_use
 
 WORKER_KINDS = ("mocker", "vllm", "sglang", "trtllm")
 # The planes every process shares: file discovery, TCP requests, ZMQ events (no etcd or NATS).
@@ -133,7 +133,7 @@ def system_port(host: str, taken: set[int] = frozenset(), tries: int = 200) -> i
     raise EngineError(f"engine=dynamo: no free port for a worker's metrics page on {host} in 20000-32767")
 
 
-class Worker:
+class Worker(ProcessHolder):
     """One Dynamo worker process as the watchdog and the telemetry see it: its name, role,
     process, log and metrics page (its liveness: the page answers)."""
 
@@ -159,17 +159,6 @@ class Worker:
             return status == 200
         except OSError:
             return False
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
 
     def read_instance_id(self) -> str | None:
         """The worker's instance id: the ``worker_id`` label (hex) of its own page, in decimal
@@ -393,14 +382,14 @@ class Dynamo(EngineAdapter):
         retry_until(ready, timeout_s, 0.5, on_timeout=never)
 
     def alive(self) -> bool:
-        return (self.process is None or self.process.poll() is None) and all(w.alive() for w in self.workers)
+        """The frontend and every worker (ProcessHolder's meaning of alive for each)."""
+        return super().alive() and all(w.alive() for w in self.workers)
 
     def stop(self) -> None:
         """The frontend first (no new request reaches a worker that is going), then every worker;
         the discovery folder last."""
         try:
-            if self.process is not None:
-                self.process.stop()
+            super().stop()
         finally:
             for w in self.workers:
                 w.stop()
@@ -408,8 +397,7 @@ class Dynamo(EngineAdapter):
                 shutil.rmtree(self.kv_dir, ignore_errors=True)
 
     def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
+        super().kill()
         for w in self.workers:
             w.kill()
             w.instance_id = None  # a restarted worker registers under a new id
@@ -510,7 +498,7 @@ class Dynamo(EngineAdapter):
         return "engine=dynamo has no route that empties its workers' prefix caches; use engine.cache_state=warm"
 
 
-class Frontend:
+class Frontend(ProcessHolder):
     """The frontend as the watchdog sees it (the deployment's router): killing it kills it alone."""
 
     def __init__(self, engine: Dynamo):
@@ -528,6 +516,3 @@ class Frontend:
     def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         return self.engine.health_ok(timeout=timeout)
 
-    def kill(self) -> None:
-        if self.engine.process is not None:
-            self.engine.process.kill()

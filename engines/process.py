@@ -152,6 +152,36 @@ class EngineProcess:
         return out
 
 
+class ProcessHolder:
+    """The ``stop``, ``kill`` and ``alive`` of whatever holds one engine process as ``process``
+    (an engine adapter, Dynamo's frontend and each of its workers, a router), written once so
+    that alive means one thing to the watchdog, the deployment's survivors and the point's close.
+
+    ``alive()``: the process tokenfactory started has not exited.  With no process, the answer is
+    ``launched``'s: a holder tokenfactory launches (before its start, or a start that failed before
+    its process ran) is not alive; an endpoint it did not launch (``engine.base_url``,
+    ``launch: false``) is not its to judge by a process (its health checks do), so it is taken as
+    alive rather than stopped as dead.
+    """
+
+    process = None
+    launched = True  # an engine adapter reads it from its config
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+    def kill(self) -> None:
+        """Stop a failed process at once (SIGKILL to its process group; see ``EngineProcess.kill``)."""
+        if self.process is not None:
+            self.process.kill()
+
+    def alive(self) -> bool:
+        if self.process is None:
+            return not self.launched
+        return self.process.poll() is None
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any process of the group is still running (zombies awaiting reaping do not count)."""
     import psutil

@@ -83,10 +83,10 @@ from pathlib import Path
 from engines import prometheus
 from engines.base import EngineError, interpreter_package_version, redact_argv
 from engines.http import http_get, http_post, http_request, retry_until
-from engines.process import EngineProcess, free_port, port_in_use
+from engines.process import EngineProcess, ProcessHolder, free_port, port_in_use
 
 
-class Router:
+class Router(ProcessHolder):
     """One router process in front of worker URLs (plain replicas, or prefill and decode pools)."""
 
     name = "base"
@@ -335,17 +335,6 @@ class Router:
             return status == 200
         except OSError:
             return False
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     # --- what the router is --------------------------------------------------------------
     def version(self) -> str | None:

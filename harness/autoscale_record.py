@@ -140,7 +140,7 @@ def record(s, p) -> None:
         "backoff": rec.get("backoff"),
         "errors": rec["errors"],
     }
-    results_io.write_json(p.run_dir / "autoscale.json", out)
+    results_io.write_json(p.run_dir / results_io.AUTOSCALE, out)
     prov = (s.engine_prov or {}).get("engine")
     if isinstance(prov, dict):  # provenance.json names every replica that ran, as they are now
         prov["deployment"] = s.engine.topology()

@@ -32,10 +32,10 @@ import threading
 import time
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from engines.base import EngineError
 from engines.watchdog import EngineFault, EngineWatchdog
+from harness import results_io
 from harness.errors import UserError
 
 perf_ns = time.perf_counter_ns
@@ -248,7 +248,7 @@ def attribute(path, faults: list[EngineFault]) -> int:
         spans.append((lo, hi, reason(f)))
     if not spans or not os.path.exists(path):
         return 0
-    t = pq.read_table(path)
+    t = results_io.read_parquet(path)
     status = t.column("status").to_pylist()
     errors = t.column("error").to_pylist()
     ends = [d if d is not None else (e if e is not None else s) for d, e, s in
@@ -264,7 +264,5 @@ def attribute(path, faults: list[EngineFault]) -> int:
                 break
     if changed:
         t = t.set_column(t.schema.get_field_index("error"), t.schema.field("error"), pa.array(errors, pa.string()))
-        tmp = f"{path}.partial"
-        pq.write_table(t, tmp, compression="zstd")
-        os.replace(tmp, path)
+        results_io.write_parquet(path, t, compression="zstd")
     return changed

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from conf.load_point import split_repeat
 from harness import results_io
@@ -80,10 +79,10 @@ def seven_steps(cfg, design, done: bool, *, points: int, configs: int,
         (3, done, "provenance.json per run: engine version, flags, effective config, devices, harness commit; "
                   "topology: " + topology_text(cfg)),
         (4, done and points > 1, f"{points} load point(s)" + ("" if points > 1 else ": a single point is not a sweep")),
-        (5, design.ablation and done, f"{configs} arms in blocks, effects and interactions (ablation.json)"
+        (5, design.ablation and done, f"{configs} arms in blocks, effects and interactions ({results_io.ABLATION})"
          if design.ablation else "not an ablation (protocol=ablation)"),
         (6, design.in_blocks and done, f"{configs} configs in {int(cfg.protocol.repeats)} blocks, paired intervals "
-         "(comparison.json)" if design.in_blocks else "one config: nothing to compare (protocol=compare)"),
+         f"({results_io.COMPARISON})" if design.in_blocks else "one config: nothing to compare (protocol=compare)"),
         (7, design.promotion and promotion_how is not None, promotion_how or "not a promotion (protocol=promote)"),
     ])
 
@@ -192,6 +191,13 @@ def runs_table(rows: list[dict]) -> pa.Table:
     return pa.table(cols) if cols else pa.table({k: pa.array([], pa.string()) for k in RUN_KEYS})
 
 
+def write_runs_table(out: Path, rows: list[dict]) -> pa.Table:
+    """``runs.parquet`` of ``rows`` in the folder ``out`` (whole or not at all); returns the table."""
+    table = runs_table(rows)
+    results_io.write_parquet(out / results_io.RUNS_TABLE, table)
+    return table
+
+
 def experiment_json(exp, status: str, runs: list[dict]) -> dict:
     """A sweep's, comparison's or ablation's ``experiment.json`` (``experiment_record``)."""
     configs = {s.config: s.overrides for s in exp.sessions if s.config}
@@ -246,10 +252,7 @@ def write_record(exp) -> dict:
     quality = judge_quality(exp)
     if quality:
         rows = [gate_row(r, quality["configs"].get(r.get("config") or "")) for r in rows]
-    table = runs_table(rows)
-    tmp = exp.out / f"{results_io.RUNS_TABLE}.partial"
-    pq.write_table(table, tmp)
-    tmp.replace(exp.out / results_io.RUNS_TABLE)
+    table = write_runs_table(exp.out, rows)
     record = experiment_json(exp, _status(exp, rows), rows)
     if quality:
         record["quality_gate"] = quality

@@ -29,7 +29,7 @@ from harness.mlflow_log import MlflowLogger, child_run_name, tracking_uri
 from harness.parent_run import track_tags
 from metrics.comparison import point_aggregates
 
-RECORD_FILES = (results_io.EXPERIMENT, results_io.RUNS_TABLE, "comparison.json", "ablation.json", "report.html",
+RECORD_FILES = (results_io.EXPERIMENT, results_io.RUNS_TABLE, results_io.COMPARISON, results_io.ABLATION, "report.html",
                 "workload.html", results_io.CONFIG)
 
 
@@ -87,7 +87,7 @@ def sync(path: str | Path, uri: str | None = None) -> tuple[str, int, int]:
                 **({"config": str(cfg_name), "block": str(meta.get("block", 0))} if cfg_name else {})}
         log.log_child(run_name, _child_params(d), summary, d, tags=tags)
         logged += 1
-    comparison = out / "comparison.json"
+    comparison = out / results_io.COMPARISON
     if comparison.exists():
         log.log_parent_metrics(results_io.read_json(comparison).get("mlflow_metrics") or {})
     else:  # a sweep: per load point, over its repeats (as the run logs them: harness.experiment_record)

@@ -126,11 +126,7 @@ def gather(root) -> dict:
         jobs.append(rec)
     rows = experiment_record.run_rows(root)
     if rows:
-        table = experiment_record.runs_table(rows)
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, root / f"{results_io.RUNS_TABLE}.partial")
-        (root / f"{results_io.RUNS_TABLE}.partial").replace(root / results_io.RUNS_TABLE)
+        experiment_record.write_runs_table(root, rows)
     out = {"root": str(root), "jobs": jobs, "runs": len(rows),
            "hosts": sorted({j.get("host") for j in jobs if j.get("host")}),
            "launchers": sorted({j.get("launcher") for j in jobs if j.get("launcher")}),

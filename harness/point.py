@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from conf.load_point import RunSpec, offered_load
 from engines.base import EngineError, emulation
@@ -294,7 +293,7 @@ def summarise(s, p: PointRun) -> None:
     scenarios' figures (``fault_figures``) and live autoscaling's replica figures
     (``harness.autoscale_record.figures``)."""
     p.requests = read_requests(p.run_dir / results_io.REQUESTS)
-    telemetry = pq.read_table(p.telemetry_path)
+    telemetry = results_io.read_parquet(p.telemetry_path)
     capacity, why = steady_capacity(p.spec.load)
     scaled = autoscale.figures(s, p)  # empty unless autoscaled
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],

@@ -37,6 +37,15 @@ TELEMETRY = "telemetry.parquet"
 WORKLOAD = "workload.json"
 EXPERIMENT = "experiment.json"
 RUNS_TABLE = "runs.parquet"
+# The protocols' records beside experiment.json (each protocol's record module writes its own)
+COMPARISON = "comparison.json"
+ABLATION = "ablation.json"
+PROMOTION = "promote.json"
+ROLLBACK = "rollback.json"      # the promotion's config to roll back to
+PLAN = "plan.json"
+PROFILE = "profile.json"
+PROFILE_TABLE = "perf_data.npz"  # the profile as the Dynamo mocker's timing table
+AUTOSCALE = "autoscale.json"    # an autoscaled deployment's run: its replicas and bill
 # What a load point writes into its run folder besides summary.json (harness.point).
 RUN_FILES = (REQUESTS, RUN_META, CONFIG, PROVENANCE, TELEMETRY, WORKLOAD)
 _REQUIRED = object()
@@ -89,11 +98,32 @@ def _clean(o):
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
+    _replace_whole(path, lambda tmp: tmp.write_text(text))
+
+
+def write_parquet(path: str | os.PathLike, table, compression: str = "snappy") -> None:
+    """A pyarrow table as ``path``, whole or not at all (pyarrow's default compression unless
+    ``compression``: requests.parquet is zstd)."""
+    import pyarrow.parquet as pq  # here, not above: what reads only JSON does not load pyarrow
+
+    _replace_whole(path, lambda tmp: pq.write_table(table, tmp, compression=compression))
+
+
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
+    """A Parquet file as a pyarrow table (only ``columns``, where given); a missing or corrupt
+    file raises as pyarrow does (its callers say what it was for)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=columns)
+
+
+def _replace_whole(path: str | os.PathLike, write) -> None:
+    """``write(tmp)`` beside ``path``, then renamed over it: a reader sees the old file or the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
     try:
-        tmp.write_text(text)
+        write(tmp)
     except BaseException as e:
         tmp.unlink(missing_ok=True)  # a full disk: give back what the half-written copy took
         if isinstance(e, OSError) and e.filename is None:

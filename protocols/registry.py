@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from harness.errors import UserError
 from harness.experiment_record import ProtocolRecord
 from protocols.ablation.record import ABLATION_RECORD
-from protocols.compare.record import COMPARISON_RECORD
+from protocols.compare.record import COMPARISON_RECORD, compare_experiments
 from protocols.designs import DESIGNS, Design
 from protocols.experiment import Experiment
 from protocols.plan.run import run_plan
@@ -47,6 +47,9 @@ class Protocol:
     run: Callable[[DictConfig, Invocation], Path]    # config -> the experiment's folder
     # what an Experiment of this protocol writes beside experiment.json and runs.parquet
     records: tuple[ProtocolRecord, ...] = ()
+    # the protocol's verdict over experiments already run, each on its own (``tokenfactory compare``);
+    # None: it has none
+    of_finished: Callable[..., dict] | None = None
 
     @property
     def design(self) -> Design:
@@ -98,7 +101,7 @@ def _track(cfg: DictConfig, inv: Invocation) -> Path:
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("sweep", "one config over its load points, repeated", _experiment, (SWEEP_RECORD,)),
     Protocol("compare", "several configs in randomised blocks, compared at equal SLO", _experiment,
-             (COMPARISON_RECORD,)),
+             (COMPARISON_RECORD,), of_finished=compare_experiments),
     Protocol("ablation", "a baseline and its optimisations one at a time and together", _experiment,
              (COMPARISON_RECORD, ABLATION_RECORD)),
     Protocol("tune", "an Optuna study over protocol.space for the cheapest config that meets the SLO", _tune),

@@ -84,12 +84,19 @@ def _child(req: dict) -> None:
 def main() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    # What a run imports, once (the children share it).
+    # What a run imports, once (the children share it): the command and the protocols it finds
+    # by name, and the tokenizer's library (torch and transformers: most of a child's set-up,
+    # 5-8 s of 8-11 s on a busy 2-core host, when each child imported them itself).
+    import transformers.models.auto.tokenization_auto
+    import transformers.tokenization_utils_fast  # noqa: F401
+
     import harness.cli
+    import harness.commands.run
     import harness.engine_session
     import harness.point  # noqa: F401
     import loadgen.workloads.prompts  # noqa: F401
-    import protocols.experiment  # noqa: F401
+    import protocols.experiment
+    import protocols.registry  # noqa: F401
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

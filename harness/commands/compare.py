@@ -1,6 +1,6 @@
 """``tokenfactory compare EXP_A EXP_B ... [--allow KEY,...] [--allow-emulated] [--out FILE]``: equal-SLO comparison of
 finished experiments (unpaired), written to comparison.json (the current folder unless ``--out``);
-the comparison itself is ``compare_experiments``."""
+the comparison itself is the compare protocol's ``of_finished`` (``protocols.registry``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 from harness import results_io
 from metrics.comparison import FIXED_KEYS, format_comparison
-from protocols.compare.record import compare_experiments
 
 
 def main(argv: list[str]) -> int:
@@ -29,8 +28,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
                     help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
-    ap.add_argument("--out", default="comparison.json",
-                    help="where to write comparison.json (default: comparison.json in the current folder)")
+    ap.add_argument("--out", default=results_io.COMPARISON,
+                    help=f"where to write {results_io.COMPARISON} (default: {results_io.COMPARISON} in the current "
+                         "folder)")
     a = ap.parse_args(argv)
     allow = {k.strip() for k in a.allow.split(",") if k.strip()}
     unknown = allow - set(FIXED_KEYS)
@@ -38,7 +38,10 @@ def main(argv: list[str]) -> int:
         print(f"error: --allow {','.join(sorted(unknown))}: not a fixed condition ({', '.join(FIXED_KEYS)})",
               file=sys.stderr)
         return 2
+    from protocols.registry import get_protocol  # the command table's one way up (pyproject's import contracts)
+
     try:
+        compare_experiments = get_protocol("compare").of_finished
         comparison = compare_experiments(a.experiments, allow, a.metric, margin=a.margin, adjust=a.adjust,
                                          tracking_uri=a.tracking_uri, allow_emulated=a.allow_emulated)
     except ValueError as e:
@@ -54,5 +57,5 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(f"comparison.json written: {out.resolve()}")
+    print(f"{results_io.COMPARISON} written: {out.resolve()}")
     return 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
 import time
 from collections.abc import Callable
@@ -22,10 +21,9 @@ from http import HTTPStatus
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from harness.errors import UserError
-from harness.results_io import REQUESTS, SUMMARY, write_json
+from harness.results_io import REQUESTS, SUMMARY, write_json, write_parquet
 from loadgen.records import SCHEMA, RequestRecord
 from metrics.request_metrics import finalize_record
 from metrics.slo import SLO
@@ -245,9 +243,7 @@ def write_run(run: ImportedRun, out_dir: Path, source_file: Path, slo: SLO | Non
                     "source_benchmark": run.label, "definition_notes": notes,
                     "source_metrics": run.source_metrics, "source_comparison": comparison,
                     "source_equivalents": run.equivalents})
-    tmp = out_dir / f"{REQUESTS}.partial"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, out_dir / REQUESTS)
+    write_parquet(out_dir / REQUESTS, table, compression="zstd")
     write_json(out_dir / "source.json", {**provenance, "definition_notes": notes})
     write_json(out_dir / SUMMARY, summary)
     return out_dir

@@ -39,12 +39,11 @@ def explicit_tokenizer(cfg):
 def summarize_sides(path: Path, slo_cfg, start_ns: int, end_ns: int) -> dict:
     """Each side's ``metrics.summary.summarize`` over the proxy's rows (shadow copies included)."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     from metrics.slo import SLO
     from metrics.summary import summarize
 
-    table = pq.read_table(path)
+    table = results_io.read_parquet(path)
     out = {}
     for side in ("incumbent", "candidate"):
         t = table.filter(pc.equal(table.column("side"), side))

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from conf.load_point import offered_load, run_title, split_repeat
-from harness.results_io import EXPERIMENT, RUN_META, SUMMARY, find_run_dirs, read_json
+from harness.results_io import ABLATION, COMPARISON, EXPERIMENT, RUN_META, SUMMARY, find_run_dirs, read_json
 from metrics.slo import slo_holds
 from metrics.statistics import mean_ci, ratio_ci
 
@@ -343,8 +343,8 @@ def load(root, extra: list | tuple = ()) -> ReportData:
     if not runs:
         raise ValueError(f"{root}: no complete run (no summary.json) to report on")
     name_series(root, runs)
-    return ReportData(root, runs, _json_or_empty(root / EXPERIMENT), _json_or_empty(root / "comparison.json"),
-                      _json_or_empty(root / "ablation.json"))
+    return ReportData(root, runs, _json_or_empty(root / EXPERIMENT), _json_or_empty(root / COMPARISON),
+                      _json_or_empty(root / ABLATION))
 
 
 def load_points(root) -> list[dict]:

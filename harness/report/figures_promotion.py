@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.report import style
-from harness.results_io import read_json, write_atomic
+from harness.results_io import PROMOTION, read_json, write_atomic
 
 SIDE_COLOURS = {"incumbent": style.PALETTE[0], "candidate": style.PALETTE[1]}
 ACTION_COLOURS = {"start": "#777777", "advance": "#009E73", "extend": "#E69F00", "rollback": "#B22222",
@@ -70,9 +70,9 @@ def promotion_timeline(promote: dict) -> style.Fig | None:
 def write(folder) -> Path:
     """``promotion.html`` (self-contained) from ``promote.json`` in ``folder``; returns its path."""
     folder = Path(folder)
-    f = promotion_timeline(read_json(folder / "promote.json"))
+    f = promotion_timeline(read_json(folder / PROMOTION))
     if f is None:
-        raise ValueError(f"{folder / 'promote.json'} has no timeline")
+        raise ValueError(f"{folder / PROMOTION} has no timeline")
     path = folder / "promotion.html"
     write_atomic(path, f.fig.to_html(include_plotlyjs=True, full_html=True)
                  .replace("<body>", f"<body><p>{style.text(f.note)}</p>", 1))

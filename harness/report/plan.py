@@ -15,7 +15,7 @@ from harness.report import style
 from harness.report.data import number
 from harness.report.page import Note, document, figure_html
 from harness.report.tables import esc, fmt, table
-from harness.results_io import read_json
+from harness.results_io import PLAN, read_json
 from metrics.plan_pick import runner_up_text
 
 PAGE = "plan.html"
@@ -295,7 +295,7 @@ def replica_model_text(c: dict) -> str:
 
 def write_plan_page(folder: str | Path) -> Path:
     folder = Path(folder)
-    doc = read_json(folder / "plan.json")
+    doc = read_json(folder / PLAN)
     figs = figures(doc)
     by = {}
     for f in figs:

@@ -96,7 +96,7 @@ def _spread_tokens(first: np.ndarray, last: np.ndarray, toks: np.ndarray, edges:
 
 
 def _telemetry(tl: Timeline, path, t0: float, width: float, n: int) -> None:
-    tel = pq.read_table(path, columns=["time_ns", "source", "name", "value"])
+    tel = results_io.read_parquet(path, columns=["time_ns", "source", "name", "value"])
     src = tel.column("source")
     tel = tel.filter(pc.is_in(src, value_set=pa.array(["engine", "nvml", "dcgm"])))
     src, name = tel.column("source"), tel.column("name")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.results_io import EXPERIMENT, RUN_META, RUNS_TABLE, SUMMARY, find_run_dirs, read_json
+from harness.results_io import ABLATION, COMPARISON, EXPERIMENT, RUN_META, RUNS_TABLE, SUMMARY, find_run_dirs, read_json
 
 MLFLOW_DOWNLOADS = Path("results") / "mlflow-reports"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -89,7 +89,7 @@ def download_mlflow(name: str, dest: Path, tracking_uri: str | None = None, log=
         fetched += 1
     if parent is not None:
         for art in client.list_artifacts(parent.info.run_id):
-            if not art.is_dir and art.path in (EXPERIMENT, "comparison.json", "ablation.json", RUNS_TABLE):
+            if not art.is_dir and art.path in (EXPERIMENT, COMPARISON, ABLATION, RUNS_TABLE):
                 client.download_artifacts(parent.info.run_id, art.path, str(dest))
     log(f"downloaded {fetched} run(s) to {dest} ({len(children) - fetched} already there)")
     return dest

@@ -9,11 +9,10 @@ from __future__ import annotations
 import html
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from harness.report import style
 from harness.report.data import ReportData
-from harness.results_io import REQUESTS, read_json
+from harness.results_io import REQUESTS, read_json, read_parquet
 from harness.workload_describe import JSON_NAME, figures, html_table, with_nans
 from loadgen.workloads.table import WorkloadTable
 
@@ -31,7 +30,7 @@ def section(data: ReportData) -> tuple[str, list[style.Fig]]:
     path = run.dir / REQUESTS
     if not path.exists():
         return table, []
-    t = pq.read_table(path, columns=["scheduled_ns", "prompt_tokens", "output_tokens", "status"])
+    t = read_parquet(path, columns=["scheduled_ns", "prompt_tokens", "output_tokens", "status"])
     ok = np.asarray(t.column("status").to_pylist()) == "ok"
     ins = np.asarray(t.column("prompt_tokens").to_numpy(zero_copy_only=False), dtype=float)
     outs = np.asarray(t.column("output_tokens").to_numpy(zero_copy_only=False), dtype=float)

@@ -20,9 +20,9 @@ def write_ablation(exp, table: pa.Table, record: dict, quality: dict | None) -> 
                 "confidence": confidence,
                 "points": effects(table, arms, confidence=confidence),
                 "bottlenecks": bottlenecks(table, arms)}
-    results_io.write_json(exp.out / "ablation.json", ablation)
+    results_io.write_json(exp.out / results_io.ABLATION, ablation)
     print(format_ablation(ablation), flush=True)
     return {}
 
 
-ABLATION_RECORD = ProtocolRecord(write_ablation, ("ablation.json",))
+ABLATION_RECORD = ProtocolRecord(write_ablation, (results_io.ABLATION,))

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
@@ -45,19 +44,19 @@ def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -
     if "config" in table.column_names:  # each config's kind of numbers: measured, or emulated (how)
         comparison["kinds"] = {c: kind_of_runs(table.filter(pc.equal(table.column("config"), c)))
                                for c in comparison["configs"]}
-    results_io.write_json(exp.out / "comparison.json", comparison)
+    results_io.write_json(exp.out / results_io.COMPARISON, comparison)
     print(format_comparison(comparison), flush=True)
     return comparison.get("mlflow_metrics", {})
 
 
-COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
+COMPARISON_RECORD = ProtocolRecord(write_comparison, (results_io.COMPARISON,))
 
 
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
     """An experiment's load-point runs (``runs.parquet``, else its run folders), one row per
     replicate of a point, and its fixed conditions."""
     if (path / results_io.RUNS_TABLE).exists():
-        table = _replicate_labels(pq.read_table(path / results_io.RUNS_TABLE))
+        table = _replicate_labels(results_io.read_parquet(path / results_io.RUNS_TABLE))
     else:
         rows = experiment_record.run_rows(path)
         if not rows:

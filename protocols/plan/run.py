@@ -50,7 +50,7 @@ from protocols.plan.residuals import Residuals, read_residuals
 from protocols.plan.stretches import StretchSample
 from protocols.plan.traffic import Traffic, build_traffic
 
-PLAN_FILE = "plan.json"
+PLAN_FILE = results_io.PLAN
 SIZE_KEYS = ("deployment.replicas", "deployment.placement")
 
 

@@ -66,14 +66,15 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import results_io
 from metrics.profile import MOCKER_KEYS, prefill_ms_at
 from protocols.plan.stretches import StretchSample, combine, serve_sampled
 
 MODELS = ("auto", "scheduler", "processor_sharing")
 WORKER = Path(__file__).with_name("replay_worker.py")
 DEFAULT_PYTHON = Path.home() / ".cache" / "tokenfactory" / "dynamo-venv" / "bin" / "python"
-PROFILE_NPZ = "perf_data.npz"
-PROFILE_JSON = "profile.json"
+PROFILE_NPZ = results_io.PROFILE_TABLE
+PROFILE_JSON = results_io.PROFILE
 
 # the mocker's engine args, each with the names the harness's provenance records it under
 # (vLLM's engine config, the features of a config, the mocker's own flags)
@@ -496,7 +497,7 @@ class SchedulerModel:
         lock = threading.Lock()
         n = min(len(streams), self.workers or os.cpu_count() or 1)
         with tempfile.TemporaryDirectory(prefix="tf-replay-") as tmp:
-            table = Path(tmp) / "perf_data.npz"
+            table = Path(tmp) / PROFILE_NPZ
             with np.load(self.profile) as z:
                 tables, serving = replay_tables({k: z[k] for k in z.files}, self.in_step)
             np.savez(table, **tables)

@@ -58,7 +58,7 @@ def replicas_measured(run: Path, t0_ns: int, span_s: float) -> dict:
     serving replicas from its ``serving`` log; starting, each replica start from the policy's
     request to its joining the router, its failure or its cancellation; draining, each replica
     scaled down from leaving the router to its stop; as the plan counts them."""
-    path = run / "autoscale.json"
+    path = run / results_io.AUTOSCALE
     if not path.is_file():
         return {"replicas_note": "no autoscale.json in the run: its replicas are not compared"}
     a = results_io.read_json(path)

@@ -12,14 +12,13 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from harness import results_io
 from metrics import profile as fit
 from protocols.profile.plan import DECODE, MIXED, PREFILL, Step
 
-PROFILE_FILE = "profile.json"
-MOCKER_FILE = "perf_data.npz"
+PROFILE_FILE = results_io.PROFILE
+MOCKER_FILE = results_io.PROFILE_TABLE
 COLUMNS = ("status", "warmup", "ttft_s", "prompt_tokens", "output_tokens", "first_token_ns", "end_ns", "chunk_ns",
            "chunk_tokens")
 
@@ -28,7 +27,7 @@ def _rows(run_dir: Path) -> list[dict]:
     path = run_dir / results_io.REQUESTS
     if not path.exists():
         return []
-    table = pq.read_table(path)
+    table = results_io.read_parquet(path)
     return table.select([c for c in COLUMNS if c in table.column_names]).to_pylist()
 
 

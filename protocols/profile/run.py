@@ -13,14 +13,13 @@ import os
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
 from conf.schema import ConfigError, ProfileProtocol, typed, validate
 from harness import results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment_record import experiment_record, run_rows, runs_table, seven_steps
+from harness.experiment_record import experiment_record, run_rows, seven_steps, write_runs_table
 from harness.finish import finish_run
 from harness.multirun import default_output_dir
 from harness.parent_run import start_parent
@@ -49,9 +48,7 @@ def plan(cfg: DictConfig) -> list[Step]:
 def _write_experiment(cfg, out: Path, steps: list[Step], overrides: list[str], status: str) -> list[dict]:
     rows = run_rows(out)
     if rows:
-        tmp = out / f"{results_io.RUNS_TABLE}.partial"
-        pq.write_table(runs_table(rows), tmp)
-        tmp.replace(out / results_io.RUNS_TABLE)
+        write_runs_table(out, rows)
     record = experiment_record(
         cfg, status=status, out=out, overrides=overrides, configs={"": []}, baseline="",
         steps=seven_steps(cfg, design_of(cfg), bool(rows), points=len(steps), configs=1),

@@ -219,7 +219,7 @@ class Promotion:
         inc = self.urls[INCUMBENT]
         cmd = ["tokenfactory", "proxy", f"proxy.incumbent={inc or '<the incumbent launched from protocol.incumbent>'}",
                "proxy.mode=rollback", f"proxy.host={self.pcfg['host']}", f"proxy.port={self.pcfg['port']}"]
-        results_io.write_json(self.out / "rollback.json", {
+        results_io.write_json(self.out / results_io.ROLLBACK, {
             "proxy_mode": "rollback", "incumbent_url": inc, "incumbent_launch_overrides": self.launch[INCUMBENT],
             "incumbent_model": self.pcfg.get("incumbent_model"), "command": cmd,
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -594,7 +594,7 @@ class Promotion:
             "rows": self.rows_total, "agreement_unit": self.pairs.unit if self.pairs else None,
             "gate": OmegaConf.to_container(self.cfg.protocol.gate, resolve=True),
             "guard": OmegaConf.to_container(self.cfg.protocol.guard, resolve=True),
-            "rollback_config": "rollback.json", "timeline": self.timeline,
+            "rollback_config": results_io.ROLLBACK, "timeline": self.timeline,
         }
 
     def write_record(self) -> None:
@@ -604,7 +604,7 @@ class Promotion:
         self.promotion_how = (f"{rec['outcome']}: {len(rec['stages'])} of {len(self.stages)} stage(s) run, "
                               f"{sum(len(s['gates']) for s in rec['stages'])} gate(s); last decision "
                               f"{last.action if last else 'none'} ({last.stage if last else ''}) (promote.json)")
-        results_io.write_json(self.out / "promote.json", rec)
+        results_io.write_json(self.out / results_io.PROMOTION, rec)
         self.write_experiment()
         self.log_decisions(rec)
         print(self.describe(rec), flush=True)
@@ -613,7 +613,7 @@ class Promotion:
             "promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
             "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
             **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})},
-            artifacts=("promote.json", "rollback.json", results_io.EXPERIMENT, results_io.CONFIG),
+            artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
             report=self.render_report,
             end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.report.source import safe_part
@@ -103,7 +102,7 @@ def _entry(client, run, experiment: str, folder: Path) -> TrackEntry | None:
     for name in (results_io.RUNS_TABLE, results_io.EXPERIMENT):
         if name in have and not (folder / name).exists():
             client.download_artifacts(rid, name, str(folder))
-    table = pq.read_table(folder / results_io.RUNS_TABLE)
+    table = results_io.read_parquet(folder / results_io.RUNS_TABLE)
     if "role" in table.column_names:  # probes and search steps are not replicates of a point
         table = table.filter(pc.equal(table.column("role"), "point"))
     record = results_io.read_json(folder / results_io.EXPERIMENT, {})

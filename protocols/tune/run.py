@@ -51,7 +51,7 @@ from conf.schema import ConfigError, SweepProtocol, validate
 from harness import quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment_record import experiment_record, run_rows, runs_table, steps_record
+from harness.experiment_record import experiment_record, run_rows, steps_record, write_runs_table
 from harness.finish import finish_run
 from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
@@ -625,8 +625,6 @@ class Tuner:
 
     def write_runs(self, trials: list[dict]) -> None:
         """``runs.parquet``: every trial's runs, ``config`` = trial<n>, with its params as columns."""
-        import pyarrow.parquet as pq
-
         by_folder = {t["folder"]: t for t in trials}
         rows = []
         for r in run_rows(self.out):
@@ -638,9 +636,7 @@ class Tuner:
                  **{f"param.{k}": v for k, v in t["params"].items()}}
             rows.append(r)
         if rows:
-            tmp = self.out / f"{results_io.RUNS_TABLE}.partial"
-            pq.write_table(runs_table(rows), tmp)
-            tmp.replace(self.out / results_io.RUNS_TABLE)
+            write_runs_table(self.out, rows)
 
     # ------------------------------------------------------------------------------------ MLflow
     def start_mlflow(self) -> None:

@@ -59,3 +59,51 @@ def test_sigterm_to_the_program_that_started_an_engine_stops_the_engine(tmp_path
     finally:
         if psutil.pid_exists(engine_pid):
             os.kill(engine_pid, signal.SIGKILL)
+
+
+class _Handle:
+    """A started process as its holders read it: ``poll`` None while it runs, its code after."""
+
+    def __init__(self, code):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+
+def _holders(tmp_path):
+    """An engine, a Dynamo engine, one of its workers and a router: each holds one process."""
+    from omegaconf import OmegaConf
+
+    from engines.dynamo import Worker
+    from engines.registry import make_engine
+    from engines.routers import make_router
+    from tests.engine_cfg import engine_cfg
+
+    router_cfg = OmegaConf.create({"name": "vllm", "policy": None, "host": "127.0.0.1", "port": None,
+                                   "binary": None, "extra_args": [], "startup_timeout_s": 20.0})
+    return {"engine": make_engine(engine_cfg("vllm", model="/models/tiny"), tmp_path),
+            "dynamo": make_engine(engine_cfg("dynamo", model="/models/tiny"), tmp_path),
+            "worker": Worker("r0", "replica", "127.0.0.1"),
+            "router": make_router(router_cfg, tmp_path)}
+
+
+def test_alive_means_the_same_for_every_holder_of_a_launched_process(tmp_path):
+    holders = _holders(tmp_path)
+    # launched by tokenfactory and not started (or its start failed before a process): not alive
+    assert {k: h.alive() for k, h in holders.items()} == dict.fromkeys(holders, False)
+    for h in holders.values():
+        h.process = _Handle(None)
+    assert {k: h.alive() for k, h in holders.items()} == dict.fromkeys(holders, True)
+    for h in holders.values():
+        h.process = _Handle(-9)
+    assert {k: h.alive() for k, h in holders.items()} == dict.fromkeys(holders, False)
+
+
+def test_an_endpoint_tokenfactory_did_not_launch_is_not_judged_dead_by_its_process(tmp_path):
+    from engines.registry import make_engine
+    from tests.engine_cfg import engine_cfg
+
+    external = make_engine(engine_cfg("openai", base_url="http://127.0.0.1:1", model="m"), tmp_path)
+    assert not external.launched and external.process is None
+    assert external.alive() is True  # its health checks judge it, not a process

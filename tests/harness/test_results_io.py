@@ -49,16 +49,47 @@ def test_what_is_written_reads_back(tmp_path):
     assert read_yaml(tmp_path / "empty.yaml") == {}
 
 
+def test_a_parquet_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    import errno
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / results_io.REQUESTS
+    results_io.write_parquet(path, pa.table({"n": [1, 2, 3]}), compression="zstd")
+    assert results_io.read_parquet(path).column("n").to_pylist() == [1, 2, 3]
+    assert results_io.read_parquet(path, columns=["n"]).column_names == ["n"]
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
+
+    def disk_full(table, where, **kw):
+        with open(where, "wb") as f:
+            f.write(b"PAR1")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(pq, "write_table", disk_full)
+        with pytest.raises(OSError) as e:  # the old file stays, no half-written copy is left
+            results_io.write_parquet(path, pa.table({"n": [4]}))
+    assert e.value.filename == str(path)
+    assert results_io.read_parquet(path).column("n").to_pylist() == [1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [results_io.REQUESTS]
+    results_io.write_parquet(tmp_path / results_io.RUNS_TABLE, pa.table({"n": [1]}))  # pyarrow's default
+    assert pq.ParquetFile(tmp_path / results_io.RUNS_TABLE).metadata.row_group(0).column(0).compression == "SNAPPY"
+
+
 def test_the_folder_file_names_are_said_in_results_io_only():
-    """No module of the packages or benchmarks spells a run or experiment folder's file name as
-    a string of its own (prose in docstrings and messages may name them)."""
+    """No module of the packages or benchmarks spells a run or experiment folder's file name (the
+    protocols' records included) as a string of its own (prose in docstrings and messages may
+    name them)."""
     import io
     import tokenize
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     names = {results_io.SUMMARY, results_io.REQUESTS, results_io.RUN_META, results_io.CONFIG, results_io.PROVENANCE,
-             results_io.TELEMETRY, results_io.WORKLOAD, results_io.EXPERIMENT, results_io.RUNS_TABLE}
+             results_io.TELEMETRY, results_io.WORKLOAD, results_io.EXPERIMENT, results_io.RUNS_TABLE,
+             results_io.COMPARISON, results_io.ABLATION, results_io.PROMOTION, results_io.ROLLBACK, results_io.PLAN,
+             results_io.PROFILE, results_io.PROFILE_TABLE, results_io.AUTOSCALE}
     spelled = []
     for pkg in ("harness", "protocols", "engines", "loadgen", "metrics", "conf", "benchmarks"):
         for path in sorted((root / pkg).rglob("*.py")):
