@@ -1,0 +1,280 @@
+"""A protocol's answer: what it found, in a few lines of words and numbers with their intervals,
+computed from its runs' summaries (one formula each, here), printed last on the console, first in
+the report, and kept in ``experiment.json`` as ``answer``.
+
+The sweep (``sweep_answer``), from its load-point runs (role ``point``; every repeat of a load point,
+grouped by ``label``, ordered by ``offered_load``):
+
+- a point *meets the SLO* when every repeat of it does (``metrics.slo.slo_holds``: percentiles within
+  the limits, not stopped, not still filling, failures within what the percentile allows, the
+  attainment floor); the answer names the highest load that met it and the lowest that missed it
+  (with the first reason its first missing repeat gives);
+- goodput there: the mean of ``goodput_rps`` and of ``good_output_throughput`` over the repeats,
+  Student-t intervals (``metrics.statistics.mean_ci``); cost per million good output tokens: the
+  ratio of totals 1e6 · Σ cost_total / Σ good_output_tokens over the repeats, BCa bootstrap interval
+  (``metrics.statistics.ratio_ci``, as ``metrics.comparison.RATIOS`` defines it); one repeat: no
+  interval, said once;
+- *goodput follows the offered load* at an open-loop point (load kind ``poisson``, ``constant``,
+  ``gamma``) when its goodput is at least ``FOLLOW_SHARE`` (0.9) of the rate its requests were sent
+  at (``achieved_send_rate_rps``: the arrivals as drawn, so a Poisson draw's noise does not count;
+  the nominal ``offered_load`` where it is missing), i.e. at most 10 % of what arrived was late, failed
+  or still queued when the run's window closed; at a closed-loop point (``concurrency``), and any
+  other, when its goodput gain over the previous point is at least ``GAIN_SHARE`` (0.5) of the gain
+  proportional to the offered load's (goodput_i - goodput_{i-1} >= 0.5 · goodput_{i-1} ·
+  (offered_i / offered_{i-1} - 1)): a closed loop sends only as fast as the server answers, so the
+  send rate cannot tell.  The *knee* is the first point (in offered order) that does not follow, and
+  goodput follows the offered load "up to" the point before it;
+- the points stopped as over-saturated or still filling (``metrics.filling``), each named, a
+  still-filling one as a growing backlog or a fill-up (``filling_kind``).
+
+The comparison (``comparison_answer``): per headline metric (``HEADLINE``, those the comparison has)
+at the highest load point every config met the SLO at (the equal-SLO point; else the last point,
+said so), the winner by its verdict or the equivalence, with the difference and its interval; the
+cost per million good tokens of each config there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from metrics.comparison import RATIOS
+from metrics.slo import slo_holds
+from metrics.statistics import Estimate, mean_ci, ratio_ci
+
+FOLLOW_SHARE = 0.9
+GAIN_SHARE = 0.5
+OPEN_LOOP = ("poisson", "constant", "gamma")
+FILL_WORDS = {"backlog": "a growing backlog", "fill-up": "a fill-up"}
+HEADLINE = ("max_load_under_slo", "goodput_rps", "cost_per_mtok_good", "p99_ttft_ms", "p99_tpot_ms")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """``lines``: what the console prints last and the report shows first (the first is the
+    headline); ``facts``: the same numbers by name, for ``experiment.json`` and MLflow."""
+    protocol: str
+    lines: tuple[str, ...]
+    facts: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"protocol": self.protocol, "lines": list(self.lines), **self.facts}
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One load point over its repeats (module doc)."""
+    label: str
+    offered: float | None
+    load_kind: str | None
+    repeats: int
+    met: int                 # repeats that met the SLO
+    why: str                 # why the first repeat that missed it missed it ("" when none did)
+    goodput: Estimate        # goodput_rps
+    good_tokens: Estimate    # good_output_throughput
+    cost: Estimate           # cost per million good output tokens
+    send_rate: float | None  # mean achieved_send_rate_rps (open loop)
+    stopped: int
+    filling: int
+    fill_kind: str = ""      # of its repeats still filling: backlog, fill-up (filling_kind)
+    follows: bool = True
+
+    @property
+    def meets(self) -> bool:
+        return self.repeats > 0 and self.met == self.repeats
+
+    def facts(self) -> dict:
+        return {"label": self.label, "offered_load": self.offered, "repeats": self.repeats, "met_slo": self.meets,
+                "repeats_met": self.met, "why_missed": self.why or None, "goodput_rps": self.goodput.to_dict(),
+                "good_output_throughput": self.good_tokens.to_dict(), "cost_per_mtok_good": self.cost.to_dict(),
+                "follows_offered_load": self.follows, "stopped": self.stopped, "still_filling": self.filling,
+                "filling_kind": self.fill_kind or None}
+
+
+def _f(v) -> float:
+    try:
+        return math.nan if v is None else float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _missed_text(row: Mapping, slo: Mapping, why: str) -> str:
+    """``slo_holds``'s reason, with each missed percentile's value and limit."""
+    if not why.startswith("missed: "):
+        return why
+    pct = _f(row.get("slo_percentile"))
+    pct = 99.0 if math.isnan(pct) else pct
+    parts = []
+    for name in why[len("missed: "):].split(", "):
+        v, limit = _f(row.get(f"slo_{name}_p{pct:g}_ms")), _f(slo.get(f"{name}_ms"))
+        parts.append(f"p{pct:g} {name.upper()} {v:,.0f} ms > {limit:,.0f}" if not math.isnan(v) and not math.isnan(
+            limit) else f"p{pct:g} {name.upper()} above its limit")
+    return ", ".join(parts)
+
+
+def sweep_points(rows: Sequence[Mapping], slo: Mapping | None = None, confidence: float = 0.95,
+                 seed: int = 0) -> list[PointResult]:
+    """The sweep's load points (module doc), in offered-load order; ``rows``: runs.parquet's rows
+    (or summaries with ``label``), ``slo``: experiment.json's ``slo`` (for the attainment floor
+    and the limits named in a reason)."""
+    slo = slo or {}
+    floor = slo.get("min_attainment")
+    groups: dict[str, list[Mapping]] = {}
+    for r in rows:
+        if (r.get("role") or "point") == "point":
+            groups.setdefault(str(r.get("label")), []).append(r)
+    points = []
+    num, den, scale = RATIOS["cost_per_mtok_good"]
+    for label, runs in groups.items():
+        verdicts = [slo_holds(r, floor) for r in runs]
+        why = next((_missed_text(r, slo, w) for r, (ok, w) in zip(runs, verdicts) if not ok), "")
+        if all(num in r and den in r for r in runs):
+            cost = ratio_ci([_f(r[num]) for r in runs], [_f(r[den]) for r in runs], scale=scale,
+                            confidence=confidence, seed=seed)
+        else:
+            cost = mean_ci([_f(r.get("cost_per_mtok_good")) for r in runs], confidence)
+        sends = [_f(r.get("achieved_send_rate_rps")) for r in runs]
+        sends = [s for s in sends if not math.isnan(s)]
+        points.append(PointResult(
+            label=label, offered=next((_f(r["offered_load"]) for r in runs if r.get("offered_load") is not None), None),
+            load_kind=next((str(r["load_kind"]) for r in runs if r.get("load_kind")), None),
+            repeats=len(runs), met=sum(ok for ok, _ in verdicts), why=why,
+            goodput=mean_ci([_f(r.get("goodput_rps")) for r in runs], confidence),
+            good_tokens=mean_ci([_f(r.get("good_output_throughput")) for r in runs], confidence),
+            cost=cost, send_rate=sum(sends) / len(sends) if sends else None,
+            stopped=sum(bool(r.get("saturated")) for r in runs),
+            filling=sum(bool(r.get("still_filling")) for r in runs),
+            fill_kind=" and ".join(sorted({filling_kind(r) for r in runs if r.get("still_filling")}))))
+    points.sort(key=lambda p: (math.inf if p.offered is None else p.offered, p.label))
+    return _with_follows(points)
+
+
+def filling_kind(m: Mapping) -> str:
+    """A run still filling (``metrics.filling``) is a *backlog* when it completed requests slower
+    than it sent them (``request_throughput`` < ``FOLLOW_SHARE`` · ``achieved_send_rate_rps``: past
+    its capacity, the queue grows whatever the run's length), else a *fill-up* (it kept up: the run
+    ended before its batch was full, and more requests would reach the steady state)."""
+    done, sent = _f(m.get("request_throughput")), _f(m.get("achieved_send_rate_rps"))
+    if math.isnan(done) or math.isnan(sent) or sent <= 0:
+        return "backlog or fill-up"
+    return "backlog" if done < FOLLOW_SHARE * sent else "fill-up"
+
+
+def systematic_token_difference(m: Mapping) -> bool:
+    """The server's and the client's output-token counts (``metrics.token_accounting``) differ by
+    one sign and at least half a token a request on average (|mean diff| >= 0.5 and >= 0.9 · mean
+    |diff|): a token counted on every request (BOS/EOS), chunks re-tokenized one by one, or another
+    tokenizer; a random-weight model's differences go both ways and are not this."""
+    mean, mabs = _f(m.get("token_mismatch_mean")), _f(m.get("token_mismatch_mean_abs"))
+    return abs(mean) >= 0.5 and abs(mean) >= 0.9 * mabs
+
+
+def follows(point: PointResult, before: PointResult | None) -> bool:
+    """Whether goodput follows the offered load at ``point`` (module doc)."""
+    g = point.goodput.value
+    if math.isnan(g):
+        return False
+    if point.load_kind in OPEN_LOOP:
+        sent = point.send_rate if point.send_rate else point.offered
+        return sent is None or g >= FOLLOW_SHARE * sent
+    if before is None or not before.offered or point.offered is None or math.isnan(before.goodput.value):
+        return True
+    prev = before.goodput.value
+    return g - prev >= GAIN_SHARE * prev * (point.offered / before.offered - 1)
+
+
+def _with_follows(points: list[PointResult]) -> list[PointResult]:
+    from dataclasses import replace
+
+    out: list[PointResult] = []
+    for p in points:
+        out.append(replace(p, follows=follows(p, out[-1] if out else None)))
+    return out
+
+
+def knee(points: Sequence[PointResult]) -> int | None:
+    """The index of the first point whose goodput does not follow the offered load (None: every one does)."""
+    return next((i for i, p in enumerate(points) if not p.follows), None)
+
+
+def interval(e: Estimate, unit: str = "", digits: int = 3) -> str:
+    """``value unit [low, high]`` (the interval only where there is one)."""
+    if math.isnan(e.value):
+        return "n/a"
+    v = f"{e.value:.{digits}g}{unit}"
+    if e.n > 1 and math.isfinite(e.low) and math.isfinite(e.high):
+        v += f" [{e.low:.{digits}g}, {e.high:.{digits}g}]"
+    return v
+
+
+def slo_text(slo: Mapping) -> str:
+    """``p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms`` from experiment.json's ``slo``."""
+    pct = _f(slo.get("percentile"))
+    limits = [f"{k[:-3].upper()} ≤ {_f(v):g} ms" for k, v in slo.items() if k.endswith("_ms") and v is not None]
+    return (f"p{99 if math.isnan(pct) else pct:g} " + ", ".join(limits)) if limits else "no SLO set"
+
+
+def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: str = "", confidence: float = 0.95,
+                 seed: int = 0) -> Answer:
+    """The sweep's answer (module doc) from its runs' rows."""
+    slo = slo or {}
+    points = sweep_points(rows, slo, confidence, seed)
+    if not points:
+        return Answer("sweep", ("no load point finished: nothing to answer yet",), {"points": []})
+    cur = f" {currency}" if currency else ""
+    met = [p for p in points if p.meets]
+    missed = [p for p in points if not p.meets]
+    best = met[-1] if met else None
+    first_miss = missed[0] if missed else None
+    lines = []
+
+    def at(p: PointResult) -> str:
+        return (f"goodput {interval(p.goodput, ' req/s')} ({interval(p.good_tokens, ' good tok/s')}), "
+                f"{interval(p.cost, cur)} per M good tokens")
+
+    if best is not None and first_miss is not None:
+        lines.append(f"the highest load that met the SLO ({slo_text(slo)}) is {best.label}: {at(best)}")
+        lines.append(f"the first that missed it is {first_miss.label}: {first_miss.why}"
+                     + (f" (below {best.label}, which met it: the boundary is noisy here; repeats would settle it)"
+                        if points.index(first_miss) < points.index(best) else ""))
+    elif best is not None:
+        lines.append(f"every load point met the SLO ({slo_text(slo)}), up to the highest, {best.label}: {at(best)}; "
+                     "the sweep did not reach the load that misses it (higher load points would)")
+    else:
+        lines.append(f"no load point met the SLO ({slo_text(slo)}): the lowest, {points[0].label}, missed it: "
+                     f"{points[0].why}; at it {at(points[0])}")
+    k = knee(points)
+    if k is None:
+        lines.append(f"goodput follows the offered load at every point, up to {interval(points[-1].goodput, ' req/s')} "
+                     f"at {points[-1].label}")
+    else:
+        p = points[k]
+        sent = p.send_rate if p.load_kind in OPEN_LOOP and p.send_rate else None
+        share = (f" ({p.goodput.value / sent:.0%} of the {sent:.3g} req/s sent)" if sent else
+                 f" (gain under {GAIN_SHARE:.0%} of the offered load's)")
+        lines.append((f"goodput follows the offered load up to {points[k - 1].label} and stops there: "
+                      if k else "goodput does not follow the offered load even at the lowest point: ")
+                     + f"{interval(p.goodput, ' req/s')} at {p.label}{share}")
+    def caveat(p: PointResult) -> str:
+        says = ["stopped as over-saturated"] if p.stopped else []
+        if p.filling:
+            says.append(f"still filling, {FILL_WORDS.get(p.fill_kind, p.fill_kind)} (its latencies are a lower bound)")
+        return f"{p.label} " + ", ".join(says)
+
+    odd = [caveat(p) for p in points if p.stopped or p.filling]
+    lines.append("stopped or still filling: " + "; ".join(odd) if odd else
+                 "every point reached a steady state (none stopped, none still filling)")
+    if max(p.repeats for p in points) < 2:
+        lines.append("one repeat per point: no intervals (protocol.repeats=3 gives them)")
+    facts = {"slo": slo_text(slo), "highest_met": best.label if best else None,
+             "highest_met_load": best.offered if best else None,
+             "first_missed": first_miss.label if first_miss else None,
+             "first_missed_load": first_miss.offered if first_miss else None,
+             "first_missed_why": first_miss.why if first_miss else None,
+             "knee": points[k].label if k is not None else None, "follow_share": FOLLOW_SHARE,
+             "gain_share": GAIN_SHARE, "points": [p.facts() for p in points]}
+    if best is not None:
+        facts.update({"goodput_rps": best.goodput.to_dict(), "good_output_throughput": best.good_tokens.to_dict(),
+                      "cost_per_mtok_good": best.cost.to_dict(), "currency": currency or None})
+    return Answer("sweep", tuple(lines), facts)

@@ -1,0 +1,115 @@
+"""A sweep's answer (metrics.answer) from crafted load-point summaries: the highest load that met the
+SLO and the first that missed it, goodput and cost there, the knee, the points still filling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from metrics.answer import (
+    filling_kind,
+    follows,
+    knee,
+    sweep_answer,
+    sweep_points,
+    systematic_token_difference,
+)
+
+SLO = {"ttft_ms": 1000, "tpot_ms": 150, "e2el_ms": None, "percentile": 99}
+
+
+def point(rate: float, goodput: float, *, sent: float | None = None, ttft_p99: float = 200.0, repeat: int = 0,
+          kind: str = "poisson", cost: float = 0.001, **extra) -> dict:
+    """A load point's runs.parquet row: ``goodput`` req/s of 64-token requests over 20 s."""
+    label = f"concurrency={rate:g}" if kind == "concurrency" else f"{kind} rate={rate:g}"
+    good_tokens = goodput * 64 * 20
+    return {"label": label, "role": "point", "repeat": repeat, "offered_load": rate, "load_kind": kind,
+            "achieved_send_rate_rps": rate if sent is None else sent, "request_throughput": goodput,
+            "goodput_rps": goodput, "good_output_throughput": goodput * 64, "good_output_tokens": good_tokens,
+            "cost_total": cost, "completed": 40, "failed": 0, "slo_percentile": 99.0,
+            "slo_ttft_met": ttft_p99 <= SLO["ttft_ms"], "slo_ttft_p99_ms": ttft_p99, "slo_tpot_met": True,
+            "slo_tpot_p99_ms": 50.0, "saturated": False, "still_filling": False, **extra}
+
+
+SWEEP = [point(2, 2.0, cost=0.00128), point(4, 3.9, cost=0.001248), point(8, 5.2, ttft_p99=2500.0),
+         point(16, 1.0, ttft_p99=6100.0, still_filling=True, in_flight_second_quarter=10.0,
+               in_flight_last_quarter=40.0, **{"request_throughput": 3.0})]
+
+
+def test_the_sweep_answer_names_the_boundary_goodput_cost_knee_and_the_points_still_filling():
+    a = sweep_answer(SWEEP, SLO, "USD")
+    assert a.lines == (
+        "the highest load that met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms) is poisson rate=4: goodput 3.9 req/s "
+        "(250 good tok/s), 0.25 USD per M good tokens",
+        "the first that missed it is poisson rate=8: p99 TTFT 2,500 ms > 1,000",
+        "goodput follows the offered load up to poisson rate=4 and stops there: 5.2 req/s at poisson rate=8 "
+        "(65% of the 8 req/s sent)",
+        "stopped or still filling: poisson rate=16 still filling, a growing backlog (its latencies are a lower bound)",
+        "one repeat per point: no intervals (protocol.repeats=3 gives them)")
+    f = a.to_dict()
+    assert f["protocol"] == "sweep" and f["highest_met"] == "poisson rate=4" and f["highest_met_load"] == 4.0
+    assert f["first_missed"] == "poisson rate=8" and f["knee"] == "poisson rate=8"
+    # 1e6 x cost / good tokens = 1e6 x 0.001248 / (3.9 x 64 x 20)
+    assert f["cost_per_mtok_good"]["value"] == pytest.approx(0.25)
+    assert [p["met_slo"] for p in f["points"]] == [True, True, False, False]
+    assert f["points"][3]["filling_kind"] == "backlog"
+
+
+def test_goodput_follows_an_open_loop_against_the_rate_sent_not_the_nominal_one():
+    # a Poisson draw that sent 3.5 req/s at a nominal 4: goodput 3.3 follows (>= 0.9 x 3.5), though < 0.9 x 4
+    pts = sweep_points([point(2, 2.0), point(4, 3.3, sent=3.5)], SLO)
+    assert [p.follows for p in pts] == [True, True] and knee(pts) is None
+    pts = sweep_points([point(2, 2.0), point(4, 3.1, sent=3.5)], SLO)  # 3.1 < 0.9 x 3.5 = 3.15
+    assert [p.follows for p in pts] == [True, False] and knee(pts) == 1
+
+
+def test_a_closed_loop_knee_is_where_the_gain_falls_under_half_the_proportional_one():
+    rows = [point(c, g, kind="concurrency") for c, g in ((1, 1.0), (2, 1.9), (4, 3.5), (8, 3.8))]
+    pts = sweep_points(rows, SLO)
+    # gains: 0.9 >= 0.5 x 1.0 x 1; 1.6 >= 0.5 x 1.9 x 1; 0.3 < 0.5 x 3.5 x 1
+    assert [p.follows for p in pts] == [True, True, True, False]
+    assert follows(pts[3], pts[2]) is False
+    line = sweep_answer(rows, SLO).lines[1]
+    assert line == ("goodput follows the offered load up to concurrency=4 and stops there: 3.8 req/s at "
+                    "concurrency=8 (gain under 50% of the offered load's)")
+
+
+def test_every_point_met_and_none_met():
+    a = sweep_answer(SWEEP[:2], SLO, "USD")
+    assert a.lines[0] == ("every load point met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms), up to the highest, "
+                          "poisson rate=4: goodput 3.9 req/s (250 good tok/s), 0.25 USD per M good tokens; the sweep "
+                          "did not reach the load that misses it (higher load points would)")
+    assert a.lines[1] == "goodput follows the offered load at every point, up to 3.9 req/s at poisson rate=4"
+    assert a.lines[2] == "every point reached a steady state (none stopped, none still filling)"
+    a = sweep_answer(SWEEP[2:], SLO, "USD")
+    assert a.lines[0].startswith("no load point met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms): the lowest, "
+                                 "poisson rate=8, missed it: p99 TTFT 2,500 ms > 1,000; at it goodput 5.2 req/s")
+    assert a.to_dict()["highest_met"] is None
+
+
+def test_repeats_give_intervals_and_a_point_meets_only_when_every_repeat_does():
+    rows = [point(2, 2.0), point(2, 2.0, repeat=1), point(4, 3.8), point(4, 4.0, repeat=1),
+            point(8, 7.5), point(8, 7.6, repeat=1, ttft_p99=1200.0)]
+    pts = sweep_points(rows, SLO)
+    assert [(p.repeats, p.met, p.meets) for p in pts] == [(2, 2, True), (2, 2, True), (2, 1, False)]
+    a = sweep_answer(rows, SLO)
+    # mean 3.9, s = 0.1414, se = 0.1, t(0.975, 1) = 12.706: [2.63, 5.17]
+    assert "poisson rate=4: goodput 3.9 req/s [2.63, 5.17]" in a.lines[0]
+    assert a.lines[1] == "the first that missed it is poisson rate=8: p99 TTFT 1,200 ms > 1,000"
+    assert not any("one repeat" in x for x in a.lines)
+
+
+def test_no_point_finished():
+    assert sweep_answer([], SLO).lines == ("no load point finished: nothing to answer yet",)
+
+
+def test_filling_kind_and_a_systematic_token_difference():
+    assert filling_kind({"request_throughput": 3.0, "achieved_send_rate_rps": 15.8}) == "backlog"
+    assert filling_kind({"request_throughput": 7.6, "achieved_send_rate_rps": 8.0}) == "fill-up"
+    assert filling_kind({}) == "backlog or fill-up"
+    # a BOS counted on every request: +1 each; a random-weight model: both ways
+    assert systematic_token_difference({"token_mismatch_mean": 1.0, "token_mismatch_mean_abs": 1.0})
+    assert not systematic_token_difference({"token_mismatch_mean": -0.13, "token_mismatch_mean_abs": 0.13})
+    assert not systematic_token_difference({"token_mismatch_mean": 0.1, "token_mismatch_mean_abs": 2.5})
+    assert not systematic_token_difference({"token_mismatch_mean": math.nan})
