@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from conf.load_point import split_repeat
 from harness import results_io
+from harness.answer_record import answer_fields
 from harness.quality_gate import emulated_outputs, format_quality, gate_enabled, judge
 from harness.results_io import HEADERS_KEY, SECRET_KEY
 from metrics.quality_gate import gate_row
@@ -258,6 +259,9 @@ def write_record(exp) -> dict:
     aggregates: dict = {}
     for r in exp.records:
         aggregates.update(r.write(exp, table, record, quality))
+    answer = next((r.answer(exp, rows, record) for r in exp.records if r.answer is not None), None)
+    record.update(answer_fields(answer, rows))
+    results_io.write_json(exp.out / results_io.EXPERIMENT, record)
     return aggregates
 
 

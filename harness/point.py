@@ -42,7 +42,6 @@ from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.speculative import spec_agreement
 from metrics.summary import summarize
-from metrics.token_accounting import mismatch_line
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.
@@ -478,10 +477,8 @@ def print_point(s, p: PointRun) -> None:
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
     print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
           f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
-    if filling_line(m):  # beside a stop: a point whose latencies are not a steady state's
-        print(filling_line(m), flush=True)
-    if mismatch_line(m):
-        print("  " + mismatch_line(m), flush=True)
+    # still filling, token counts, energy: said once for the experiment, ranked, before its answer
+    # (harness.caveats, printed by harness.finish), not under every point and repeat
     if m.get("cached_tokens_rows"):
         print(f"  prefix cache: {m['cache_hit_rate']:.1%} of prompt tokens cached (server usage, "
               f"{m['cached_tokens_rows']} requests); engine counters "
@@ -496,15 +493,10 @@ def print_point(s, p: PointRun) -> None:
               f"mean task time {m['mean_task_time_ms']:.0f} ms{slo}; "
               f"{m.get('cost_per_completed_task', float('nan')):.4g} {m.get('cost_currency', '')} per completed task",
               flush=True)
-    if m["energy_available"]:
-        energy = f"energy {m['energy_j']:.1f} J ({m['energy_source']}, {m['energy_method']})"
-    elif s.energy_reason_said:  # the reason is long and the same for every point: say it in full once
-        energy = "energy unavailable (energy_unavailable_reason in summary.json)"
-    else:
-        s.energy_reason_said = True
-        energy = f"energy unavailable: {m['energy_unavailable_reason']}"
+    energy = (f"; energy {m['energy_j']:.1f} J ({m['energy_source']}, {m['energy_method']})"
+              if m["energy_available"] else "")
     print(f"  cost {m.get('cost_total', float('nan')):.4g} {m.get('cost_currency', '')} over "
-          f"{m['window_s']:.1f} s, {m.get('cost_per_mtok_good', float('nan')):.4g} per M good tok; {energy}",
+          f"{m['window_s']:.1f} s, {m.get('cost_per_mtok_good', float('nan')):.4g} per M good tok{energy}",
           flush=True)
 
 

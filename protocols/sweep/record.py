@@ -7,6 +7,7 @@ import pyarrow as pa
 
 from conf.schema import COMPARED_METRICS
 from harness.experiment_record import ProtocolRecord
+from metrics.answer import Answer, sweep_answer
 from metrics.comparison import point_aggregates
 
 
@@ -15,4 +16,10 @@ def sweep_aggregates(exp, table: pa.Table, record: dict, quality: dict | None) -
     return point_aggregates(table, list(COMPARED_METRICS), seed=int(exp.cfg.seed))
 
 
-SWEEP_RECORD = ProtocolRecord(sweep_aggregates)
+def sweep_answer_of(exp, rows: list[dict], record: dict) -> Answer:
+    """The sweep's answer (``metrics.answer.sweep_answer``) from its load points' runs."""
+    currency = next((str(r["cost_currency"]) for r in rows if r.get("cost_currency")), "")
+    return sweep_answer(rows, record.get("slo") or {}, currency, seed=int(exp.cfg.seed))
+
+
+SWEEP_RECORD = ProtocolRecord(sweep_aggregates, answer=sweep_answer_of)
