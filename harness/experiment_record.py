@@ -44,9 +44,12 @@ class ProtocolRecord:
     comparison's ``comparison.json``, the ablation's ``ablation.json``).  ``write``: (the
     experiment, its runs table, its experiment.json record, the quality verdict or None) -> the
     aggregate metrics for the MLflow parent run; ``files``: what it writes in the experiment's
-    folder (logged to MLflow beside experiment.json)."""
+    folder (logged to MLflow beside experiment.json); ``answer``: (the experiment, its runs' rows,
+    its experiment.json record) -> its answer (``metrics.answer.Answer``, or None), kept in
+    experiment.json as ``answer`` (``harness.answer_record``)."""
     write: Callable[[Any, pa.Table, dict, dict | None], dict]
     files: tuple[str, ...] = ()
+    answer: Callable[[Any, list[dict], dict], Any] | None = None
 
 
 def _redact_override(o: str) -> str:
