@@ -39,7 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from metrics.comparison import RATIOS
+from metrics.comparison import RATIOS, SEARCH_LABEL
 from metrics.slo import slo_holds
 from metrics.statistics import Estimate, mean_ci, ratio_ci
 
@@ -278,3 +278,49 @@ def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: 
         facts.update({"goodput_rps": best.goodput.to_dict(), "good_output_throughput": best.good_tokens.to_dict(),
                       "cost_per_mtok_good": best.cost.to_dict(), "currency": currency or None})
     return Answer("sweep", tuple(lines), facts)
+
+
+def _short(text: str) -> str:
+    """A verdict's text without its parenthesised detail (``metrics.statistics.verdict``)."""
+    return text.split(" (", 1)[0]
+
+
+def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping | None = None, currency: str = "",
+                      protocol: str = "compare") -> Answer:
+    """A comparison's (or an ablation's) answer (module doc) from its ``comparison.json`` and its
+    runs' rows: at the equal-SLO point (the highest load point every config met the SLO at, by
+    ``sweep_points`` per config; else the last point, said so) each non-baseline config's verdict
+    against the baseline per headline metric, then each config's cost per M good tokens there; the
+    SLO search's verdict on the highest load under the SLO first where it ran."""
+    slo = slo or {}
+    configs = list(comparison.get("configs") or [])
+    baseline = comparison.get("baseline") or (configs[0] if configs else "")
+    points = {p["label"]: p for p in comparison.get("points") or []}
+    per = {c: sweep_points([r for r in rows if (r.get("config") or "") == c], slo) for c in configs}
+    met = [set(p.label for p in pts if p.meets) for pts in per.values()]
+    labels = [p["label"] for p in comparison.get("points") or [] if p["label"] in set.intersection(*met)] if met else []
+    if not points:
+        return Answer(protocol, ("no load point finished: nothing to compare yet",), {})
+    lines, facts = [], {"baseline": baseline, "slo": slo_text(slo), "verdicts": {}}
+    loads = [lab for lab in points if lab != SEARCH_LABEL]
+    at = labels[-1] if labels else (loads[-1] if loads else SEARCH_LABEL)
+    lines.append(f"at {at}, the highest load every config met the SLO at ({slo_text(slo)})" if labels else
+                 f"no load point where every config met the SLO ({slo_text(slo)}): compared at the highest, {at}")
+    facts["equal_slo_point"] = at if labels else None
+    for label in ([SEARCH_LABEL] if SEARCH_LABEL in points else []) + [at]:
+        for metric in HEADLINE:
+            entry = points[label]["metrics"].get(metric)
+            if not entry:
+                continue
+            for name, vs in entry["vs_baseline"].items():
+                where = "" if label == at else f" ({label})"
+                lines.append(f"{metric}{where}: {_short(vs['text'])}")
+                facts["verdicts"].setdefault(label, {}).setdefault(metric, {})[name] = vs["verdict"]
+    cost = points[at]["metrics"].get("cost_per_mtok_good")
+    if cost:
+        cur = f" {currency}" if currency else ""
+        est = {n: Estimate(**{k: e[k] for k in ("value", "low", "high", "n", "method")})
+               for n, e in cost["per_config"].items()}
+        lines.append("cost per M good tokens there: " + ", ".join(f"{n} {interval(e, cur)}" for n, e in est.items()))
+        facts["cost_per_mtok_good"] = {n: e.to_dict() for n, e in est.items()}
+    return Answer(protocol, tuple(lines), facts)

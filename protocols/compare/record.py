@@ -22,6 +22,7 @@ from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from harness.experiment_record import ProtocolRecord, search_results
+from metrics.answer import Answer, comparison_answer
 from metrics.comparison import (
     comparable,
     compare_runs,
@@ -50,7 +51,18 @@ def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -
     return comparison.get("mlflow_metrics", {})
 
 
-COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",))
+def comparison_answer_of(exp, rows: list[dict], record: dict) -> Answer | None:
+    """The comparison's (or the ablation's) answer (``metrics.answer.comparison_answer``) from the
+    ``comparison.json`` just written and its runs."""
+    path = exp.out / "comparison.json"
+    if not path.exists():
+        return None
+    currency = next((str(r["cost_currency"]) for r in rows if r.get("cost_currency")), "")
+    return comparison_answer(results_io.read_json(path), rows, record.get("slo") or {}, currency,
+                             protocol=str(exp.cfg.protocol.name))
+
+
+COMPARISON_RECORD = ProtocolRecord(write_comparison, ("comparison.json",), answer=comparison_answer_of)
 
 
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:

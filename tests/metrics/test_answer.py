@@ -113,3 +113,39 @@ def test_filling_kind_and_a_systematic_token_difference():
     assert not systematic_token_difference({"token_mismatch_mean": -0.13, "token_mismatch_mean_abs": 0.13})
     assert not systematic_token_difference({"token_mismatch_mean": 0.1, "token_mismatch_mean_abs": 2.5})
     assert not systematic_token_difference({"token_mismatch_mean": math.nan})
+
+
+def _est(v: float, lo: float, hi: float) -> dict:
+    return {"value": v, "low": lo, "high": hi, "n": 3, "method": "BCa", "note": "", "confidence": 0.95, "dropped": 0}
+
+
+def test_a_comparison_answers_at_the_highest_load_every_config_met_the_slo_at():
+    from metrics.answer import comparison_answer
+
+    def metrics(goodput_text: str) -> dict:
+        return {"goodput_rps": {"per_config": {"a": _est(2.0, 1.9, 2.1), "b": _est(2.2, 2.1, 2.3)},
+                                "vs_baseline": {"b": {"verdict": "b_better", "text": goodput_text}}},
+                "cost_per_mtok_good": {"per_config": {"a": _est(0.5, 0.45, 0.55), "b": _est(0.49, 0.44, 0.54)},
+                                       "vs_baseline": {"b": {"verdict": "equivalent",
+                                                             "text": "a and b equivalent within 2% (detail)"}}}}
+
+    comparison = {"configs": ["a", "b"], "baseline": "a", "points": [
+        {"label": "poisson rate=2", "metrics": metrics("b better than a by 10.0% [4.0%, 16.0%] (detail)")},
+        {"label": "poisson rate=8", "metrics": metrics("b better than a by 30.0% [20.0%, 40.0%] (detail)")}]}
+    rows = [{**point(2, 2.0), "config": "a"}, {**point(2, 2.2), "config": "b"},
+            {**point(8, 7.9), "config": "a"}, {**point(8, 6.0, ttft_p99=1500.0), "config": "b"}]
+    a = comparison_answer(comparison, rows, SLO, "USD")
+    assert a.lines == (
+        "at poisson rate=2, the highest load every config met the SLO at (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms)",
+        "goodput_rps: b better than a by 10.0% [4.0%, 16.0%]",
+        "cost_per_mtok_good: a and b equivalent within 2%",
+        "cost per M good tokens there: a 0.5 USD [0.45, 0.55], b 0.49 USD [0.44, 0.54]")
+    f = a.to_dict()
+    assert f["equal_slo_point"] == "poisson rate=2" and f["verdicts"]["poisson rate=2"]["goodput_rps"] == {
+        "b": "b_better"}
+    # no point every config met: compared at the highest, and said so
+    rows[0] = {**point(2, 2.0, ttft_p99=1200.0), "config": "a"}
+    rows[2] = {**point(8, 7.9, ttft_p99=1200.0), "config": "a"}
+    assert comparison_answer(comparison, rows, SLO).lines[0] == (
+        "no load point where every config met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms): compared at the highest, "
+        "poisson rate=8")
