@@ -280,6 +280,22 @@ def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: 
     return Answer("sweep", tuple(lines), facts)
 
 
+def search_line(search: Mapping, currency: str = "") -> str:
+    """The SLO search's answer (``protocol.search=slo``: a session's ``search.json``): the highest
+    load under the SLO, its bracket (the last load that passed, the first that failed), goodput and
+    cost there, and why the search stopped."""
+    unit = "req/s" if search.get("kind") == "rate" else "concurrent requests"
+    lo, hi = (list(search.get("bracket") or []) + [None, None])[:2]
+    where = f"{search.get('config')}: " if search.get("config") else ""
+    at = ""
+    if search.get("goodput_rps") is not None:
+        cost = _f(search.get("cost_per_mtok_good"))
+        at = f"; goodput {_f(search['goodput_rps']):.3g} req/s, {cost:.3g}{' ' + currency if currency else ''} per M " \
+             "good tokens there"
+    return (f"{where}the SLO search's highest load under the SLO: {_f(search.get('max_load_under_slo')):g} {unit} "
+            f"(bracket [{_f(lo):g}, {_f(hi):g}]: {search.get('note')}){at}")
+
+
 def _short(text: str) -> str:
     """A verdict's text without its parenthesised detail (``metrics.statistics.verdict``)."""
     return text.split(" (", 1)[0]

@@ -149,3 +149,17 @@ def test_a_comparison_answers_at_the_highest_load_every_config_met_the_slo_at():
     assert comparison_answer(comparison, rows, SLO).lines[0] == (
         "no load point where every config met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms): compared at the highest, "
         "poisson rate=8")
+
+
+def test_the_slo_search_answer_with_its_bracket():
+    from metrics.answer import search_line
+
+    s = {"max_load_under_slo": 7.5, "bracket": [7.5, 8.0], "note": "bracket within tolerance 10%", "kind": "rate",
+         "goodput_rps": 7.2, "cost_per_mtok_good": 0.084, "config": ""}
+    assert search_line(s, "USD") == ("the SLO search's highest load under the SLO: 7.5 req/s (bracket [7.5, 8]: "
+                                     "bracket within tolerance 10%); goodput 7.2 req/s, 0.084 USD per M good tokens "
+                                     "there")
+    none = {"max_load_under_slo": 0.0, "bracket": [0.0, 2], "note": "the SLO fails already at the low end 2",
+            "kind": "concurrency", "config": "fast"}
+    assert search_line(none) == ("fast: the SLO search's highest load under the SLO: 0 concurrent requests "
+                                 "(bracket [0, 2]: the SLO fails already at the low end 2)")
