@@ -335,8 +335,10 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
     cost = points[at]["metrics"].get("cost_per_mtok_good")
     if cost:
         cur = f" {currency}" if currency else ""
-        est = {n: Estimate(**{k: e[k] for k in ("value", "low", "high", "n", "method")})
-               for n, e in cost["per_config"].items()}
+        order = [n for n in [baseline, *configs] if n in cost["per_config"]]  # the baseline first
+        order = list(dict.fromkeys(order)) or list(cost["per_config"])
+        est = {n: Estimate(**{k: cost["per_config"][n][k] for k in ("value", "low", "high", "n", "method")})
+               for n in order}
         lines.append("cost per M good tokens there: " + ", ".join(f"{n} {interval(e, cur)}" for n, e in est.items()))
         facts["cost_per_mtok_good"] = {n: e.to_dict() for n, e in est.items()}
     return Answer(protocol, tuple(lines), facts)

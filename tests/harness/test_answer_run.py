@@ -68,3 +68,36 @@ def test_the_default_sweep_ends_with_its_answer(tmp_path, tiny_model, capfd):
     first = page.split("</h1>", 1)[1].split("<nav", 1)[0]
     assert first.index("answer (sweep): the highest load that met the SLO") < first.index("energy not measured")
     assert "<figure" not in first
+
+
+@pytest.mark.slow
+def test_a_comparison_ends_with_its_answer_and_no_warning_twice(tmp_path, tiny_model, capfd):
+    from harness.experiment_record import run_rows
+    from metrics.answer import comparison_answer
+    from tests.fake_server import FakeServer
+
+    out = tmp_path / "out"
+    with FakeServer() as srv:
+        _run(["protocol=compare", "engine=openai", f"engine.base_url={srv.base_url}", f"engine.tokenizer={tiny_model}",
+              "load=constant", "load.num_requests=6", "load.warmup_requests=0", "protocol.load_points=[20]",
+              "protocol.repeats=2",
+              'protocol.configs={fast: ["engine.model=fake-ttft_ms:5"], slow: ["engine.model=fake-ttft_ms:30"]}',
+              f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false", "progress=false",
+              "telemetry.idle_baseline_s=0"])
+    console = capfd.readouterr().out.splitlines()
+    record = json.loads((out / "experiment.json").read_text())
+    comparison = json.loads((out / "comparison.json").read_text())
+    expected = comparison_answer(comparison, run_rows(out), record["slo"], "USD")
+    assert record["answer"]["lines"] == list(expected.lines)
+    assert expected.lines[0] == ("at constant rate=20, the highest load every config met the SLO at "
+                                 "(p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms)")
+    ttft = comparison["points"][0]["metrics"]["p99_ttft_ms"]["vs_baseline"]["slow"]["text"].split(" (", 1)[0]
+    assert f"p99_ttft_ms: {ttft}" in expected.lines
+    assert expected.lines[-1].startswith(f"cost per M good tokens there: {comparison['baseline']} ")
+    start = console.index("answer (compare):")
+    assert console[start + 1:] == [f"  {x}" for x in expected.lines]
+    # each warning once for the experiment (4 runs), never under a point or a repeat
+    warned = console[console.index("warnings, by what they change:") + 1:start] if record["warnings"] else []
+    assert len(warned) == len(record["warnings"]) == len({w["kind"] for w in record["warnings"]})
+    assert all(" of 4 runs" in x for x in warned)
+    assert not any("energy unavailable" in x or "TOKEN COUNTS DISAGREE" in x for x in console)
