@@ -342,3 +342,36 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
         lines.append("cost per M good tokens there: " + ", ".join(f"{n} {interval(e, cur)}" for n, e in est.items()))
         facts["cost_per_mtok_good"] = {n: e.to_dict() for n, e in est.items()}
     return Answer(protocol, tuple(lines), facts)
+
+
+def gate_answer(result: Mapping | None, track: str = "") -> Answer:
+    """The regression gate's answer (``tokenfactory track NAME --gate``) from its judgement (the
+    newest experiment against its baseline, ``protocols.track.verdicts.judge``; None: one experiment
+    in the track): a regression, with the metric and load point that decided it and the size with its
+    interval; else a metric it could not judge; else a pass, with what improved."""
+    if not result:
+        return Answer("gate", (f"the gate passes: track {track} has one experiment, nothing to compare it with",),
+                      {"decision": "pass", "deciding": None})
+    base = ", ".join(f"{b['version']} ({b['name']})" for b in result.get("baseline") or [])
+    new = result.get("newest") or {}
+    who = f"{new.get('version')} ({new.get('name')}) against {base}"
+    regs, unjudged = list(result.get("regressions") or []), list(result.get("unjudged") or [])
+    if regs:
+        lines = [f"the gate fails: {len(regs)} regression(s), {who}"]
+        lines += [f"regressed: {f['metric']} at {f['label']}: {_short(str(f.get('text') or f.get('reason')))}"
+                  for f in regs]
+        return Answer("gate", tuple(lines), {"decision": "regression",
+                                             "deciding": {"metric": regs[0]["metric"], "label": regs[0]["label"]}})
+    if unjudged or not result.get("newest_runs", 1):
+        lines = [f"the gate cannot judge {who}"]
+        lines += [f"cannot judge: {f['metric']} at {f['label']}: {f.get('reason')}" for f in unjudged]
+        if not result.get("newest_runs", 1):
+            lines.append("the newest experiment has no point runs")
+        return Answer("gate", tuple(lines), {"decision": "cannot_judge",
+                                             "deciding": ({"metric": unjudged[0]["metric"], "label": unjudged[0][
+                                                 "label"]} if unjudged else None)})
+    better = list(result.get("improvements") or [])
+    lines = [f"the gate passes: {who}: no metric regressed ({len(better)} improved of "
+             f"{len(result.get('findings') or [])} judged)"]
+    lines += [f"improved: {f['metric']} at {f['label']}: {_short(str(f.get('text')))}" for f in better]
+    return Answer("gate", tuple(lines), {"decision": "pass", "deciding": None})
