@@ -375,3 +375,21 @@ def gate_answer(result: Mapping | None, track: str = "") -> Answer:
              f"{len(result.get('findings') or [])} judged)"]
     lines += [f"improved: {f['metric']} at {f['label']}: {_short(str(f.get('text')))}" for f in better]
     return Answer("gate", tuple(lines), {"decision": "pass", "deciding": None})
+
+
+def tune_answer(record: Mapping) -> Answer:
+    """The tune's answer (``tune.json``): the pick, as measured (its objective, the highest load
+    under the SLO and the cost per M good tokens there, and the confirmation's word where one ran),
+    or why there is none."""
+    best = record.get("best")
+    if not best:
+        return Answer("tune", (f"no pick: {record.get('best_note')}",), {"pick": None})
+    params = " ".join(f"{k}={v}" for k, v in (best.get("params") or {}).items())
+    line = (f"the pick is trial {best['trial']} ({params}): {record.get('objective')} {_f(best.get('objective')):.4g}, "
+            f"measured: highest load under the SLO {_f(best.get('max_load_under_slo')):g}, "
+            f"{_f(best.get('cost_per_mtok_good')):.4g} per M good tokens there")
+    lines = [line]
+    if best.get("confirmation"):
+        lines.append(f"confirmation: {best['confirmation'].get('said')}")
+    lines.append(f"{record.get('feasible')} of {record.get('evaluated')} trials feasible")
+    return Answer("tune", tuple(lines), {"pick": best.get("trial"), "params": best.get("params")})

@@ -163,3 +163,16 @@ def test_the_slo_search_answer_with_its_bracket():
             "kind": "concurrency", "config": "fast"}
     assert search_line(none) == ("fast: the SLO search's highest load under the SLO: 0 concurrent requests "
                                  "(bracket [0, 2]: the SLO fails already at the low end 2)")
+
+
+def test_the_tune_answer_is_the_pick_as_measured():
+    from metrics.answer import tune_answer
+
+    record = {"objective": "cost_per_mtok_good", "evaluated": 8, "feasible": 4,
+              "best": {"trial": 3, "params": {"engine.features.max_num_seqs": 8}, "objective": 7.0711,
+                       "max_load_under_slo": 4.0, "cost_per_mtok_good": 7.0711}}
+    assert tune_answer(record).lines == (
+        "the pick is trial 3 (engine.features.max_num_seqs=8): cost_per_mtok_good 7.071, measured: highest load "
+        "under the SLO 4, 7.071 per M good tokens there", "4 of 8 trials feasible")
+    assert tune_answer({"best": None, "best_note": "no trial evaluated yet"}).lines == (
+        "no pick: no trial evaluated yet",)
