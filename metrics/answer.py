@@ -215,6 +215,23 @@ def slo_text(slo: Mapping) -> str:
     return (f"p{99 if math.isnan(pct) else pct:g} " + ", ".join(limits)) if limits else "no SLO set"
 
 
+def task_line(rows: Sequence[Mapping], at: PointResult, currency: str = "", confidence: float = 0.95) -> str:
+    """A task workload's answer at a point (its repeats): the share of tasks completed (Σ completed
+    / Σ tasks) and the cost per completed task (Σ cost / Σ completed tasks, ``RATIOS``); "" where
+    its runs have no tasks."""
+    runs = [r for r in rows if str(r.get("label")) == at.label and (r.get("role") or "point") == "point"
+            and r.get("num_tasks")]
+    if not runs:
+        return ""
+    done, total = sum(_f(r.get("completed_tasks")) for r in runs), sum(_f(r.get("num_tasks")) for r in runs)
+    num, den, scale = RATIOS["cost_per_completed_task"]
+    cost = ratio_ci([_f(r.get(num)) for r in runs], [_f(r.get(den)) for r in runs], scale=scale,
+                    confidence=confidence)
+    cur = f" {currency}" if currency else ""
+    return (f"tasks at {at.label}: {done:.0f} of {total:.0f} completed ({done / total:.0%}), "
+            f"{interval(cost, cur, 4)} per completed task")
+
+
 def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: str = "", confidence: float = 0.95,
                  seed: int = 0) -> Answer:
     """The sweep's answer (module doc) from its runs' rows."""
@@ -265,6 +282,9 @@ def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: 
     odd = [caveat(p) for p in points if p.stopped or p.filling]
     lines.append("stopped or still filling: " + "; ".join(odd) if odd else
                  "every point reached a steady state (none stopped, none still filling)")
+    tasks = task_line(rows, best or points[0], currency)
+    if tasks:
+        lines.append(tasks)
     if max(p.repeats for p in points) < 2:
         lines.append("one repeat per point: no intervals (protocol.repeats=3 gives them)")
     facts = {"slo": slo_text(slo), "highest_met": best.label if best else None,

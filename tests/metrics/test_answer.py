@@ -176,3 +176,11 @@ def test_the_tune_answer_is_the_pick_as_measured():
         "under the SLO 4, 7.071 per M good tokens there", "4 of 8 trials feasible")
     assert tune_answer({"best": None, "best_note": "no trial evaluated yet"}).lines == (
         "no pick: no trial evaluated yet",)
+
+
+def test_a_task_workload_answers_completion_and_cost_per_completed_task():
+    rows = [{**point(2, 2.0), "num_tasks": 10, "completed_tasks": 8, "cost_total": 0.002},
+            {**point(8, 5.2, ttft_p99=2500.0), "num_tasks": 10, "completed_tasks": 3}]
+    lines = sweep_answer(rows, SLO, "USD").lines
+    # at the highest point that met the SLO: 8 of 10 tasks, 0.002 / 8 per completed task
+    assert "tasks at poisson rate=2: 8 of 10 completed (80%), 0.00025 USD per completed task" in lines
