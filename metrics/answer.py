@@ -413,3 +413,19 @@ def tune_answer(record: Mapping) -> Answer:
         lines.append(f"confirmation: {best['confirmation'].get('said')}")
     lines.append(f"{record.get('feasible')} of {record.get('evaluated')} trials feasible")
     return Answer("tune", tuple(lines), {"pick": best.get("trial"), "params": best.get("params")})
+
+
+def promotion_answer(record: Mapping) -> Answer:
+    """The promotion's answer (``promote.json``): promoted, rolled back or ended, the decision that
+    decided it (its stage, time and reason), the stages run, and the callers' failed requests."""
+    outcome = str(record.get("outcome"))
+    decisions = list(record.get("decisions") or [])
+    last = decisions[-1] if decisions else None
+    words = {"promoted": "the candidate is promoted", "rolled_back": "the candidate is rolled back",
+             "ended": "no decision: the traffic stopped first"}
+    lines = [words.get(outcome, f"outcome: {outcome}")
+             + (f" at {last['t_s']:.1f} s in stage {last['stage']}: {last['reason']}" if last else "")]
+    callers = record.get("callers") or {}
+    lines.append(f"{len(record.get('stages') or [])} stage(s) run; the callers' requests: "
+                 f"{callers.get('failed', 0)} failed of {callers.get('requests', 0)}")
+    return Answer("promote", tuple(lines), {"outcome": outcome, "deciding": last})

@@ -184,3 +184,16 @@ def test_a_task_workload_answers_completion_and_cost_per_completed_task():
     lines = sweep_answer(rows, SLO, "USD").lines
     # at the highest point that met the SLO: 8 of 10 tasks, 0.002 / 8 per completed task
     assert "tasks at poisson rate=2: 8 of 10 completed (80%), 0.00025 USD per completed task" in lines
+
+
+def test_the_promotion_answer_names_the_decision_that_decided():
+    from metrics.answer import promotion_answer
+
+    rec = {"outcome": "rolled_back", "stages": [{"name": "shadow"}, {"name": "canary 5%"}],
+           "callers": {"requests": 400, "failed": 2},
+           "decisions": [{"t_s": 3.0, "stage": "shadow", "action": "advance", "reason": "gate passed"},
+                         {"t_s": 21.44, "stage": "canary 5%", "action": "rollback",
+                          "reason": "p99 TTFT regressed by 40%"}]}
+    assert promotion_answer(rec).lines == (
+        "the candidate is rolled back at 21.4 s in stage canary 5%: p99 TTFT regressed by 40%",
+        "2 stage(s) run; the callers' requests: 2 failed of 400")
