@@ -429,3 +429,30 @@ def promotion_answer(record: Mapping) -> Answer:
     lines.append(f"{len(record.get('stages') or [])} stage(s) run; the callers' requests: "
                  f"{callers.get('failed', 0)} failed of {callers.get('requests', 0)}")
     return Answer("promote", tuple(lines), {"outcome": outcome, "deciding": last})
+
+
+def plan_answer(doc: Mapping) -> Answer:
+    """The plan's answer (``plan.json``), one line per plan (policy and SLO): the pick (the cheapest
+    config whose plan meets the SLO, where its verdict names one; else the cheapest ranked, said so),
+    its cost per M good tokens with the interval, and the probability that the runner-up is in fact
+    the cheaper (the probability the pick is wrong)."""
+    lines, picks = [], []
+    for plan in doc.get("plans") or []:
+        ch = plan.get("cheapest") or {}
+        pick = ch.get("config") or ((ch.get("ranking") or [None])[0] if ch.get("among", "").startswith(
+            "configs whose") else None)
+        where = f"{plan.get('variant')} policy, {slo_text(plan.get('slo') or {})}"
+        if pick is None:
+            lines.append(f"{where}: no pick: {ch.get('verdict') or 'no config planned'}")
+            picks.append(None)
+            continue
+        m = ((plan.get("configs") or {}).get(pick) or {}).get("metrics", {}).get("cost_per_mtok_good") or {}
+        iv = m.get("interval")
+        cost = f"{_f(m.get('value')):.4g}" + (f" [{_f(iv[0]):.4g}, {_f(iv[1]):.4g}]" if iv else "")
+        odds = ch.get("runner_up_cheaper") or {}
+        wrong = (f"P({odds.get('runner_up')} cheaper, the pick wrong) = {_f(odds['probability']):.1%}"
+                 if odds.get("probability") is not None else (odds.get("why") or "no probability"))
+        settled = "" if ch.get("config") else " (not significantly cheaper than the runner-up)"
+        lines.append(f"{where}: the pick is {pick}{settled}, {cost} per M good tokens; {wrong}")
+        picks.append({"pick": pick, "probability_wrong": odds.get("probability")})
+    return Answer("plan", tuple(lines) or ("no plan",), {"picks": picks})
