@@ -37,7 +37,6 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries, router_summary
-from metrics.filling import filling_note
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.speculative import spec_agreement
@@ -373,14 +372,6 @@ def point_line(title: str, m: dict) -> str:
                  "(saturation_reason in summary.json)")
     emulated = f" [EMULATED: {m.get('timing_source')}]" if m.get("emulated") else ""
     return f"  {title}{emulated}: {done}, "
-
-
-def filling_line(m: dict) -> str:
-    """The console's line under a point still filling up (``metrics.filling``: its requests in flight
-    still rising through its arrivals), or "" for one that is not."""
-    if not m.get("still_filling"):
-        return ""
-    return "  " + filling_note(m["in_flight_second_quarter"], m["in_flight_last_quarter"])
 
 
 def fault_figures(s, p: PointRun) -> None:
