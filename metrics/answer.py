@@ -327,7 +327,8 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
     runs' rows: at the equal-SLO point (the highest load point every config met the SLO at, by
     ``sweep_points`` per config; else the last point, said so) each non-baseline config's verdict
     against the baseline per headline metric, then each config's cost per M good tokens there; the
-    SLO search's verdict on the highest load under the SLO first where it ran."""
+    SLO search's verdict on the highest load under the SLO first where it ran; a comparison of none
+    of the headline metrics answers with those it compared."""
     slo = slo or {}
     configs = list(comparison.get("configs") or [])
     baseline = comparison.get("baseline") or (configs[0] if configs else "")
@@ -340,14 +341,16 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
     lines, facts = [], {"baseline": baseline, "slo": slo_text(slo), "verdicts": {}}
     loads = [lab for lab in points if lab != SEARCH_LABEL]
     at = labels[-1] if labels else (loads[-1] if loads else SEARCH_LABEL)
-    lines.append(f"at {at}, the highest load every config met the SLO at ({slo_text(slo)})" if labels else
-                 f"no load point where every config met the SLO ({slo_text(slo)}): compared at the highest, {at}")
+    if not slo_text(slo).startswith("p"):  # no SLO to hold the configs equal at: the highest point
+        lines.append(f"at {at}, the highest load point (no SLO set: not an equal-SLO comparison)")
+    else:
+        lines.append(f"at {at}, the highest load every config met the SLO at ({slo_text(slo)})" if labels else
+                     f"no load point where every config met the SLO ({slo_text(slo)}): compared at the highest, {at}")
     facts["equal_slo_point"] = at if labels else None
     for label in ([SEARCH_LABEL] if SEARCH_LABEL in points else []) + [at]:
-        for metric in HEADLINE:
-            entry = points[label]["metrics"].get(metric)
-            if not entry:
-                continue
+        compared = points[label]["metrics"]
+        for metric in [m for m in HEADLINE if m in compared] or list(compared):  # else what it compared
+            entry = compared[metric]
             for name, vs in entry["vs_baseline"].items():
                 where = "" if label == at else f" ({label})"
                 lines.append(f"{metric}{where}: {_short(vs['text'])}")

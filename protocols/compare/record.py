@@ -129,12 +129,17 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
     metrics = [m for m in (metrics or [m for m in _default_metrics() if comparable(m, cols)])]
     points = compare_tables(groups, metrics, names[0], paired=False, confidence=confidence, margin=margin,
                             adjust=adjust)
-    return {"kind": "unpaired",
-            "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
-                           "another; a load point's replicates are its repeats (or blocks)",
-            "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
-            "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow),
-            "kinds": kinds, "allow_emulated": allow_emulated}
+    out = {"kind": "unpaired",
+           "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
+                          "another; a load point's replicates are its repeats (or blocks)",
+           "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
+           "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow),
+           "kinds": kinds, "allow_emulated": allow_emulated}
+    rows = [{**r, "config": name} for name, t in groups.items() for r in t.to_pylist()]
+    slo = fixed[names[0]].get("slo") if isinstance(fixed[names[0]].get("slo"), dict) else {}
+    currency = next((str(r["cost_currency"]) for r in rows if r.get("cost_currency")), "")
+    out["answer"] = comparison_answer(out, rows, slo, currency).to_dict()
+    return out
 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:
