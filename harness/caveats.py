@@ -79,7 +79,9 @@ def split_reason(text: str) -> tuple[str, list[str]]:
 def _stopped(runs, hit):
     unsent = sum(int(m.get("num_requests_unsent") or 0) for _, m in hit)
     return (f"{_of(runs, hit)} stopped as over-saturated: {unsent} planned requests never sent",
-            [f"{n}: {m.get('saturation_reason') or ''}" for n, m in hit])
+            [f"{n}: " + (f"{m.get('num_requests_sent')} of {m['num_requests_planned']} planned sent, "
+                         f"{m.get('num_requests_unsent')} never sent; " if m.get("num_requests_planned") is not None
+                         else "") + str(m.get("saturation_reason") or "") for n, m in hit])
 
 
 def _filling(runs, hit):

@@ -27,17 +27,24 @@ grouped by ``label``, ordered by ``offered_load``):
 - the points stopped as over-saturated or still filling (``metrics.filling``), each named, a
   still-filling one as a growing backlog or a fill-up (``filling_kind``).
 
-The comparison (``comparison_answer``): per headline metric (``HEADLINE``, those the comparison has)
-at the highest load point every config met the SLO at (the equal-SLO point; else the last point,
-said so), the winner by its verdict or the equivalence, with the difference and its interval; the
-cost per million good tokens of each config there.
+A task workload's sweep adds the share of tasks completed and the cost per completed task there
+(``task_line``); ``protocol.search=slo`` puts the search's highest load under the SLO and its bracket
+first (``search_line``).
+
+The comparison and the ablation (``comparison_answer``): per headline metric (``HEADLINE``, those
+the comparison has) at the highest load point every config met the SLO at (the equal-SLO point; else
+the last point, said so), the winner by its verdict or the equivalence, with the difference and its
+interval; the cost per million good tokens of each config there.  The tune (``tune_answer``): the
+pick as measured.  The plan (``plan_answer``): the pick per plan, its cost and the probability it is
+wrong.  The regression gate (``gate_answer``): pass, or the regression with the metric that
+decided it.  The promotion (``promotion_answer``): its outcome and the decision that decided it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from metrics.comparison import RATIOS, SEARCH_LABEL
 from metrics.slo import slo_holds
@@ -185,8 +192,6 @@ def follows(point: PointResult, before: PointResult | None) -> bool:
 
 
 def _with_follows(points: list[PointResult]) -> list[PointResult]:
-    from dataclasses import replace
-
     out: list[PointResult] = []
     for p in points:
         out.append(replace(p, follows=follows(p, out[-1] if out else None)))

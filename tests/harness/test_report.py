@@ -324,7 +324,8 @@ def test_runs_stopped_as_over_saturated_are_on_the_first_screen(experiment, tmp_
     items = re.findall(r"<li>(.*?)</li>", detail)
     labels = [read_json(d / "run.json")["label"] for d in dirs[:2]]
     assert len(items) == 2 and all(lab in i for lab, i in zip(labels, items))  # each run named in the detail
-    assert all(i.endswith(": over-saturated: the rule&#x27;s numbers") for i in items)
+    assert all(i.endswith("; over-saturated: the rule&#x27;s numbers") for i in items)
+    assert "60 of 400 planned sent, 340 never sent" in items[0] and "90 of 400 planned sent, 310 never sent" in items[1]
     assert page.count("saturated: sent 60 of 400") == 1  # the runs table's note
 
 
