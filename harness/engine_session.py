@@ -61,7 +61,6 @@ class EngineSession:
         self.idle_interval: tuple[int, int] | None = None
         self.window_open_ns: int | None = None   # where the next point's window opens
         self.workload_figures_written = False    # workload.html is drawn once per experiment folder
-        self.energy_reason_said = False          # the long "energy unavailable" reason is printed once
         self.faults = EngineFaults(self)         # the watchdog and what it found (harness.engine_faults)
         scenario = cfg.get("scenario") or {}
         self.cold_start = bool(scenario.get("cold_start"))  # no warm-up, no idle baseline (harness.scenarios)

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from conf.load_point import split_repeat
 from harness import results_io
+from harness.answer_record import answer_fields
 from harness.quality_gate import emulated_outputs, format_quality, gate_enabled, judge
 from harness.results_io import HEADERS_KEY, SECRET_KEY
 from metrics.quality_gate import gate_row
@@ -42,9 +43,12 @@ class ProtocolRecord:
     comparison's ``comparison.json``, the ablation's ``ablation.json``).  ``write``: (the
     experiment, its runs table, its experiment.json record, the quality verdict or None) -> the
     aggregate metrics for the MLflow parent run; ``files``: what it writes in the experiment's
-    folder (logged to MLflow beside experiment.json)."""
+    folder (logged to MLflow beside experiment.json); ``answer``: (the experiment, its runs' rows,
+    its experiment.json record) -> its answer (``metrics.answer.Answer``, or None), kept in
+    experiment.json as ``answer`` (``harness.answer_record``)."""
     write: Callable[[Any, pa.Table, dict, dict | None], dict]
     files: tuple[str, ...] = ()
+    answer: Callable[[Any, list[dict], dict], Any] | None = None
 
 
 def _redact_override(o: str) -> str:
@@ -261,6 +265,9 @@ def write_record(exp) -> dict:
     aggregates: dict = {}
     for r in exp.records:
         aggregates.update(r.write(exp, table, record, quality))
+    answer = next((r.answer(exp, rows, record) for r in exp.records if r.answer is not None), None)
+    record.update(answer_fields(answer, rows))
+    results_io.write_json(exp.out / results_io.EXPERIMENT, record)
     return aggregates
 
 

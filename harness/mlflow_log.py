@@ -196,6 +196,13 @@ class MlflowLogger:
             self.client.log_batch(self.parent_id, metrics=batch[i:i + 500])
 
     @_guarded
+    def set_parent_tags(self, tags: dict[str, str]) -> None:
+        """Text on the parent run (the experiment's answer: ``mlflow.note.content`` is its description)."""
+        if self.parent_id:
+            for k, v in tags.items():
+                self.client.set_tag(self.parent_id, k, str(v)[:5000])
+
+    @_guarded
     def log_parent_artifact(self, path: str | os.PathLike) -> None:
         if self.parent_id:
             self.client.log_artifact(self.parent_id, str(path))

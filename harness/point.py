@@ -36,13 +36,11 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries, router_summary
-from metrics.filling import filling_note
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.slo import vacuous_line
 from metrics.speculative import spec_agreement
 from metrics.summary import summarize
-from metrics.token_accounting import mismatch_line
 
 perf_ns = time.perf_counter_ns
 # The code that shapes prepared requests: a change to it invalidates the cache.
@@ -376,14 +374,6 @@ def point_line(title: str, m: dict) -> str:
     return f"  {title}{emulated}: {done}, "
 
 
-def filling_line(m: dict) -> str:
-    """The console's line under a point still filling up (``metrics.filling``: its requests in flight
-    still rising through its arrivals), or "" for one that is not."""
-    if not m.get("still_filling"):
-        return ""
-    return "  " + filling_note(m["in_flight_second_quarter"], m["in_flight_last_quarter"])
-
-
 def fault_figures(s, p: PointRun) -> None:
     """Engine faults and scenarios in ``summary.json`` (part of ``summarise``): whether the point failed and why, the
     failure-recovery figures of a ``scenario.kill_at_s`` point (``metrics.recovery``), and
@@ -478,10 +468,8 @@ def print_point(s, p: PointRun) -> None:
         print(f"  requests prepared {how}; {m['prepare_stalls']} sends waited for one", flush=True)
     print(point_line(p.spec.title, m) + f"{m['output_throughput']:.1f} out tok/s, "
           f"p99 TTFT {m['p99_ttft_ms']:.1f} ms, goodput {m['goodput_rps']:.2f} req/s -> {p.run_dir}", flush=True)
-    if filling_line(m):  # beside a stop: a point whose latencies are not a steady state's
-        print(filling_line(m), flush=True)
-    if mismatch_line(m):
-        print("  " + mismatch_line(m), flush=True)
+    # still filling, token counts, energy: said once for the experiment, ranked, before its answer
+    # (harness.caveats, printed by harness.finish), not under every point and repeat
     if vacuous_line(m):
         print("  " + vacuous_line(m), flush=True)
     if m.get("cached_tokens_rows"):
@@ -498,15 +486,10 @@ def print_point(s, p: PointRun) -> None:
               f"mean task time {m['mean_task_time_ms']:.0f} ms{slo}; "
               f"{m.get('cost_per_completed_task', float('nan')):.4g} {m.get('cost_currency', '')} per completed task",
               flush=True)
-    if m["energy_available"]:
-        energy = f"energy {m['energy_j']:.1f} J ({m['energy_source']}, {m['energy_method']})"
-    elif s.energy_reason_said:  # the reason is long and the same for every point: say it in full once
-        energy = "energy unavailable (energy_unavailable_reason in summary.json)"
-    else:
-        s.energy_reason_said = True
-        energy = f"energy unavailable: {m['energy_unavailable_reason']}"
+    energy = (f"; energy {m['energy_j']:.1f} J ({m['energy_source']}, {m['energy_method']})"
+              if m["energy_available"] else "")
     print(f"  cost {m.get('cost_total', float('nan')):.4g} {m.get('cost_currency', '')} over "
-          f"{m['window_s']:.1f} s, {m.get('cost_per_mtok_good', float('nan')):.4g} per M good tok; {energy}",
+          f"{m['window_s']:.1f} s, {m.get('cost_per_mtok_good', float('nan')):.4g} per M good tok{energy}",
           flush=True)
 
 

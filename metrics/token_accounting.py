@@ -25,6 +25,8 @@ whole text received):
   server counts that the text does not carry, e.g. BOS or EOS).
 - ``token_counts_disagree`` = ``token_mismatch_rate`` > ``threshold``
   (``client.token_mismatch_threshold``): the run says so on the console and in the report.
+- ``token_counts_client_only``: completed measured rows without the server's count (no usage sent):
+  their ``output_tokens`` are the client's, so goodput in tokens and cost per good token rest on it.
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ def mismatch_summary(table: pa.Table, tolerance: int = 1, threshold: float = 0.0
     """The client-server token count keys of the module doc."""
     measured = table.filter(pc.invert(table.column("warmup")))
     ok = np.asarray(measured.column("status").to_pylist(), dtype=object) == "ok"
-    diff = (_num(measured, "server_output_tokens") - _num(measured, "client_output_tokens"))[ok]
+    server = _num(measured, "server_output_tokens")
+    client_only = int((ok & np.isnan(server)).sum()) if "server_output_tokens" in measured.column_names else 0
+    diff = (server - _num(measured, "client_output_tokens"))[ok]
     diff = diff[~np.isnan(diff)]
     n = int(diff.size)
     a = np.abs(diff)
@@ -102,7 +106,7 @@ def mismatch_summary(table: pa.Table, tolerance: int = 1, threshold: float = 0.0
             "token_mismatch_max_abs": int(a.max()) if n else math.nan,
             "token_mismatch_mean": float(diff.mean()) if n else math.nan,
             "token_mismatch_tolerance": int(tolerance), "token_mismatch_threshold": float(threshold),
-            "token_counts_disagree": bool(n and rate > threshold)}
+            "token_counts_disagree": bool(n and rate > threshold), "token_counts_client_only": client_only}
 
 
 def mismatch_line(m: dict) -> str | None:

@@ -273,7 +273,8 @@ class Experiment:
         """The experiment's record from its run folders, then the finishing step every protocol
         shares (``harness.finish``)."""
         aggregates = experiment_record.write_record(self)
-        return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates,
+        record = results_io.read_json(self.out / results_io.EXPERIMENT, {})
+        return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates, answer=record,
                           artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE,
                                      *(f for r in self.records for f in r.files)),
                           report=self.render_report)

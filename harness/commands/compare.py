@@ -58,4 +58,7 @@ def main(argv: list[str]) -> int:
         print(f"error: --out {a.out}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(f"{results_io.COMPARISON} written: {out.resolve()}")
+    answer = comparison.get("answer") or {}
+    print(f"answer ({answer.get('protocol')}):\n" + "\n".join(f"  {x}" for x in answer.get("lines") or []),
+          flush=True)
     return 0

@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+from harness.caveats import DETAILS, collect, split_reason
 from harness.report import (
     adapters,
     deployment,
@@ -24,8 +25,6 @@ from harness.report import data as report_data
 from harness.report import workload as workload_section
 from harness.report.requests_view import read_runs
 from harness.results_io import PROVENANCE, read_json, write_atomic
-from metrics.filling import STILL_FILLING
-from metrics.token_accounting import mismatch_line
 
 
 def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[style.Fig]:
@@ -44,67 +43,10 @@ def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[styl
     return [f for f in made if f is not None]
 
 
-def split_reason(text: str) -> tuple[str, list[str]]:
-    """'headline (part; part; ...)' -> (headline, parts): the parts split where ``; `` is outside
-    any parenthesis (a part may hold its own).  Other text: what precedes its first parenthesis
-    (or all of it), and no parts."""
-    text = text.strip()
-    i = text.find(" (")
-    if i < 0:
-        return text, []
-    if not text.endswith(")"):
-        return text[:i], []
-    inner, parts, depth, start = text[i + 2:-1], [], 0, 0
-    for j, ch in enumerate(inner):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth < 0:  # the headline's parenthesis closed before the end: not this shape
-            return text[:i], []
-        if depth == 0 and inner.startswith("; ", j):
-            parts.append(inner[start:j])
-            start = j + 2
-    parts.append(inner[start:])
-    return text[:i], [p for p in parts if p]
-
-
-def energy_note(reason: str) -> page.Note:
-    """Why energy was not measured: one line, each source's error folded away."""
-    head, parts = split_reason(reason)
-    return page.Note(f"energy not measured: {head}", parts or ([reason] if head != reason else []))
-
-
-def saturation_note(d: report_data.ReportData) -> page.Note | None:
-    """Points stopped as over-saturated (``loadgen.saturation``): how many, and for each the requests
-    planned and never sent; the rule's reasons folded away."""
-    stopped = [r for r in d.ours if r.summary.get("saturated")]
-    if not stopped:
-        return None
-    parts = []
-    for r in stopped:
-        m = r.summary
-        planned, unsent = m.get("num_requests_planned"), m.get("num_requests_unsent")
-        sent = m.get("num_requests_sent")
-        what = (f"{sent} of {planned} planned sent, {unsent} never sent" if planned is not None
-                else (f"{sent} sent" if sent is not None else "requests never sent not recorded"))
-        who = " ".join(str(x) for x in (r.series, r.label) if x)
-        parts.append(f"{who}: {what}; {m.get('saturation_reason') or ''}".rstrip("; "))
-    known = [r.summary for r in stopped if r.summary.get("num_requests_planned") is not None]
-    unsent = (f": {sum(m.get('num_requests_unsent') or 0 for m in known)} of "
-              f"{sum(m['num_requests_planned'] for m in known)} planned requests never sent" if known else "")
-    return page.Note(f"{len(stopped)} of {len(d.ours)} runs stopped as over-saturated{unsent}", parts)
-
-
-def filling_runs_note(d: report_data.ReportData) -> page.Note | None:
-    """Runs still filling up (``metrics.filling``: their requests in flight still rising through
-    their arrivals): how many, and for each the rise; their latencies are a fill-up's."""
-    filling = [r for r in d.ours if r.summary.get("still_filling")]
-    if not filling:
-        return None
-    parts = [f"{' '.join(str(x) for x in (r.series, r.label) if x)}: in flight rose from "
-             f"{r.summary['in_flight_second_quarter']:.3g} to {r.summary['in_flight_last_quarter']:.3g} over the "
-             "arrivals' second and last quarters" for r in filling]
-    return page.Note(f"{len(filling)} of {len(d.ours)} runs {STILL_FILLING}: their latencies are a fill-up's or a "
-                     "growing backlog's (a lower bound), not a steady state's, and they do not meet the SLO: give them "
-                     "more requests or a longer duration", parts)
+def caveats(d: report_data.ReportData) -> list:
+    """The experiment's warnings (``harness.caveats``), ranked, over its load-point runs."""
+    return collect([(r.title if not r.series or len(d.series) < 2 else f"{r.series} {r.title}", r.summary)
+                    for r in d.ours if r.role == "point"])
 
 
 def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
@@ -130,21 +72,10 @@ def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:
     if stamps:  # how the load generator timed chunks (loadgen/client/stamped_socket.py)
         names = {"kernel": "the kernel's receive stamps", "read": "read times"}
         lines.append("chunk times: " + ", ".join(names.get(s, s) for s in stamps))
-    disagree = [r for r in d.ours if r.summary.get("token_counts_disagree")]
-    if disagree:  # first screen: output-token counts the client cannot confirm (metrics.token_accounting)
-        lines.append(page.Note(
-            f"TOKEN COUNTS DISAGREE in {len(disagree)} of {len(d.ours)} runs: the server's usage and the "
-            "client's tokenizer count of the text received differ beyond client.token_mismatch_threshold",
-            [mismatch_line(r.summary) or "" for r in disagree]))
-    stopped = saturation_note(d)
-    if stopped is not None:
-        lines.append(stopped)
-    filling = filling_runs_note(d)
-    if filling is not None:
-        lines.append(filling)
-    first = next((r.summary for r in d.ours), {})
-    if first.get("energy_available") is False and first.get("energy_unavailable_reason"):
-        lines.append(energy_note(str(first["energy_unavailable_reason"])))
+    answer = (exp or {}).get("answer") or {}
+    for i, text in enumerate(answer.get("lines") or []):  # the answer first, before any warning or figure
+        lines.append(page.Note(f"answer ({answer.get('protocol')}): {text}" if i == 0 else text, css="answer"))
+    lines += [page.Note(c.text, list(c.detail)) for c in caveats(d) if c.rank < DETAILS and c.kind != "emulated"]
     slo = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in d.slo.items()
                     if k.endswith("_ms") and report_data.number(v) is not None)
     if slo:
@@ -197,16 +128,24 @@ def render(root, out_path=None, title: str | None = None, *, static_figures: boo
                           + tables.aggregate_table(d) + "</div><p>Every run:</p><div class='table-scroll'>"
                           + tables.runs_table(d) + "</div>")),
         ("fidelity", "Harness fidelity", tables.fidelity_section(d) + fig("Harness fidelity")),
-        ("provenance", "Provenance", _scroll(tables.provenance_table(d, read_json))),
+        ("provenance", "Provenance", details_html([static_note, *(page.Note(c.text, list(c.detail)) for c in caveats(d)
+                                                                   if c.rank == DETAILS)])
+         + _scroll(tables.provenance_table(d, read_json))),
         ("checklist", "Protocol checklist (the seven steps)", tables.steps_table(d)),
         ("errors", "Errors", tables.errors_table(d, views)),
     ]
     # named by the experiment, as its series are: a run folder's name is an id (results/NAME/<id>)
     title = title or f"tokenfactory report: {(d.experiment or {}).get('experiment') or root.resolve().name}"
-    sub = _subtitle(d) + [static_note, f"built {time.strftime('%Y-%m-%d %H:%M:%S')} in "
+    sub = _subtitle(d) + [f"built {time.strftime('%Y-%m-%d %H:%M:%S')} in "
                                        f"{time.perf_counter() - t0:.1f} s"]
     write_atomic(out_path, page.document(title, sub, sections))
     return out_path
+
+
+def details_html(notes: list) -> str:
+    """What changes nothing the reader asked for (static exports, a token-count difference every row
+    took the server's count over): at the top of the provenance section, not on the first screen."""
+    return "".join(page.note_html(n) for n in notes if n)
 
 
 def _scroll(table_html: str) -> str:

@@ -16,7 +16,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:1.5em 2em;color:#222;
 max-width:1500px}
 h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-nav.toc a{margin-right:1em} .subtitle{color:#555}
+nav.toc a{margin-right:1em} .subtitle{color:#555} .subtitle.answer{color:#111;font-weight:600;margin:.2em 0}
 details.subtitle{margin:1em 0} details.subtitle summary{cursor:pointer} details.subtitle ul{margin:.3em 0}
 table{border-collapse:collapse;font-size:12px;margin:.6em 0} td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:right;vertical-align:top} th{background:#f4f4f4}
@@ -51,6 +51,7 @@ class Note:
 
     text: str
     detail: list[str] = field(default_factory=list)
+    css: str = ""  # a class beside ``subtitle`` (``answer``: the protocol's answer, set apart)
 
 
 def note_html(n: str | Note) -> str:
@@ -58,10 +59,11 @@ def note_html(n: str | Note) -> str:
         n = Note(n)
     if not n.text:
         return ""
+    cls = f"subtitle {n.css}".strip()
     if not n.detail:
-        return f"<p class='subtitle'>{html.escape(n.text)}</p>"
+        return f"<p class='{cls}'>{html.escape(n.text)}</p>"
     items = "".join(f"<li>{html.escape(d)}</li>" for d in n.detail)
-    return f"<details class='subtitle'><summary>{html.escape(n.text)}</summary><ul>{items}</ul></details>"
+    return f"<details class='{cls}'><summary>{html.escape(n.text)}</summary><ul>{items}</ul></details>"
 
 
 def script_json(text: str) -> str:

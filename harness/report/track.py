@@ -11,6 +11,7 @@ from pathlib import Path
 from harness.report import style
 from harness.report.page import document, figure_html
 from harness.report.tables import esc, fmt, table
+from metrics.answer import gate_answer
 
 PAGE = "track.html"
 MARK = {"regressed": ("#c0392b", "triangle-up"), "improved": ("#27ae60", "triangle-down")}
@@ -94,8 +95,10 @@ def _adjusted(result: dict) -> str:
 
 def history_table(hist: dict) -> str:
     rows = [[esc(str(i + 1)), esc(e["version"]), esc(e["name"]), esc(e["started"][:16].replace("T", " ")),
-             esc(e.get("harness_commit") or ""), esc(str(e["runs"]))] for i, e in enumerate(hist["experiments"])]
-    return table(["#", "version", "experiment", "started (UTC)", "harness commit", "runs"], rows, "history")
+             esc(e.get("harness_commit") or ""), esc(str(e["runs"])), esc(e.get("answer") or "")]
+            for i, e in enumerate(hist["experiments"])]
+    return table(["#", "version", "experiment", "started (UTC)", "harness commit", "runs", "its answer"], rows,
+                 "history")
 
 
 def write_track_page(folder: str | Path, track: str, hist: dict, result: dict | None, metrics: list[str]) -> Path:
@@ -103,6 +106,7 @@ def write_track_page(folder: str | Path, track: str, hist: dict, result: dict | 
     folder.mkdir(parents=True, exist_ok=True)
     by = "".join(figure_html(f, {}) for f in figures(hist, metrics))
     sub = [f"Tracked benchmark {track}: {len(hist['experiments'])} experiments, oldest first."]
+    sub += [f"answer (gate): {x}" if i == 0 else x for i, x in enumerate(gate_answer(result, track).lines)]
     sections = [("verdicts", "Newest against its baseline", verdict_table(result) if result else ""),
                 ("history", "History", by), ("experiments", "Experiments", history_table(hist))]
     page = folder / PAGE

@@ -21,6 +21,7 @@ from conf.load_point import split_repeat
 from conf.schema import COMPARED_METRICS
 from harness import experiment_record, results_io
 from harness.experiment_record import ProtocolRecord, search_results
+from metrics.answer import Answer, comparison_answer
 from metrics.comparison import (
     comparable,
     compare_runs,
@@ -49,7 +50,18 @@ def write_comparison(exp, table: pa.Table, record: dict, quality: dict | None) -
     return comparison.get("mlflow_metrics", {})
 
 
-COMPARISON_RECORD = ProtocolRecord(write_comparison, (results_io.COMPARISON,))
+def comparison_answer_of(exp, rows: list[dict], record: dict) -> Answer | None:
+    """The comparison's (or the ablation's) answer (``metrics.answer.comparison_answer``) from the
+    ``comparison.json`` just written and its runs."""
+    path = exp.out / results_io.COMPARISON
+    if not path.exists():
+        return None
+    currency = next((str(r["cost_currency"]) for r in rows if r.get("cost_currency")), "")
+    return comparison_answer(results_io.read_json(path), rows, record.get("slo") or {}, currency,
+                             protocol=str(exp.cfg.protocol.name))
+
+
+COMPARISON_RECORD = ProtocolRecord(write_comparison, (results_io.COMPARISON,), answer=comparison_answer_of)
 
 
 def _experiment_runs(path: Path) -> tuple[pa.Table, dict]:
@@ -116,12 +128,17 @@ def compare_experiments(paths: list[str], allow: set[str], metrics: list[str] | 
     metrics = [m for m in (metrics or [m for m in _default_metrics() if comparable(m, cols)])]
     points = compare_tables(groups, metrics, names[0], paired=False, confidence=confidence, margin=margin,
                             adjust=adjust)
-    return {"kind": "unpaired",
-            "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
-                           "another; a load point's replicates are its repeats (or blocks)",
-            "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
-            "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow),
-            "kinds": kinds, "allow_emulated": allow_emulated}
+    out = {"kind": "unpaired",
+           "method_note": "unpaired (Welch): experiments run separately, not interleaved, so no run pairs with "
+                          "another; a load point's replicates are its repeats (or blocks)",
+           "configs": names, "baseline": names[0], "confidence": confidence, "adjust": adjust, "min_effect": margin,
+           "points": points, "fixed_condition_differences": diffs, "allowed": sorted(allow),
+           "kinds": kinds, "allow_emulated": allow_emulated}
+    rows = [{**r, "config": name} for name, t in groups.items() for r in t.to_pylist()]
+    slo = fixed[names[0]].get("slo") if isinstance(fixed[names[0]].get("slo"), dict) else {}
+    currency = next((str(r["cost_currency"]) for r in rows if r.get("cost_currency")), "")
+    out["answer"] = comparison_answer(out, rows, slo, currency).to_dict()
+    return out
 
 
 def _replicate_labels(table: pa.Table) -> pa.Table:

@@ -48,6 +48,7 @@ from harness.parent_run import start_parent
 from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE, INCUMBENT
 from harness.proxy.runtime import check_placement
+from metrics.answer import promotion_answer
 from metrics.cost import window_cost
 from metrics.percentiles import percentile
 from metrics.promotion_gate import (
@@ -604,6 +605,7 @@ class Promotion:
         self.promotion_how = (f"{rec['outcome']}: {len(rec['stages'])} of {len(self.stages)} stage(s) run, "
                               f"{sum(len(s['gates']) for s in rec['stages'])} gate(s); last decision "
                               f"{last.action if last else 'none'} ({last.stage if last else ''}) (promote.json)")
+        rec["answer"] = promotion_answer(rec).to_dict()
         results_io.write_json(self.out / results_io.PROMOTION, rec)
         self.write_experiment()
         self.log_decisions(rec)
@@ -614,7 +616,7 @@ class Promotion:
             "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
             **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})},
             artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
-            report=self.render_report,
+            report=self.render_report, answer=rec,
             end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
 
     def render_report(self) -> None:
@@ -650,6 +652,8 @@ class Promotion:
             steps=steps, stages=[s.__dict__ for s in self.stages],
             promotion=None if self.promotion is None else {
                 k: self.promotion[k] for k in ("outcome", "decisions", "fault", "callers", "failovers")})
+        if self.promotion is not None and self.promotion.get("answer"):
+            rec["answer"] = self.promotion["answer"]
         results_io.write_json(self.out / results_io.EXPERIMENT, rec)
 
     # ------------------------------------------------------------------------------------ MLflow

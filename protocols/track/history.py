@@ -37,6 +37,7 @@ class TrackEntry:
     runs: pa.Table             # one row per run (role=point), every summary metric
     fixed: dict                # fixed conditions (model, workload, SLO, ... + load points, hardware)
     notes: list = field(default_factory=list)
+    answer: str | None = None  # the first line of its experiment.json's answer (metrics.answer)
 
     @property
     def version(self) -> str:
@@ -120,7 +121,8 @@ def _entry(client, run, experiment: str, folder: Path) -> TrackEntry | None:
     started = datetime.fromtimestamp(run.info.start_time / 1000, tz=UTC)
     return TrackEntry(run_id=rid, experiment=experiment, name=run.info.run_name or rid, started=started,
                       engine=engine, harness_commit=commit, track_version=run.data.tags.get(VERSION_TAG),
-                      runs=table, fixed=fixed, notes=notes)
+                      runs=table, fixed=fixed, notes=notes,
+                      answer=next(iter((record.get("answer") or {}).get("lines") or []), None))
 
 
 def _versions(client, parent, folder: Path) -> tuple[str | None, str | None]:

@@ -14,6 +14,7 @@ from conf.schema import ConfigError, TrackProtocol, typed, validate
 from harness.errors import UserError
 from harness.report.source import safe_part
 from harness.report.track import write_track_page
+from metrics.answer import gate_answer
 from protocols.track.history import load_history
 from protocols.track.record import TRACK_FILE, track_record, write_track_record
 from protocols.track.verdicts import (
@@ -72,8 +73,11 @@ def run_track_protocol(cfg: DictConfig) -> Path:
         doc = run_track(options, out, cfg.mlflow.tracking_uri)
     except ValueError as e:  # no such track or baseline, conditions that differ: the user's to fix
         raise UserError(str(e)) from e
+    answer = gate_answer(doc["comparison"], options.track)
+    doc["answer"] = answer.to_dict()
     write_track_record(out, doc)
     print(f"{TRACK_FILE} and track.html written: {out.resolve()}", flush=True)
+    print(f"answer ({answer.protocol}):\n" + "\n".join(f"  {x}" for x in answer.lines), flush=True)
     code = gate_code(doc)
     if options.gate and code != PASSED:
         print(doc["gate_message"], file=sys.stderr, flush=True)

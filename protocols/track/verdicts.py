@@ -275,7 +275,7 @@ def history(entries: list[TrackEntry], metrics: list[str], confidence: float = 0
 def describe(e: TrackEntry) -> dict:
     return {"run_id": e.run_id, "experiment": e.experiment, "name": e.name, "started": e.started.isoformat(),
             "version": e.version, "engine": e.engine, "track_version": e.track_version,
-            "harness_commit": e.harness_commit, "runs": e.runs.num_rows, "notes": e.notes}
+            "harness_commit": e.harness_commit, "runs": e.runs.num_rows, "notes": e.notes, "answer": e.answer}
 
 
 def gate_message(result: dict) -> str:

@@ -57,6 +57,7 @@ from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from harness.report.tune import write_tune_page
 from metrics import model_error, tune_verdict
+from metrics.answer import tune_answer
 from protocols.designs import design_of
 from protocols.experiment import Experiment, check_config
 from protocols.plan.modelled import residuals_error
@@ -595,8 +596,10 @@ class Tuner:
         }
         if screened is not None:
             record["screen"] = screened
+        record["answer"] = tune_answer(record).to_dict()
         results_io.write_json(self.out / TUNE_FILE, record)
-        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json(record))
+        results_io.write_json(self.out / results_io.EXPERIMENT, {**self.experiment_json(record),
+                                                                  "answer": record["answer"]})
         self.write_runs(trials)
         return record
 
@@ -674,7 +677,7 @@ class Tuner:
             metrics.update({"tune.best_objective": best["objective"], "tune.best_trial": best["trial"],
                             "tune.best_max_load_under_slo": best["max_load_under_slo"],
                             "tune.best_cost_per_mtok_good": best["cost_per_mtok_good"]})
-        return finish_run(self.cfg, self.out, self.mlflow, metrics=metrics, artifacts=(TUNE_FILE,),
+        return finish_run(self.cfg, self.out, self.mlflow, metrics=metrics, artifacts=(TUNE_FILE,), answer=record,
                           end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"),
                           report=lambda: write_tune_page(self.out))
 

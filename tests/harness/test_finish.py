@@ -22,6 +22,9 @@ class RecordingLogger:
     def end_parent(self, status):
         self.calls.append(("end", status))
 
+    def set_parent_tags(self, tags):
+        self.calls.append(("tags", dict(tags)))
+
 
 def _cfg(report: bool):
     return SimpleNamespace(report=SimpleNamespace(enabled=report))
@@ -61,3 +64,18 @@ def test_without_mlflow_the_report_is_drawn_and_the_folder_printed(tmp_path, cap
                report=lambda: drawn.append(1), end="FINISHED")
     assert drawn == [1]
     assert capsys.readouterr().out == f"results: {tmp_path}\n"
+
+
+def test_the_answer_is_the_parent_runs_description_and_the_last_lines(tmp_path, capsys):
+    log = RecordingLogger()
+    record = {"answer": {"protocol": "sweep", "lines": ["the highest load that met the SLO is rate=4", "knee at 8"]},
+              "warnings": [{"kind": "still_filling", "rank": "changes the answer",
+                            "text": "1 of 3 runs still filling"}]}
+    finish_run(_cfg(False), tmp_path, log, metrics={"x": 1.0}, end="FINISHED", answer=record)
+    assert log.calls[1] == ("tags", {
+        "tokenfactory.answer": "the highest load that met the SLO is rate=4\nknee at 8",
+        "mlflow.note.content": "the highest load that met the SLO is rate=4\nknee at 8\nwarning: 1 of 3 runs still "
+                               "filling"})
+    assert capsys.readouterr().out.splitlines() == [
+        f"results: {tmp_path}", "warnings, by what they change:", "  [changes the answer] 1 of 3 runs still filling",
+        "answer (sweep):", "  the highest load that met the SLO is rate=4", "  knee at 8"]

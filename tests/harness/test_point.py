@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conf.compose import compose_config
-from harness.point import PointInputs, filling_line, planned_keys, point_line
+from harness.point import PointInputs, planned_keys, point_line
 from loadgen.dispatch import LoadSpec
 
 
@@ -21,16 +21,6 @@ def test_the_console_says_a_stop_with_the_requests_planned_and_never_sent():
     assert point_line("poisson rate=8", m) == (
         "  poisson rate=8: 60/60 ok; STOPPED as over-saturated after 8.0 s: 60 of 400 planned sent, 340 never "
         "sent (saturation_reason in summary.json), ")
-
-
-def test_the_console_says_a_point_still_filling_under_its_line():
-    # the issue 33 sweep's 16 req/s point: in flight 140.3 then 253.2 (metrics.filling)
-    m = {"still_filling": True, "in_flight_second_quarter": 140.33, "in_flight_last_quarter": 253.16}
-    assert filling_line(m) == (
-        "  still filling: in flight rose from 140 to 253 over the arrivals' second and last quarters; its "
-        "latencies are a fill-up's or a growing backlog's (a lower bound either way): give it more requests "
-        "or a longer duration to tell which")
-    assert filling_line({**m, "still_filling": False}) == "" and filling_line({}) == ""
 
 
 def test_the_console_says_a_point_cancelled_whole():

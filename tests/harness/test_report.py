@@ -242,14 +242,23 @@ def test_what_was_not_measured_is_one_line_each_with_the_detail_folded(experimen
                                                                         "energy_unavailable_reason": reason})
     why = "no Chromium or Chrome on the PATH (chromium, chromium-browser); set BROWSER_PATH"
     monkeypatch.setattr(static, "available", lambda: (False, why))
-    first = _subtitle(render(exp, tmp_path / "r.html").read_text())
+    page = render(exp, tmp_path / "r.html").read_text()
+    first = _subtitle(page)
     summaries = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>", first)
-    assert [s for s, _ in summaries] == ["energy not measured: no power or energy source on this host",
-                                         "static figures not exported: no Chromium or Chrome on the PATH"]
-    energy = re.findall(r"<li>(.*?)</li>", summaries[0][1])
+    n = len(find_run_dirs(exp))
+    heads = [s for s, _ in summaries]
+    # ranked: what changes the answer (the synthetic runs' failed requests, their client-side token counts)
+    # before what limits it (energy), each once for the experiment
+    assert heads[2:] == [f"energy not measured in {n} of {n} runs: no power or energy source on this host"]
+    assert heads[0].startswith("requests failed in ") and heads[1].startswith("output tokens counted by the client")
+    energy = re.findall(r"<li>(.*?)</li>", summaries[2][1])
     assert [e.split(":")[0] for e in energy] == ["nvml", "dcgm", "rapl"]   # one item per source, its error whole
     assert energy[0].endswith("no NVIDIA GPU or driver on this host")
-    assert why in summaries[1][1]
+    # static figures not requested change nothing the reader asked for: with the provenance, not on the first screen
+    prov = page.split("id='sec-provenance'", 1)[1]
+    static_note = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>", prov)[0]
+    assert static_note[0] == "static figures not exported: no Chromium or Chrome on the PATH"
+    assert why in static_note[1] and "static figures" not in first
     # Nothing of the detail stands unfolded: every visible line is short.
     visible = re.sub(r"<ul>.*?</ul>", "", first)
     assert "powercap" not in visible and "BROWSER_PATH" not in visible
@@ -311,10 +320,12 @@ def test_runs_stopped_as_over_saturated_are_on_the_first_screen(experiment, tmp_
     first = _subtitle(page)
     head, detail = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>",
                               first)[0]
-    assert head == f"2 of {len(dirs)} runs stopped as over-saturated: 650 of 800 planned requests never sent"
+    assert head == f"2 of {len(dirs)} runs stopped as over-saturated: 650 planned requests never sent"
     items = re.findall(r"<li>(.*?)</li>", detail)
-    assert len(items) == 2 and "60 of 400 planned sent, 340 never sent" in items[0]
-    assert "90 of 400 planned sent, 310 never sent" in items[1]
+    labels = [read_json(d / "run.json")["label"] for d in dirs[:2]]
+    assert len(items) == 2 and all(lab in i for lab, i in zip(labels, items))  # each run named in the detail
+    assert all(i.endswith("; over-saturated: the rule&#x27;s numbers") for i in items)
+    assert "60 of 400 planned sent, 340 never sent" in items[0] and "90 of 400 planned sent, 310 never sent" in items[1]
     assert page.count("saturated: sent 60 of 400") == 1  # the runs table's note
 
 
@@ -334,12 +345,14 @@ def test_runs_still_filling_are_on_the_first_screen(experiment, tmp_path):
     notes = re.findall(r"<details class='subtitle'><summary>(.*?)</summary><ul>(.*?)</ul></details>",
                        _subtitle(page))
     head, detail = next((h, x) for h, x in notes if "still filling" in h)
-    assert head == (f"1 of {len(dirs)} runs still filling: their latencies are a fill-up&#x27;s or a growing "
-                    "backlog&#x27;s (a lower bound), not a steady state&#x27;s, and they do not meet the SLO: give "
-                    "them more requests or a longer duration")
+    from metrics.answer import filling_kind
+
+    kind = {"backlog": "a growing backlog", "fill-up": "a fill-up"}[filling_kind(read_json(dirs[0] / "summary.json"))]
+    assert head == f"1 of {len(dirs)} runs still filling ({kind}): latencies a lower bound, SLO not met"
     items = re.findall(r"<li>(.*?)</li>", detail)
-    assert len(items) == 1 and items[0].endswith(
+    assert len(items) == 2 and items[0].endswith(
         "in flight rose from 140 to 253 over the arrivals&#x27; second and last quarters")
+    assert items[1].startswith("a growing backlog: past capacity")
     assert page.count("<td>still filling</td>") == 1  # the runs table's note
 
 

@@ -58,6 +58,9 @@ def test_mismatch_counts_only_completed_measured_rows_with_both_counts():
     assert m["token_mismatch_rate"] == 0.5           # |3| and |10| exceed 1
     assert m["token_mismatch_mean_abs"] == 14 / 4 and m["token_mismatch_max_abs"] == 10
     assert m["token_mismatch_mean"] == 14 / 4
+    # row 6 completed without usage: its output tokens are the client's (the warning that changes the answer)
+    assert m["token_counts_client_only"] == 1
+    assert mismatch_summary(_table(client_output_tokens=[3]))["token_counts_client_only"] == 0  # no such column
     assert m["token_counts_disagree"] is False       # 0.5 is not above the threshold 0.5
     assert mismatch_line(m) is None
     m = mismatch_summary(t, tolerance=0, threshold=0.5)

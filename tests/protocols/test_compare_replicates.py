@@ -79,6 +79,14 @@ def test_compare_groups_repeats_of_a_point_and_writes_comparison_json_here(tmp_p
     assert ttft["per_config"]["a"]["n"] == ttft["per_config"]["c"]["n"] == 3
     assert ttft["vs_baseline"]["c"]["verdict"] == "a_better"
     assert "need 2 each" not in text
+    # the answer last: the verdict on the metric compared, at the highest point (these runs recorded no SLO)
+    assert cmp["answer"]["protocol"] == "compare"
+    assert text.rstrip("\n").splitlines()[-len(cmp["answer"]["lines"]) - 1:] == [
+        "answer (compare):", *(f"  {x}" for x in cmp["answer"]["lines"])]
+    assert cmp["answer"]["lines"] == [
+        f"at {POINT}, the highest load point (no SLO set: not an equal-SLO comparison)",
+        "p50_ttft_ms: " + ttft["vs_baseline"]["c"]["text"].split(" (", 1)[0]]
+    assert cmp["answer"]["lines"][1].startswith("p50_ttft_ms: a better than c by ")
     out = tmp_path / "elsewhere.json"
     rc, text, cmp = _compare(capsys, a, old, "--metric", "p50_ttft_ms", "--out", str(out))
     assert rc == 0 and f"comparison.json written: {out}" in text

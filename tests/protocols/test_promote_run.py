@@ -101,6 +101,10 @@ def test_a_good_candidate_is_promoted_through_every_stage(tmp_path):
     step7 = next(s for s in exp["steps"] if s["step"] == 7)
     assert step7["ran"] and step7["how"].startswith("promoted")
     assert json.loads((tmp_path / "rollback.json").read_text())["proxy_mode"] == "rollback"
+    last = rec["decisions"][-1]
+    assert rec["answer"]["lines"][0] == (f"the candidate is promoted at {last['t_s']:.1f} s in stage canary_100: "
+                                         f"{last['reason']}")
+    assert exp["answer"] == rec["answer"]
 
 
 @pytest.mark.slow

@@ -179,7 +179,7 @@ def test_tpe_finds_the_cheapest_feasible_config_within_the_budget(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_grid_records_every_config_and_the_pareto_front(tmp_path, monkeypatch):
+def test_grid_records_every_config_and_the_pareto_front(tmp_path, monkeypatch, capsys):
     seqs, tokens = [4, 8, 16, 32], [256, 1024]
     record, out = _stub_tune(tmp_path, monkeypatch, "protocol.sampler=grid", "protocol.trials=100",
                              seqs=seqs, tokens=tokens)
@@ -200,6 +200,13 @@ def test_grid_records_every_config_and_the_pareto_front(tmp_path, monkeypatch):
         (4.0, 7.071), (8.0, 10.0)]
     # the stub writes no runs, so there is no runs.parquet
     assert not (out / "runs.parquet").exists()
+    # the answer: the pick as measured, last on the console and in tune.json
+    assert record["answer"]["lines"][0] == (
+        f"the pick is trial {record['best']['trial']} (engine.features.max_num_seqs=8 "
+        "engine.features.max_num_batched_tokens=1024): cost_per_mtok_good 7.071, measured: highest load under the "
+        "SLO 4, 7.071 per M good tokens there")
+    console = capsys.readouterr().out.splitlines()
+    assert console[console.index("answer (tune):") + 1:] == [f"  {x}" for x in record["answer"]["lines"]]
 
 
 def test_bad_tunes_stop_before_any_trial(tmp_path, monkeypatch):

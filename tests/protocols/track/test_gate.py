@@ -171,3 +171,20 @@ def test_launches_are_the_replicates_where_an_experiment_has_several(monkeypatch
     # one launch a side: its repeats are the replicates, and the record says so
     single = [entry(0, rows(seed=0)), entry(1, rows(seed=1))]
     assert compare_newest(single)["replicates"] == {"baseline": "repeats", "newest": "repeats"}
+
+
+def test_the_gate_ends_with_its_answer_and_the_metric_that_decided(monkeypatch, tmp_path, capsys):
+    entries = [entry(0, rows(seed=0)), entry(1, rows(seed=1, error_rate=[0.30, 0.35, 0.40, 0.35]))]
+    assert gate(monkeypatch, tmp_path, entries) == 1
+    out = capsys.readouterr().out.splitlines()
+    answer = json.loads((tmp_path / "out" / "track.json").read_text())["answer"]
+    assert answer["decision"] == "regression" and answer["deciding"] == {"metric": "error_rate", "label": "rate=4"}
+    assert out[out.index("answer (gate):") + 1:] == [f"  {x}" for x in answer["lines"]]
+    assert answer["lines"][0] == "the gate fails: 1 regression(s), vllm 0.1 (e1) against vllm 0.0 (e0)"
+    assert answer["lines"][1] == "regressed: error_rate at rate=4: baseline better than newest by 0.35 [0.2399, 0.4601]"
+    # the same build again: it passes, and says so last
+    entries = [entry(0, rows(seed=0)), entry(1, rows(seed=1))]
+    assert gate(monkeypatch, tmp_path, entries) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == ["answer (gate):", "  the gate passes: vllm 0.1 (e1) against vllm 0.0 (e0): no metric "
+                                          "regressed (0 improved of 4 judged)"]

@@ -37,3 +37,9 @@ def test_two_tracked_experiments_and_their_comparison(tmp_path, mlflow_uri, toke
     assert cost["outcome"] != "not enough data"
     assert cost["relative"] == pytest.approx(cost["newest"] / cost["baseline"] - 1, rel=1e-9)
     assert (out / "track.html").exists()
+    # each experiment's answer (its experiment.json, through MLflow) in the history, and the gate's on the page
+    answers = [e["answer"] for e in doc["history"]["experiments"]]
+    assert all(a.startswith("every load point met the SLO") for a in answers), answers
+    page = (out / "track.html").read_text()
+    assert "answer (gate): the gate passes: build-2 (e1) against build-1 (e0)" in page
+    assert doc["answer"]["decision"] == "pass"

@@ -1,0 +1,21 @@
+"""The plan's answer at the end of its run: ``metrics.answer.plan_answer`` over ``plan.json``, kept
+in it as ``answer`` and printed as the console's last lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import results_io
+from metrics.answer import plan_answer
+
+def answer_plan(out: Path) -> Path:
+    """Add the answer to ``out``'s plan.json (none there: nothing) and print it last; returns ``out``."""
+    path = out / results_io.PLAN
+    if not path.exists():
+        return out
+    doc = results_io.read_json(path)
+    answer = plan_answer(doc)
+    doc["answer"] = answer.to_dict()
+    results_io.write_json(path, doc)
+    print(f"answer ({answer.protocol}):\n" + "\n".join(f"  {x}" for x in answer.lines), flush=True)
+    return out

@@ -1,0 +1,74 @@
+"""An experiment's warnings (harness.caveats): once per kind with the runs counted, ranked by what
+they change; and the console's last lines (harness.answer_record)."""
+
+from __future__ import annotations
+
+from harness.answer_record import answer_fields, console_lines, mlflow_tags
+from harness.caveats import CHANGES, DETAILS, LIMITS, collect, from_rows
+from metrics.answer import Answer
+
+ENERGY = ("no power or energy source on this host (nvml: NVML did not start; dcgm: telemetry.dcgm.url is not set; "
+          "rapl: /sys/class/powercap does not exist)")
+RANDOM = {"token_counts_disagree": True, "token_counts_compared": 60, "token_mismatch_rate": 0.05,
+          "token_mismatch_mean_abs": 0.15, "token_mismatch_max_abs": 5, "token_mismatch_mean": -0.05}
+
+
+def _run(label: str, repeat: int = 0, **m) -> dict:
+    return {"label": label, "role": "point", "repeat": repeat, "energy_available": False,
+            "energy_unavailable_reason": ENERGY, "failed": 0, **m}
+
+
+def test_one_line_per_kind_counted_and_ranked():
+    rows = [_run("rate=2", **RANDOM), _run("rate=2", 1, **RANDOM), _run("rate=4"),
+            _run("rate=8", still_filling=True, request_throughput=3.0, achieved_send_rate_rps=15.8,
+                 in_flight_second_quarter=14.1, in_flight_last_quarter=46.4, **RANDOM),
+            _run("rate=16", still_filling=True, request_throughput=7.7, achieved_send_rate_rps=8.0,
+                 in_flight_second_quarter=4.0, in_flight_last_quarter=16.0, failed=3, num_requests=60),
+            {"label": "probe", "role": "probe", "saturated": True}]  # a probe is not a load point of the answer
+    got = from_rows(rows)
+    assert [(c.kind, c.rank) for c in got] == [("still_filling", CHANGES), ("failed_requests", CHANGES),
+                                              ("energy_not_measured", LIMITS), ("token_counts_random", DETAILS)]
+    assert [c.text for c in got] == [
+        "2 of 5 runs still filling (1 a growing backlog, 1 a fill-up): latencies a lower bound, SLO not met",
+        "requests failed in 1 of 5 runs: 3 of 60 requests there (never good)",
+        "energy not measured in 5 of 5 runs: no power or energy source on this host",
+        "token counts: the client's re-tokenization differs from the server's usage in 3 of 5 runs (up to 5% of "
+        "requests, both ways); every row took the server's count"]
+    assert got[0].detail[0].startswith("rate=8: a growing backlog (completed 3 req/s of 15.8 sent); in flight rose "
+                                       "from 14.1 to 46.4")
+    assert got[0].detail[1].startswith("rate=16: a fill-up (completed 7.7 req/s of 8 sent)")
+    assert got[2].detail == ("nvml: NVML did not start", "dcgm: telemetry.dcgm.url is not set",
+                             "rapl: /sys/class/powercap does not exist")
+    assert got[3].detail[1] == "rate=2: 5.0% of 60 requests differ; mean |diff| 0.15, max 5, mean server - client -0.05"
+    assert got[3].detail[2].startswith("rate=2 repeat 1: ")
+
+
+def test_what_changes_a_number_in_the_answer():
+    got = collect([("a", {"saturated": True, "num_requests_unsent": 340}), ("b", {"client_limited": True}),
+                   ("c", {"token_counts_client_only": 12}), ("d", {"point_failed": True, "failure_reason": "killed"}),
+                   ("e", {"token_counts_disagree": True, "token_mismatch_mean": 1.0, "token_mismatch_mean_abs": 1.0,
+                          "token_mismatch_rate": 1.0, "token_counts_compared": 10})])
+    assert [(c.kind, c.rank) for c in got] == [
+        ("stopped", CHANGES), ("client_limited", CHANGES), ("engine_fault", CHANGES),
+        ("client_token_count", CHANGES), ("token_counts_systematic", LIMITS)]
+    assert got[0].text == "1 of 5 runs stopped as over-saturated: 340 planned requests never sent"
+    assert got[3].text == "output tokens counted by the client in 1 of 5 runs: no usage on 12 requests"
+    assert got[4].text == "token counts differ systematically in 1 of 5 runs: server - client +1.00 a request"
+    assert collect([("a", {"energy_available": True})]) == []
+
+
+def test_the_console_ends_on_the_answer_after_the_ranked_warnings():
+    rows = [_run("rate=2"), _run("rate=4", failed=1, num_requests=60)]
+    record = answer_fields(Answer("sweep", ("the highest load that met the SLO is rate=2", "knee at rate=4")), rows)
+    assert console_lines(record) == [
+        "warnings, by what they change:",
+        "  [changes the answer] requests failed in 1 of 2 runs: 1 of 60 requests there (never good)",
+        "  [limits it] energy not measured in 2 of 2 runs: no power or energy source on this host",
+        "answer (sweep):",
+        "  the highest load that met the SLO is rate=2",
+        "  knee at rate=4"]
+    tags = mlflow_tags(record)
+    assert tags["tokenfactory.answer"] == "the highest load that met the SLO is rate=2\nknee at rate=4"
+    assert tags["mlflow.note.content"].endswith(
+        "knee at rate=4\nwarning: requests failed in 1 of 2 runs: 1 of 60 requests there (never good)")
+    assert console_lines({}) == [] and mlflow_tags({"warnings": []}) == {}

@@ -1,0 +1,199 @@
+"""A sweep's answer (metrics.answer) from crafted load-point summaries: the highest load that met the
+SLO and the first that missed it, goodput and cost there, the knee, the points still filling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from metrics.answer import (
+    filling_kind,
+    follows,
+    knee,
+    sweep_answer,
+    sweep_points,
+    systematic_token_difference,
+)
+
+SLO = {"ttft_ms": 1000, "tpot_ms": 150, "e2el_ms": None, "percentile": 99}
+
+
+def point(rate: float, goodput: float, *, sent: float | None = None, ttft_p99: float = 200.0, repeat: int = 0,
+          kind: str = "poisson", cost: float = 0.001, **extra) -> dict:
+    """A load point's runs.parquet row: ``goodput`` req/s of 64-token requests over 20 s."""
+    label = f"concurrency={rate:g}" if kind == "concurrency" else f"{kind} rate={rate:g}"
+    good_tokens = goodput * 64 * 20
+    return {"label": label, "role": "point", "repeat": repeat, "offered_load": rate, "load_kind": kind,
+            "achieved_send_rate_rps": rate if sent is None else sent, "request_throughput": goodput,
+            "goodput_rps": goodput, "good_output_throughput": goodput * 64, "good_output_tokens": good_tokens,
+            "cost_total": cost, "completed": 40, "failed": 0, "slo_percentile": 99.0,
+            "slo_ttft_met": ttft_p99 <= SLO["ttft_ms"], "slo_ttft_p99_ms": ttft_p99, "slo_tpot_met": True,
+            "slo_tpot_p99_ms": 50.0, "saturated": False, "still_filling": False, **extra}
+
+
+SWEEP = [point(2, 2.0, cost=0.00128), point(4, 3.9, cost=0.001248), point(8, 5.2, ttft_p99=2500.0),
+         point(16, 1.0, ttft_p99=6100.0, still_filling=True, in_flight_second_quarter=10.0,
+               in_flight_last_quarter=40.0, **{"request_throughput": 3.0})]
+
+
+def test_the_sweep_answer_names_the_boundary_goodput_cost_knee_and_the_points_still_filling():
+    a = sweep_answer(SWEEP, SLO, "USD")
+    assert a.lines == (
+        "the highest load that met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms) is poisson rate=4: goodput 3.9 req/s "
+        "(250 good tok/s), 0.25 USD per M good tokens",
+        "the first that missed it is poisson rate=8: p99 TTFT 2,500 ms > 1,000",
+        "goodput follows the offered load up to poisson rate=4 and stops there: 5.2 req/s at poisson rate=8 "
+        "(65% of the 8 req/s sent)",
+        "stopped or still filling: poisson rate=16 still filling, a growing backlog (its latencies are a lower bound)",
+        "one repeat per point: no intervals (protocol.repeats=3 gives them)")
+    f = a.to_dict()
+    assert f["protocol"] == "sweep" and f["highest_met"] == "poisson rate=4" and f["highest_met_load"] == 4.0
+    assert f["first_missed"] == "poisson rate=8" and f["knee"] == "poisson rate=8"
+    # 1e6 x cost / good tokens = 1e6 x 0.001248 / (3.9 x 64 x 20)
+    assert f["cost_per_mtok_good"]["value"] == pytest.approx(0.25)
+    assert [p["met_slo"] for p in f["points"]] == [True, True, False, False]
+    assert f["points"][3]["filling_kind"] == "backlog"
+
+
+def test_goodput_follows_an_open_loop_against_the_rate_sent_not_the_nominal_one():
+    # a Poisson draw that sent 3.5 req/s at a nominal 4: goodput 3.3 follows (>= 0.9 x 3.5), though < 0.9 x 4
+    pts = sweep_points([point(2, 2.0), point(4, 3.3, sent=3.5)], SLO)
+    assert [p.follows for p in pts] == [True, True] and knee(pts) is None
+    pts = sweep_points([point(2, 2.0), point(4, 3.1, sent=3.5)], SLO)  # 3.1 < 0.9 x 3.5 = 3.15
+    assert [p.follows for p in pts] == [True, False] and knee(pts) == 1
+
+
+def test_a_closed_loop_knee_is_where_the_gain_falls_under_half_the_proportional_one():
+    rows = [point(c, g, kind="concurrency") for c, g in ((1, 1.0), (2, 1.9), (4, 3.5), (8, 3.8))]
+    pts = sweep_points(rows, SLO)
+    # gains: 0.9 >= 0.5 x 1.0 x 1; 1.6 >= 0.5 x 1.9 x 1; 0.3 < 0.5 x 3.5 x 1
+    assert [p.follows for p in pts] == [True, True, True, False]
+    assert follows(pts[3], pts[2]) is False
+    line = sweep_answer(rows, SLO).lines[1]
+    assert line == ("goodput follows the offered load up to concurrency=4 and stops there: 3.8 req/s at "
+                    "concurrency=8 (gain under 50% of the offered load's)")
+
+
+def test_every_point_met_and_none_met():
+    a = sweep_answer(SWEEP[:2], SLO, "USD")
+    assert a.lines[0] == ("every load point met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms), up to the highest, "
+                          "poisson rate=4: goodput 3.9 req/s (250 good tok/s), 0.25 USD per M good tokens; the sweep "
+                          "did not reach the load that misses it (higher load points would)")
+    assert a.lines[1] == "goodput follows the offered load at every point, up to 3.9 req/s at poisson rate=4"
+    assert a.lines[2] == "every point reached a steady state (none stopped, none still filling)"
+    a = sweep_answer(SWEEP[2:], SLO, "USD")
+    assert a.lines[0].startswith("no load point met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms): the lowest, "
+                                 "poisson rate=8, missed it: p99 TTFT 2,500 ms > 1,000; at it goodput 5.2 req/s")
+    assert a.to_dict()["highest_met"] is None
+
+
+def test_repeats_give_intervals_and_a_point_meets_only_when_every_repeat_does():
+    rows = [point(2, 2.0), point(2, 2.0, repeat=1), point(4, 3.8), point(4, 4.0, repeat=1),
+            point(8, 7.5), point(8, 7.6, repeat=1, ttft_p99=1200.0)]
+    pts = sweep_points(rows, SLO)
+    assert [(p.repeats, p.met, p.meets) for p in pts] == [(2, 2, True), (2, 2, True), (2, 1, False)]
+    a = sweep_answer(rows, SLO)
+    # mean 3.9, s = 0.1414, se = 0.1, t(0.975, 1) = 12.706: [2.63, 5.17]
+    assert "poisson rate=4: goodput 3.9 req/s [2.63, 5.17]" in a.lines[0]
+    assert a.lines[1] == "the first that missed it is poisson rate=8: p99 TTFT 1,200 ms > 1,000"
+    assert not any("one repeat" in x for x in a.lines)
+
+
+def test_no_point_finished():
+    assert sweep_answer([], SLO).lines == ("no load point finished: nothing to answer yet",)
+
+
+def test_filling_kind_and_a_systematic_token_difference():
+    assert filling_kind({"request_throughput": 3.0, "achieved_send_rate_rps": 15.8}) == "backlog"
+    assert filling_kind({"request_throughput": 7.6, "achieved_send_rate_rps": 8.0}) == "fill-up"
+    assert filling_kind({}) == "backlog or fill-up"
+    # a BOS counted on every request: +1 each; a random-weight model: both ways
+    assert systematic_token_difference({"token_mismatch_mean": 1.0, "token_mismatch_mean_abs": 1.0})
+    assert not systematic_token_difference({"token_mismatch_mean": -0.13, "token_mismatch_mean_abs": 0.13})
+    assert not systematic_token_difference({"token_mismatch_mean": 0.1, "token_mismatch_mean_abs": 2.5})
+    assert not systematic_token_difference({"token_mismatch_mean": math.nan})
+
+
+def _est(v: float, lo: float, hi: float) -> dict:
+    return {"value": v, "low": lo, "high": hi, "n": 3, "method": "BCa", "note": "", "confidence": 0.95, "dropped": 0}
+
+
+def test_a_comparison_answers_at_the_highest_load_every_config_met_the_slo_at():
+    from metrics.answer import comparison_answer
+
+    def metrics(goodput_text: str) -> dict:
+        return {"goodput_rps": {"per_config": {"a": _est(2.0, 1.9, 2.1), "b": _est(2.2, 2.1, 2.3)},
+                                "vs_baseline": {"b": {"verdict": "b_better", "text": goodput_text}}},
+                "cost_per_mtok_good": {"per_config": {"a": _est(0.5, 0.45, 0.55), "b": _est(0.49, 0.44, 0.54)},
+                                       "vs_baseline": {"b": {"verdict": "equivalent",
+                                                             "text": "a and b equivalent within 2% (detail)"}}}}
+
+    comparison = {"configs": ["a", "b"], "baseline": "a", "points": [
+        {"label": "poisson rate=2", "metrics": metrics("b better than a by 10.0% [4.0%, 16.0%] (detail)")},
+        {"label": "poisson rate=8", "metrics": metrics("b better than a by 30.0% [20.0%, 40.0%] (detail)")}]}
+    rows = [{**point(2, 2.0), "config": "a"}, {**point(2, 2.2), "config": "b"},
+            {**point(8, 7.9), "config": "a"}, {**point(8, 6.0, ttft_p99=1500.0), "config": "b"}]
+    a = comparison_answer(comparison, rows, SLO, "USD")
+    assert a.lines == (
+        "at poisson rate=2, the highest load every config met the SLO at (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms)",
+        "goodput_rps: b better than a by 10.0% [4.0%, 16.0%]",
+        "cost_per_mtok_good: a and b equivalent within 2%",
+        "cost per M good tokens there: a 0.5 USD [0.45, 0.55], b 0.49 USD [0.44, 0.54]")
+    f = a.to_dict()
+    assert f["equal_slo_point"] == "poisson rate=2" and f["verdicts"]["poisson rate=2"]["goodput_rps"] == {
+        "b": "b_better"}
+    # no point every config met: compared at the highest, and said so
+    rows[0] = {**point(2, 2.0, ttft_p99=1200.0), "config": "a"}
+    rows[2] = {**point(8, 7.9, ttft_p99=1200.0), "config": "a"}
+    assert comparison_answer(comparison, rows, SLO).lines[0] == (
+        "no load point where every config met the SLO (p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms): compared at the highest, "
+        "poisson rate=8")
+
+
+def test_the_slo_search_answer_with_its_bracket():
+    from metrics.answer import search_line
+
+    s = {"max_load_under_slo": 7.5, "bracket": [7.5, 8.0], "note": "bracket within tolerance 10%", "kind": "rate",
+         "goodput_rps": 7.2, "cost_per_mtok_good": 0.084, "config": ""}
+    assert search_line(s, "USD") == ("the SLO search's highest load under the SLO: 7.5 req/s (bracket [7.5, 8]: "
+                                     "bracket within tolerance 10%); goodput 7.2 req/s, 0.084 USD per M good tokens "
+                                     "there")
+    none = {"max_load_under_slo": 0.0, "bracket": [0.0, 2], "note": "the SLO fails already at the low end 2",
+            "kind": "concurrency", "config": "fast"}
+    assert search_line(none) == ("fast: the SLO search's highest load under the SLO: 0 concurrent requests "
+                                 "(bracket [0, 2]: the SLO fails already at the low end 2)")
+
+
+def test_the_tune_answer_is_the_pick_as_measured():
+    from metrics.answer import tune_answer
+
+    record = {"objective": "cost_per_mtok_good", "evaluated": 8, "feasible": 4,
+              "best": {"trial": 3, "params": {"engine.features.max_num_seqs": 8}, "objective": 7.0711,
+                       "max_load_under_slo": 4.0, "cost_per_mtok_good": 7.0711}}
+    assert tune_answer(record).lines == (
+        "the pick is trial 3 (engine.features.max_num_seqs=8): cost_per_mtok_good 7.071, measured: highest load "
+        "under the SLO 4, 7.071 per M good tokens there", "4 of 8 trials feasible")
+    assert tune_answer({"best": None, "best_note": "no trial evaluated yet"}).lines == (
+        "no pick: no trial evaluated yet",)
+
+
+def test_a_task_workload_answers_completion_and_cost_per_completed_task():
+    rows = [{**point(2, 2.0), "num_tasks": 10, "completed_tasks": 8, "cost_total": 0.002},
+            {**point(8, 5.2, ttft_p99=2500.0), "num_tasks": 10, "completed_tasks": 3}]
+    lines = sweep_answer(rows, SLO, "USD").lines
+    # at the highest point that met the SLO: 8 of 10 tasks, 0.002 / 8 per completed task
+    assert "tasks at poisson rate=2: 8 of 10 completed (80%), 0.00025 USD per completed task" in lines
+
+
+def test_the_promotion_answer_names_the_decision_that_decided():
+    from metrics.answer import promotion_answer
+
+    rec = {"outcome": "rolled_back", "stages": [{"name": "shadow"}, {"name": "canary 5%"}],
+           "callers": {"requests": 400, "failed": 2},
+           "decisions": [{"t_s": 3.0, "stage": "shadow", "action": "advance", "reason": "gate passed"},
+                         {"t_s": 21.44, "stage": "canary 5%", "action": "rollback",
+                          "reason": "p99 TTFT regressed by 40%"}]}
+    assert promotion_answer(rec).lines == (
+        "the candidate is rolled back at 21.4 s in stage canary 5%: p99 TTFT regressed by 40%",
+        "2 stage(s) run; the callers' requests: 2 failed of 400")
