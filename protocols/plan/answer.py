@@ -8,6 +8,7 @@ from pathlib import Path
 from harness import results_io
 from metrics.answer import plan_answer
 
+
 def answer_plan(out: Path) -> Path:
     """Add the answer to ``out``'s plan.json (none there: nothing) and print it last; returns ``out``."""
     path = out / results_io.PLAN
