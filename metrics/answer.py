@@ -365,11 +365,21 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
         cur = f" {currency}" if currency else ""
         order = [n for n in [baseline, *configs] if n in cost["per_config"]]  # the baseline first
         order = list(dict.fromkeys(order)) or list(cost["per_config"])
-        est = {n: Estimate(**{k: cost["per_config"][n][k] for k in ("value", "low", "high", "n", "method")})
-               for n in order}
+        est = {n: estimate_of(cost["per_config"][n]) for n in order}
         lines.append("cost per M good tokens there: " + ", ".join(f"{n} {interval(e, cur)}" for n, e in est.items()))
         facts["cost_per_mtok_good"] = {n: e.to_dict() for n, e in est.items()}
     return Answer(protocol, tuple(lines), facts)
+
+
+def _figure(x) -> float:
+    """A figure read back from JSON: null is NaN, "inf"/"nan" strings are floats (no good tokens)."""
+    return math.nan if x is None else float(x)
+
+
+def estimate_of(d: Mapping) -> Estimate:
+    """An ``Estimate`` from its JSON form in ``comparison.json`` (bounds null or "inf" where the data gave none)."""
+    return Estimate(value=_figure(d.get("value")), low=_figure(d.get("low")), high=_figure(d.get("high")),
+                    n=int(d.get("n") or 0), method=str(d.get("method") or ""))
 
 
 def gate_answer(result: Mapping | None, track: str = "") -> Answer:

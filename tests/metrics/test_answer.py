@@ -197,3 +197,15 @@ def test_the_promotion_answer_names_the_decision_that_decided():
     assert promotion_answer(rec).lines == (
         "the candidate is rolled back at 21.4 s in stage canary 5%: p99 TTFT regressed by 40%",
         "2 stage(s) run; the callers' requests: 2 failed of 400")
+
+
+def test_a_cost_read_back_with_no_bound_or_no_good_tokens_is_a_figure_not_a_crash():
+    """comparison.json keeps a cost with no good tokens as "inf" and a missing bound as null (a quality
+    gate that failed every request, one repeat): the answer reads both (was a TypeError at the finish)."""
+    from metrics.answer import estimate_of, interval
+
+    e = estimate_of({"value": "inf", "low": None, "high": None, "n": 1, "method": "one repeat"})
+    assert e.value == float("inf") and math.isnan(e.low) and math.isnan(e.high) and e.n == 1
+    assert interval(e, " USD") == "inf USD"
+    e = estimate_of({"value": 2.5, "low": 2.0, "high": 3.0, "n": 3, "method": "t"})
+    assert interval(e, " USD") == "2.5 USD [2, 3]"
