@@ -37,7 +37,7 @@ from loadgen.workers import run_workers
 from loadgen.workloads.build import make_workload
 from metrics.energy import steady_capacity
 from metrics.engine_counters import PHASES, engine_summary, replica_engine_summaries, router_summary
-from metrics.filling import filling_note
+from metrics.filling import backlog_note, filling_note
 from metrics.replicas import forget_engine_values, replica_summary
 from metrics.request_metrics import complete_record
 from metrics.slo import vacuous_line
@@ -378,11 +378,15 @@ def point_line(title: str, m: dict) -> str:
 
 
 def filling_line(m: dict) -> str:
-    """The console's line under a point still filling up (``metrics.filling``: its requests in flight
-    still rising through its arrivals), or "" for one that is not."""
-    if not m.get("still_filling"):
-        return ""
-    return "  " + filling_note(m["in_flight_second_quarter"], m["in_flight_last_quarter"])
+    """The console's lines under a point whose backlog grew (``metrics.filling``: its wait rising
+    through its arrivals' second half) or still filling up (its requests in flight still rising), or ""
+    for one that is neither."""
+    lines = []
+    if m.get("backlog_growing"):
+        lines.append("  " + backlog_note(m["backlog_wait_rise_s"], m["backlog_wait_bound_s"]))
+    if m.get("still_filling"):
+        lines.append("  " + filling_note(m["in_flight_second_quarter"], m["in_flight_last_quarter"]))
+    return "\n".join(lines)
 
 
 def fault_figures(s, p: PointRun) -> None:

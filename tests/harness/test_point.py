@@ -72,3 +72,14 @@ def test_an_autoscaled_run_keeps_sending_through_an_overload_unless_told():
     assert saturation_guard({"kind": "trace", "stop_when_saturated": True}, autoscaled=True) is True
     assert saturation_guard({"kind": "poisson", "stop_when_saturated": False}, autoscaled=False) is False
     assert LoadSpec.from_load({"kind": "trace", "stop_when_saturated": None}).stop_when_saturated is None
+
+
+def test_the_console_says_a_backlog_growing_apart_from_a_fill_up():
+    m = {"backlog_growing": True, "backlog_wait_rise_s": 18.7, "backlog_wait_bound_s": 13.1}
+    assert filling_line(m) == (
+        "  backlog growing: the wait for a first token rose by 18.7 s over the arrivals' second half (more than "
+        "13.1 s, its noise or a service time): a queue past the engine's capacity, not a fill-up; its latencies "
+        "grow with the run's length")
+    both = filling_line({**m, "still_filling": True, "in_flight_second_quarter": 140.33,
+                         "in_flight_last_quarter": 253.16}).split("\n")
+    assert len(both) == 2 and both[0].startswith("  backlog growing") and both[1].startswith("  still filling")
