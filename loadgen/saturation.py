@@ -64,14 +64,18 @@ margin (a server fallen silent under bursty sends).
 Drift (streaming points): where the server streams (a request in flight had a chunk after its
 first, ``streams``), the requests not served (waiting, or failed) are also fitted by least
 squares against the checks' times over the last ``DRIFT_SPANS x windows x window_s`` seconds
-(12 s); their growth over it (slope x length) past ``z x sqrt(D x sent in it)``, with at least
-``min_waiting`` not served, at ``windows`` consecutive checks, trips the point too.  Within
-capacity the waiting for a first token is stationary (a streaming server's first tokens keep
-pace, bursts drain); past it, it grows by the overload's rate, and a slot-limited server's ends
-coming in lumps (16 slots x 10 s: 16 every 10 s) no longer break the streak of the counts: at
-+100 % the queue is stopped a median 1.0 service time after it forms (2.3 before, 13 of 60
-runs past 3).  A client behind its schedule (``sent``'s ``late_s`` past ``window_s``) reads its
-first tokens late too, so the drift is not judged while it is (the counts, with W, absorb it).
+(18 s); their growth over it (slope x length) past ``DRIFT_Z x sqrt(D x sent in it)`` (3, not
+z: the test runs at every check of a long run, and bursts that queue for real pass two standard
+errors often enough to stop a bursty server with room), with at least ``min_waiting`` not
+served, at ``windows`` consecutive checks, trips the point too.  D here is the larger of the
+span's dispersion and that of the sends' counts per check, measured five checks in (bursty sends
+read as Poisson until the span's is, and their first bursts as a drift).  Within capacity the
+waiting for a first token is stationary (a streaming server's first tokens keep pace, bursts
+drain); past it, it grows by the overload's rate, and a slot-limited server's ends coming in
+lumps (16 slots x 10 s: 16 every 10 s) no longer break the streak of the counts: at +100 %
+(Poisson) 98 % of the runs are stopped within three service times of the queue forming, 78 %
+before.  A client behind its schedule (``sent``'s ``late_s`` past ``window_s``) reads its first
+tokens late too, so the drift is not judged while it is (the counts, with W, absorb it).
 
 An end with no token by an error or the client's timeout is not served: a server that stops
 answering has its requests end at the send rate by the client's timeout, and counted as served
@@ -95,7 +99,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DISPERSION_MIN_BINS = 5   # the sends' dispersion is measured once there are this many spans of them
-DRIFT_SPANS = 2           # the waiting requests' drift is fitted over this many spans (windows x window_s)
+DRIFT_SPANS = 3           # the waiting requests' drift is fitted over this many spans (windows x window_s)
+DRIFT_Z = 3.0             # standard errors of the sends' counts its growth must pass: it is judged at every
+                          # check of a long run, against bursts that queue for real (more than the counts' z)
 
 
 @dataclass
@@ -148,12 +154,12 @@ class SaturationMonitor:
         """The requests ended with no token by the last check at or before ``t``."""
         return self._failed[max(bisect.bisect_right(self._t, t) - 1, 0)]
 
-    def dispersion(self, now_s: float) -> float:
+    def dispersion(self, now_s: float, bin_s: float | None = None) -> float:
         """The sends' index of dispersion: the variance of their counts in windows of the span's
-        length (``windows x window_s``) from the start to ``now_s``, over their mean; 1 (Poisson's)
-        unless above 1 by more than two of the standard errors Poisson counts give it
+        length (``windows x window_s``, or ``bin_s``) from the start to ``now_s``, over their mean; 1
+        (Poisson's) unless above 1 by more than two of the standard errors Poisson counts give it
         (sqrt(2 / (windows - 1))), and until there are ``DISPERSION_MIN_BINS`` windows."""
-        span = self.rule.windows * self.rule.window_s
+        span = bin_s or self.rule.windows * self.rule.window_s
         bins = int(now_s // span)
         if bins < DISPERSION_MIN_BINS or not self._sends:
             return 1.0
@@ -187,7 +193,10 @@ class SaturationMonitor:
         if not self.streaming or now_s < length or self.late_s > self.rule.window_s:
             return None
         growth, sent = self.drift(now_s)
-        margin = self.rule.z * math.sqrt(self.dispersion(now_s) * sent)
+        # the sends' dispersion in windows of a check's length too: measured five checks in, where the
+        # span's takes five spans (bursty sends read as Poisson until then, and their bursts as a drift)
+        d = max(self.dispersion(now_s), self.dispersion(now_s, self.rule.window_s))
+        margin = DRIFT_Z * math.sqrt(d * sent)
         if growth > margin and waiting + failed >= self.rule.min_waiting:
             failures = f", {failed} ended with none" if failed else ""
             return (f"at {now_s:.3g} s: +{growth:.3g} over the last {length:g} s (margin {margin:.3g} of {sent} sent), "
@@ -211,7 +220,7 @@ class SaturationMonitor:
         if len(self._drift_streak) >= self.rule.windows:
             self.reason = (f"over-saturated: at {self.rule.windows} checks {self.rule.window_s:g} s apart, the "
                            "requests waiting for a first token rose (a least-squares growth past "
-                           f"{self.rule.z:g} standard errors of the sends' counts, as bursty as they are) ("
+                           f"{DRIFT_Z:g} standard errors of the sends' counts, as bursty as they are) ("
                            + "; ".join(self._drift_streak[-self.rule.windows:]) + ")")
             return self.reason
         span = self.rule.windows * self.rule.window_s
