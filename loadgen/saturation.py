@@ -55,9 +55,10 @@ latency rises, so there the shortfall must last as long as W, the longest wait s
 checks: W / ``window_s``, at least ``windows``), past a fill-up's rise: the 4 H200 batchers'
 fill-up (7 s to 23 s over 40 s of sends) judged whole was stopped in 7 of 10 seeds, now 1; the
 latency of 5 s rising to 24 s, in 15 of 20, now none.  The price: an overload judged on whole
-requests is stopped later (16 slots x 10 s at +100 %: a median of 6 service times after its
-queue formed, against 3.5), and the end-of-run ``backlog_growing`` (``metrics.filling``) is its
-guard.  Requests that end with no token are no fill-up's: while they rise, ``windows`` checks
+requests is stopped later or not at all (16 slots x 10 s at +100 %, 400 requests: 16 of 60
+runs stopped, a median of 7 service times after its queue formed, against 60 at 3.5), and the
+end-of-run ``backlog_growing`` and ``still_filling`` (``metrics.filling``) are its guard.
+Requests that end with no token are no fill-up's: while they rise, ``windows`` checks
 suffice, and a horizon in which none was served while they rose is a shortfall whatever the
 margin (a server fallen silent under bursty sends).
 
