@@ -295,7 +295,11 @@ def waiting_stage(flying: Iterable[tuple[int | None, int]], ended: int, longest_
     return ended + n - waiting, waiting, longest / 1e9
 
 
+STREAMING_GAP_NS = 100_000_000   # a chunk this long after the first: streamed (a whole body's pieces come at once)
+
+
 def streams(flying: Iterable[tuple[int | None, int | None]]) -> bool:
     """Whether a request in flight, ``(first token ns or None, last chunk ns or None)``, had a chunk
-    after its first: the server streams (one that sends nothing before the end sends it in one)."""
-    return any(first is not None and last is not None and last > first for first, last in flying)
+    ``STREAMING_GAP_NS`` or more after its first: the server streams (one that sends nothing before
+    the end sends it at once, its pieces read within milliseconds)."""
+    return any(first is not None and last is not None and last - first >= STREAMING_GAP_NS for first, last in flying)

@@ -123,8 +123,9 @@ def feed(stream: Stream, rule: SaturationRule | None = None, late=None) -> tuple
         wait = max(float(np.max(firsts[served] - sends[served], initial=0.0)),
                    float(np.max(ends[failed] - sends[failed], initial=0.0)),
                    float(np.max(t - sends[waiting], initial=0.0)))
-        # a request with a chunk after its first (tokens from its first to its end): the server streams
-        streaming = bool((sent & (firsts < t) & (ends > firsts)).any())
+        # a request with a chunk a tenth of a second after its first (tokens from its first to its end) by
+        # now: the server streams (loadgen.saturation.streams)
+        streaming = bool((sent & (firsts + 0.1 <= t) & (ends >= firsts + 0.1)).any())
         if mon.check(t, int(served.sum()), int(waiting.sum()), wait, failed=int(failed.sum()), streaming=streaming):
             return mon.reason, t
         t += rule.window_s

@@ -286,8 +286,10 @@ def test_a_streaming_queue_that_doubles_the_capacity_is_stopped_by_its_drift_wit
     assert feed(whole(stream))[0] is not None and "waiting for a first token rose" not in feed(whole(stream))[0]
 
 
-def test_a_server_streams_when_a_request_in_flight_had_a_chunk_after_its_first():
+def test_a_server_streams_when_a_request_in_flight_had_a_chunk_a_tenth_of_a_second_after_its_first():
     s = 1_000_000_000
     assert streams([(None, None), (97 * s, 98 * s)])       # first token at 97 s, a chunk since
-    assert not streams([(None, None), (97 * s, 97 * s)])   # (a whole response comes in one)
+    assert not streams([(None, None), (97 * s, 97 * s)])   # (a whole response comes at once,
+    assert not streams([(97 * s, 97 * s + 5_000_000)])     # its pieces read milliseconds apart)
+    assert streams([(97 * s, int(97.1 * s))])
     assert not streams([])
