@@ -98,6 +98,13 @@ def _filling(runs, hit):
                "reach the steady state"])
 
 
+def _backlog(runs, hit):
+    return (f"{_of(runs, hit)} with a growing backlog: the wait rose through the arrivals' second half, latencies "
+            "grow with the run's length, SLO not met",
+            [f"{n}: wait rose {_f(m.get('backlog_wait_rise_s')):.3g} s "
+             f"(bound {_f(m.get('backlog_wait_bound_s')):.3g} s)" for n, m in hit])
+
+
 def _client(runs, hit):
     return (f"{_of(runs, hit)} limited by the load generator: the load sent was not the load offered",
             [f"{n}: p99 schedule lag {_f(m.get('schedule_lag_p99_ms')):.1f} ms (> client.max_schedule_lag_ms)"
@@ -170,6 +177,8 @@ class Kind:
 KINDS = (
     Kind("stopped", CHANGES, lambda m: bool(m.get("saturated")), _stopped),
     Kind("still_filling", CHANGES, lambda m: bool(m.get("still_filling")), _filling),
+    Kind("backlog_growing", CHANGES, lambda m: bool(m.get("backlog_growing")) and not m.get("still_filling"),
+         _backlog),
     Kind("client_limited", CHANGES, lambda m: bool(m.get("client_limited")), _client),
     Kind("failed_requests", CHANGES, lambda m: int(m.get("failed") or 0) > 0, _failed),
     Kind("engine_fault", CHANGES, lambda m: bool(m.get("point_failed")) or int(m.get("engine_faults") or 0) > 0,

@@ -43,7 +43,7 @@ from loadgen.arrivals import OPEN_LOOP, arrival_offsets
 from loadgen.client import StreamingClient
 from loadgen.prepare import Prepared, PrepareOptions, RequestSource, prepare
 from loadgen.records import RecordWriter, RequestRecord
-from loadgen.saturation import SaturationMonitor, SaturationRule, waiting_stage
+from loadgen.saturation import SaturationMonitor, SaturationRule, streams, waiting_stage
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
@@ -408,7 +408,7 @@ class Dispatcher:
         if self._monitor is not None:  # the saturation rule's clock: when each request went, and its wait
             now = perf_ns()
             self._flying[id(rec)] = (rec, now)
-            self._monitor.sent((now - self.t0) / 1e9)
+            self._monitor.sent((now - self.t0) / 1e9, (now - max(rec.scheduled_ns, rec.slot_ns)) / 1e9)
         start = getattr(self.client, "start", None)
         if start is None:  # a client with only ``send``: one task per request
             task = self._spawn_task(rec, payload)
@@ -491,7 +491,9 @@ class Dispatcher:
             failed = self.failed_untokened
             served, waiting, wait_s = waiting_stage(((r.first_token_ns, sent) for r, sent in self._flying.values()),
                                                     self.completed - failed, self._max_wait_ns, now)
-            self.saturated = self._monitor.check((now - self.t0) / 1e9, served, waiting, wait_s, failed=failed)
+            streaming = streams((r.first_token_ns, r.end_ns) for r, _sent in self._flying.values())
+            self.saturated = self._monitor.check((now - self.t0) / 1e9, served, waiting, wait_s, failed=failed,
+                                                 streaming=streaming)
             if self.saturated:
                 self.saturated_ns = now
 

@@ -50,6 +50,34 @@ what tells a fill-up from a queue while the fill-up's ends speed up; a latency t
 line and then levels (5 s to 24 s over the first 10 s of sends) reads as a queue past capacity
 until it levels, and is stopped (benchmarks/guards.py, docs/measured/guards.md).
 
+Judged on whole requests (nothing streams), a fill-up cannot be told from a queue while its
+latency rises, so there the shortfall must last as long as W, the longest wait seen (``needed``
+checks: W / ``window_s``, at least ``windows``), past a fill-up's rise: the 4 H200 batchers'
+fill-up (7 s to 23 s over 40 s of sends) judged whole was stopped in 7 of 10 seeds, now 1; the
+latency of 5 s rising to 24 s, in 15 of 20, now none.  The price: an overload judged on whole
+requests is stopped later or not at all (16 slots x 10 s at +100 %, 400 requests: 16 of 60
+runs stopped, a median of 7 service times after its queue formed, against 60 at 3.5), and the
+end-of-run ``backlog_growing`` and ``still_filling`` (``metrics.filling``) are its guard.
+Requests that end with no token are no fill-up's: while they rise, ``windows`` checks
+suffice, and a horizon in which none was served while they rose is a shortfall whatever the
+margin (a server fallen silent under bursty sends).
+
+Drift (streaming points): where the server streams (a request in flight had a chunk after its
+first, ``streams``), the requests not served (waiting, or failed) are also fitted by least
+squares against the checks' times over the last ``DRIFT_SPANS x windows x window_s`` seconds
+(18 s); their growth over it (slope x length) past ``DRIFT_Z x sqrt(D x sent in it)`` (3, not
+z: the test runs at every check of a long run, and bursts that queue for real pass two standard
+errors often enough to stop a bursty server with room), with at least ``min_waiting`` not
+served, at ``windows`` consecutive checks, trips the point too.  D here is the larger of the
+span's dispersion and that of the sends' counts per check, measured five checks in (bursty sends
+read as Poisson until the span's is, and their first bursts as a drift).  Within capacity the
+waiting for a first token is stationary (a streaming server's first tokens keep pace, bursts
+drain); past it, it grows by the overload's rate, and a slot-limited server's ends coming in
+lumps (16 slots x 10 s: 16 every 10 s) no longer break the streak of the counts: at +100 %
+(Poisson) 98 % of the runs are stopped within three service times of the queue forming, 78 %
+before.  A client behind its schedule (``sent``'s ``late_s`` past ``window_s``) reads its first
+tokens late too, so the drift is not judged while it is (the counts, with W, absorb it).
+
 An end with no token by an error or the client's timeout is not served: a server that stops
 answering has its requests end at the send rate by the client's timeout, and counted as served
 they kept pace, so the point ran its whole duration.  While nothing has been served (and none
@@ -72,6 +100,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DISPERSION_MIN_BINS = 5   # the sends' dispersion is measured once there are this many spans of them
+DRIFT_SPANS = 3           # the waiting requests' drift is fitted over this many spans (windows x window_s)
+DRIFT_Z = 3.0             # standard errors of the sends' counts its growth must pass: it is judged at every
+                          # check of a long run, against bursts that queue for real (more than the counts' z)
 
 
 @dataclass
@@ -95,9 +126,15 @@ class SaturationMonitor:
     _t: list[float] = field(default_factory=lambda: [0.0])
     _counts: list[tuple[int, int]] = field(default_factory=lambda: [(0, 0)])
     _streak: list[str] = field(default_factory=list)
+    _drift_streak: list[str] = field(default_factory=list)
+    _failed: list[int] = field(default_factory=lambda: [0])
+    streaming: bool = False     # a request was seen past its first token before its end (told by ``check``)
+    late_s: float = 0.0         # the client's lag behind its schedule at the last send
     reason: str | None = None
 
-    def sent(self, t_s: float) -> None:
+    def sent(self, t_s: float, late_s: float = 0.0) -> None:
+        """A request sent at ``t_s``, ``late_s`` after its schedule (the client's own lag)."""
+        self.late_s = late_s
         if self._sends and t_s < self._sends[-1]:  # (a session's turn may come out of order)
             bisect.insort(self._sends, t_s)
         else:
@@ -114,12 +151,16 @@ class SaturationMonitor:
         c0, c1 = self._counts[i - 1][k], self._counts[i][k]
         return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else float(c1)
 
-    def dispersion(self, now_s: float) -> float:
+    def _failed_at(self, t: float) -> int:
+        """The requests ended with no token by the last check at or before ``t``."""
+        return self._failed[max(bisect.bisect_right(self._t, t) - 1, 0)]
+
+    def dispersion(self, now_s: float, bin_s: float | None = None) -> float:
         """The sends' index of dispersion: the variance of their counts in windows of the span's
-        length (``windows x window_s``) from the start to ``now_s``, over their mean; 1 (Poisson's)
-        unless above 1 by more than two of the standard errors Poisson counts give it
+        length (``windows x window_s``, or ``bin_s``) from the start to ``now_s``, over their mean; 1
+        (Poisson's) unless above 1 by more than two of the standard errors Poisson counts give it
         (sqrt(2 / (windows - 1))), and until there are ``DISPERSION_MIN_BINS`` windows."""
-        span = self.rule.windows * self.rule.window_s
+        span = bin_s or self.rule.windows * self.rule.window_s
         bins = int(now_s // span)
         if bins < DISPERSION_MIN_BINS or not self._sends:
             return 1.0
@@ -132,12 +173,57 @@ class SaturationMonitor:
         # Poisson's own counts give about 1 +- sqrt(2 / (bins - 1)): only a dispersion past two of those is the sends'
         return d if d > 1 + 2 * math.sqrt(2 / (bins - 1)) else 1.0
 
-    def check(self, now_s: float, served: int, waiting: int, wait_s: float, failed: int = 0) -> str | None:
+    def drift(self, now_s: float) -> tuple[float, int]:
+        """(the growth of the requests not served over the last ``DRIFT_SPANS`` spans, fitted by least
+        squares to the counts at the checks in them, x its length; the requests sent in it)."""
+        length = DRIFT_SPANS * self.rule.windows * self.rule.window_s
+        i = bisect.bisect_left(self._t, now_s - length - 1e-9)
+        t = np.asarray(self._t[i:])
+        if t.size < 3:
+            return 0.0, 0
+        y = np.asarray([c[1] for c in self._counts[i:]], dtype=np.float64)
+        x = t - t.mean()
+        slope = float((x * (y - y.mean())).sum() / (x * x).sum())
+        sent = bisect.bisect_right(self._sends, now_s) - bisect.bisect_right(self._sends, now_s - length)
+        return slope * length, sent
+
+    def _drifting(self, now_s: float, waiting: int, failed: int) -> str | None:
+        """The drift test (module doc): the requests not served rising faster than the sends' noise."""
+        length = DRIFT_SPANS * self.rule.windows * self.rule.window_s
+        # a client behind its schedule reads its first tokens late as well: its own backlog, not the server's
+        if not self.streaming or now_s < length or self.late_s > self.rule.window_s:
+            return None
+        growth, sent = self.drift(now_s)
+        # the sends' dispersion in windows of a check's length too: measured five checks in, where the
+        # span's takes five spans (bursty sends read as Poisson until then, and their bursts as a drift)
+        d = max(self.dispersion(now_s), self.dispersion(now_s, self.rule.window_s))
+        margin = DRIFT_Z * math.sqrt(d * sent)
+        if growth > margin and waiting + failed >= self.rule.min_waiting:
+            failures = f", {failed} ended with none" if failed else ""
+            return (f"at {now_s:.3g} s: +{growth:.3g} over the last {length:g} s (margin {margin:.3g} of {sent} sent), "
+                    f"{waiting} waiting{failures}")
+        return None
+
+    def check(self, now_s: float, served: int, waiting: int, wait_s: float, failed: int = 0,
+              streaming: bool = False) -> str | None:
         if self.reason is not None:
             return self.reason
         unserved = waiting + failed  # an end with no token (the client's timeout, an error) was not served
         self._t.append(now_s)
         self._counts.append((served, unserved))
+        self._failed.append(failed)
+        self.streaming = self.streaming or streaming
+        drifting = self._drifting(now_s, waiting, failed)
+        if drifting:
+            self._drift_streak.append(drifting)
+        else:
+            self._drift_streak.clear()
+        if len(self._drift_streak) >= self.rule.windows:
+            self.reason = (f"over-saturated: at {self.rule.windows} checks {self.rule.window_s:g} s apart, the "
+                           "requests waiting for a first token rose (a least-squares growth past "
+                           f"{DRIFT_Z:g} standard errors of the sends' counts, as bursty as they are) ("
+                           + "; ".join(self._drift_streak[-self.rule.windows:]) + ")")
+            return self.reason
         span = self.rule.windows * self.rule.window_s
         lag = max(wait_s, 0.0)
         if now_s - lag <= 0:  # nothing served yet: the oldest request waiting is as old as the point
@@ -161,7 +247,11 @@ class SaturationMonitor:
         # a server still filling serves more each window as its batch grows; one at its capacity, no more
         before = self._at(since, 0) - self._at(2 * since - now_s, 0)
         rising = done - before > self.rule.z * math.sqrt(d * (done + before))
-        significant = (due >= self.rule.min_waiting and short > 0 and grew > 0 and not rising
+        # requests ending with no token (the client's timeouts) while none was served in H: a server silent,
+        # whatever the margin (no server with room times out, nor a fill-up)
+        timing_out = failed > self._failed_at(now_s - span)
+        silent = timing_out and done <= 0
+        significant = (due >= self.rule.min_waiting and (short > 0 or silent) and (grew > 0 or silent) and not rising
                        and unserved >= self.rule.min_waiting)
         if significant:
             failures = f", {failed} ended with none" if failed else ""
@@ -170,8 +260,16 @@ class SaturationMonitor:
                                 f"{failures} (+{grew:.3g})")
         else:
             self._streak.clear()
-        if len(self._streak) >= self.rule.windows:
-            self.reason = (f"over-saturated: at {self.rule.windows} checks {self.rule.window_s:g} s apart, the "
+        # judged on whole requests, a latency that rises reads as a queue until it levels: the shortfall
+        # must last as long as the longest wait seen too, past a fill-up's rise (module doc)
+        # (requests ending with no token are no fill-up's: with them rising, the usual streak)
+        needed = (self.rule.windows if self.streaming or timing_out
+                  else max(self.rule.windows, math.ceil(lag / self.rule.window_s)))
+        if len(self._streak) >= needed:
+            whole = ("" if needed == self.rule.windows else
+                     f" (nothing streams: judged on whole requests, the shortfall must last the longest wait, "
+                     f"{lag:.3g} s, as a fill-up's rising latency reads as a queue until it levels)")
+            self.reason = (f"over-saturated: at {needed} checks {self.rule.window_s:g} s apart{whole}, the "
                            "requests served (first token, or an end with no error) in the last H "
                            f"seconds stayed below {self.rule.min_achieved:.0%} of those sent in the H seconds W "
                            "earlier (W: the longest wait for a first token seen) while the requests not served "
@@ -195,3 +293,13 @@ def waiting_stage(flying: Iterable[tuple[int | None, int]], ended: int, longest_
         else:
             longest = max(longest, first - sent)
     return ended + n - waiting, waiting, longest / 1e9
+
+
+STREAMING_GAP_NS = 100_000_000   # a chunk this long after the first: streamed (a whole body's pieces come at once)
+
+
+def streams(flying: Iterable[tuple[int | None, int | None]]) -> bool:
+    """Whether a request in flight, ``(first token ns or None, last chunk ns or None)``, had a chunk
+    ``STREAMING_GAP_NS`` or more after its first: the server streams (one that sends nothing before
+    the end sends it at once, its pieces read within milliseconds)."""
+    return any(first is not None and last is not None and last - first >= STREAMING_GAP_NS for first, last in flying)

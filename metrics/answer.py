@@ -85,6 +85,7 @@ class PointResult:
     stopped: int
     filling: int
     fill_kind: str = ""      # of its repeats still filling: backlog, fill-up (filling_kind)
+    backlog: int = 0         # repeats whose wait rose through their arrivals' second half (metrics.filling)
     follows: bool = True
 
     @property
@@ -96,7 +97,8 @@ class PointResult:
                 "repeats_met": self.met, "why_missed": self.why or None, "goodput_rps": self.goodput.to_dict(),
                 "good_output_throughput": self.good_tokens.to_dict(), "cost_per_mtok_good": self.cost.to_dict(),
                 "follows_offered_load": self.follows, "stopped": self.stopped, "still_filling": self.filling,
-                "filling_kind": self.fill_kind or None}
+                "filling_kind": self.fill_kind or None,
+                "backlog_growing": self.backlog}
 
 
 def _f(v) -> float:
@@ -152,7 +154,8 @@ def sweep_points(rows: Sequence[Mapping], slo: Mapping | None = None, confidence
             cost=cost, send_rate=sum(sends) / len(sends) if sends else None,
             stopped=sum(bool(r.get("saturated")) for r in runs),
             filling=sum(bool(r.get("still_filling")) for r in runs),
-            fill_kind=" and ".join(sorted({filling_kind(r) for r in runs if r.get("still_filling")}))))
+            fill_kind=" and ".join(sorted({filling_kind(r) for r in runs if r.get("still_filling")})),
+            backlog=sum(bool(r.get("backlog_growing")) for r in runs)))
     points.sort(key=lambda p: (math.inf if p.offered is None else p.offered, p.label))
     return _with_follows(points)
 
@@ -162,6 +165,8 @@ def filling_kind(m: Mapping) -> str:
     than it sent them (``request_throughput`` < ``FOLLOW_SHARE`` · ``achieved_send_rate_rps``: past
     its capacity, the queue grows whatever the run's length), else a *fill-up* (it kept up: the run
     ended before its batch was full, and more requests would reach the steady state)."""
+    if m.get("backlog_growing"):  # its wait rose through the arrivals' second half: a queue, measured
+        return "backlog"
     done, sent = _f(m.get("request_throughput")), _f(m.get("achieved_send_rate_rps"))
     if math.isnan(done) or math.isnan(sent) or sent <= 0:
         return "backlog or fill-up"
@@ -282,9 +287,11 @@ def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: 
         says = ["stopped as over-saturated"] if p.stopped else []
         if p.filling:
             says.append(f"still filling, {FILL_WORDS.get(p.fill_kind, p.fill_kind)} (its latencies are a lower bound)")
+        if p.backlog and not p.filling:
+            says.append("a growing backlog (its wait rose through its arrivals: latencies grow with the run's length)")
         return f"{p.label} " + ", ".join(says)
 
-    odd = [caveat(p) for p in points if p.stopped or p.filling]
+    odd = [caveat(p) for p in points if p.stopped or p.filling or p.backlog]
     lines.append("stopped or still filling: " + "; ".join(odd) if odd else
                  "every point reached a steady state (none stopped, none still filling)")
     tasks = task_line(rows, best or points[0], currency)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conf.schema import Slo
-from metrics.filling import filling_note, still_filling
+from metrics.filling import backlog_growing, backlog_note, filling_note, still_filling
 from metrics.percentiles import percentile as _percentile
 
 # SLO name -> the per-request column (seconds) it bounds.
@@ -133,12 +133,14 @@ def percentiles_missed(slo: SLO, ttft_s, tpot_s, e2el_s, ttfa_s=None) -> list[st
 def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile: float,
                   attainment: float | None = None, min_attainment: float | None = None,
                   saturated: bool = False, in_flight_quarters: tuple[float, float] | None = None,
-                  vacuous: list[str] = ()) -> tuple[bool, str]:
+                  vacuous: list[str] = (), backlog: tuple[float, float] | None = None) -> tuple[bool, str]:
     """The run-level check (module doc) and, when it fails, why: ``missed`` the SLOs whose
     percentile over the completed requests is above the limit, ``completed`` and ``failed`` the
     run's measured requests, ``attainment`` its share of good requests, ``in_flight_quarters`` the
     mean in flight over its arrivals' second and last quarters (``metrics.filling``; None: unknown).
-    A run that meets it with ``vacuous`` SLOs (held with no request to judge: ``tpot``) says so."""
+    ``backlog`` the rise of its wait over its arrivals' second half and the bound it must pass
+    (``metrics.filling.wait_rise``; None: unknown).  A run that meets it with ``vacuous`` SLOs (held
+    with no request to judge: ``tpot``) says so."""
     if saturated:
         return False, "over-saturated"
     if missed:
@@ -152,6 +154,8 @@ def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile:
                        f"p{percentile:g} SLO allows")
     if min_attainment is not None and not (attainment or 0) >= min_attainment:
         return False, f"attainment {attainment} < {min_attainment}"
+    if backlog is not None and backlog_growing(*backlog):  # a backlog, not a fill-up: the note says which
+        return False, backlog_note(*backlog)
     if in_flight_quarters is not None and still_filling(*in_flight_quarters):
         return False, filling_note(*in_flight_quarters)
     return True, "; ".join(VACUOUS_NOTE.format(name.upper()) for name in vacuous)
@@ -159,8 +163,9 @@ def run_meets_slo(missed: list[str], *, completed: int, failed: int, percentile:
 
 def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bool, str]:
     """``run_meets_slo`` on a run's ``summary.json``: its per-SLO checks (``slo_*_met``, ``slo_*_vacuous``),
-    request counts, ``slo_percentile``, ``slo_attainment``, ``saturated``, ``in_flight_second_quarter`` and
-    ``in_flight_last_quarter``.  A summary written before ``slo_tpot_vacuous`` (its ``slo_tpot_met`` false
+    request counts, ``slo_percentile``, ``slo_attainment``, ``saturated``, ``in_flight_second_quarter``,
+    ``in_flight_last_quarter`` and the backlog's (``backlog_growing``, ``backlog_wait_rise_s``, ``_bound_s``).
+    A summary written before ``slo_tpot_vacuous`` (its ``slo_tpot_met`` false
     where no request had a TPOT: its percentile null) is read by the same rule (module doc)."""
     # a summary without the key (written before it was recorded) was run at the default percentile
     pct = summary.get("slo_percentile")
@@ -171,7 +176,7 @@ def slo_holds(summary: Mapping, min_attainment: float | None = None) -> tuple[bo
     return run_meets_slo(missed, completed=int(summary.get("completed") or 0), failed=int(summary.get("failed") or 0),
                          percentile=pct, attainment=summary.get("slo_attainment"), min_attainment=min_attainment,
                          saturated=bool(summary.get("saturated")), in_flight_quarters=in_flight_quarters(summary),
-                         vacuous=vacuous)
+                         vacuous=vacuous, backlog=wait_backlog(summary))
 
 
 def _vacuous(summary: Mapping, short: str, pct: float) -> bool:
@@ -188,6 +193,16 @@ def vacuous_line(summary: Mapping) -> str | None:
     """What the console says of a run whose TPOT SLO held with no request to judge (else None)."""
     held = [k[4:-len("_vacuous")] for k, v in summary.items() if k.startswith("slo_") and k.endswith("_vacuous") and v]
     return "; ".join(VACUOUS_NOTE.format(m.upper()) for m in held) or None
+
+
+def wait_backlog(summary: Mapping) -> tuple[float, float]:
+    """A summary's (``backlog_wait_rise_s``, ``backlog_wait_bound_s``), ``metrics.filling``'s; NaN (no
+    backlog) where JSON wrote null, the summary was written before them, or it did not flag the run
+    (``backlog_growing`` false: a trace's replay, whose rate changes by design)."""
+    if not summary.get("backlog_growing"):
+        return math.nan, math.nan
+    return tuple(math.nan if summary.get(k) is None else float(summary[k])
+                 for k in ("backlog_wait_rise_s", "backlog_wait_bound_s"))
 
 
 def in_flight_quarters(summary: Mapping) -> tuple[float, float]:

@@ -29,7 +29,11 @@ Definitions:
   ``still_filling`` when the last exceeds the second by more than max(3·√(second + last), 0.1·second):
   the run's arrivals ended before its batch filled, so its latencies are a fill-up's, a lower bound
   of the steady state's (``metrics/filling.py`` holds the definitions); judged only at a fixed
-  offered rate (``fixed_rate``: not a trace's replay, whose rate changes by design).
+  offered rate (``fixed_rate``: not a trace's replay, whose rate changes by design).  Beside it,
+  ``backlog_wait_rise_s``: the wait for a first token (or the end, with none) fitted against the
+  send over the arrivals' second half, its rise over that half; ``backlog_wait_bound_s`` what it must
+  pass (3 standard errors, or the 10th percentile of the latency: a service time); and
+  ``backlog_growing`` when it does: a queue past capacity, not a fill-up (whose latency levels).
 - ``schedule_lag_*_ms``: the load generator's own delay per measured request,
   ``sent_ns - max(scheduled_ns, slot_ns)`` (``metrics.request_metrics.schedule_lag_s``);
   ``client_limited`` when its p99 exceeds ``client.max_schedule_lag_ms``.  Waiting for a
@@ -67,7 +71,7 @@ import pyarrow.compute as pc
 
 from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
-from metrics.filling import quarter_in_flight, still_filling
+from metrics.filling import backlog_growing, quarter_in_flight, still_filling, wait_rise
 from metrics.percentiles import add_latency_stats
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s, ttfa_or_ttft
 from metrics.slo import SLO, SLO_COLUMNS, UNDEFINED_PASSES, good_mask, percentile_check, slo_pass
@@ -150,6 +154,12 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["in_flight_second_quarter"], out["in_flight_last_quarter"] = second, last
     # a trace's rate changes by design: its in flight follows the trace, not a fill-up
     out["still_filling"] = bool(fixed_rate) and still_filling(second, last)
+    # the wait for a first token (the end, with none) rising through the arrivals' second half: a backlog
+    ttft = _col(measured, "ttft_s")
+    wait = np.where(np.isnan(ttft), (done_ns - sent) / 1e9, ttft)
+    rise, bound = wait_rise(sent, wait, done_ns)
+    out["backlog_wait_rise_s"], out["backlog_wait_bound_s"] = rise, bound
+    out["backlog_growing"] = bool(fixed_rate) and backlog_growing(rise, bound)
 
     in_tok = _col(done, "prompt_tokens")
     out_tok = _col(done, "output_tokens")

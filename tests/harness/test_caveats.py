@@ -72,3 +72,19 @@ def test_the_console_ends_on_the_answer_after_the_ranked_warnings():
     assert tags["mlflow.note.content"].endswith(
         "knee at rate=4\nwarning: requests failed in 1 of 2 runs: 1 of 60 requests there (never good)")
     assert console_lines({}) == [] and mlflow_tags({"warnings": []}) == {}
+
+
+def test_a_backlog_growing_is_said_once_apart_from_a_fill_up():
+    """A run whose wait rose through its arrivals' second half (metrics.filling.backlog_growing) is one line of
+    its own, ranked as changing the answer; a run both still filling and growing a backlog is named a backlog there
+    (the point's console no longer says either under each point: harness.point)."""
+    rows = [_run("rate=8", backlog_growing=True, backlog_wait_rise_s=18.7, backlog_wait_bound_s=13.1),
+            _run("rate=8", 1, backlog_growing=True, backlog_wait_rise_s=20.0, backlog_wait_bound_s=13.0),
+            _run("rate=16", backlog_growing=True, still_filling=True, request_throughput=7.7,
+                 achieved_send_rate_rps=8.0, in_flight_second_quarter=4.0, in_flight_last_quarter=16.0)]
+    got = [c for c in from_rows(rows) if c.rank == CHANGES]
+    assert [c.kind for c in got] == ["still_filling", "backlog_growing"]
+    assert got[0].text == "1 of 3 runs still filling (a growing backlog): latencies a lower bound, SLO not met"
+    assert got[1].text == ("2 of 3 runs with a growing backlog: the wait rose through the arrivals' second half, "
+                           "latencies grow with the run's length, SLO not met")
+    assert got[1].detail[0] == "rate=8: wait rose 18.7 s (bound 13.1 s)"

@@ -62,3 +62,4 @@ def test_an_autoscaled_run_keeps_sending_through_an_overload_unless_told():
     assert saturation_guard({"kind": "trace", "stop_when_saturated": True}, autoscaled=True) is True
     assert saturation_guard({"kind": "poisson", "stop_when_saturated": False}, autoscaled=False) is False
     assert LoadSpec.from_load({"kind": "trace", "stop_when_saturated": None}).stop_when_saturated is None
+

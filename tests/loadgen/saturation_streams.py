@@ -104,16 +104,18 @@ def silent_from(stream: Stream, at_s: float, timeout_s: float) -> Stream:
     return Stream((sends, firsts, ends))
 
 
-def feed(stream: Stream, rule: SaturationRule | None = None) -> tuple[str | None, float]:
-    """What the dispatcher does: check every window while it is sending; (reason, when it tripped)."""
+def feed(stream: Stream, rule: SaturationRule | None = None, late=None) -> tuple[str | None, float]:
+    """What the dispatcher does: check every window while it is sending; (reason, when it tripped).
+    ``late``: each send's lag behind its schedule (the client's; none by default)."""
     sends, firsts, ends = stream
+    late = np.zeros_like(sends) if late is None else np.asarray(late, dtype=np.float64)
     rule = rule or SaturationRule()
     mon = SaturationMonitor(rule)
     t, told = rule.window_s, 0
     while t <= sends[-1] + rule.window_s:
         sent = sends <= t
-        for s in sends[told:int(sent.sum())]:
-            mon.sent(float(s))
+        for i in range(told, int(sent.sum())):
+            mon.sent(float(sends[i]), float(late[i]))
         told = int(sent.sum())
         served = sent & (firsts <= t)
         failed = sent & np.isnan(firsts) & (ends <= t)   # ended with no token: the client's timeout, an error
@@ -121,7 +123,10 @@ def feed(stream: Stream, rule: SaturationRule | None = None) -> tuple[str | None
         wait = max(float(np.max(firsts[served] - sends[served], initial=0.0)),
                    float(np.max(ends[failed] - sends[failed], initial=0.0)),
                    float(np.max(t - sends[waiting], initial=0.0)))
-        if mon.check(t, int(served.sum()), int(waiting.sum()), wait, failed=int(failed.sum())):
+        # a request with a chunk a tenth of a second after its first (tokens from its first to its end) by
+        # now: the server streams (loadgen.saturation.streams)
+        streaming = bool((sent & (firsts + 0.1 <= t) & (ends >= firsts + 0.1)).any())
+        if mon.check(t, int(served.sum()), int(waiting.sum()), wait, failed=int(failed.sum()), streaming=streaming):
             return mon.reason, t
         t += rule.window_s
     return None, t

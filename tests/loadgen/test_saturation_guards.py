@@ -1,7 +1,7 @@
 """The guards' matrix, small (benchmarks/guards.py at 20 runs of 400 requests a row): every row that
 holds its bound keeps holding it, and every row known to leave it (docs/measured/guards.md says why)
 is an expected failure, strict, so that a rule that brings one inside fails here until the table and
-this list are brought up to date.  Simulated clocks: deterministic, about 6 s of CPU."""
+this list are brought up to date.  Simulated clocks: deterministic, about 10 s of CPU."""
 
 from __future__ import annotations
 
@@ -14,25 +14,12 @@ RUNS, REQUESTS = 20, 400
 
 # (case, arrivals, output) outside its bound at 20 runs of 400 requests (docs/measured/guards.md)
 OUTSIDE = {
-    # judged on whole requests, the batchers' fill-up (7 s to 23 s over 40 s) reads as a queue
-    ("4 H200 batchers, 26 req/s (93 %)", "poisson", "whole"),
-    ("4 H200 batchers, 26 req/s (93 %)", "gamma", "whole"),
-    # the counts in three service times of a 25 % overload are within two standard errors of keeping pace
-    ("16 slots x 10 s, +25%", "poisson", "streaming"),
-    ("16 slots x 10 s, +25%", "poisson", "whole"),
+    # a 25 % overload is past the rule's evidence in three service times, and under bursty sends its waits are
+    # too noisy for backlog_growing in 200 s of arrivals: 17 of 20 caught, streaming or whole
     ("16 slots x 10 s, +25%", "gamma", "streaming"),
     ("16 slots x 10 s, +25%", "gamma", "whole"),
-    ("16 slots x 10 s, +100%", "poisson", "streaming"),
-    ("16 slots x 10 s, +100%", "poisson", "whole"),
-    ("16 slots x 10 s, +100%", "gamma", "streaming"),
-    ("16 slots x 10 s, +100%", "gamma", "whole"),
-    ("16 slots x 10 s, +150%", "poisson", "whole"),
-    ("16 slots x 10 s, +150%", "gamma", "whole"),
-    # bursty sends widen the margin (D about 4): the silence takes longer to tell
-    ("stops answering halfway, 10 s requests, 2 req/s, client timeout 10 s", "gamma", "streaming"),
+    # bursty sends widen the margin (D about 4): the silence, judged on whole requests, takes longer to tell
     ("stops answering halfway, 10 s requests, 2 req/s, client timeout 10 s", "gamma", "whole"),
-    ("never answers, 10 s requests, 2 req/s, client timeout 30 s", "gamma", "streaming"),
-    ("never answers, 10 s requests, 2 req/s, client timeout 30 s", "gamma", "whole"),
 }
 CASES = {c.name: c for c in cases()}
 

@@ -10,9 +10,17 @@ import math
 import numpy as np
 import pytest
 
-from metrics.filling import filling_note, quarter_in_flight, still_filling
+from metrics.filling import (
+    backlog_growing,
+    backlog_note,
+    filling_note,
+    quarter_in_flight,
+    still_filling,
+    wait_rise,
+)
 from metrics.slo import SLO
 from metrics.summary import summarize
+from tests.loadgen.saturation_streams import batcher, feed, poisson, slotted, whole
 from tests.telemetry_fixtures import S, request_table
 
 LONG_AFTER = 1000.0     # an end after every window here: the request is in flight to its end
@@ -148,3 +156,44 @@ def test_the_note_says_the_rise_and_what_to_do():
         "still filling: in flight rose from 118 to 239 over the arrivals' second and last quarters; its "
         "latencies are a fill-up's or a growing backlog's (a lower bound either way): give it more requests "
         "or a longer duration to tell which")
+
+
+def test_a_backlog_missed_by_the_rule_and_by_still_filling_is_flagged_growing():
+    # the issue's 25 % overload: 16 slots x 10 s at Poisson 2 req/s, 400 requests, seed 3: neither stopped
+    # by the saturation rule nor still filling (in flight near its 16 slots' worth plus a queue that grows
+    # slowly), its p99 latency a queue's.  Its first tokens' wait rises 18.7 s over the arrivals' second
+    # half (10 spans' mean waits fitted), past max(3 standard errors, the p10 latency 13.1 s): growing
+    sends = poisson(2.0, 400, 3)
+    sent, firsts, ends = slotted(sends, 16, 10.0)
+    assert feed((sent, firsts, ends))[0] is None
+    assert not still_filling(*quarter_in_flight(sent * S, ends * S))
+    rise, bound = wait_rise(sent * S, firsts - sent, ends * S)
+    assert rise == pytest.approx(18.70, abs=0.01) and bound == pytest.approx(13.10, abs=0.01)
+    assert backlog_growing(rise, bound)
+    assert backlog_note(rise, bound).startswith("backlog growing: the wait for a first token rose by 18.7 s")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_server_with_room_and_a_fill_up_are_not_a_backlog(seed):
+    # 25 slots x 10 s at 2 req/s (80 %) and the batcher whose latency rises from 5 s to 24 s and levels,
+    # judged whole (its end its first token): flat waits over the second half
+    sends = poisson(2.0, 400, seed)
+    for stream in (slotted(sends, 25, 10.0), whole(batcher(sends, 1000, 5e-3, 0.4e-3, max_seqs=100_000))):
+        sent, firsts, ends = stream
+        assert not backlog_growing(*wait_rise(sent * S, firsts - sent, ends * S))
+
+
+def test_the_backlog_is_in_the_summary_beside_still_filling():
+    # 100 requests sent 1 s apart whose first token waits 0.5 s + 0.2 s per second sent (a queue growing),
+    # then 10 s of output: second half 49.5 .. 99 s, the wait rises 0.2 x 49.5 = 9.9 s, past the p10 latency
+    rows = [{"sent": float(i), "ttft": 0.5 + 0.2 * i, "done": i + 0.5 + 0.2 * i + 10.0} for i in range(100)]
+    s = summary(rows)
+    assert s["backlog_wait_rise_s"] == pytest.approx(9.9, abs=0.05)
+    assert s["backlog_wait_bound_s"] == pytest.approx(12.48, abs=0.05)   # p10 of 10.5 .. 30.3 s
+    assert s["backlog_growing"] is False
+    rows = [{"sent": float(i), "ttft": 0.5 + 0.4 * i, "done": i + 0.5 + 0.4 * i + 10.0} for i in range(100)]
+    s = summary(rows)
+    assert s["backlog_wait_rise_s"] == pytest.approx(19.8, abs=0.05) and s["backlog_growing"] is True
+    assert summary(rows, fixed_rate=False)["backlog_growing"] is False   # a trace's replay: its own rate
+    flat = summary([{"sent": float(i), "ttft": 0.5, "done": i + 10.5} for i in range(100)])
+    assert flat["backlog_wait_rise_s"] == pytest.approx(0.0, abs=1e-9) and flat["backlog_growing"] is False
