@@ -27,8 +27,8 @@ def main(argv: list[str]) -> int:
                          "(refused without it)")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
-    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
-                    help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
+    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="bonferroni",
+                    help="bonferroni (the default): 95%% for all of a load point's verdicts together; none: each")
     ap.add_argument("--out", default="comparison.json",
                     help="where to write comparison.json (default: comparison.json in the current folder)")
     a = ap.parse_args(argv)
