@@ -106,9 +106,16 @@ class Engine:
             self.waiting -= 1
         self.running += 1
         try:
-            await asyncio.sleep(self.args.ttft_ms / 1e3)
+            # each token at its own deadline from the slot's start: a late wake-up on a busy host
+            # delays that token, not every one after it (a slot is held for the set time, not longer)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+
+            async def until(offset_ms: float) -> None:
+                await asyncio.sleep(max(0.0, start + offset_ms / 1e3 - loop.time()))
+            await until(self.args.ttft_ms)
             if not body.get("stream"):
-                await asyncio.sleep(self.args.gap_ms * (n_out - 1) / 1e3)
+                await until(self.args.ttft_ms + self.args.gap_ms * (n_out - 1))
                 self.generation_tokens += n_out
                 text = "tok " * n_out
                 choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
@@ -129,7 +136,7 @@ class Engine:
                 await resp.write(b"data: " + json.dumps({"id": rid, "choices": [choice]}).encode() + b"\n\n")
                 self.generation_tokens += 1
                 if i != n_out - 1:
-                    await asyncio.sleep(self.args.gap_ms / 1e3)
+                    await until(self.args.ttft_ms + self.args.gap_ms * (i + 1))
             usage = {"id": rid, "choices": [], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
                                                          "total_tokens": n_in + n_out}}
             await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
