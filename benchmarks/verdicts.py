@@ -134,7 +134,7 @@ def run_experiment(overrides: list[str]) -> None:
 COMPARE_CASES = {"identical": "20", "ttft5": "21", "ttft10": "22"}
 
 
-def compare_trial(tmp: Path, case: str, seed: int) -> dict:
+def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) -> dict:
     """One comparison of two fake engines (3 blocks, every config launched fresh in each)."""
     out, port = tmp / "cmp", free_port()
     slow = COMPARE_CASES[case]
@@ -142,7 +142,7 @@ def compare_trial(tmp: Path, case: str, seed: int) -> dict:
     configs = (f'protocol.configs={{a: ["engine.extra_args=[{",".join(base + ["20"])}]"], '
                f'b: ["engine.extra_args=[{",".join(base + [slow])}]"]}}')
     run_experiment(["protocol=compare", *engine_overrides(port, out, ENGINE), *LOAD, "mlflow.enabled=false",
-                    configs, f"seed={seed}", f"workload.seed={seed}"])
+                    configs, f"seed={seed}", f"workload.seed={seed}", *extra])
     doc = json.loads((out / "comparison.json").read_text())
     verdicts = {m: v["vs_baseline"]["b"]["verdict"] for m, v in doc["points"][0]["metrics"].items()
                 if "b" in v.get("vs_baseline", {})}
@@ -262,7 +262,7 @@ def slo_rows(found: list[dict]) -> list[Row]:
 
 # ------------------------------------------------------------------------------------ main
 def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, repeats: int = 3,
-            budget_s: float | None = None, log=lambda *a, **k: None) -> list[Row]:
+            budget_s: float | None = None, log=lambda *a, **k: None, adjust: str | None = None) -> list[Row]:
     """``trials`` live trials of one row's case (fewer where ``budget_s`` runs out first: no
     trial starts after it): its lines of the table."""
     # python -m tests.fake_engine_process, from any folder
@@ -278,7 +278,7 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
                 break
             s = seed * 100_000 + i
             if row == "compare":
-                results.append(compare_trial(tmp, case, s))
+                results.append(compare_trial(tmp, case, s, (f"protocol.adjust={adjust}",) if adjust else ()))
             elif row == "gate":
                 results.append(gate_trial(tmp, template, case, s, repeats))
             else:
@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="gate: repeats of each build's load point")
+    ap.add_argument("--adjust", choices=("bonferroni", "none"), default=None,
+                    help="compare: protocol.adjust (default: the protocol's own)")
     ap.add_argument("--budget-s", type=float, default=None, help="start no trial after this many seconds")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = ap.parse_args(argv)
@@ -307,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--case: one of {', '.join(cases)} for --row {a.row}")
     load = os.getloadavg()
     t0 = time.perf_counter()
-    table = measure(a.row, a.case, a.trials, a.seed, a.repeats, a.budget_s, log=print)
+    table = measure(a.row, a.case, a.trials, a.seed, a.repeats, a.budget_s, log=print, adjust=a.adjust)
     took = time.perf_counter() - t0
     print(f"\n{a.row} --case {a.case}: seed {a.seed}, {took:.0f} s; "
           f"load average at start {load[0]:.1f} on {os.cpu_count()} CPUs")
