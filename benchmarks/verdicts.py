@@ -1,6 +1,7 @@
 """How often tokenfactory's verdicts are wrong, measured live on engines whose truth is known.
 
     python benchmarks/verdicts.py --row compare|gate|slo_search [--case ...] [--trials N] [--seed 0]
+        [--budget-s S] [--adjust none|bonferroni] [--json OUT]   (docs/measured/verdicts.md)
 
 Every trial runs the real protocol end to end in this process (``protocols.registry`` and
 ``harness.commands.track``, as ``tokenfactory run`` and ``tokenfactory track`` do) against the
