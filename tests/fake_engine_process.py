@@ -15,6 +15,8 @@ completion request (counting from 1, the warm-up included) run the engine out of
 OOM message like PyTorch's, then exit 1), exit with code 3, hang the whole server (its event
 loop blocked: ``/health`` goes unanswered too), or send the engine SIGSTOP or SIGKILL.  The
 log line before says when (``at_ns``: ``perf_counter_ns``, the harness's clock).
+``--error-rate P``: each completion request fails with HTTP 500 with probability P (drawn from
+``--seed``), a build whose error rate rose (benchmarks/verdicts.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import hashlib
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -46,6 +49,7 @@ class Engine:
         self.slots = asyncio.Semaphore(args.max_num_seqs) if args.max_num_seqs else None
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.rng = random.Random(args.seed)
 
     def look_up(self, text: str) -> None:
         n = self.args.block_chars
@@ -89,6 +93,8 @@ class Engine:
             prompt = json.dumps(prompt)
         self.requests += 1
         self.fault()
+        if self.args.error_rate and self.rng.random() < self.args.error_rate:
+            return web.json_response({"error": {"message": "fake engine: injected error"}}, status=500)
         self.look_up(prompt)
         n_in = max(len(prompt) // 4, 1)
         n_out = int(body.get("max_tokens") or 16)
@@ -100,9 +106,16 @@ class Engine:
             self.waiting -= 1
         self.running += 1
         try:
-            await asyncio.sleep(self.args.ttft_ms / 1e3)
+            # each token at its own deadline from the slot's start: a late wake-up on a busy host
+            # delays that token, not every one after it (a slot is held for the set time, not longer)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+
+            async def until(offset_ms: float) -> None:
+                await asyncio.sleep(max(0.0, start + offset_ms / 1e3 - loop.time()))
+            await until(self.args.ttft_ms)
             if not body.get("stream"):
-                await asyncio.sleep(self.args.gap_ms * (n_out - 1) / 1e3)
+                await until(self.args.ttft_ms + self.args.gap_ms * (n_out - 1))
                 self.generation_tokens += n_out
                 text = "tok " * n_out
                 choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
@@ -123,7 +136,7 @@ class Engine:
                 await resp.write(b"data: " + json.dumps({"id": rid, "choices": [choice]}).encode() + b"\n\n")
                 self.generation_tokens += 1
                 if i != n_out - 1:
-                    await asyncio.sleep(self.args.gap_ms / 1e3)
+                    await until(self.args.ttft_ms + self.args.gap_ms * (i + 1))
             usage = {"id": rid, "choices": [], "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
                                                          "total_tokens": n_in + n_out}}
             await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
@@ -166,6 +179,8 @@ def main(argv=None) -> None:
     ap.add_argument("--middleware", action="append", default=[])
     ap.add_argument("--enable-scale-out", action="store_true")  # what vllm-router's workers get (no-op here)
     ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--error-rate", type=float, default=0.0)  # share of completion requests answered 500
+    ap.add_argument("--seed", type=int, default=None)
     # launched as vLLM (engine=vllm engine.python=a shim: tests/fake_vllm.py): its other flags are ignored
     ap.add_argument("--as-vllm", action="store_true")
     args, rest = ap.parse_known_args(argv)

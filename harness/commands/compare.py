@@ -26,8 +26,8 @@ def main(argv: list[str]) -> int:
                          "(refused without it)")
     ap.add_argument("--metric", action="append", help="a metric to compare (repeatable; default: the usual set)")
     ap.add_argument("--margin", type=float, default=0.02, help="smallest relative difference that counts")
-    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="none",
-                    help="bonferroni: 95%% for all of a load point's verdicts together (default: each)")
+    ap.add_argument("--adjust", choices=("bonferroni", "none"), default="bonferroni",
+                    help="bonferroni (the default): 95%% for all of a load point's verdicts together; none: each")
     ap.add_argument("--out", default=results_io.COMPARISON,
                     help=f"where to write {results_io.COMPARISON} (default: {results_io.COMPARISON} in the current "
                          "folder)")

@@ -14,6 +14,10 @@ points up to and past it, and find the highest load at which the SLO still holds
   bracket: the true knee lies between the last pass and the first fail.  A probe still filling
   up (``metrics.filling``: its requests in flight still rising through its arrivals) fails
   (``metrics.slo.run_meets_slo``), and the answer's note names its load and what to do.
+- ``thin_percentile_warning``: a probe whose SLO percentile rests on fewer requests than can
+  support it (MLPerf's early-stopping count: 662 for a p99) is decided by its one or two slowest
+  requests, so one stall of the host fails it: the answer may lie far below the true highest
+  load (live, on a loaded 2-core host: docs/measured/verdicts.md).  The result says so.
 
 Pure: numbers in, numbers out; the harness runs the probes (``protocols.experiment``).
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metrics.filling import STILL_FILLING
+from metrics.percentiles import early_stopping_min_samples
 
 SPACINGS = ("linear", "geometric", "mlperf")
 MLPERF_LOW = (1, 2, 4, 8, 16, 32)
@@ -151,3 +156,18 @@ class Bisection:
                 "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
                 "probes": [p.__dict__ for p in self.probes], "note": note}
 
+
+
+def thin_percentile_warning(percentile: float, requests: list[int]) -> str | None:
+    """What the search's answer says when some probe judged the SLO's ``percentile`` on fewer
+    ``requests`` than MLPerf's early stopping needs to claim it (None when every probe had enough)."""
+    if not requests or percentile >= 100:
+        return None
+    need = early_stopping_min_samples(percentile)
+    fewest = min(requests)
+    if fewest >= need:
+        return None
+    return (f"the SLO's p{percentile:g} was judged on as few as {fewest} requests in a probe (a claim about it needs "
+            f"{need}): a probe's one or two slowest requests decide it, so one stall of the host fails it and the "
+            f"answer may lie well below the true highest load; run probes of at least {need} requests "
+            "(load.num_requests or load.duration_s x rate)")

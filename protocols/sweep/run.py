@@ -19,6 +19,7 @@ from protocols.sweep.load_search import (
     probe_concurrencies,
     probe_done,
     saturation,
+    thin_percentile_warning,
 )
 
 
@@ -86,6 +87,7 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
     bis = Bisection(float(low), float(high), float(p.search_tolerance), int(p.search_max_probes), closed)
     base = OmegaConf.to_container(cfg.load, resolve=True)
     min_att = cfg.slo.min_attainment
+    judged: list[int] = []  # requests each probe's SLO percentile was judged on
     while (load := bis.next_load()) is not None:
         key = "concurrency" if closed else "rate"
         value = int(load) if closed else round(load, 4)
@@ -97,6 +99,7 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
         else:
             summary = exp.session.run_point(spec, last=False).summary
         ok, why = slo_holds(summary, min_att)
+        judged.append(int(summary.get("completed") or 0) + int(summary.get("failed") or 0))
         print(f"  search: {key}={value:g} {'meets' if ok else 'misses'} the SLO" + (f" ({why})" if why else ""),
               flush=True)
         bis.record(float(value), ok, spec.subdir, why)
@@ -108,5 +111,10 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
         result.update({k: m.get(k) for k in ("goodput_rps", "good_output_throughput", "cost_per_mtok_good",
                                               "cost_total", "good_output_tokens", "output_throughput")})
     result.update({"config": s.config, "block": s.block, "kind": "concurrency" if closed else "rate"})
+    warning = thin_percentile_warning(float(cfg.slo.percentile), judged)
+    if warning:
+        result["warning"] = warning
     results_io.write_json(exp.session_dir(s) / "search.json", result)
     print(f"  max load under the SLO: {at:g} (bracket {result['bracket']}; {result['note']})", flush=True)
+    if warning:
+        print(f"  WARNING: {warning}", flush=True)

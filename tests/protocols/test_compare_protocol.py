@@ -170,3 +170,12 @@ def test_blocks_are_added_until_the_intervals_converge(tmp_path):
     assert len(record["blocks"]) == 4            # 2 planned, 2 added: +-0.01 % is out of reach
     assert "max_repeats=4" in record["convergence"] and "not converged" in record["convergence"]
     assert len(pq.read_table(out / "runs.parquet")) == 8
+
+
+@pytest.mark.parametrize("protocol", ["compare", "ablation"])
+def test_the_verdicts_of_a_point_are_a_family_by_default(protocol):
+    # adjust=none gave a false winner between identical engines in 2 of 3 live comparisons
+    # (benchmarks/verdicts.py --row compare, docs/measured/verdicts.md): bonferroni is the default
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=[f"protocol={protocol}"])
+    assert cfg.protocol.adjust == "bonferroni"

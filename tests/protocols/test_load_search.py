@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from metrics.slo import slo_holds
-from protocols.sweep.load_search import Bisection, place_points, probe_done, saturation
+from protocols.sweep.load_search import Bisection, place_points, probe_done, saturation, thin_percentile_warning
 
 
 def test_saturation_is_where_doubling_stops_paying():
@@ -79,6 +79,16 @@ def test_a_probe_still_filling_fails_and_the_note_says_so():
                          "(load.num_requests) or a longer duration (load.duration_s)")
 
 
+def test_a_p99_on_too_few_requests_is_said():
+    # live on a loaded host, one stall of the host failed a probe of 8 requests at a fifth of the
+    # true highest load (docs/measured/verdicts.md): the answer says its probes were too small
+    w = thin_percentile_warning(99.0, [80, 8, 44])
+    assert "as few as 8 requests" in w and "needs 662" in w and "at least 662 requests" in w
+    assert thin_percentile_warning(99.0, [662, 700]) is None
+    assert "needs 130" in thin_percentile_warning(95.0, [129])
+    assert thin_percentile_warning(99.0, []) is None and thin_percentile_warning(100.0, [3]) is None
+
+
 def test_slo_holds_reads_the_summary():
     assert slo_holds({"slo_ttft_met": True, "slo_tpot_met": True, "completed": 5}) == (True, "")
     assert slo_holds({"slo_ttft_met": False, "completed": 5})[1] == "missed: ttft"
@@ -110,6 +120,8 @@ def test_the_search_finds_the_fake_engines_knee(tmp_path):
     # that way and found 17.5): the answer may sit up to 20 % below the knee
     assert 16 <= found["max_load_under_slo"] == lo < 20 and hi <= 22 and hi - lo <= 0.1 * lo + 1e-9, found
     assert found["goodput_rps"] > 0 and found["cost_per_mtok_good"] > 0
+    # 2 s probes of 9 to 81 requests: a p99 none of them can claim, and the answer says so
+    assert "judged on as few as 9 requests" in found["warning"] and "needs 662" in found["warning"]
 
 
 def test_slo_holds_counts_failed_requests_against_the_percentile():

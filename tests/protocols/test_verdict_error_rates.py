@@ -1,0 +1,51 @@
+"""The verdicts' error rates, live (benchmarks/verdicts.py, docs/measured/verdicts.md), in small:
+a few trials of each row against fake engines launched as processes.  A small sample cannot
+prove a rate within its level, but it can disprove it: each test fails when the lower end of
+the rate's Clopper-Pearson 95 % interval is above the stated level."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("verdicts_bench", REPO / "benchmarks" / "verdicts.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _bench()
+
+
+def test_clopper_pearson_interval():
+    assert bench.clopper_pearson(0, 20) == pytest.approx((0.0, 0.1684), abs=1e-4)
+    assert bench.clopper_pearson(2, 2)[0] == pytest.approx(0.1581, abs=1e-4)  # 0.025 ** (1/2)
+    assert bench.Row("x", 0.05, 2, 2).judged()[3] == "fail"      # 2 of 2: the level is disproved
+    assert bench.Row("x", 0.05, 1, 1).judged()[3] == "open"      # 1 of 1 cannot tell
+    assert bench.Row("x", 0.05, 80, 0).judged()[3] == "pass"     # 0 of 80: [0, 4.5 %]
+
+
+def test_true_max_rate_of_the_slot_limited_engine():
+    # 2 slots, 100 ms a request: capacity 20 req/s; over 2 s the p99 TTFT (100 ms: 50 ms of
+    # slack) is met a little above it, while the queue has not yet grown by 50 ms
+    truth = bench.true_max_rate()
+    assert 20.0 <= truth < 21.0
+    ttft = bench.queue_ttft_ms(25.0, 2, 0.1, 50.0, 50)
+    assert ttft[:2] == [50.0, 50.0] and ttft[-1] > 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row, trials", [("compare", 1), ("gate", 2), ("slo_search", 2)])
+def test_the_verdicts_error_rate_is_not_above_its_level(row, trials):
+    rows = bench.measure(row, "identical", trials, seed=7)
+    for r in rows:
+        rate, low, high, status = r.judged()
+        assert r.trials >= trials and low <= r.level, r.line()
