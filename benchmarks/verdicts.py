@@ -52,6 +52,8 @@ sys.path.insert(0, str(REPO))
 
 from scipy.stats import beta  # noqa: E402
 
+from harness import results_io  # noqa: E402
+
 PY = sys.executable
 TRACK = "verdicts"
 # the fake engine: TTFT 20 ms, 5 ms between tokens, 8 tokens (a request takes 55 ms)
@@ -144,7 +146,7 @@ def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) 
                f'b: ["engine.extra_args=[{",".join(base + [slow])}]"]}}')
     run_experiment(["protocol=compare", *engine_overrides(port, out, ENGINE), *LOAD, "mlflow.enabled=false",
                     configs, f"seed={seed}", f"workload.seed={seed}", *extra])
-    doc = json.loads((out / "comparison.json").read_text())
+    doc = json.loads((out / results_io.COMPARISON).read_text())
     verdicts = {m: v["vs_baseline"]["b"]["verdict"] for m, v in doc["points"][0]["metrics"].items()
                 if "b" in v.get("vs_baseline", {})}
     shutil.rmtree(out)
