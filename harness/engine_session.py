@@ -30,6 +30,20 @@ from metrics.slo import SLO
 from metrics.telemetry.engine import ROUTER_SOURCE
 from metrics.telemetry.process import TelemetryError, TelemetryProcess
 
+# What the console said already: an emulated engine is said once an experiment (a process), not at every
+# launch of a comparison's repeats; the experiment's warnings count its runs (harness.caveats).
+_SAID_EMULATED: set[tuple[str, str]] = set()
+
+
+def emulated_line(engine: str, emu: dict) -> str:
+    """The console's EMULATED line for an engine whose timings are emulated, the first time this process
+    launches it with that timing source; "" after that, and for a real engine."""
+    if not emu.get("emulated") or (engine, str(emu.get("timing_source"))) in _SAID_EMULATED:
+        return ""
+    _SAID_EMULATED.add((engine, str(emu.get("timing_source"))))
+    return (f"EMULATED: engine={engine}'s timings come from {emu['timing_source']}, not from a real engine; every "
+            "record of this run says so (summary.json emulated, timing_source)")
+
 
 class EngineSession:
     """``start()`` launches the engine and everything around it, ``run_point`` runs one load
@@ -102,10 +116,9 @@ class EngineSession:
             raise UserError(str(e)) from None
         self.watch_processes()
         self.refresh_replica_names()
-        emu = emulation(self.engine)
-        if emu["emulated"]:
-            print(f"EMULATED: engine={self.engine.name}'s timings come from {emu['timing_source']}, not from a "
-                  "real engine; every record of this run says so (summary.json emulated, timing_source)", flush=True)
+        line = emulated_line(self.engine.name, emulation(self.engine))
+        if line:
+            print(line, flush=True)
         if tcfg.engine.enabled:  # the engine's own /metrics, once it is up
             self.add_engine_metrics()
         print(f"engine ready at {self.engine.base_url} after "
