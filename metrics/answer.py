@@ -15,10 +15,13 @@ grouped by ``label``, ordered by ``offered_load``):
   (``metrics.statistics.ratio_ci``, as ``metrics.comparison.RATIOS`` defines it); one repeat: no
   interval, said once;
 - *goodput follows the offered load* at an open-loop point (load kind ``poisson``, ``constant``,
-  ``gamma``) when its goodput is at least ``FOLLOW_SHARE`` (0.9) of the rate its requests were sent
-  at (``achieved_send_rate_rps``: the arrivals as drawn, so a Poisson draw's noise does not count;
-  the nominal ``offered_load`` where it is missing), i.e. at most 10 % of what arrived was late, failed
-  or still queued when the run's window closed; at a closed-loop point (``concurrency``), and any
+  ``gamma``) when no repeat of it was stopped or grew a backlog (``queued``) and at least
+  ``FOLLOW_SHARE`` (0.9) of the requests it was sent were good (``good_share``: Σ good_requests /
+  Σ num_requests; goodput and the send rate over the same window, so a short run's drain, which
+  lowers ``goodput_rps`` against ``achieved_send_rate_rps``, does not count); where the summaries do
+  not record good requests, when its goodput is at least 0.9 of the rate its requests were sent at
+  (``achieved_send_rate_rps``: the arrivals as drawn; the nominal ``offered_load`` where missing);
+  at a closed-loop point (``concurrency``), and any
   other, when its goodput gain over the previous point is at least ``GAIN_SHARE`` (0.5) of the gain
   proportional to the offered load's (goodput_i - goodput_{i-1} >= 0.5 · goodput_{i-1} ·
   (offered_i / offered_{i-1} - 1)): a closed loop sends only as fast as the server answers, so the
@@ -86,6 +89,7 @@ class PointResult:
     filling: int
     fill_kind: str = ""      # of its repeats still filling: backlog, fill-up (filling_kind)
     backlog: int = 0         # repeats whose wait rose through their arrivals' second half (metrics.filling)
+    good_share: float | None = None  # Σ good_requests / Σ num_requests over the repeats (None: not recorded)
     follows: bool = True
 
     @property
@@ -155,7 +159,8 @@ def sweep_points(rows: Sequence[Mapping], slo: Mapping | None = None, confidence
             stopped=sum(bool(r.get("saturated")) for r in runs),
             filling=sum(bool(r.get("still_filling")) for r in runs),
             fill_kind=" and ".join(sorted({filling_kind(r) for r in runs if r.get("still_filling")})),
-            backlog=sum(bool(r.get("backlog_growing")) for r in runs)))
+            backlog=sum(bool(r.get("backlog_growing")) for r in runs),
+            good_share=good_share(runs)))
     points.sort(key=lambda p: (math.inf if p.offered is None else p.offered, p.label))
     return _with_follows(points)
 
@@ -182,12 +187,27 @@ def systematic_token_difference(m: Mapping) -> bool:
     return abs(mean) >= 0.5 and abs(mean) >= 0.9 * mabs
 
 
+def good_share(runs: Sequence[Mapping]) -> float | None:
+    """Σ good_requests / Σ num_requests over a point's repeats (measured requests; None where a run lacks them)."""
+    if not runs or any(r.get("good_requests") is None or not _f(r.get("num_requests")) > 0 for r in runs):
+        return None
+    return sum(_f(r["good_requests"]) for r in runs) / sum(_f(r["num_requests"]) for r in runs)
+
+
+def queued(point: PointResult) -> bool:
+    """A repeat of the point was stopped as over-saturated, or its backlog grew (``backlog_growing``, or
+    still filling as a backlog: ``filling_kind``)."""
+    return bool(point.stopped or point.backlog or "backlog" in point.fill_kind.split(" and "))
+
+
 def follows(point: PointResult, before: PointResult | None) -> bool:
     """Whether goodput follows the offered load at ``point`` (module doc)."""
     g = point.goodput.value
     if math.isnan(g):
         return False
     if point.load_kind in OPEN_LOOP:
+        if point.good_share is not None:  # the requests it was sent, against the same window
+            return not queued(point) and point.good_share >= FOLLOW_SHARE
         sent = point.send_rate if point.send_rate else point.offered
         return sent is None or g >= FOLLOW_SHARE * sent
     if before is None or not before.offered or point.offered is None or math.isnan(before.goodput.value):
@@ -278,8 +298,12 @@ def sweep_answer(rows: Sequence[Mapping], slo: Mapping | None = None, currency: 
     else:
         p = points[k]
         sent = p.send_rate if p.load_kind in OPEN_LOOP and p.send_rate else None
-        share = (f" ({p.goodput.value / sent:.0%} of the {sent:.3g} req/s sent)" if sent else
-                 f" (gain under {GAIN_SHARE:.0%} of the offered load's)")
+        if sent and p.good_share is not None:
+            share = (" (stopped as over-saturated)" if p.stopped else " (a growing backlog)" if queued(p) else
+                     f" ({p.good_share:.0%} of its requests good)")
+        else:
+            share = (f" ({p.goodput.value / sent:.0%} of the {sent:.3g} req/s sent)" if sent else
+                     f" (gain under {GAIN_SHARE:.0%} of the offered load's)")
         lines.append((f"goodput follows the offered load up to {points[k - 1].label} and stops there: "
                       if k else "goodput does not follow the offered load even at the lowest point: ")
                      + f"{interval(p.goodput, ' req/s')} at {p.label}{share}")

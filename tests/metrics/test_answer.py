@@ -209,3 +209,23 @@ def test_a_cost_read_back_with_no_bound_or_no_good_tokens_is_a_figure_not_a_cras
     assert interval(e, " USD") == "inf USD"
     e = estimate_of({"value": 2.5, "low": 2.0, "high": 3.0, "n": 3, "method": "t"})
     assert interval(e, " USD") == "2.5 USD [2, 3]"
+
+
+def test_a_short_point_that_kept_up_follows_though_its_drain_lowers_its_goodput():
+    """The default run (60 requests a point, 2026-12-06): rate=8 sent 7.43 req/s, all 60 good, but its
+    window holds the drain of the last requests, so goodput_rps 6.39 is 86 % of the send rate: the knee was
+    put at rate=8, the highest point that met the SLO. Good requests of those sent say it kept up; rate=16,
+    every request good too, was still filling as a growing backlog and is where goodput stops."""
+    rows = [point(2, 1.86, sent=1.9, good_requests=60, num_requests=60),
+            point(4, 3.61, sent=3.9, good_requests=60, num_requests=60),
+            point(8, 6.39, sent=7.43, good_requests=60, num_requests=60),
+            point(16, 8.82, sent=14.8, good_requests=60, num_requests=60, still_filling=True, backlog_growing=True,
+                  in_flight_second_quarter=12.3, in_flight_last_quarter=41.4)]
+    pts = sweep_points(rows, SLO)
+    assert [p.good_share for p in pts] == [1.0, 1.0, 1.0, 1.0]
+    assert [p.follows for p in pts] == [True, True, True, False] and knee(pts) == 3
+    assert sweep_answer(rows, SLO).lines[2] == ("goodput follows the offered load up to poisson rate=8 and stops "
+                                                "there: 8.82 req/s at poisson rate=16 (a growing backlog)")
+    rows[2] = point(8, 5.0, sent=7.43, good_requests=50, num_requests=60)  # 83 % good: below 90 %
+    assert sweep_answer(rows, SLO).lines[2] == ("goodput follows the offered load up to poisson rate=4 and stops "
+                                                "there: 5 req/s at poisson rate=8 (83% of its requests good)")
