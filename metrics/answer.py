@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from metrics.comparison import RATIOS, SEARCH_LABEL
+from metrics.filling import STILL_FILLING
 from metrics.slo import slo_holds
 from metrics.statistics import Estimate, mean_ci, ratio_ci
 
@@ -113,7 +114,12 @@ def _f(v) -> float:
 
 
 def _missed_text(row: Mapping, slo: Mapping, why: str) -> str:
-    """``slo_holds``'s reason, with each missed percentile's value and limit."""
+    """``slo_holds``'s reason, with each missed percentile's value and limit; a run still filling named as a
+    backlog or a fill-up where its records tell (``filling_kind``)."""
+    if why.startswith(STILL_FILLING) and filling_kind(row) in FILL_WORDS:
+        return (f"{STILL_FILLING}, {FILL_WORDS[filling_kind(row)]}: in flight rose from "
+                f"{_f(row.get('in_flight_second_quarter')):.3g} to {_f(row.get('in_flight_last_quarter')):.3g} over "
+                "the arrivals' second and last quarters (its latencies are a lower bound)")
     if not why.startswith("missed: "):
         return why
     pct = _f(row.get("slo_percentile"))

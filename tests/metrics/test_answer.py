@@ -229,3 +229,12 @@ def test_a_short_point_that_kept_up_follows_though_its_drain_lowers_its_goodput(
     rows[2] = point(8, 5.0, sent=7.43, good_requests=50, num_requests=60)  # 83 % good: below 90 %
     assert sweep_answer(rows, SLO).lines[2] == ("goodput follows the offered load up to poisson rate=4 and stops "
                                                 "there: 5 req/s at poisson rate=8 (83% of its requests good)")
+
+
+def test_the_first_point_missed_for_still_filling_is_named_a_backlog_where_its_records_tell():
+    rows = [point(8, 6.39, sent=7.43, good_requests=60, num_requests=60),
+            point(16, 8.82, sent=14.8, good_requests=60, num_requests=60, still_filling=True, backlog_growing=True,
+                  in_flight_second_quarter=9.68, in_flight_last_quarter=36.0)]
+    assert sweep_answer(rows, SLO).lines[1] == (
+        "the first that missed it is poisson rate=16: still filling, a growing backlog: in flight rose from 9.68 to "
+        "36 over the arrivals' second and last quarters (its latencies are a lower bound)")
