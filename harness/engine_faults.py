@@ -37,6 +37,7 @@ from engines.base import EngineError
 from engines.watchdog import EngineFault, EngineWatchdog
 from harness import results_io
 from harness.errors import UserError
+from loadgen.records import write_requests
 
 perf_ns = time.perf_counter_ns
 PREFIX = "engine failure"
@@ -264,5 +265,5 @@ def attribute(path, faults: list[EngineFault]) -> int:
                 break
     if changed:
         t = t.set_column(t.schema.get_field_index("error"), t.schema.field("error"), pa.array(errors, pa.string()))
-        results_io.write_parquet(path, t, compression="zstd")
+        write_requests(path, t)
     return changed

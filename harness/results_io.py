@@ -20,6 +20,8 @@ from pathlib import Path
 import yaml
 
 from harness.errors import UserError
+from resultfiles import parquet
+from resultfiles.whole import replace_whole
 
 SECRET_KEY = re.compile(r"(api_key|token|secret|password|authorization)$", re.I)
 # Every value of a map of HTTP headers (export.otlp_headers): an exporter's key goes in one, under
@@ -98,38 +100,20 @@ def _clean(o):
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    _replace_whole(path, lambda tmp: tmp.write_text(text))
+    replace_whole(path, lambda tmp: tmp.write_text(text))
 
 
-def write_parquet(path: str | os.PathLike, table, compression: str = "snappy") -> None:
+def write_parquet(path: str | os.PathLike, table, compression: str = parquet.DEFAULT_COMPRESSION) -> None:
     """A pyarrow table as ``path``, whole or not at all (pyarrow's default compression unless
-    ``compression``: requests.parquet is zstd)."""
-    import pyarrow.parquet as pq  # here, not above: what reads only JSON does not load pyarrow
-
-    _replace_whole(path, lambda tmp: pq.write_table(table, tmp, compression=compression))
+    ``compression``: requests.parquet is zstd, ``loadgen.records.write_requests``)."""
+    parquet.write_table(path, table, compression=compression)
 
 
-def read_parquet(path: str | os.PathLike, columns: list[str] | None = None):
-    """A Parquet file as a pyarrow table (only ``columns``, where given); a missing or corrupt
-    file raises as pyarrow does (its callers say what it was for)."""
-    import pyarrow.parquet as pq
-
-    return pq.read_table(path, columns=columns)
-
-
-def _replace_whole(path: str | os.PathLike, write) -> None:
-    """``write(tmp)`` beside ``path``, then renamed over it: a reader sees the old file or the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        write(tmp)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)  # a full disk: give back what the half-written copy took
-        if isinstance(e, OSError) and e.filename is None:
-            e.filename = str(path)  # (a failed write, unlike a failed open, does not name the file)
-        raise
-    os.replace(tmp, path)
+# A Parquet file of a run or experiment folder as a table (only ``columns``, where given), or
+# opened for its schema and row groups first; a missing or corrupt one raises as pyarrow does
+# (its callers say what it was for).
+read_parquet = parquet.read_table
+open_parquet = parquet.open_file
 
 
 def write_json(path, obj) -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from resultfiles import parquet
 
 HOST = socket.gethostname()  # evaluated in each load-generator process: a Ray worker's is its node's
 # Statuses of DESIGN.md's failure taxonomy.
@@ -131,11 +132,10 @@ class RecordWriter:
     """
 
     def __init__(self, path: str | os.PathLike, batch_size: int = 2048):
-        self.path = os.fspath(path)
-        self.tmp = self.path + ".partial"
+        self._file = parquet.StreamWriter(path, SCHEMA)
+        self.path, self.tmp = self._file.path, self._file.tmp
         self.batch_size = batch_size
         self.rows = 0
-        self._writer = pq.ParquetWriter(self.tmp, SCHEMA, compression="zstd")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
         # its thread starts now: started at the first flush, mid-run, it held the loop ~10 ms
         self._pending: Future | None = self._pool.submit(int)
@@ -164,7 +164,7 @@ class RecordWriter:
         """Append rows already in ``SCHEMA`` form (the worker processes' part files)."""
         self.flush()
         self._wait()
-        self._writer.write_table(table.select(list(COLUMNS)).cast(SCHEMA))
+        self._file.write(table.select(list(COLUMNS)).cast(SCHEMA))
         self.rows += table.num_rows
 
     def _table(self) -> pa.Table:
@@ -188,7 +188,7 @@ class RecordWriter:
         if self._n_buf:
             table = self._table()
             self._wait()
-            self._pending = self._pool.submit(self._writer.write_table, table)
+            self._pending = self._pool.submit(self._file.write, table)
             self.rows += self._n_buf
             self._reset()
 
@@ -197,9 +197,7 @@ class RecordWriter:
         self.flush()
         self._wait()
         self._pool.shutdown()
-        self._writer.close()
-        os.replace(self.tmp, self.path)
-        return self.path
+        return self._file.publish()
 
     def abort(self) -> None:
         """Keep what was written under the ``.partial`` name (never the final one)."""
@@ -210,15 +208,21 @@ class RecordWriter:
             pass
         self._pool.shutdown()
         try:
-            self._writer.close()
+            self._file.close_partial()
         except Exception:  # noqa: BLE001 - as above
             pass
+
+
+def write_requests(path: str | os.PathLike, table: pa.Table) -> None:
+    """A whole ``requests.parquet`` at once (an imported run's, a rewritten one's), as
+    ``RecordWriter`` writes it (its compression), whole or not at all."""
+    parquet.write_table(path, table, compression=parquet.STREAM_COMPRESSION)
 
 
 def read_requests(path: str | os.PathLike) -> pa.Table:
     """A ``requests.parquet``; a file written before the ``replica`` column existed reads as
     every row's replica ``unknown``."""
-    t = pq.read_table(path)
+    t = parquet.read_table(path)
     if "replica" not in t.column_names:
         t = t.append_column(pa.field("replica", pa.string()), pa.array([UNKNOWN_REPLICA] * t.num_rows, pa.string()))
     return t

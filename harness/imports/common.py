@@ -23,8 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from harness.errors import UserError
-from harness.results_io import REQUESTS, SUMMARY, write_json, write_parquet
-from loadgen.records import SCHEMA, RequestRecord
+from harness.results_io import REQUESTS, SUMMARY, write_json
+from loadgen.records import SCHEMA, RequestRecord, write_requests
 from metrics.request_metrics import finalize_record
 from metrics.slo import SLO
 from metrics.summary import summarize
@@ -243,7 +243,7 @@ def write_run(run: ImportedRun, out_dir: Path, source_file: Path, slo: SLO | Non
                     "source_benchmark": run.label, "definition_notes": notes,
                     "source_metrics": run.source_metrics, "source_comparison": comparison,
                     "source_equivalents": run.equivalents})
-    write_parquet(out_dir / REQUESTS, table, compression="zstd")
+    write_requests(out_dir / REQUESTS, table)
     write_json(out_dir / "source.json", {**provenance, "definition_notes": notes})
     write_json(out_dir / SUMMARY, summary)
     return out_dir

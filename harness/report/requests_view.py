@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.report.data import Run
@@ -52,7 +51,7 @@ class RunView:
     cache_ttft: tuple | None = None
 
 
-def _num_chunks(pf: pq.ParquetFile) -> int:
+def _num_chunks(pf) -> int:
     md = pf.metadata
     names = [md.schema.column(i).path for i in range(md.num_columns)]
     idx = next((i for i, n in enumerate(names) if n.startswith("chunk_ns")), None)
@@ -151,7 +150,7 @@ def read_run(run: Run, timeline: bool = True) -> RunView | None:
     path = run.dir / results_io.REQUESTS
     if not path.exists():
         return None
-    pf = pq.ParquetFile(path)
+    pf = results_io.open_parquet(path)
     have = set(pf.schema_arrow.names)
     exact = timeline and {"chunk_ns", "chunk_tokens"} <= have and _num_chunks(pf) <= MAX_CHUNKS
     cols = [c for c in COLUMNS + ["cached_tokens", "prompt_tokens"] if c in have] + (

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from harness import results_io
 
 BINS = 300
 DIGITS = 5
@@ -157,7 +158,7 @@ def decode(text: str) -> np.ndarray:
 def read(path) -> dict | None:
     """The histogram of the run whose ``requests.parquet`` is ``path`` (None when it has none)."""
     try:
-        pf = pq.ParquetFile(path)
+        pf = results_io.open_parquet(path)
     except FileNotFoundError:
         return None
     have = set(pf.schema_arrow.names)

@@ -9,10 +9,10 @@ import threading
 import time
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from metrics.telemetry.base import MARK, SCHEMA, UNAVAILABLE, Sampler
 from metrics.telemetry.host import HostSampler
+from resultfiles import parquet
 
 
 def _table(rows: list[tuple]) -> pa.Table:
@@ -22,9 +22,7 @@ def _table(rows: list[tuple]) -> pa.Table:
 
 def write_table(path: str | os.PathLike, rows: list[tuple]) -> str:
     path = os.fspath(path)
-    tmp = path + ".partial"
-    pq.write_table(_table(rows), tmp)
-    os.replace(tmp, path)
+    parquet.write_table(path, _table(rows))
     return path
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from metrics.telemetry.base import MARK, UNAVAILABLE
+from resultfiles import parquet
 
 ACCELERATOR_SOURCES = ("nvml", "dcgm")  # in order of preference (NVML is read locally)
 CPU_SOURCES = ("rapl",)
@@ -52,9 +53,7 @@ class TelemetryIndex:
 
     @classmethod
     def read(cls, path) -> TelemetryIndex:
-        import pyarrow.parquet as pq
-
-        return cls(pq.read_table(path))
+        return cls(parquet.read_table(path))
 
     def interval(self, start_mark: str, end_mark: str) -> tuple[int, int] | None:
         a, b = self.marks.get(start_mark), self.marks.get(end_mark)

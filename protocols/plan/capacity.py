@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.errors import UserError
@@ -179,7 +178,7 @@ def read_experiment(folder: str | Path) -> list[ConfigCapacity]:
     if not runs_path.is_file():
         raise UserError(f"{root}: not a finished experiment (no runs.parquet); give the folder a "
                         "`tokenfactory run protocol=sweep|compare ...` wrote")
-    runs = pq.read_table(runs_path).to_pylist()
+    runs = results_io.read_parquet(runs_path).to_pylist()
     exp = results_io.read_json(root / results_io.EXPERIMENT, {})
     by_config: dict[str, list[dict]] = {}
     for r in runs:
@@ -218,7 +217,7 @@ def _config_capacity(root: Path, name: str, rows: list[dict], exp: dict) -> Conf
         if not req_path.is_file():
             notes.append(f"{run}: no requests.parquet: left out")
             continue
-        t = pq.read_table(req_path, columns=REQUEST_COLUMNS).to_pydict()
+        t = results_io.read_parquet(req_path, columns=REQUEST_COLUMNS).to_pydict()
         warm = np.asarray(t["warmup"], dtype=bool)
         ok = (np.asarray(t["status"]) == "ok") & ~warm
         block = int(r.get("block") or 0)
@@ -263,8 +262,8 @@ def run_requests(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarra
     request, prompt tokens, output tokens, how many were not completed).  A request that did not
     complete keeps its place in the arrivals (it was offered load); its output length, which the
     run never saw, is the median of the completed ones (0 rows: empty arrays)."""
-    t = pq.read_table(Path(run_dir) / results_io.REQUESTS,
-                      columns=["scheduled_ns", "prompt_tokens", "output_tokens", "status", "warmup"]).to_pydict()
+    t = results_io.read_parquet(Path(run_dir) / results_io.REQUESTS, columns=[
+        "scheduled_ns", "prompt_tokens", "output_tokens", "status", "warmup"]).to_pydict()
     keep = ~np.asarray(t["warmup"], dtype=bool)
     sched = np.asarray(t["scheduled_ns"], dtype=np.int64)[keep]
     if sched.size == 0:

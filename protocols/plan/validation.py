@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from harness import results_io
 from harness.errors import UserError
@@ -39,8 +38,8 @@ def measured(run: Path, slo: SLO) -> dict:
     req = run / results_io.REQUESTS
     if not req.is_file():
         raise UserError(f"protocol.validate={run}: no requests.parquet there (give a finished run's folder)")
-    t = pq.read_table(req, columns=["scheduled_ns", "ttft_s", "tpot_s", "output_tokens", "status", "warmup"]
-                      ).to_pydict()
+    t = results_io.read_parquet(req, columns=["scheduled_ns", "ttft_s", "tpot_s", "output_tokens", "status",
+                                              "warmup"]).to_pydict()
     sched = np.asarray(t["scheduled_ns"], dtype=np.int64)
     t0 = int(sched.min())
     arrival = (sched - t0) / 1e9

@@ -91,7 +91,7 @@ def test_the_folder_file_names_are_said_in_results_io_only():
              results_io.COMPARISON, results_io.ABLATION, results_io.PROMOTION, results_io.ROLLBACK, results_io.PLAN,
              results_io.PROFILE, results_io.PROFILE_TABLE, results_io.AUTOSCALE}
     spelled = []
-    for pkg in ("harness", "protocols", "engines", "loadgen", "metrics", "conf", "benchmarks"):
+    for pkg in ("harness", "protocols", "engines", "loadgen", "metrics", "conf", "resultfiles", "benchmarks"):
         for path in sorted((root / pkg).rglob("*.py")):
             if path == root / "harness" / "results_io.py":
                 continue

@@ -11,8 +11,8 @@ import re
 import numpy as np
 
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.traces.common import BadLines, check_file, empty_trace, first_line, sorted_by_time
-from loadgen.workloads.traces.csv_fields import check_header, csv_fast, csv_slow, int_field
+from loadgen.workloads.traces.common import BadLines, check_file, empty_trace, sorted_by_time
+from loadgen.workloads.traces.csv_fields import csv_fast, csv_slow, int_field, read_header
 
 _TS = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$")
 
@@ -57,10 +57,7 @@ def read_azure(path, on_bad_line: str = "error") -> WorkloadTable:
 
     path = check_file(path)
     bad = BadLines(path, on_bad_line)
-    header = [h.strip() for h in first_line(path).split(",")]
-    if header == [""]:
-        raise empty_trace(path)
-    check_header(path, header, AZURE_COLUMNS, "Azure (TIMESTAMP,ContextTokens,GeneratedTokens)")
+    header = read_header(path, AZURE_COLUMNS, "Azure (TIMESTAMP,ContextTokens,GeneratedTokens)")
     t = csv_fast(path, {"TIMESTAMP": pa.string(), "ContextTokens": pa.int64(), "GeneratedTokens": pa.int64()})
     ns = None
     if t is not None and t.num_rows:

@@ -11,11 +11,10 @@ from loadgen.workloads.traces.common import (
     TraceError,
     check_file,
     empty_trace,
-    first_line,
     sessions_from_ids,
     sorted_by_time,
 )
-from loadgen.workloads.traces.csv_fields import check_header, csv_fast, csv_slow, float_field, int_field
+from loadgen.workloads.traces.csv_fields import csv_fast, csv_slow, float_field, int_field, read_header
 
 BURST_COLUMNS = ["Timestamp", "Model", "Request tokens", "Response tokens"]
 
@@ -26,10 +25,7 @@ def read_burstgpt(path, on_bad_line: str = "error", model_filter: str | None = N
 
     path = check_file(path)
     bad = BadLines(path, on_bad_line)
-    header = [h.strip() for h in first_line(path).split(",")]
-    if header == [""]:
-        raise empty_trace(path)
-    check_header(path, header, BURST_COLUMNS, "BurstGPT")
+    header = read_header(path, BURST_COLUMNS, "BurstGPT")
     has_sessions = "Session ID" in header
     has_elapsed = "Elapsed time" in header
     types = {"Timestamp": pa.float64(), "Model": pa.string(), "Request tokens": pa.int64(),

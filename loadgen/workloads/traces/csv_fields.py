@@ -1,5 +1,5 @@
 """What the CSV trace readers share: a fast pyarrow pass, a line-by-line pass that names
-the first bad line (or skips and counts them), header checks and field parsers.
+the first bad line (or skips and counts them), the header's read and check, and field parsers.
 
 Large files are read by pyarrow in one pass; when that fails, the file is re-read line by
 line to name the first bad line (or to skip and count them).
@@ -12,7 +12,7 @@ import io
 
 import numpy as np
 
-from loadgen.workloads.traces.common import BadLines, TraceError
+from loadgen.workloads.traces.common import BadLines, TraceError, empty_trace, first_line
 
 
 def int_field(v: str) -> int:
@@ -73,8 +73,14 @@ def csv_fast(path: str, types: dict):
         return None
 
 
-def check_header(path: str, header: list[str], needed: list[str], fmt: str) -> None:
+def read_header(path: str, needed: list[str], fmt: str) -> list[str]:
+    """The trace's header line, its names stripped; an empty file, or a header without the
+    ``needed`` columns (a trace of another ``fmt``), is a ``TraceError`` naming the file."""
+    header = [h.strip() for h in first_line(path).split(",")]
+    if header == [""]:
+        raise empty_trace(path)
     missing = [c for c in needed if c not in header]
     if missing:
         raise TraceError(f"{path}: not a {fmt} trace: the header {','.join(header)!r} lacks {', '.join(missing)} "
                          f"(expected {','.join(needed)})")
+    return header

@@ -48,11 +48,17 @@ def json_document(path: str):
 MAX_COUNT = 2**31 - 1  # token counts and turn numbers
 
 
-def nonneg_int(obj: dict, key: str, required: bool = True):
+def _given(obj: dict, key: str, required: bool):
+    """``obj[key]``; None where it is absent or null, a ValueError naming it where it is ``required``."""
     v = obj.get(key)
+    if v is None and required:
+        raise ValueError(f"missing {key!r}")
+    return v
+
+
+def nonneg_int(obj: dict, key: str, required: bool = True):
+    v = _given(obj, key, required)
     if v is None:
-        if required:
-            raise ValueError(f"missing {key!r}")
         return None
     if (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
             or (isinstance(v, float) and not np.isfinite(v))
@@ -64,10 +70,8 @@ def nonneg_int(obj: dict, key: str, required: bool = True):
 
 
 def number(obj: dict, key: str, required: bool = True):
-    v = obj.get(key)
+    v = _given(obj, key, required)
     if v is None:
-        if required:
-            raise ValueError(f"missing {key!r}")
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
         raise ValueError(f"{key!r} must be a number, got {v!r}")
