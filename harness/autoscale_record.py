@@ -33,9 +33,7 @@ perf_ns = time.perf_counter_ns
 
 
 def enabled(s) -> bool:
-    dep = s.cfg.get("deployment")
-    return bool(dep is not None and dep.get("autoscale") is not None and dep.autoscale.enabled
-                and hasattr(s.engine, "serving_log"))
+    return typed(s.cfg.deployment.autoscale, Autoscale).enabled and hasattr(s.engine, "serving_log")
 
 
 def start(s, p, origin=None) -> LiveScaler | None:
