@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from metrics.fleet import request_metrics
 from metrics.slo import SLO
@@ -65,8 +66,8 @@ def main() -> int:
                     arr = np.cumsum(gaps) - gaps[0]
                     idx = rng.integers(0, p.ttft_s.size, n)
                     tr = Traffic(arr, p.prompt_tokens[idx], p.output_tokens[idx], float(arr[-1]) + 1e-9, "poisson")
-                    pol = ScalingPolicy(capacity_rps=max(p.rate_rps, 1e-6), min_replicas=size, max_replicas=size,
-                                        cold_start_s=0.0)
+                    pol = ScalingPolicy(Autoscale(capacity_rps=max(p.rate_rps, 1e-6), min_replicas=size,
+                                                  max_replicas=size, cold_start_s=0.0))
                     t0 = time.perf_counter()
                     r = FleetSimulation(tr, cap, pol, slo, initial=size, seed=s).run()
                     spent += time.perf_counter() - t0

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from metrics.profile import mocker_tables
 from metrics.slo import SLO
@@ -136,7 +137,7 @@ def main() -> None:
                           ttft_s=np.full(40, ttft), tpot_s=np.full(40, tpot), output_tokens=np.full(40, 264),
                           block=0) for x, ttft, tpot in ((1.0, 0.05, 0.009), (4.0, 0.1, 0.018), (8.0, 0.15, 0.027))]
     cap = ConfigCapacity(name="c", source="measured", origin="profile", points={1: pts}, cold_start_s=[30.0])
-    pol = ScalingPolicy(capacity_rps=1e6, min_replicas=1, max_replicas=1, cold_start_s=30.0)
+    pol = ScalingPolicy(Autoscale(capacity_rps=1e6, min_replicas=1, max_replicas=1, cold_start_s=30.0))
     sim = FleetSimulation(Traffic(arr, prompt, out, float(arr[-1]) + 1, "profile"), cap, pol, SLO())
     took, _ = cpu(sim.run)
     print(f"  SimPy fleet simulation (processor sharing, one replica): {took:.2f} s CPU")

@@ -68,7 +68,7 @@ def _pin(core: str | None) -> list[str]:
 
 
 def workload_cfg(kind: str, rate: float, seconds: float):
-    """The workload config (conf/schema.py's types) and the load of one point."""
+    """The workload config (conf/schema/'s types) and the load of one point."""
     from omegaconf import OmegaConf
 
     from conf.schema import Load, SyntheticWorkload, TraceWorkload

@@ -16,7 +16,7 @@ Kubernetes' HorizontalPodAutoscaler), so a dip shorter than that stops no replic
 Replicas counted are those serving plus those starting: a replica on its way is not asked
 for twice.
 
-Pure: numbers in, a replica count out; the clock is the caller's (seconds, any origin).
+Pure: the typed config and numbers in, a replica count out; the clock is the caller's (seconds, any origin).
 """
 
 from __future__ import annotations
@@ -25,54 +25,61 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from conf.schema import Autoscale
+
 SIGNALS = ("utilisation", "queue")
 
 
 @dataclass(frozen=True)
 class ScalingPolicy:
-    signal: str = "utilisation"
-    target: float = 0.7
-    capacity_rps: float | None = None
-    window_s: float = 30.0
-    interval_s: float = 5.0
-    scale_down_delay_s: float = 120.0
-    min_replicas: int = 1
-    max_replicas: int = 4
-    provision_s: float = 0.0
-    cold_start_s: float | None = None
+    """``deployment.autoscale`` (typed: ``conf.schema.typed(node, Autoscale)``) as the policy runs it.
+    A plan fills the two values the config may leave null from its measurements; the config's
+    own value wins where it is set (``capacity_rps``, ``cold_start_s``)."""
+    autoscale: Autoscale
+    measured_capacity_rps: float | None = None  # one replica's measured max load under the SLO (plan)
+    measured_cold_start_s: float | None = None  # the measured engine start, engine_startup_s (plan)
 
     def __post_init__(self):
-        if self.signal not in SIGNALS:
-            raise ValueError(f"deployment.autoscale.signal={self.signal!r}: expected one of {', '.join(SIGNALS)}")
-        if not self.target > 0:
-            raise ValueError(f"deployment.autoscale.target={self.target}: must be > 0")
-        if self.signal == "utilisation" and not (self.capacity_rps and self.capacity_rps > 0):
+        a = self.autoscale
+        if a.signal not in SIGNALS:
+            raise ValueError(f"deployment.autoscale.signal={a.signal!r}: expected one of {', '.join(SIGNALS)}")
+        if not a.target > 0:
+            raise ValueError(f"deployment.autoscale.target={a.target}: must be > 0")
+        if a.signal == "utilisation" and not (self.capacity_rps and self.capacity_rps > 0):
             raise ValueError("deployment.autoscale.signal=utilisation needs deployment.autoscale.capacity_rps "
                              "(one replica's capacity in requests/s: a measured max load under the SLO)")
-        if self.min_replicas > self.max_replicas:
-            raise ValueError(f"deployment.autoscale.min_replicas={self.min_replicas} is above "
-                             f"max_replicas={self.max_replicas}")
+        if a.min_replicas > a.max_replicas:
+            raise ValueError(f"deployment.autoscale.min_replicas={a.min_replicas} is above "
+                             f"max_replicas={a.max_replicas}")
 
-    @classmethod
-    def from_config(cls, node, capacity_rps: float | None = None, cold_start_s: float | None = None
-                    ) -> ScalingPolicy:
-        """The policy of a ``deployment.autoscale`` node; ``capacity_rps`` and ``cold_start_s``
-        fill the node's nulls (the plan's measured capacity and cold start)."""
-        cap = node.capacity_rps if node.capacity_rps is not None else capacity_rps
-        cold = node.cold_start_s if node.cold_start_s is not None else cold_start_s
-        return cls(signal=str(node.signal), target=float(node.target),
-                   capacity_rps=float(cap) if cap is not None else None,
-                   window_s=float(node.window_s), interval_s=float(node.interval_s),
-                   scale_down_delay_s=float(node.scale_down_delay_s), min_replicas=int(node.min_replicas),
-                   max_replicas=int(node.max_replicas), provision_s=float(node.provision_s),
-                   cold_start_s=float(cold) if cold is not None else None)
+    @property
+    def capacity_rps(self) -> float | None:
+        """One replica's capacity (requests/s): the config's, else the measured one."""
+        value = self.autoscale.capacity_rps if self.autoscale.capacity_rps is not None else self.measured_capacity_rps
+        return float(value) if value is not None else None
+
+    @property
+    def cold_start_s(self) -> float | None:
+        """From the decision to a new replica serving, less ``provision_s``: the config's, else the measured one."""
+        value = self.autoscale.cold_start_s if self.autoscale.cold_start_s is not None else self.measured_cold_start_s
+        return float(value) if value is not None else None
+
+    def record(self) -> dict:
+        """The policy as autoscale.json and plan.json write it: its settings, capacity and cold start resolved."""
+        a = self.autoscale
+        return {"signal": a.signal, "target": float(a.target), "capacity_rps": self.capacity_rps,
+                "window_s": float(a.window_s), "interval_s": float(a.interval_s),
+                "scale_down_delay_s": float(a.scale_down_delay_s), "min_replicas": int(a.min_replicas),
+                "max_replicas": int(a.max_replicas), "provision_s": float(a.provision_s),
+                "cold_start_s": self.cold_start_s}
 
     def wanted(self, value: float) -> int:
         """Replicas the signal's ``value`` asks for (requests/s, or requests in flight), clamped."""
-        per_replica = self.target * self.capacity_rps if self.signal == "utilisation" else self.target
+        a = self.autoscale
+        per_replica = a.target * self.capacity_rps if a.signal == "utilisation" else a.target
         # a hair below an exact multiple is that multiple (float noise must not add a replica)
         n = math.ceil(value / per_replica - 1e-9) if value > 0 else 0
-        return max(self.min_replicas, min(self.max_replicas, n))
+        return max(a.min_replicas, min(a.max_replicas, n))
 
     def utilisation(self, rate_rps: float, replicas: int) -> float:
         """Arrival rate over the replicas' capacity (the ``utilisation`` signal's own quantity)."""
@@ -91,10 +98,10 @@ class Autoscaler:
         self.decisions: list[dict] = []                  # every change: time, from, to, signal value
 
     def decide(self, now_s: float, value: float, current: int) -> int:
-        p = self.policy
+        p, a = self.policy, self.policy.autoscale
         want = p.wanted(value)
         self.asked.append((now_s, want))
-        while self.asked and self.asked[0][0] < now_s - p.scale_down_delay_s:
+        while self.asked and self.asked[0][0] < now_s - a.scale_down_delay_s:
             self.asked.popleft()
         if want > current:
             to = want
@@ -103,9 +110,9 @@ class Autoscaler:
             to = min(current, max(w for _, w in self.asked))
         else:
             to = current
-        to = max(p.min_replicas, min(p.max_replicas, to))
+        to = max(a.min_replicas, min(a.max_replicas, to))
         if to != current:
-            self.decisions.append({"t_s": now_s, "from": current, "to": to, "signal": p.signal, "value": value})
+            self.decisions.append({"t_s": now_s, "from": current, "to": to, "signal": a.signal, "value": value})
         return to
 
 

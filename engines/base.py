@@ -4,7 +4,7 @@ An adapter knows how to start its engine (an argument list, from the interpreter
 command the config names), how to tell it is healthy, what it is (provenance), how its
 requests must be worded (dialect), how to empty its prefix cache, and how to stop it.
 External endpoints (``launch: false``) skip the start and stop.  The config is the
-engine group of conf/schema.py: every key is there, with its default.
+engine group of conf/schema/engine.py: every key is there, with its default.
 """
 
 from __future__ import annotations

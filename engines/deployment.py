@@ -74,6 +74,7 @@ def check_autoscale(cfg) -> None:
     auto = dep.get("autoscale") if dep is not None else None
     if auto is None or not auto.get("enabled"):
         return
+    from conf.schema import Autoscale, typed
     from engines.autoscale_policy import ScalingPolicy
 
     kind = dep.kind
@@ -91,13 +92,13 @@ def check_autoscale(cfg) -> None:
         raise EngineError(f"deployment.autoscale.enabled=true scales local replicas; deployment.backend="
                           f"{dep.backend} is not supported")
     try:
-        policy = ScalingPolicy.from_config(auto)
+        policy = ScalingPolicy(typed(auto, Autoscale))
     except ValueError as e:
         raise EngineError(str(e)) from None
-    if not policy.min_replicas <= int(dep.replicas) <= policy.max_replicas:
+    lo, hi = policy.autoscale.min_replicas, policy.autoscale.max_replicas
+    if not lo <= int(dep.replicas) <= hi:
         raise EngineError(f"deployment.replicas={dep.replicas} (the replicas it starts with) is outside "
-                          f"deployment.autoscale.min_replicas={policy.min_replicas} .. "
-                          f"max_replicas={policy.max_replicas}")
+                          f"deployment.autoscale.min_replicas={lo} .. max_replicas={hi}")
 
 
 class ExternalDeployment:

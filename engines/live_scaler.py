@@ -63,7 +63,7 @@ class ReadFailed(Exception):
 
 def backoff_s(policy: ScalingPolicy, failures: int) -> float:
     """The wait after the ``failures``-th failure in a row: interval_s x 2^failures, capped."""
-    return policy.interval_s * min(2 ** failures, MAX_BACKOFF)
+    return policy.autoscale.interval_s * min(2 ** failures, MAX_BACKOFF)
 
 
 class CounterWindow:
@@ -118,21 +118,22 @@ class LiveScaler:
     it: its process is about to end on purpose); ``on_count(t_ns, serving, wanted)``: at every
     decision and every change of the serving count."""
 
-    def __init__(self, deployment, policy: ScalingPolicy, drain_timeout_s: float = 60.0,
+    def __init__(self, deployment, policy: ScalingPolicy,
                  on_serving: Callable | None = None, on_leaving: Callable | None = None,
                  on_count: Callable | None = None,
                  arrivals: Callable[[], float | tuple[float | None, str | None] | None] | None = None,
                  queue: Callable[[], float] | None = None):
         self.deployment = deployment
         self.policy = policy
+        self.autoscale = policy.autoscale  # deployment.autoscale, typed
         self.autoscaler = Autoscaler(policy)
-        self.drain_timeout_s = float(drain_timeout_s)
+        self.drain_timeout_s = float(self.autoscale.drain_timeout_s)
         self.on_serving = on_serving or (lambda eng: None)
         self.on_leaving = on_leaving or (lambda eng: None)
         self.on_count = on_count or (lambda t_ns, serving, wanted: None)
         self.arrivals = arrivals or (lambda: routed_requests(deployment))
         self.queue = queue or (lambda: in_flight(deployment))
-        self.window = CounterWindow(policy.window_s)
+        self.window = CounterWindow(self.autoscale.window_s)
         self.origin_ns: int | None = None
         self.wanted = len(deployment.replicas)
         self.decisions: list[dict] = []   # every decision: t_ns, from, to, value
@@ -173,19 +174,19 @@ class LiveScaler:
         except Exception as e:  # noqa: BLE001 - the window's base is read again at the next decision
             self._failed_read(t0, _why(e))
         self.on_count(t0, len(self.deployment.replicas), self.wanted)
-        due = max(t0 / 1e9 + self.policy.interval_s, self.read_at_ns / 1e9)
+        due = max(t0 / 1e9 + self.autoscale.interval_s, self.read_at_ns / 1e9)
         while not self._stop.wait(max(due - perf_ns() / 1e9, 0.0)):
             try:
                 self.tick(perf_ns())
             except Exception as e:  # noqa: BLE001 - one bad reading must not end the scaling
                 self.errors.append(f"{type(e).__name__}: {e}")
                 print(f"autoscale: {e}", file=sys.stderr, flush=True)
-            due = max(due + self.policy.interval_s, self.read_at_ns / 1e9)
+            due = max(due + self.autoscale.interval_s, self.read_at_ns / 1e9)
 
     def _read(self, now_ns: int) -> float:
         """The policy's signal now (requests/s over the window, or requests in flight); ReadFailed
         where it could not be read."""
-        if self.policy.signal == "queue":
+        if self.autoscale.signal == "queue":
             value = self.queue()
             if value is None:
                 raise ReadFailed("requests in flight: no reading")
@@ -205,8 +206,8 @@ class LiveScaler:
         self.read_failures += 1
         wait = backoff_s(self.policy, self.read_failures)
         self.read_at_ns = now_ns + int(wait * 1e9)
-        self.failed_reads.append({"t_ns": now_ns, "signal": self.policy.signal, "error": why, "retry_in_s": wait})
-        print(f"autoscale: the {self.policy.signal} signal could not be read ({why}); decision held, next read in "
+        self.failed_reads.append({"t_ns": now_ns, "signal": self.autoscale.signal, "error": why, "retry_in_s": wait})
+        print(f"autoscale: the {self.autoscale.signal} signal could not be read ({why}); decision held, next read in "
               f"{wait:g} s", file=sys.stderr, flush=True)
         return wait
 
@@ -238,8 +239,8 @@ class LiveScaler:
                 decision.update(held=held, wanted=self.wanted)
             self.decisions.append(decision)
             if to != current:
-                unit = " req/s" if self.policy.signal == "utilisation" else " in flight"
-                print(f"autoscale: {current} -> {to} replicas ({self.policy.signal} signal {value:.3g}{unit}, "
+                unit = " req/s" if self.autoscale.signal == "utilisation" else " in flight"
+                print(f"autoscale: {current} -> {to} replicas ({self.autoscale.signal} signal {value:.3g}{unit}, "
                       f"{(now_ns - (self.origin_ns or now_ns)) / 1e9:.1f} s into the load)", flush=True)
             if to > current:
                 for _ in range(to - current):
@@ -277,7 +278,7 @@ class LiveScaler:
         if name is not None:
             event["retry"] = self.up_failures  # the failed starts before this one, in a row
         event["slot"] = asdict(dep.slot(eng.replica))
-        if self.policy.provision_s > 0 and self._stop.wait(self.policy.provision_s):
+        if self.autoscale.provision_s > 0 and self._stop.wait(self.autoscale.provision_s):
             event["cancelled"] = "the load ended before provision_s was over: never started"
             dep.cancel(eng)
             event["cancelled_ns"] = perf_ns()
@@ -364,11 +365,11 @@ class LiveScaler:
 
     def record(self) -> dict:
         """What happened, times in perf_counter_ns (``harness.autoscale_record`` makes them relative)."""
-        return {"policy": asdict(self.policy), "drain_timeout_s": self.drain_timeout_s,
+        return {"policy": self.policy.record(), "drain_timeout_s": self.drain_timeout_s,
                 "origin_ns": self.origin_ns, "decisions": list(self.decisions), "starts": list(self.starts),
                 "stops": list(self.stops), "errors": list(self.errors), "failed_reads": list(self.failed_reads),
                 "backoff": f"after the k-th failure in a row (a read, or a scale-up): interval_s x 2^k, at most "
-                           f"{MAX_BACKOFF} x interval_s = {MAX_BACKOFF * self.policy.interval_s:g} s"}
+                           f"{MAX_BACKOFF} x interval_s = {MAX_BACKOFF * self.autoscale.interval_s:g} s"}
 
 
 def _why(e: Exception) -> str:

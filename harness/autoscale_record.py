@@ -20,8 +20,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 
+from conf.schema import Autoscale, typed
 from engines.autoscale_policy import ScalingPolicy
 from engines.deployment import Member
 from engines.live_scaler import LiveScaler
@@ -33,16 +33,14 @@ perf_ns = time.perf_counter_ns
 
 
 def enabled(s) -> bool:
-    dep = s.cfg.get("deployment")
-    return bool(dep is not None and dep.get("autoscale") is not None and dep.autoscale.enabled
-                and hasattr(s.engine, "serving_log"))
+    return typed(s.cfg.deployment.autoscale, Autoscale).enabled and hasattr(s.engine, "serving_log")
 
 
 def start(s, p, origin=None) -> LiveScaler | None:
     """The point's scaler, started (None: autoscaling is off); ``origin()``: the load's t0 once known."""
     if not enabled(s) or p.spec.tags.get("role", "point") != "point":
         return None
-    auto = s.cfg.deployment.autoscale
+    policy = ScalingPolicy(typed(s.cfg.deployment.autoscale, Autoscale))
     tel = s.telemetry
 
     def on_serving(eng) -> None:
@@ -61,8 +59,7 @@ def start(s, p, origin=None) -> LiveScaler | None:
         tel.record([(t_ns, SOURCE, "replicas_serving", float(serving), None),
                     (t_ns, SOURCE, "replicas_wanted", float(wanted), None)])
 
-    scaler = LiveScaler(s.engine, ScalingPolicy.from_config(auto), float(auto.drain_timeout_s),
-                        on_serving=on_serving, on_leaving=on_leaving, on_count=on_count)
+    scaler = LiveScaler(s.engine, policy, on_serving=on_serving, on_leaving=on_leaving, on_count=on_count)
     p.scaler = scaler
     return scaler.start(origin)
 
@@ -101,9 +98,10 @@ def record(s, p) -> None:
     if not enabled(s):
         return
     fig = figures(s, p)
+    auto = typed(s.cfg.deployment.autoscale, Autoscale)
     scaler = getattr(p, "scaler", None)
     rec = scaler.record() if scaler is not None else {
-        "policy": asdict(ScalingPolicy.from_config(s.cfg.deployment.autoscale)), "decisions": [], "starts": [],
+        "policy": ScalingPolicy(auto).record(), "decisions": [], "starts": [],
         "stops": [], "errors": [], "origin_ns": None, "note": "no scaling in this point (not a load point)"}
     t0 = p.stats.get("start_ns") or rec.get("origin_ns") or p.window_open_ns
 
@@ -115,7 +113,7 @@ def record(s, p) -> None:
                 for k, v in event.items()}
 
     out = {
-        "policy": rec["policy"], "drain_timeout_s": float(s.cfg.deployment.autoscale.drain_timeout_s),
+        "policy": rec["policy"], "drain_timeout_s": float(auto.drain_timeout_s),
         "times": "seconds from the load's start (the dispatcher's t0); negative: before it",
         "load_start_ns": t0, "decided_from_s": rel(rec.get("origin_ns")),
         "window": {"start_s": rel(p.window_open_ns), "end_s": rel(p.window_close_ns),

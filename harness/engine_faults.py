@@ -33,6 +33,7 @@ import time
 
 import pyarrow as pa
 
+from conf.schema import Scenario, typed
 from engines.base import EngineError
 from engines.watchdog import EngineFault, EngineWatchdog
 from harness import results_io
@@ -53,6 +54,10 @@ class EngineFaults:
 
     def __init__(self, session):
         self.s = session
+        engine = session.cfg.engine  # a union of the adapters' schemas: the watchdog's two keys are in each
+        self.health_interval_s = float(engine.health_interval_s)  # 0: no watchdog
+        self.hang_timeout_s = float(engine.hang_timeout_s)
+        self.scenario = typed(session.cfg.scenario, Scenario)
         self.watchdog: EngineWatchdog | None = None
         self.member_watchdogs: list[EngineWatchdog] = []  # a deployment: one per replica and the router
         self.degraded: list[EngineFault] = []     # replicas lost while their pool served on
@@ -65,28 +70,26 @@ class EngineFaults:
 
     # --- the watchdog ---------------------------------------------------------------------
     def start_watch(self) -> None:
-        eng, cfg = self.s.engine, self.s.cfg.engine
-        if float(cfg.health_interval_s) <= 0:
+        eng = self.s.engine
+        if self.health_interval_s <= 0:
             return  # no watchdog wanted
         members = getattr(eng, "members", None)
         if members is not None:  # a deployment: each process its own watchdog, named in its faults
             self.degraded = []
             self.member_watchdogs = [
-                EngineWatchdog(m, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
+                EngineWatchdog(m, self.health_interval_s, self.hang_timeout_s,
                                lambda fault, m=m: self.on_member_fault(m, fault)).start()
                 for m in members()]
             return
         if eng.process is None:
             return  # an endpoint we did not launch
-        self.watchdog = EngineWatchdog(eng, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
-                                       self.on_fault).start()
+        self.watchdog = EngineWatchdog(eng, self.health_interval_s, self.hang_timeout_s, self.on_fault).start()
 
     def watch_member(self, member) -> None:
         """A replica that live autoscaling added: watched like the deployment's first ones."""
-        cfg = self.s.cfg.engine
-        if float(cfg.health_interval_s) <= 0:
+        if self.health_interval_s <= 0:
             return
-        wd = EngineWatchdog(member, float(cfg.health_interval_s), float(cfg.hang_timeout_s),
+        wd = EngineWatchdog(member, self.health_interval_s, self.hang_timeout_s,
                             lambda fault, m=member: self.on_member_fault(m, fault)).start()
         self.member_watchdogs.append(wd)
 
@@ -142,8 +145,7 @@ class EngineFaults:
         wds, inj = self.watchdogs(), self.injector
         if not wds:
             return
-        cfg = self.s.cfg.engine
-        deadline = time.monotonic() + float(cfg.hang_timeout_s) + 2 * float(cfg.health_interval_s)
+        deadline = time.monotonic() + self.hang_timeout_s + 2 * self.health_interval_s
         while True:
             for wd in wds:
                 wd.look_now()
@@ -158,7 +160,7 @@ class EngineFaults:
         from harness.scenarios import KillInjector
 
         self.point_faults = []
-        replica = (self.s.cfg.get("scenario") or {}).get("kill_replica")
+        replica = self.scenario.kill_replica
         target = self.s.engine
         if kill_at_s is not None and replica is None and hasattr(target, "members"):
             raise UserError("scenario.kill_at_s with a deployment kills one of its processes: name it with "

@@ -28,6 +28,7 @@ import re
 import sys
 from urllib.parse import urlsplit
 
+from conf.schema import Export, typed
 from harness.errors import UserError
 from harness.mlflow_log import flatten, shown_uri
 
@@ -124,10 +125,10 @@ class OtlpExporter:
     @classmethod
     def from_config(cls, cfg) -> OtlpExporter | None:
         """The exporter ``cfg.export`` asks for, or None (no ``export.otlp_endpoint``)."""
-        e = cfg.get("export")
-        if not e or not e.get("otlp_endpoint"):
+        e = typed(cfg.export, Export)
+        if not e.otlp_endpoint:
             return None
-        return cls(str(e.otlp_endpoint), dict(e.get("otlp_headers") or {}), float(e.get("otlp_timeout_s") or 10.0))
+        return cls(e.otlp_endpoint, e.otlp_headers, e.otlp_timeout_s)
 
     def export_run(self, summary: dict, attributes: dict) -> bool:
         """Send ``summary``'s gauges with ``attributes``; False (said once) when it failed."""

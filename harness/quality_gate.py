@@ -30,6 +30,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from conf.schema import Quality, typed
 from engines.dynamo import emulation_of
 from harness import results_io
 from metrics.quality_gate import verdicts
@@ -39,7 +40,7 @@ def gate_enabled(cfg, design) -> bool:
     """``quality.enabled``, else the protocol's default: ``design.quality_gate`` (the caller's
     protocol design, ``protocols.designs``: the machinery imports no protocol), except on an
     emulated engine (``emulated_outputs``), whose outputs no gate can judge."""
-    q = cfg.quality.enabled
+    q = typed(cfg.quality, Quality).enabled
     if q is None:
         return design.quality_gate and not emulated_outputs(cfg)
     return bool(q)
@@ -55,8 +56,9 @@ def emulated_outputs(cfg) -> bool:
 def prompt_set(qcfg, builder, path_base: Path | None = None) -> list:
     """The fixed prompts: ``quality.prompts_path`` (JSON lines, a ``prompt`` field: text or
     chat messages), else ``num_prompts`` prompts of ``prompt_tokens`` built from the seed."""
-    if qcfg.prompts_path:
-        path = Path(qcfg.prompts_path)
+    q = typed(qcfg, Quality)
+    if q.prompts_path:
+        path = Path(q.prompts_path)
         if not path.is_absolute() and path_base is not None:
             path = path_base / path
         prompts = []
@@ -76,8 +78,8 @@ def prompt_set(qcfg, builder, path_base: Path | None = None) -> list:
             prompts.append(row["prompt"])
         if not prompts:
             raise ValueError(f"{path}: no prompts")
-        return prompts[: int(qcfg.num_prompts)] if qcfg.num_prompts else prompts
-    return [builder.prompt(int(qcfg.prompt_tokens)) for _ in range(int(qcfg.num_prompts))]
+        return prompts[: q.num_prompts] if q.num_prompts else prompts
+    return [builder.prompt(q.prompt_tokens) for _ in range(q.num_prompts)]
 
 
 async def _greedy(client_cfg, prompts: list, max_tokens: int) -> list:
@@ -96,49 +98,50 @@ async def _greedy(client_cfg, prompts: list, max_tokens: int) -> list:
     return out
 
 
-def _score(qcfg, stdout: str, out_dir: Path) -> float | None:
-    if qcfg.eval_score_path:
-        pattern = str(qcfg.eval_score_path).replace("{out}", str(out_dir))
+def _score(q: Quality, stdout: str, out_dir: Path) -> float | None:
+    if q.eval_score_path:
+        pattern = q.eval_score_path.replace("{out}", str(out_dir))
         # a glob: tools such as lm-eval name their results file with a timestamp; the newest wins
         found = sorted(glob.glob(pattern, recursive=True), key=lambda f: Path(f).stat().st_mtime)
         if not found:
             raise ValueError(f"quality.eval_score_path: nothing matches {pattern}")
         data = results_io.read_json(Path(found[-1]))
-        for part in str(qcfg.eval_score_key or "").split("."):
+        for part in (q.eval_score_key or "").split("."):
             if part:
                 data = data[part]
         return float(data)
-    if qcfg.eval_score_regex:
-        m = re.search(str(qcfg.eval_score_regex), stdout)
+    if q.eval_score_regex:
+        m = re.search(q.eval_score_regex, stdout)
         return float(m.group(1)) if m else None
     return None
 
 
 def run_eval(qcfg, base_url: str, model: str, tokenizer: str, out_dir: Path, env: dict | None = None) -> dict:
     """``quality.eval_command`` against the running endpoint; its score (or why there is none)."""
+    q = typed(qcfg, Quality)
     fields = {"base_url": base_url, "model": model, "tokenizer": tokenizer, "out": str(out_dir),
               "conf": str(Path(__file__).resolve().parent.parent / "conf")}
     try:
-        argv = [str(a).format(**fields) for a in qcfg.eval_command]
+        argv = [a.format(**fields) for a in q.eval_command]
     except (KeyError, IndexError, ValueError) as e:
         return {"score": None, "error": f"quality.eval_command: unknown field {e} (fields: {', '.join(fields)})"}
-    cwd = str(qcfg.eval_cwd).format(**fields) if qcfg.get("eval_cwd") else None
+    cwd = q.eval_cwd.format(**fields) if q.eval_cwd else None
     eval_dir = out_dir
     eval_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=float(qcfg.eval_timeout_s), env=env,
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=q.eval_timeout_s, env=env,
                            cwd=cwd)
     except FileNotFoundError:
         return {"score": None, "error": f"quality.eval_command: {argv[0]!r} not found"}
     except subprocess.TimeoutExpired:
-        return {"score": None, "error": f"quality.eval_command timed out after {qcfg.eval_timeout_s} s"}
+        return {"score": None, "error": f"quality.eval_command timed out after {q.eval_timeout_s} s"}
     res = {"returncode": p.returncode, "seconds": round(time.monotonic() - t0, 2),
            "stdout_tail": p.stdout[-2000:], "stderr_tail": p.stderr[-2000:]}
     if p.returncode != 0:
         return {**res, "score": None, "error": f"quality.eval_command exited with {p.returncode}"}
     try:
-        score = _score(qcfg, p.stdout, eval_dir)
+        score = _score(q, p.stdout, eval_dir)
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
         return {**res, "score": None, "error": f"no score: {e}"}
     return {**res, "score": score, "error": None if score is not None else "no score found in the output"}
@@ -147,20 +150,19 @@ def run_eval(qcfg, base_url: str, model: str, tokenizer: str, out_dir: Path, env
 def collect(session, out_dir: Path) -> dict:
     """Greedy outputs of the running engine on the prompt set (and the evaluation), to
     ``out_dir/quality.json``."""
-    cfg = session.cfg
-    q = cfg.quality
+    q = typed(session.cfg.quality, Quality)
     prompts = prompt_set(q, _builder(session))
     digest = hashlib.sha256(json.dumps(prompts, sort_keys=True).encode()).hexdigest()
     # Greedy: temperature 0; tokenfactory otherwise sends no sampling fields (fixed conditions).
     client_cfg = replace(session.client_cfg, extra_body={**session.client_cfg.extra_body, "temperature": 0.0})
     t0 = time.monotonic()
-    recs = asyncio.run(_greedy(client_cfg, prompts, int(q.max_tokens)))
+    recs = asyncio.run(_greedy(client_cfg, prompts, q.max_tokens))
     outputs = []
     for r in recs:
         ids = session.tokenizer(r.text, add_special_tokens=False)["input_ids"] if r.text else []
         outputs.append({"status": r.status, "error": r.error, "text": r.text, "tokens": list(map(int, ids))})
     record = {"config": session.name or "", "block": session.block, "prompts": len(prompts),
-              "prompts_sha256": digest, "max_tokens": int(q.max_tokens), "seconds": round(time.monotonic() - t0, 2),
+              "prompts_sha256": digest, "max_tokens": q.max_tokens, "seconds": round(time.monotonic() - t0, 2),
               "failed": sum(o["status"] != "ok" for o in outputs), "outputs": outputs}
     if q.eval_command:
         record["eval"] = run_eval(q, session.engine.base_url, session.engine.served_model,
@@ -193,8 +195,9 @@ def judge(sessions: list[tuple[str, int, Path]], baseline: str, qcfg) -> dict:
         rec = _load(folder)
         if rec is not None:
             data.setdefault(name, {})[block] = rec
-    return verdicts(data, baseline, min_agreement=float(qcfg.min_agreement),
-                    eval_max_drop=float(qcfg.eval_max_drop), evaluated=bool(qcfg.eval_command))
+    q = typed(qcfg, Quality)
+    return verdicts(data, baseline, min_agreement=q.min_agreement, eval_max_drop=q.eval_max_drop,
+                    evaluated=bool(q.eval_command))
 
 
 def format_quality(q: dict) -> str:

@@ -80,12 +80,12 @@ def prime_prefixes(s) -> int:
     cache holds every shared prefix before the load.  The prompt builder's random state is
     put back: the load's prompts are those of an unprimed run.  Returns the requests sent."""
     from loadgen.client.dialect import RequestDialect
-    from loadgen.workloads.synthetic import group_prefix_ids, prefix_group_spec
+    from loadgen.workloads.synthetic import group_prefix_ids, prefix_group_spec, workload_config
 
-    wl = s.cfg.workload
-    if wl.get("name") != "synthetic":
+    if s.cfg.workload.name != "synthetic":
         raise ValueError(f"engine.cache_state=primed primes the shared prefixes of workload=synthetic "
-                         f"(workload.prefix_groups), not of workload={wl.get('name')}")
+                         f"(workload.prefix_groups), not of workload={s.cfg.workload.name}")
+    wl = workload_config(s.cfg.workload)
     count, plen, _ = prefix_group_spec(wl)
     if not count:
         raise ValueError("engine.cache_state=primed needs shared prefixes: set workload.prefix_groups.count "
@@ -96,7 +96,7 @@ def prime_prefixes(s) -> int:
     path = "/v1/chat/completions" if s.client_cfg.api == "chat" else "/v1/completions"
     try:
         for g in range(count):
-            prefix = group_prefix_ids(builder, int(wl.get("seed", 0)), g, plen)
+            prefix = group_prefix_ids(builder, wl.seed, g, plen)
             body = json.loads(dialect.body(builder.prompt(plen + builder.overhead + 1, prefix_ids=prefix), 1))
             body["stream"] = False
             body.pop("stream_options", None)

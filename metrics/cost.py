@@ -38,7 +38,7 @@ HOURS_PER_YEAR = 365.25 * 24
 
 
 def cost_profile(cost_cfg):
-    """The typed profile (conf/schema.py's ``RentalCost`` or ``OwnedCost``, by ``cost.model``) of a
+    """The typed profile (conf/schema/cost.py's ``RentalCost`` or ``OwnedCost``, by ``cost.model``) of a
     ``cost`` mapping, with the schema's defaults for the fields it leaves out or sets to null;
     ``None``: a rental profile that bills nothing.  Raises ValueError naming the ``cost.<field>``
     at fault: known fields, numbers where numbers go, and their ranges."""

@@ -344,7 +344,7 @@ class Rates:
 
 
 def rates(profile: Mapping[str, Any], precision: str, efficiency: float = 1.0) -> Rates:
-    """``Rates`` of a hardware profile (the keys of ``conf/schema.py``'s ``Hardware``);
+    """``Rates`` of a hardware profile (the keys of ``conf/schema/hardware.py``'s ``Hardware``);
     ``ValueError`` naming ``hardware.peak_tflops.<precision>`` or
     ``hardware.memory_bandwidth_gbs`` when the profile lacks it."""
     if not 0 < efficiency <= 1:

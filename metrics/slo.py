@@ -59,7 +59,7 @@ class SLO:
 
     @classmethod
     def from_config(cls, cfg) -> SLO:
-        """From ``slo`` (conf/schema.py's ``Slo``) or the mapping a results file recorded of it (JSON:
+        """From ``slo`` (conf/schema/slo.py's ``Slo``) or the mapping a results file recorded of it (JSON:
         numbers may come back as ints); None: no SLO."""
         get = (lambda k: cfg.get(k)) if cfg is not None else (lambda k: None)
         return cls(

@@ -1,4 +1,4 @@
-"""MkDocs hook: the configuration reference, generated from ``conf/schema.py`` at build time.
+"""MkDocs hook: the configuration reference, generated from ``conf/schema/`` at build time.
 
 Every key of every config group, with its type, range, default and meaning, is read from the
 schema's dataclasses (types and defaults), their field metadata (the ranges ``validate``
@@ -125,7 +125,9 @@ class Reference:
 
         self.schema = schema
         self.MISSING = MISSING
-        self.notes = field_notes(Path(schema.__file__).read_text())
+        self.notes = {}  # every module of the package: one a config group (conf/schema/<group>.py)
+        for module in sorted(Path(schema.__file__).parent.glob("*.py")):
+            self.notes.update(field_notes(module.read_text()))
         self.classes = {name: obj for name, obj in vars(schema).items()
                         if isinstance(obj, type) and dataclasses.is_dataclass(obj)}
 
@@ -179,7 +181,7 @@ class Reference:
     def page(self) -> str:
         s = self.schema
         out = ["# Configuration reference", "",
-               "Generated from `conf/schema.py` when the site is built (`docs/hooks/config_reference.py`): "
+               "Generated from `conf/schema/` when the site is built (`docs/hooks/config_reference.py`): "
                "every key with its type, the range `conf.schema.validate` checks right after Hydra composes the "
                "config (an override outside it stops the run with the full key named), the schema's default "
                "and the meaning written beside the field.  A group's option (`group=name`, a file "

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         except OSError as e:
             if e.errno not in DISK_FULL:
                 raise
-            disk_full(e, cfg.get("output_dir"))
+            disk_full(e, cfg.output_dir)
 
     if "--dry-run" in argv:  # print the plan and stop
         argv = [a for a in argv if a != "--dry-run"] + ["protocol.dry_run=true"]

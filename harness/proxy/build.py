@@ -1,4 +1,4 @@
-"""A ``ProxyServer`` from the ``proxy`` config group (``conf/schema.py``: ``Proxy``)."""
+"""A ``ProxyServer`` from the ``proxy`` config group (``conf/schema/proxy.py``: ``Proxy``)."""
 
 from __future__ import annotations
 

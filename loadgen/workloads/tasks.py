@@ -97,7 +97,7 @@ class TaskCheck:
 
 
 def task_check(rule, seed: int) -> TaskCheck:
-    """The check of ``workload.task`` (conf/schema.py ``TaskRule``)."""
+    """The check of ``workload.task`` (conf/schema/workload.py ``TaskRule``)."""
     if rule.success == "regex":
         if not rule.success_regex:
             raise ValueError("workload.task.success=regex needs workload.task.success_regex")

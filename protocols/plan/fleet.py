@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ArrivalWindow, Autoscaler, ScalingPolicy
 from metrics.fleet import needed_replicas, replica_metrics, request_metrics
 from metrics.slo import SLO
@@ -170,7 +171,7 @@ class FleetSimulation:
         # scheduler (Dynamo's replay) instead of processor sharing; the policy and router as here
         self.scheduler = scheduler
         self.replay_sample: dict | None = None   # what the scheduler's approximation replayed (reserve)
-        self.initial = max(policy.min_replicas, min(policy.max_replicas, int(initial)))
+        self.initial = max(policy.autoscale.min_replicas, min(policy.autoscale.max_replicas, int(initial)))
         self.rng = np.random.default_rng(seed)
         corr = capacity.corrections or {}
         self.models = models or {s: ReplicaModel(capacity.points[s], corr.get(s)) for s in capacity.sizes}
@@ -180,7 +181,7 @@ class FleetSimulation:
         if cold is None:
             raise ValueError(f"config {capacity.name!r}: no measured cold start (engine_startup_s) to scale up by; "
                              "set deployment.autoscale.cold_start_s")
-        self.start_delay = float(policy.provision_s) + float(cold)
+        self.start_delay = float(policy.autoscale.provision_s) + float(cold)
         self.timeline_s = timeline_s or max(1.0, traffic.duration_s / 1440)
 
     # ------------------------------------------------------------------ the simulation
@@ -195,7 +196,7 @@ class FleetSimulation:
         self.replicas: list[Replica] = []
         self.changes: list[tuple[float, int, int, int]] = []   # (time, starting, serving, draining)
         self.needed: list[tuple[float, int]] = []
-        self.arrivals = ArrivalWindow(self.policy.window_s)
+        self.arrivals = ArrivalWindow(self.policy.autoscale.window_s)
         self.per_replica_arrivals: dict[int, ArrivalWindow] = {}
         self.autoscaler = Autoscaler(self.policy)
         self.rr = 0
@@ -225,7 +226,7 @@ class FleetSimulation:
         r.wake = env.event()
         self.replicas.append(r)
         env.process(self.service(r))
-        self.per_replica_arrivals[r.index] = ArrivalWindow(self.policy.window_s, origin_s=r.ready_at)
+        self.per_replica_arrivals[r.index] = ArrivalWindow(self.policy.autoscale.window_s, origin_s=r.ready_at)
         if ready:
             r.routed, r.idle_since = True, env.now
         else:
@@ -353,9 +354,9 @@ class FleetSimulation:
         self.note_change()
 
     def control(self):
-        env, p = self.env, self.policy
+        env, p = self.env, self.policy.autoscale
         end = self.traffic.duration_s
-        cap = p.capacity_rps
+        cap = self.policy.capacity_rps
         while env.now + p.interval_s <= end:
             yield env.timeout(p.interval_s)
             rate = self.arrivals.rate(env.now)
@@ -478,8 +479,8 @@ def calibrate(capacity: ConfigCapacity, iterations: int = 4, seeds: int = 2, see
                 sim_ttft, sim_tpot = [], []
                 for j, (arr, idx) in enumerate(draws[i]):
                     tr = Traffic(arr, p.prompt_tokens[idx], p.output_tokens[idx], float(arr[-1]) + 1e-9, "calibration")
-                    pol = ScalingPolicy(capacity_rps=max(p.rate_rps, 1e-9), min_replicas=1, max_replicas=1,
-                                        cold_start_s=0.0)
+                    pol = ScalingPolicy(Autoscale(capacity_rps=max(p.rate_rps, 1e-9), min_replicas=1, max_replicas=1,
+                                                  cold_start_s=0.0))
                     sim = FleetSimulation(tr, one, pol, SLO(), seed=j, models={1: model})
                     sim.run()
                     sim_ttft.append(np.nanmean(sim.ttft))

@@ -92,7 +92,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                     plan["skipped"][cap.name] = why
                     warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
                     continue
-                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source,
+                plan["configs"][cap.name] = {"policy": policy.record(), "capacity": capacity, "source": cap.source,
                                              "replica_model": models[cap.name][0]}
                 if cap.source == "modelled":
                     plan["configs"][cap.name]["modelled"] = models[cap.name][0]["modelled"]
@@ -487,7 +487,7 @@ def policy_for(cap: ConfigCapacity, auto: Autoscale, slo: SLO, slo_cfg: dict):
         capacity["note"] = ("the SLO holds at every measured load: the capacity is at least this (outside the "
                             "measurements above it)")
     try:
-        policy = ScalingPolicy.from_config(auto, capacity_rps=capacity["mean"], cold_start_s=cap.cold_start())
+        policy = ScalingPolicy(auto, measured_capacity_rps=capacity["mean"], measured_cold_start_s=cap.cold_start())
     except ValueError as e:
         return str(e), None, capacity
     if policy.cold_start_s is None:
@@ -509,12 +509,13 @@ def check_inputs(cap: ConfigCapacity, traffic: Traffic, policy: ScalingPolicy, c
     if mp and not (0.5 * min(mp) <= tp <= 2 * max(mp)):
         w.append(f"{cap.name}: the traffic's median prompt ({tp:.0f} tokens) is far from the measured runs' "
                  f"({min(mp):.0f}..{max(mp):.0f}): its capacity was measured on another length mix")
-    _, peak = traffic.rate_profile(max(policy.window_s, 1.0))
+    auto = policy.autoscale
+    _, peak = traffic.rate_profile(max(auto.window_s, 1.0))
     top = float(peak.max()) if peak.size else 0.0
-    max_cap = policy.max_replicas * (policy.capacity_rps or 0)
+    max_cap = auto.max_replicas * (policy.capacity_rps or 0)
     if top > max_cap > 0:
-        w.append(f"{cap.name}: the traffic's peak ({top:.3g} req/s over {policy.window_s:g} s) is above "
-                 f"max_replicas={policy.max_replicas} x capacity {policy.capacity_rps:.3g} req/s = {max_cap:.3g}: the "
+        w.append(f"{cap.name}: the traffic's peak ({top:.3g} req/s over {auto.window_s:g} s) is above "
+                 f"max_replicas={auto.max_replicas} x capacity {policy.capacity_rps:.3g} req/s = {max_cap:.3g}: the "
                  "policy cannot keep up at the peak (raise deployment.autoscale.max_replicas)")
     measured_max = max(cap.sizes) * capacity["measured_range"][1]
     if top > measured_max:
@@ -621,7 +622,7 @@ def _simulate(job: Job) -> dict:
             size = cap.sizes[0]
             measured = cap.max_load(job.slo, size, job.slo_cfg.get("min_attainment"))["mean"]
             if measured > 0:
-                policy = dataclasses.replace(policy, capacity_rps=measured)
+                policy = dataclasses.replace(policy, measured_capacity_rps=measured)
     sim = FleetSimulation(_STATE["traffic"], cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
                           _STATE["seed"], scheduler=job.scheduler)
     return sim.run()

@@ -1,5 +1,5 @@
 """The configuration reference (docs/hooks/config_reference.py, run by mkdocs at build time)
-lists every field of every schema in conf/schema.py under its full key, with the range
+lists every field of every schema in conf/schema/ under its full key, with the range
 ``validate`` checks and the meaning written beside the field."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 temporary folder, then the configuration reference opened in headless Chromium (the
 system's, /usr/bin/chromium, network off). The page must render with its title, a heading,
 the site's navigation and the generated table holding a real key (`load.rate`, with the range
-and default conf/schema.py gives it)."""
+and default conf/schema/ gives it)."""
 
 from __future__ import annotations
 

@@ -3,21 +3,22 @@ the stabilisation window, the arrival window's rate, bad settings named."""
 
 import pytest
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ArrivalWindow, Autoscaler, ScalingPolicy
 
 
 def test_wanted_replicas_by_utilisation_and_queue():
-    p = ScalingPolicy(capacity_rps=4.0, target=0.5, max_replicas=10)
+    p = ScalingPolicy(Autoscale(capacity_rps=4.0, target=0.5, max_replicas=10))
     assert p.wanted(0.0) == 1                 # min_replicas
     assert p.wanted(2.0) == 1                 # exactly one replica's 50 %
     assert p.wanted(2.01) == 2
     assert p.wanted(100.0) == 10              # max_replicas
-    q = ScalingPolicy(signal="queue", target=8, max_replicas=10)
+    q = ScalingPolicy(Autoscale(signal="queue", target=8, max_replicas=10))
     assert q.wanted(8) == 1 and q.wanted(9) == 2 and q.wanted(33) == 5
 
 
 def test_scale_up_at_once_and_down_after_the_stabilisation_window():
-    a = Autoscaler(ScalingPolicy(capacity_rps=1.0, target=1.0, scale_down_delay_s=30, max_replicas=5))
+    a = Autoscaler(ScalingPolicy(Autoscale(capacity_rps=1.0, target=1.0, scale_down_delay_s=30, max_replicas=5)))
     assert a.decide(0, 3.5, 1) == 4           # up at once, straight to what is wanted
     assert a.decide(10, 0.5, 4) == 4          # asked for 4 within the last 30 s
     assert a.decide(35, 0.5, 4) == 1          # the window now holds only the low asks
@@ -25,7 +26,7 @@ def test_scale_up_at_once_and_down_after_the_stabilisation_window():
 
 
 def test_a_dip_shorter_than_the_window_stops_nothing():
-    a = Autoscaler(ScalingPolicy(capacity_rps=1.0, target=1.0, scale_down_delay_s=20))
+    a = Autoscaler(ScalingPolicy(Autoscale(capacity_rps=1.0, target=1.0, scale_down_delay_s=20)))
     n = 2
     for t, rate in [(0, 2), (5, 0.5), (10, 0.5), (15, 2), (20, 0.5), (25, 0.5), (30, 2)]:
         n = a.decide(t, rate, n)
@@ -48,4 +49,4 @@ def test_arrival_window_rate():
 ])
 def test_bad_policy_names_the_key(kw, key):
     with pytest.raises(ValueError, match=key):
-        ScalingPolicy(**kw)
+        ScalingPolicy(Autoscale(**kw))

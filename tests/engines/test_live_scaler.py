@@ -12,6 +12,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
+from conf.schema import Autoscale, typed
 from engines.autoscale_policy import ScalingPolicy
 from engines.live_scaler import CounterWindow, LiveScaler, in_flight
 from tests.engines.test_routers import REPLICA, cfg, completions, needs, post
@@ -92,8 +93,8 @@ class Deployment:
 
 
 def queue_policy(**kw) -> ScalingPolicy:
-    return ScalingPolicy(**{"signal": "queue", "target": 2.0, "window_s": 10.0, "interval_s": 1.0,
-                            "scale_down_delay_s": 0.0, "min_replicas": 1, "max_replicas": 3, **kw})
+    return ScalingPolicy(Autoscale(**{"signal": "queue", "target": 2.0, "window_s": 10.0, "interval_s": 1.0,
+                                      "scale_down_delay_s": 0.0, "min_replicas": 1, "max_replicas": 3, **kw}))
 
 
 def wait_for(cond, what: str, timeout_s: float = 20.0) -> None:
@@ -219,8 +220,8 @@ def test_a_failed_scrape_holds_the_decision_and_backs_off():
 def test_a_missing_router_counter_is_a_failed_read_not_zero_arrivals():
     dep = Deployment(1)
     dep.router = Router()
-    sc = LiveScaler(dep, ScalingPolicy(signal="utilisation", target=1.0, capacity_rps=1.0, window_s=10.0,
-                                       interval_s=1.0, max_replicas=2))
+    sc = LiveScaler(dep, ScalingPolicy(Autoscale(signal="utilisation", target=1.0, capacity_rps=1.0, window_s=10.0,
+                                       interval_s=1.0, max_replicas=2)))
     sc.origin_ns = 0
     absent = (0.0, "router=vllm metrics page has no vllm_router_requests_total series")
     dep.router.reading = absent  # the first reading, before anything is routed: a zero, the window's base
@@ -332,8 +333,8 @@ def test_the_loop_scales_a_real_router_up_on_arrivals_and_traffic_reaches_the_ne
             dep.replicas.append(eng)
 
         dep.new_replica, dep.join = new_replica, join
-        policy = ScalingPolicy(signal="utilisation", target=0.5, capacity_rps=1.0, window_s=60.0, interval_s=1.0,
-                               scale_down_delay_s=60.0, min_replicas=1, max_replicas=2)
+        policy = ScalingPolicy(Autoscale(signal="utilisation", target=0.5, capacity_rps=1.0, window_s=60.0,
+                                         interval_s=1.0, scale_down_delay_s=60.0, min_replicas=1, max_replicas=2))
         sc = LiveScaler(dep, policy)
         try:
             sc.tick(time.perf_counter_ns())  # the counter's first reading: the window's start
@@ -353,5 +354,5 @@ def test_live_scaler_reads_the_policy_from_config():
     node = OmegaConf.create({"signal": "queue", "target": 4, "capacity_rps": None, "window_s": 30, "interval_s": 5,
                              "scale_down_delay_s": 120, "min_replicas": 1, "max_replicas": 2, "provision_s": 0,
                              "cold_start_s": None})
-    sc = LiveScaler(Deployment(1), ScalingPolicy.from_config(node))
-    assert sc.policy.signal == "queue" and sc.wanted == 1
+    sc = LiveScaler(Deployment(1), ScalingPolicy(typed(node, Autoscale)))
+    assert sc.autoscale.signal == "queue" and sc.autoscale.target == 4.0 and sc.wanted == 1

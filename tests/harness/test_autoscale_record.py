@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from engines.live_scaler import LiveScaler
 from harness import autoscale_record
@@ -23,7 +24,7 @@ def scaler() -> LiveScaler:
     """A finished ``LiveScaler``: two replicas started (40 s cold starts), each serving 100 s,
     each draining 5 s, and one start that failed after 12 s; one failed read."""
     sc = LiveScaler(SimpleNamespace(replicas=["r0"], starting=[]),
-                    ScalingPolicy(signal="queue", target=2.0, interval_s=5.0, max_replicas=4))
+                    ScalingPolicy(Autoscale(signal="queue", target=2.0, interval_s=5.0, max_replicas=4)))
     sc.origin_ns = T0
     sc.starts = [{"replica": "r1", "requested_ns": T0 + 10 * S, "added_ns": T0 + 50 * S},
                  {"replica": "r2", "requested_ns": T0 + 20 * S, "added_ns": T0 + 60 * S},

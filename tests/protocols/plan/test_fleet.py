@@ -5,6 +5,7 @@ that add up, and extrapolation flagged."""
 import numpy as np
 import pytest
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan.capacity import ConfigCapacity
@@ -15,6 +16,10 @@ from tests.protocols.plan.capacity_fixtures import capacity, point
 SLO_1S = SLO(ttft_ms=1000, tpot_ms=100)
 
 
+def policy(**settings) -> ScalingPolicy:
+    return ScalingPolicy(Autoscale(**settings))
+
+
 def traffic(times, duration=None, prompt=100, out=11) -> Traffic:
     t = np.asarray(times, dtype=float)
     return Traffic(t, np.full(t.size, prompt), np.full(t.size, out), float(duration or t.max() + 1), "test")
@@ -22,7 +27,7 @@ def traffic(times, duration=None, prompt=100, out=11) -> Traffic:
 
 def test_a_lone_request_is_served_as_the_lightest_point_says():
     cap = capacity(blocks=(0,))
-    res = FleetSimulation(traffic([1.0], 10), cap, ScalingPolicy(capacity_rps=4.0, max_replicas=1), SLO_1S).run()
+    res = FleetSimulation(traffic([1.0], 10), cap, policy(capacity_rps=4.0, max_replicas=1), SLO_1S).run()
     assert res["p50_ttft_ms"] == pytest.approx(100.0)
     assert res["slo_attainment"] == 1.0 and res["outside_measurements_share"] == 0.0
     # one replica paid for the whole window, idle but for the request's 0.1 + 10 x 0.01 s
@@ -38,7 +43,7 @@ def test_past_the_measured_batch_the_replica_is_saturated():
     assert model.slowdown(3) == pytest.approx((2.0, 2.0))       # 3 in flight past 1.5 measured: 3 / 1.5
     # three at once share the replica: each at half speed, all first tokens at 2 s (1.5 req/s, the
     # measured point's throughput 1.5 in flight / 1 s)
-    res = FleetSimulation(traffic([0.0, 0.0, 0.0], 10), cap, ScalingPolicy(capacity_rps=1.0, max_replicas=1),
+    res = FleetSimulation(traffic([0.0, 0.0, 0.0], 10), cap, policy(capacity_rps=1.0, max_replicas=1),
                           SLO(ttft_ms=1500)).run()
     assert res["p50_ttft_ms"] == pytest.approx(2000.0)
     assert res["slo_attainment"] == 0.0
@@ -50,7 +55,7 @@ def test_a_measured_point_is_reproduced_on_average():
     cap = capacity(blocks=(0,))
     rng = np.random.default_rng(5)
     times = np.cumsum(rng.exponential(1 / 4.0, 4000))        # the 4 req/s point: 1.6 in flight, TTFT 0.2 s
-    res = FleetSimulation(traffic(times, float(times[-1])), cap, ScalingPolicy(capacity_rps=8.0, max_replicas=1),
+    res = FleetSimulation(traffic(times, float(times[-1])), cap, policy(capacity_rps=8.0, max_replicas=1),
                           SLO_1S).run()
     assert res["p50_ttft_ms"] == pytest.approx(200.0, rel=0.3)
 
@@ -59,7 +64,7 @@ def test_scale_up_serves_after_the_cold_start_and_scale_down_drains():
     cap = capacity(blocks=(0,), cold=20.0)
     # 1 req/s for 60 s, then 6 req/s for 60 s, then 1 req/s for 180 s
     times = np.concatenate([np.arange(0, 60, 1.0), np.arange(60, 120, 1 / 6), np.arange(120, 300, 1.0)])
-    pol = ScalingPolicy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, scale_down_delay_s=30,
+    pol = policy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, scale_down_delay_s=30,
                         max_replicas=3)
     sim = FleetSimulation(traffic(times, 300), cap, pol, SLO_1S)
     res = sim.run()
@@ -81,7 +86,7 @@ def test_a_replica_taken_out_while_busy_is_billed_as_draining_not_starting():
     cap = capacity(blocks=(0,), cold=20.0)
     # two replicas; a long request on each (at 1 s and 2 s); at 5 s the policy wants one: the
     # second leaves the router with its request in flight and drains until it is done
-    pol = ScalingPolicy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, scale_down_delay_s=0,
+    pol = policy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, scale_down_delay_s=0,
                         min_replicas=1, max_replicas=2)
     sim = FleetSimulation(traffic([1.0, 2.0], 30, out=1001), cap, pol, SLO_1S, initial=2)
     res = sim.run()
@@ -97,7 +102,7 @@ def test_a_replica_taken_out_while_busy_is_billed_as_draining_not_starting():
 def test_more_replicas_than_measured_are_outside_the_measurements():
     cap = capacity(blocks=(0,), cold=0.0)
     times = np.arange(0, 120, 1 / 12)                    # 12 req/s: three replicas at capacity 4
-    pol = ScalingPolicy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, max_replicas=3)
+    pol = policy(capacity_rps=4.0, target=1.0, window_s=10, interval_s=5, max_replicas=3)
     res = FleetSimulation(traffic(times, 120), cap, pol, SLO_1S).run()
     assert res["replicas_max"] == 3
     assert res["outside_measurements_share"] > 0.5
@@ -105,7 +110,7 @@ def test_more_replicas_than_measured_are_outside_the_measurements():
 
 def test_a_longer_prompt_than_measured_is_flagged():
     cap = capacity(blocks=(0,))
-    res = FleetSimulation(traffic([1.0, 5.0], 10, prompt=5000), cap, ScalingPolicy(capacity_rps=4.0), SLO_1S).run()
+    res = FleetSimulation(traffic([1.0, 5.0], 10, prompt=5000), cap, policy(capacity_rps=4.0), SLO_1S).run()
     assert res["outside_measurements_share"] == 1.0
 
 
@@ -129,7 +134,7 @@ def test_littles_law_holds_in_the_simulation():
     rng = np.random.default_rng(3)
     times = np.cumsum(rng.exponential(1 / 3.0, 3000))
     window = float(times[-1]) + 30
-    sim = _CountingSimulation(traffic(times, window), cap, ScalingPolicy(capacity_rps=4.0, max_replicas=1), SLO_1S)
+    sim = _CountingSimulation(traffic(times, window), cap, policy(capacity_rps=4.0, max_replicas=1), SLO_1S)
     res = sim.run()
     assert res["completed"] == 3000
     in_system = sim.ttft + sim.tpot * 10            # out=11: TTFT + 10 inter-token times
@@ -142,7 +147,7 @@ def test_littles_law_holds_in_the_simulation():
 def test_routing_least_loaded_spreads_by_queue():
     cap = capacity(sizes=(2,), blocks=(0,))
     times = np.arange(0, 20, 0.25)
-    pol = ScalingPolicy(capacity_rps=4.0, min_replicas=2, max_replicas=2)
+    pol = policy(capacity_rps=4.0, min_replicas=2, max_replicas=2)
     sim = FleetSimulation(traffic(times, 20), cap, pol, SLO_1S, routing="least_loaded", initial=2)
     sim.run()
     counts = np.bincount(sim.served_by)
@@ -160,7 +165,7 @@ def test_calibration_brings_the_simulated_runs_to_their_measured_means():
     corr = calibrate(cap, iterations=4, seeds=2)
     n, f_ttft, f_tpot = corr[1]
     assert n.shape == f_ttft.shape == f_tpot.shape == (3,)
-    pol = ScalingPolicy(capacity_rps=8.0, max_replicas=1)
+    pol = policy(capacity_rps=8.0, max_replicas=1)
 
     def mean_ttft(c):
         got = []

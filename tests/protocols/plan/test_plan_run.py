@@ -176,6 +176,7 @@ def test_resamples_read_back_the_point_estimates_replays(tmp_path):
     """In parallel processes the point estimate on the scheduler runs first, alone: resamples
     that route as it did (here a policy of fixed capacity: all of them) replay nothing, and
     every simulation's requests get the replay's latencies."""
+    from conf.schema import Autoscale
     from engines.autoscale_policy import ScalingPolicy
     from metrics.slo import SLO
     from protocols.plan import scheduler as sched
@@ -193,7 +194,7 @@ def test_resamples_read_back_the_point_estimates_replays(tmp_path):
     arr = np.cumsum(rng.exponential(0.5, 120))
     traffic = Traffic(arr, np.full(120, 100), np.full(120, 21), float(arr[-1]) + 1, "test")
     cap = capacity()
-    pol = ScalingPolicy(capacity_rps=1.0, min_replicas=1, max_replicas=3, cold_start_s=1.0, window_s=5.0)
+    pol = ScalingPolicy(Autoscale(capacity_rps=1.0, min_replicas=1, max_replicas=3, cold_start_s=1.0, window_s=5.0))
     jobs = [Job(0, "c", b, w, cap, pol, SLO(), {}, False, model)
             for b, w in [(None, 1.0)] + resamples(cap.blocks, 3, 0)]
     got = simulate_all(jobs, traffic, "round_robin", 1, 0, workers=2)

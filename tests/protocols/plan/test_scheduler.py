@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan import scheduler as sched
@@ -180,7 +181,7 @@ def test_fleet_served_by_a_fake_replay(tmp_path, fake_python):
     rng = np.random.default_rng(0)
     arr = np.cumsum(rng.exponential(0.1, 300))
     tr = Traffic(arr, np.full(300, 100), np.full(300, 21), float(arr[-1]) + 1, "test")
-    pol = ScalingPolicy(capacity_rps=4.0, min_replicas=1, max_replicas=4, cold_start_s=1.0, window_s=5.0)
+    pol = ScalingPolicy(Autoscale(capacity_rps=4.0, min_replicas=1, max_replicas=4, cold_start_s=1.0, window_s=5.0))
     model = sched.SchedulerModel(fake_python, tmp_path / "perf_data.npz", {"max_num_seqs": 8},
                                  cache_dir=tmp_path / "c")
     sim = FleetSimulation(tr, capacity(), pol, SLO(), scheduler=model)

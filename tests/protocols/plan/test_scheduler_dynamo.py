@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from metrics.profile import mocker_tables
 from metrics.slo import SLO
@@ -36,7 +37,7 @@ def _run(model, rate, n=400, seed=0):
     rng = np.random.default_rng(seed)
     arr = np.cumsum(rng.exponential(1 / rate, n))
     tr = Traffic(arr, np.full(n, 512), np.full(n, 65), float(arr[-1]) + 1, "test")
-    pol = ScalingPolicy(capacity_rps=1e6, min_replicas=1, max_replicas=1, cold_start_s=1.0)
+    pol = ScalingPolicy(Autoscale(capacity_rps=1e6, min_replicas=1, max_replicas=1, cold_start_s=1.0))
     sim = FleetSimulation(tr, capacity(), pol, SLO(), scheduler=model)
     return sim, sim.run()
 

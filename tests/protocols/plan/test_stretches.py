@@ -6,6 +6,7 @@ memory) and which records the ground truth of the whole stream."""
 import numpy as np
 import pytest
 
+from conf.schema import Autoscale
 from engines.autoscale_policy import ScalingPolicy
 from metrics.fleet import request_metrics
 from metrics.slo import SLO
@@ -201,7 +202,7 @@ def test_fleet_result_carries_the_note(tmp_path):
         rng = np.random.default_rng(0)
         arr = np.cumsum(rng.exponential(0.5, 2000))
         tr = Traffic(arr, np.full(2000, 100), np.full(2000, 21), float(arr[-1]) + 1, "test")
-        pol = ScalingPolicy(capacity_rps=4.0, min_replicas=1, max_replicas=1, cold_start_s=1.0, window_s=5.0)
+        pol = ScalingPolicy(Autoscale(capacity_rps=4.0, min_replicas=1, max_replicas=1, cold_start_s=1.0, window_s=5.0))
         np.savez(tmp_path / "perf_data.npz", **TABLES)
         model = sched.SchedulerModel(py, tmp_path / "perf_data.npz", {}, cache_dir=tmp_path / "c",
                                      sample=st.StretchSample(0.2, stretch_s=60, lead_s=10))
