@@ -37,11 +37,14 @@ from conf.schema import Autoscale, Slo, typed
 from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
+from harness.lifecycle import Ending, Lifecycle, run_lifecycle
+from harness.mlflow_log import MlflowLogger
 from metrics.cost import fleet_cost, per_million
 from metrics.plan_pick import runner_up_text
 from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
 from protocols.plan import scheduler as sched
+from protocols.plan.answer import answer_plan
 from protocols.plan.candidates import (
     assign_costs,
     candidates,
@@ -61,9 +64,41 @@ PLAN_FILE = results_io.PLAN
 
 
 def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] = frozenset()) -> Path:
+    """The plan (module doc) on the run lifecycle (``harness.lifecycle``): no engine starts and no
+    parent run of its own; plan.json and its page, then the answer printed last."""
     p = cfg.protocol
     out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / ("plan-" + results_io.new_run_id()))
     started = time.time()
+    inputs = plan_inputs(cfg, explicit)
+    plans, jobs = plan_jobs(inputs, int(p.resamples), int(p.seed))
+    if not any(pl["configs"] for pl in plans):
+        raise UserError("no candidate can be planned:\n  " + "\n  ".join(inputs.warnings))
+    print(f"plan: {len(inputs.cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
+          f"{len(inputs.traffic)} requests over {inputs.traffic.duration_s:g} s", flush=True)
+    if p.dry_run:
+        print_dry_run(inputs)
+        return out
+    steps = PlanRun(cfg, out, inputs, plans, jobs, list(overrides or []), started)
+    return run_lifecycle(cfg, out, steps, options=Lifecycle(parent=None, resume_hint=None))
+
+
+@dataclass
+class PlanInputs:
+    """What the plan simulates, assembled and checked before any simulation (module doc, 1 and 2)."""
+    cands: list[ConfigCapacity]
+    residuals: Residuals | None         # the model's held-out residuals (None: protocol.model_error=false)
+    model_err: dict | None              # the validated error beside modelled configs
+    models: dict                        # candidate -> (its replica model described, the scheduler model or None)
+    traffic: Traffic
+    slos: list[tuple[dict, SLO]]
+    variants: list[tuple[str, list[str], Autoscale]]
+    initial: int                        # replicas at the start
+    estimates: dict                     # estimate_checks
+    warnings: list[str]
+
+
+def plan_inputs(cfg, explicit: frozenset[str]) -> PlanInputs:
+    p = cfg.protocol
     cands = candidates(p)
     residuals = read_model_error(p)       # a bad file fails before any simulation
     assign_costs(cands, cfg)
@@ -79,51 +114,123 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
+    estimates = estimate_checks(p, cands)
     warnings: list[str] = []          # the traffic's own notes are in plan.json's traffic
-    for name, chk in estimate_checks(p, cands).items():
+    for name, chk in estimates.items():
         if chk["faster_than_roofline"]:
             warnings.append(f"{name} (estimated): faster than the roofline bound at {chk['faster_than_roofline']} "
                             "in flight: an impossible estimate")
     initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
+    return PlanInputs(cands, residuals, model_err, models, traffic, slos, variants, initial, estimates, warnings)
+
+
+def plan_jobs(inputs: PlanInputs, limit: int, seed: int) -> tuple[list[dict], list[Job]]:
+    """One plan per SLO (and per variant, at the first SLO), and its simulations: each candidate on
+    every block's runs, and on each resample of its blocks; ``inputs.warnings`` gets what is skipped."""
     jobs, plans = [], []
-    for si, (slo_cfg, slo) in enumerate(slos):
-        for vname, vover, auto in variants:
+    for si, (slo_cfg, slo) in enumerate(inputs.slos):
+        for vname, vover, auto in inputs.variants:
             if si > 0 and vname != "base":
                 continue           # variants are planned at the first SLO only
-            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "initial_replicas": initial,
+            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "initial_replicas": inputs.initial,
                     "configs": {}, "skipped": {}}
-            for cap in cands:
-                why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
-                if why:
-                    plan["skipped"][cap.name] = why
-                    warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
-                    continue
-                plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source,
-                                             "replica_model": models[cap.name][0]}
-                if cap.source == "modelled":
-                    plan["configs"][cap.name]["modelled"] = models[cap.name][0]["modelled"]
-                warnings += check_inputs(cap, traffic, policy, capacity)
-                # the policy's capacity is the measured one unless set: each resample measures its own
-                sized = auto.capacity_rps is None
-                jobs.append(Job(len(plans), cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized,
-                                models[cap.name][1]))
-                for blocks, w in resamples(cap.blocks, int(p.resamples), int(p.seed)):
-                    if len(cap.blocks) > 1:
-                        jobs.append(Job(len(plans), cap.name, blocks, w, cap, policy, slo, slo_cfg, sized,
-                                        models[cap.name][1]))
+            for cap in inputs.cands:
+                jobs += candidate_jobs(inputs, plan, len(plans), cap, auto, slo, limit, seed)
             plans.append(plan)
-    if not any(pl["configs"] for pl in plans):
-        raise UserError("no candidate can be planned:\n  " + "\n  ".join(warnings))
-    print(f"plan: {len(cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
-          f"{len(traffic)} requests over {traffic.duration_s:g} s", flush=True)
-    if p.dry_run:
-        for c in cands:
-            print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
-        for w in sorted(set(warnings)):
-            print(f"warning: {w}")
-        print("dry run: nothing simulated, nothing written")
-        return out
-    results = simulate_all(jobs, traffic, str(p.routing), initial, int(p.seed), int(p.workers))
+    return plans, jobs
+
+
+def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapacity, auto: Autoscale, slo: SLO,
+                   limit: int, seed: int) -> list[Job]:
+    """A candidate's entry in ``plan`` and its simulations (none: skipped, and why)."""
+    slo_cfg = plan["slo"]
+    why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
+    if why:
+        plan["skipped"][cap.name] = why
+        inputs.warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
+        return []
+    model, scheduler = inputs.models[cap.name]
+    plan["configs"][cap.name] = {"policy": policy.__dict__, "capacity": capacity, "source": cap.source,
+                                 "replica_model": model}
+    if cap.source == "modelled":
+        plan["configs"][cap.name]["modelled"] = model["modelled"]
+    inputs.warnings += check_inputs(cap, inputs.traffic, policy, capacity)
+    # the policy's capacity is the measured one unless set: each resample measures its own
+    sized = auto.capacity_rps is None
+    jobs = [Job(index, cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized, scheduler)]
+    for blocks, w in resamples(cap.blocks, limit, seed):
+        if len(cap.blocks) > 1:
+            jobs.append(Job(index, cap.name, blocks, w, cap, policy, slo, slo_cfg, sized, scheduler))
+    return jobs
+
+
+def print_dry_run(inputs: PlanInputs) -> None:
+    for c in inputs.cands:
+        print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
+    for w in sorted(set(inputs.warnings)):
+        print(f"warning: {w}")
+    print("dry run: nothing simulated, nothing written")
+
+
+class PlanRun:
+    """The plan's steps on the run lifecycle: the simulations, plan.json and its page; its answer."""
+
+    def __init__(self, cfg, out: Path, inputs: PlanInputs, plans: list[dict], jobs: list[Job], overrides: list[str],
+                 started: float):
+        self.cfg, self.out, self.inputs, self.plans, self.jobs = cfg, out, inputs, plans, jobs
+        self.overrides, self.started = overrides, started
+
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        p, inputs = self.cfg.protocol, self.inputs
+        results = simulate_all(self.jobs, inputs.traffic, str(p.routing), inputs.initial, int(p.seed),
+                               int(p.workers))
+        resampled = fill_plans(self.plans, self.jobs, results, float(p.confidence), inputs.warnings)
+        for plan, rs in zip(self.plans, resampled):
+            pick_cheapest(plan, rs, inputs, p)
+        doc = self.plan_doc()
+        self.out.mkdir(parents=True, exist_ok=True)
+        results_io.write_json(self.out / PLAN_FILE, doc)
+        print_plan(doc)
+        from harness.report.plan import write_plan_page
+        page = write_plan_page(self.out)
+        print(f"plan: {self.out / PLAN_FILE}\nreport: {page}", flush=True)
+
+    def record_as(self, status: str) -> None:
+        return None   # plan.json is its record; no experiment.json (it runs nothing)
+
+    def ending(self, status: str) -> Ending:
+        return Ending(answer=answer_plan(self.out))
+
+    def plan_doc(self) -> dict:
+        """plan.json (``protocols.plan.record``), with the validation against a replay where asked."""
+        p, inputs, plans = self.cfg.protocol, self.inputs, self.plans
+        doc = {"kind": "plan", "output_dir": str(self.out), "created_unix": self.started, "elapsed_s": None,
+               "traffic": inputs.traffic.describe(), "routing": str(p.routing), "initial_replicas": inputs.initial,
+               "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
+               "candidates": {c.name: {**describe_candidate(c), "replica_model": inputs.models[c.name][0]}
+                              for c in inputs.cands},
+               "plans": plans, "answers": record.answers(plans), "estimates": inputs.estimates,
+               "cost_lower_bound": record.cost_lower_bound(plans),
+               "model_error": ({"applied": True, **inputs.residuals.describe()} if inputs.residuals is not None else
+                               {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
+               "warnings": sorted(set(inputs.warnings)),
+               "overrides": self.overrides}
+        model_err = inputs.model_err
+        if p.validate:
+            from protocols.plan.validation import validate
+            doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]),
+                                         inputs.traffic)
+            if model_err is None:
+                model_err = own_model_error(doc)
+        mark_modelled(doc, model_err)
+        doc["elapsed_s"] = time.time() - self.started
+        return doc
+
+
+def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confidence: float,
+                warnings: list[str]) -> list[dict[str, list]]:
+    """Each plan entry's figures from its simulations: the point estimate's, and its interval over
+    the resamples; returns per plan each config's resamples (figure, weight) for the verdict."""
     for job, res in zip(jobs, results):
         res.update(costs(job.capacity, res, job.policy))
         entry = plans[job.plan]["configs"][job.name]
@@ -131,12 +238,13 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
             entry["point"] = res
         else:
             entry.setdefault("resampled", []).append((res, job.weight))
+    out = []
     for plan in plans:
         resampled = {}
         for name, entry in plan["configs"].items():
             point, rs = entry.pop("point"), entry.pop("resampled", [])
             resampled[name] = [({m: r.get(m) for m in record.PLAN_METRICS}, w) for r, w in rs]
-            entry.update(metrics=record.config_entry(point, resampled[name], float(p.confidence)),
+            entry.update(metrics=record.config_entry(point, resampled[name], confidence),
                          meets_slo=meets(point, plan["slo"]), slo_met_percentiles=point["slo_met"],
                          outside_measurements_share=point["outside_measurements_share"],
                          outside_measurements=point["outside_measurements_share"] > 0,
@@ -146,41 +254,23 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                          timeline=point["timeline"], decisions=point["decisions"],
                          resamples=len(rs), warnings=keep_up(point, entry["policy"]))
             warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
-        factors = {}
-        for name, entry in plan["configs"].items():
-            entry["model_error"] = model_error_for(residuals, entry["replica_model"]["model"])
-            # each block resample's cost and weight: the verdict's probability recomputes from these
-            entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
-            factors[name] = entry["model_error"]["factors"]
-            entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
-                resampled[name], factors[name], float(p.confidence))
-        random = {c.name: random_draws(len(c.blocks), int(p.resamples)) for c in cands}
-        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect),
-                                           factors=factors, random=random)
-    doc = {"kind": "plan", "output_dir": str(out), "created_unix": started, "elapsed_s": None,
-           "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
-           "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
-           "candidates": {c.name: {**describe_candidate(c), "replica_model": models[c.name][0]} for c in cands},
-           "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
-           "cost_lower_bound": record.cost_lower_bound(plans),
-           "model_error": ({"applied": True, **residuals.describe()} if residuals is not None else
-                           {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
-           "warnings": sorted(set(warnings)),
-           "overrides": list(overrides or [])}
-    if p.validate:
-        from protocols.plan.validation import validate
-        doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]), traffic)
-        if model_err is None:
-            model_err = own_model_error(doc)
-    mark_modelled(doc, model_err)
-    doc["elapsed_s"] = time.time() - started
-    out.mkdir(parents=True, exist_ok=True)
-    results_io.write_json(out / PLAN_FILE, doc)
-    print_plan(doc)
-    from harness.report.plan import write_plan_page
-    page = write_plan_page(out)
-    print(f"plan: {out / PLAN_FILE}\nreport: {page}", flush=True)
+        out.append(resampled)
     return out
+
+
+def pick_cheapest(plan: dict, resampled: dict[str, list], inputs: PlanInputs, p) -> None:
+    """Each config's model error and cost resamples, then the plan's cheapest config and how sure."""
+    factors = {}
+    for name, entry in plan["configs"].items():
+        entry["model_error"] = model_error_for(inputs.residuals, entry["replica_model"]["model"])
+        # each block resample's cost and weight: the verdict's probability recomputes from these
+        entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
+        factors[name] = entry["model_error"]["factors"]
+        entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
+            resampled[name], factors[name], float(p.confidence))
+    random = {c.name: random_draws(len(c.blocks), int(p.resamples)) for c in inputs.cands}
+    plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect),
+                                       factors=factors, random=random)
 
 
 # ------------------------------------------------------------------------------ modelled configs
