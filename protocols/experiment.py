@@ -9,7 +9,9 @@ when the same ``output_dir`` is run again, so an interrupted experiment resumes 
 stopped; the record
 (``experiment.json``, ``runs.parquet``, and the protocol's own: a comparison's
 ``comparison.json`` ...) is written from the run folders (``harness.experiment_record``, and
-the protocol's ``record`` module, which the registry hands the experiment).
+the protocol's ``record`` module, which the registry hands the experiment).  The parent run,
+the status on finish, interrupt and failure and the ending are the run lifecycle's
+(``harness.lifecycle``): ``Experiment`` is its ``RunSteps``.
 """
 
 from __future__ import annotations
