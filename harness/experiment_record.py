@@ -202,6 +202,14 @@ def write_runs_table(out: Path, rows: list[dict]) -> pa.Table:
     return table
 
 
+def write_experiment(out: Path, record: dict, rows: list[dict] | None = None) -> pa.Table | None:
+    """An experiment's record in ``out``: ``runs.parquet`` of ``rows`` (None or none: left as it
+    is), then ``experiment.json``, each whole or not at all; returns the runs table (or None)."""
+    table = write_runs_table(out, rows) if rows else None
+    results_io.write_json(out / results_io.EXPERIMENT, record)
+    return table
+
+
 def experiment_json(exp, status: str, runs: list[dict]) -> dict:
     """A sweep's, comparison's or ablation's ``experiment.json`` (``experiment_record``)."""
     configs = {s.config: s.overrides for s in exp.sessions if s.config}
@@ -238,7 +246,7 @@ def _container(node):
 
 def write_plan(exp, status: str) -> None:
     """``experiment.json`` as the plan stands (written before the first run and after the last)."""
-    results_io.write_json(exp.out / results_io.EXPERIMENT, experiment_json(exp, status, run_rows(exp.out)))
+    write_experiment(exp.out, experiment_json(exp, status, run_rows(exp.out)))
 
 
 def search_results(out: Path) -> list[dict]:
@@ -256,18 +264,17 @@ def write_record(exp) -> dict:
     quality = judge_quality(exp)
     if quality:
         rows = [gate_row(r, quality["configs"].get(r.get("config") or "")) for r in rows]
-    table = write_runs_table(exp.out, rows)
     record = experiment_json(exp, _status(exp, rows), rows)
     if quality:
         record["quality_gate"] = quality
         print(format_quality(quality), flush=True)
-    results_io.write_json(exp.out / results_io.EXPERIMENT, record)
+    table = write_experiment(exp.out, record, rows)
     aggregates: dict = {}
     for r in exp.records:
         aggregates.update(r.write(exp, table, record, quality))
     answer = next((r.answer(exp, rows, record) for r in exp.records if r.answer is not None), None)
     record.update(answer_fields(answer, rows))
-    results_io.write_json(exp.out / results_io.EXPERIMENT, record)
+    write_experiment(exp.out, record)
     return aggregates
 
 

@@ -1,7 +1,7 @@
 """The end of every protocol's run, after it has written its record: the record's aggregate
 metrics and files on the MLflow parent run, the report (``report.enabled``), the parent run
-ended, a note where MLflow could not be reached, and the results folder printed.  The sweep,
-comparison and ablation (``protocols.experiment``), the tune and the promotion all end here."""
+ended, a note where MLflow could not be reached, and the results folder printed.  Every protocol
+with a parent run ends here, through the run lifecycle (``harness.lifecycle``)."""
 
 from __future__ import annotations
 

@@ -9,13 +9,14 @@ when the same ``output_dir`` is run again, so an interrupted experiment resumes 
 stopped; the record
 (``experiment.json``, ``runs.parquet``, and the protocol's own: a comparison's
 ``comparison.json`` ...) is written from the run folders (``harness.experiment_record``, and
-the protocol's ``record`` module, which the registry hands the experiment).
+the protocol's ``record`` module, which the registry hands the experiment).  The parent run,
+the status on finish, interrupt and failure and the ending are the run lifecycle's
+(``harness.lifecycle``): ``Experiment`` is its ``RunSteps``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -28,12 +29,11 @@ from engines.dynamo import emulation_of
 from harness import experiment_record, quality_gate, results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment_record import ProtocolRecord
-from harness.finish import finish_run
+from harness.experiment_record import ProtocolRecord, run_rows
+from harness.lifecycle import Ending, RunRecord, run_lifecycle
 from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir, job_subdir
 from harness.otlp_export import OtlpExporter
-from harness.parent_run import start_parent
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from harness.report.build import render
 from loadgen.dispatch import LoadSpec
@@ -176,35 +176,34 @@ class Experiment:
             print(f"plan ({total} runs, {len(self.sessions)} engine launches):\n{self.describe()}", flush=True)
         if total > 1:
             results_io.write_yaml(self.out / results_io.CONFIG, self.safe_config)
-        experiment_record.write_plan(self, status="running" if left else "complete")
-        if not left:
-            return self.finish()
-        self.start_mlflow()
-        status = "FAILED"
+        return run_lifecycle(self.cfg, self.out, self, pending=bool(left))
+
+    # ------------------------------------------------------------------ the lifecycle's steps
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        """Each engine session with runs (or a search) left, then more blocks until converged."""
+        self.mlflow = parent
         try:
             for s in self.sessions:
-                if todo[id(s)] or self.needs_search(s):
-                    self.run_session(s, todo[id(s)])
+                todo = self.todo(s)
+                if todo or self.needs_search(s):
+                    self.run_session(s, todo)
             if self.multi and self.cfg.protocol.target_rel_halfwidth:
                 self.converge()
-            status = "FINISHED"
-        except KeyboardInterrupt:
-            status = "KILLED"
-            print(f"\nto resume, run the same command with output_dir={self.out}", file=sys.stderr, flush=True)
-            raise
         finally:
-            if self.mlflow:
-                self.mlflow.end_parent(status)
             if self.otlp:
                 self.otlp.close()
-            try:
-                experiment_record.write_plan(self, status={"FINISHED": "complete", "KILLED": "interrupted"}.get(
-                    status, "failed"))
-            except OSError:
-                if status == "FINISHED":
-                    raise
-                # already failing (a full disk, say): the error that stopped the run is the one to tell
-        return self.finish()
+
+    def record_as(self, status: str) -> RunRecord:
+        return RunRecord(experiment_record.experiment_json(self, status, run_rows(self.out)))
+
+    def ending(self, status: str) -> Ending:
+        """The experiment's record from its run folders (``harness.experiment_record.write_record``)
+        and the protocol's own (``self.records``)."""
+        aggregates = experiment_record.write_record(self)
+        return Ending(metrics=aggregates, answer=results_io.read_json(self.out / results_io.EXPERIMENT, {}),
+                      artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE,
+                                 *(f for r in self.records for f in r.files)),
+                      report=self.render_report)
 
     def converge(self) -> None:
         """Add blocks until every ``protocol.converge_metrics`` interval (each config, each load
@@ -265,19 +264,6 @@ class Experiment:
                 quality_gate.collect(self.session, self.session_dir(s))
         finally:
             self.session.stop()
-
-    def start_mlflow(self) -> None:
-        self.mlflow = start_parent(self.cfg, self.out)
-
-    def finish(self) -> Path:
-        """The experiment's record from its run folders, then the finishing step every protocol
-        shares (``harness.finish``)."""
-        aggregates = experiment_record.write_record(self)
-        record = results_io.read_json(self.out / results_io.EXPERIMENT, {})
-        return finish_run(self.cfg, self.out, self.mlflow, metrics=aggregates, answer=record,
-                          artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE,
-                                     *(f for r in self.records for f in r.files)),
-                          report=self.render_report)
 
     def render_report(self) -> Path:
         path = render(self.out, static_figures=self.cfg.report.get("static"), log=print)

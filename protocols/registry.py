@@ -23,7 +23,6 @@ from protocols.ablation.record import ABLATION_RECORD
 from protocols.compare.record import COMPARISON_RECORD, compare_experiments
 from protocols.designs import DESIGNS, Design
 from protocols.experiment import Experiment
-from protocols.plan.answer import answer_plan
 from protocols.plan.run import run_plan
 from protocols.profile.run import run_profile
 from protocols.promote.run import run_promotion
@@ -75,8 +74,7 @@ def _plan(cfg: DictConfig, inv: Invocation) -> Path:
     if inv.swept_keys:
         raise UserError("protocol=plan simulates its candidates side by side (protocol.slos, protocol.variants); "
                         f"drop -m (it sweeps {', '.join(sorted(inv.swept_keys))})")
-    out = run_plan(cfg, inv.overrides, inv.explicit)
-    return out if cfg.protocol.get("dry_run") else answer_plan(out)
+    return run_plan(cfg, inv.overrides, inv.explicit)
 
 
 def _profile(cfg: DictConfig, inv: Invocation) -> Path:

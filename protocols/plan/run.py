@@ -20,13 +20,9 @@ source, sized and priced from finished experiments' measured capacity; no engine
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import os
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,27 +33,68 @@ from conf.schema import Autoscale, Slo, typed
 from engines.autoscale_policy import ScalingPolicy
 from harness import results_io
 from harness.errors import UserError
+from harness.lifecycle import Ending, Lifecycle, run_lifecycle
+from harness.mlflow_log import MlflowLogger
 from metrics.cost import fleet_cost, per_million
 from metrics.plan_pick import runner_up_text
 from metrics.slo import SLO, run_meets_slo
 from protocols.plan import record
-from protocols.plan import scheduler as sched
-from protocols.plan.capacity import ConfigCapacity, read_experiment, resamples
-from protocols.plan.fleet import FleetSimulation, calibrate
-from protocols.plan.modelled import recorded_knobs, recorded_layout, residuals_error
+from protocols.plan.answer import answer_plan
+from protocols.plan.candidates import (
+    assign_costs,
+    candidates,
+    estimate_checks,
+    modelled_candidates,
+    read_model_error,
+    replica_models,
+)
+from protocols.plan.capacity import ConfigCapacity, resamples
+from protocols.plan.fleet import calibrate
+from protocols.plan.modelled import residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
 from protocols.plan.residuals import Residuals, read_residuals
-from protocols.plan.stretches import StretchSample
+from protocols.plan.simulations import Job, simulate_all
 from protocols.plan.traffic import Traffic, build_traffic
 
 PLAN_FILE = results_io.PLAN
-SIZE_KEYS = ("deployment.replicas", "deployment.placement")
 
 
 def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] = frozenset()) -> Path:
+    """The plan (module doc) on the run lifecycle (``harness.lifecycle``): no engine starts and no
+    parent run of its own; plan.json and its page, then the answer printed last."""
     p = cfg.protocol
     out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / ("plan-" + results_io.new_run_id()))
     started = time.time()
+    inputs = plan_inputs(cfg, explicit)
+    plans, jobs = plan_jobs(inputs, int(p.resamples), int(p.seed))
+    if not any(pl["configs"] for pl in plans):
+        raise UserError("no candidate can be planned:\n  " + "\n  ".join(inputs.warnings))
+    print(f"plan: {len(inputs.cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
+          f"{len(inputs.traffic)} requests over {inputs.traffic.duration_s:g} s", flush=True)
+    if p.dry_run:
+        print_dry_run(inputs)
+        return out
+    steps = PlanRun(cfg, out, inputs, plans, jobs, list(overrides or []), started)
+    return run_lifecycle(cfg, out, steps, options=Lifecycle(parent=None, resume_hint=None))
+
+
+@dataclass
+class PlanInputs:
+    """What the plan simulates, assembled and checked before any simulation (module doc, 1 and 2)."""
+    cands: list[ConfigCapacity]
+    residuals: Residuals | None         # the model's held-out residuals (None: protocol.model_error=false)
+    model_err: dict | None              # the validated error beside modelled configs
+    models: dict                        # candidate -> (its replica model described, the scheduler model or None)
+    traffic: Traffic
+    slos: list[tuple[dict, SLO]]
+    variants: list[tuple[str, list[str], Autoscale]]
+    initial: int                        # replicas at the start
+    estimates: dict                     # estimate_checks
+    warnings: list[str]
+
+
+def plan_inputs(cfg, explicit: frozenset[str]) -> PlanInputs:
+    p = cfg.protocol
     cands = candidates(p)
     residuals = read_model_error(p)       # a bad file fails before any simulation
     assign_costs(cands, cfg)
@@ -73,51 +110,123 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     traffic = build_traffic(cfg)
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
+    estimates = estimate_checks(p, cands)
     warnings: list[str] = []          # the traffic's own notes are in plan.json's traffic
-    for name, chk in estimate_checks(p, cands).items():
+    for name, chk in estimates.items():
         if chk["faster_than_roofline"]:
             warnings.append(f"{name} (estimated): faster than the roofline bound at {chk['faster_than_roofline']} "
                             "in flight: an impossible estimate")
     initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
+    return PlanInputs(cands, residuals, model_err, models, traffic, slos, variants, initial, estimates, warnings)
+
+
+def plan_jobs(inputs: PlanInputs, limit: int, seed: int) -> tuple[list[dict], list[Job]]:
+    """One plan per SLO (and per variant, at the first SLO), and its simulations: each candidate on
+    every block's runs, and on each resample of its blocks; ``inputs.warnings`` gets what is skipped."""
     jobs, plans = [], []
-    for si, (slo_cfg, slo) in enumerate(slos):
-        for vname, vover, auto in variants:
+    for si, (slo_cfg, slo) in enumerate(inputs.slos):
+        for vname, vover, auto in inputs.variants:
             if si > 0 and vname != "base":
                 continue           # variants are planned at the first SLO only
-            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "initial_replicas": initial,
+            plan = {"slo": slo_cfg, "variant": vname, "variant_overrides": vover, "initial_replicas": inputs.initial,
                     "configs": {}, "skipped": {}}
-            for cap in cands:
-                why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
-                if why:
-                    plan["skipped"][cap.name] = why
-                    warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
-                    continue
-                plan["configs"][cap.name] = {"policy": policy.record(), "capacity": capacity, "source": cap.source,
-                                             "replica_model": models[cap.name][0]}
-                if cap.source == "modelled":
-                    plan["configs"][cap.name]["modelled"] = models[cap.name][0]["modelled"]
-                warnings += check_inputs(cap, traffic, policy, capacity)
-                # the policy's capacity is the measured one unless set: each resample measures its own
-                sized = auto.capacity_rps is None
-                jobs.append(Job(len(plans), cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized,
-                                models[cap.name][1]))
-                for blocks, w in resamples(cap.blocks, int(p.resamples), int(p.seed)):
-                    if len(cap.blocks) > 1:
-                        jobs.append(Job(len(plans), cap.name, blocks, w, cap, policy, slo, slo_cfg, sized,
-                                        models[cap.name][1]))
+            for cap in inputs.cands:
+                jobs += candidate_jobs(inputs, plan, len(plans), cap, auto, slo, limit, seed)
             plans.append(plan)
-    if not any(pl["configs"] for pl in plans):
-        raise UserError("no candidate can be planned:\n  " + "\n  ".join(warnings))
-    print(f"plan: {len(cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
-          f"{len(traffic)} requests over {traffic.duration_s:g} s", flush=True)
-    if p.dry_run:
-        for c in cands:
-            print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
-        for w in sorted(set(warnings)):
-            print(f"warning: {w}")
-        print("dry run: nothing simulated, nothing written")
-        return out
-    results = simulate_all(jobs, traffic, str(p.routing), initial, int(p.seed), int(p.workers))
+    return plans, jobs
+
+
+def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapacity, auto: Autoscale, slo: SLO,
+                   limit: int, seed: int) -> list[Job]:
+    """A candidate's entry in ``plan`` and its simulations (none: skipped, and why)."""
+    slo_cfg = plan["slo"]
+    why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
+    if why:
+        plan["skipped"][cap.name] = why
+        inputs.warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
+        return []
+    model, scheduler = inputs.models[cap.name]
+    plan["configs"][cap.name] = {"policy": policy.record(), "capacity": capacity, "source": cap.source,
+                                 "replica_model": model}
+    if cap.source == "modelled":
+        plan["configs"][cap.name]["modelled"] = model["modelled"]
+    inputs.warnings += check_inputs(cap, inputs.traffic, policy, capacity)
+    # the policy's capacity is the measured one unless set: each resample measures its own
+    sized = auto.capacity_rps is None
+    jobs = [Job(index, cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized, scheduler)]
+    for blocks, w in resamples(cap.blocks, limit, seed):
+        if len(cap.blocks) > 1:
+            jobs.append(Job(index, cap.name, blocks, w, cap, policy, slo, slo_cfg, sized, scheduler))
+    return jobs
+
+
+def print_dry_run(inputs: PlanInputs) -> None:
+    for c in inputs.cands:
+        print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
+    for w in sorted(set(inputs.warnings)):
+        print(f"warning: {w}")
+    print("dry run: nothing simulated, nothing written")
+
+
+class PlanRun:
+    """The plan's steps on the run lifecycle: the simulations, plan.json and its page; its answer."""
+
+    def __init__(self, cfg, out: Path, inputs: PlanInputs, plans: list[dict], jobs: list[Job], overrides: list[str],
+                 started: float):
+        self.cfg, self.out, self.inputs, self.plans, self.jobs = cfg, out, inputs, plans, jobs
+        self.overrides, self.started = overrides, started
+
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        p, inputs = self.cfg.protocol, self.inputs
+        results = simulate_all(self.jobs, inputs.traffic, str(p.routing), inputs.initial, int(p.seed),
+                               int(p.workers))
+        resampled = fill_plans(self.plans, self.jobs, results, float(p.confidence), inputs.warnings)
+        for plan, rs in zip(self.plans, resampled):
+            pick_cheapest(plan, rs, inputs, p)
+        doc = self.plan_doc()
+        self.out.mkdir(parents=True, exist_ok=True)
+        results_io.write_json(self.out / PLAN_FILE, doc)
+        print_plan(doc)
+        from harness.report.plan import write_plan_page
+        page = write_plan_page(self.out)
+        print(f"plan: {self.out / PLAN_FILE}\nreport: {page}", flush=True)
+
+    def record_as(self, status: str) -> None:
+        return None   # plan.json is its record; no experiment.json (it runs nothing)
+
+    def ending(self, status: str) -> Ending:
+        return Ending(answer=answer_plan(self.out))
+
+    def plan_doc(self) -> dict:
+        """plan.json (``protocols.plan.record``), with the validation against a replay where asked."""
+        p, inputs, plans = self.cfg.protocol, self.inputs, self.plans
+        doc = {"kind": "plan", "output_dir": str(self.out), "created_unix": self.started, "elapsed_s": None,
+               "traffic": inputs.traffic.describe(), "routing": str(p.routing), "initial_replicas": inputs.initial,
+               "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
+               "candidates": {c.name: {**describe_candidate(c), "replica_model": inputs.models[c.name][0]}
+                              for c in inputs.cands},
+               "plans": plans, "answers": record.answers(plans), "estimates": inputs.estimates,
+               "cost_lower_bound": record.cost_lower_bound(plans),
+               "model_error": ({"applied": True, **inputs.residuals.describe()} if inputs.residuals is not None else
+                               {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
+               "warnings": sorted(set(inputs.warnings)),
+               "overrides": self.overrides}
+        model_err = inputs.model_err
+        if p.validate:
+            from protocols.plan.validation import validate
+            doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]),
+                                         inputs.traffic)
+            if model_err is None:
+                model_err = own_model_error(doc)
+        mark_modelled(doc, model_err)
+        doc["elapsed_s"] = time.time() - self.started
+        return doc
+
+
+def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confidence: float,
+                warnings: list[str]) -> list[dict[str, list]]:
+    """Each plan entry's figures from its simulations: the point estimate's, and its interval over
+    the resamples; returns per plan each config's resamples (figure, weight) for the verdict."""
     for job, res in zip(jobs, results):
         res.update(costs(job.capacity, res, job.policy))
         entry = plans[job.plan]["configs"][job.name]
@@ -125,12 +234,13 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
             entry["point"] = res
         else:
             entry.setdefault("resampled", []).append((res, job.weight))
+    out = []
     for plan in plans:
         resampled = {}
         for name, entry in plan["configs"].items():
             point, rs = entry.pop("point"), entry.pop("resampled", [])
             resampled[name] = [({m: r.get(m) for m in record.PLAN_METRICS}, w) for r, w in rs]
-            entry.update(metrics=record.config_entry(point, resampled[name], float(p.confidence)),
+            entry.update(metrics=record.config_entry(point, resampled[name], confidence),
                          meets_slo=meets(point, plan["slo"]), slo_met_percentiles=point["slo_met"],
                          outside_measurements_share=point["outside_measurements_share"],
                          outside_measurements=point["outside_measurements_share"] > 0,
@@ -140,86 +250,26 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
                          timeline=point["timeline"], decisions=point["decisions"],
                          resamples=len(rs), warnings=keep_up(point, entry["policy"]))
             warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
-        factors = {}
-        for name, entry in plan["configs"].items():
-            entry["model_error"] = model_error_for(residuals, entry["replica_model"]["model"])
-            # each block resample's cost and weight: the verdict's probability recomputes from these
-            entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
-            factors[name] = entry["model_error"]["factors"]
-            entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
-                resampled[name], factors[name], float(p.confidence))
-        random = {c.name: random_draws(len(c.blocks), int(p.resamples)) for c in cands}
-        plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect),
-                                           factors=factors, random=random)
-    doc = {"kind": "plan", "output_dir": str(out), "created_unix": started, "elapsed_s": None,
-           "traffic": traffic.describe(), "routing": str(p.routing), "initial_replicas": initial,
-           "confidence": float(p.confidence), "min_effect": float(p.min_effect), "resamples": int(p.resamples),
-           "candidates": {c.name: {**describe_candidate(c), "replica_model": models[c.name][0]} for c in cands},
-           "plans": plans, "answers": record.answers(plans), "estimates": estimate_checks(p, cands),
-           "cost_lower_bound": record.cost_lower_bound(plans),
-           "model_error": ({"applied": True, **residuals.describe()} if residuals is not None else
-                           {"applied": False, "why": "protocol.model_error=false: the capacity's resamples alone"}),
-           "warnings": sorted(set(warnings)),
-           "overrides": list(overrides or [])}
-    if p.validate:
-        from protocols.plan.validation import validate
-        doc["validation"] = validate(Path(str(p.validate)), plans[0], SLO.from_config(plans[0]["slo"]), traffic)
-        if model_err is None:
-            model_err = own_model_error(doc)
-    mark_modelled(doc, model_err)
-    doc["elapsed_s"] = time.time() - started
-    out.mkdir(parents=True, exist_ok=True)
-    results_io.write_json(out / PLAN_FILE, doc)
-    print_plan(doc)
-    from harness.report.plan import write_plan_page
-    page = write_plan_page(out)
-    print(f"plan: {out / PLAN_FILE}\nreport: {page}", flush=True)
+        out.append(resampled)
     return out
+
+
+def pick_cheapest(plan: dict, resampled: dict[str, list], inputs: PlanInputs, p) -> None:
+    """Each config's model error and cost resamples, then the plan's cheapest config and how sure."""
+    factors = {}
+    for name, entry in plan["configs"].items():
+        entry["model_error"] = model_error_for(inputs.residuals, entry["replica_model"]["model"])
+        # each block resample's cost and weight: the verdict's probability recomputes from these
+        entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
+        factors[name] = entry["model_error"]["factors"]
+        entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
+            resampled[name], factors[name], float(p.confidence))
+    random = {c.name: random_draws(len(c.blocks), int(p.resamples)) for c in inputs.cands}
+    plan["cheapest"] = record.cheapest(plan["configs"], resampled, float(p.confidence), float(p.min_effect),
+                                       factors=factors, random=random)
 
 
 # ------------------------------------------------------------------------------ modelled configs
-def modelled_candidates(p, cands: list[ConfigCapacity], models: dict) -> list[ConfigCapacity]:
-    """``protocol.modelled``: configs never run, each a candidate with other engine knobs served
-    by the scheduler model with them (``protocols.plan.modelled``); ``models`` gets theirs."""
-    from conf.schema import PlanModelled
-    from protocols.plan.modelled import describe_knobs, model_knobs, modelled_capacity
-
-    out = []
-    by_name = {c.name: c for c in cands}
-    for i, node in enumerate(p.modelled or []):
-        key = f"protocol.modelled[{i}]"
-        try:
-            spec = typed(node, PlanModelled)
-            knobs = model_knobs(spec.knobs, f"{key}.knobs")
-        except Exception as e:  # noqa: BLE001 - OmegaConf and model_knobs name the key in their message
-            raise UserError(f"{key}: {e}") from None
-        if not knobs:
-            raise UserError(f"{key}.knobs: give the knob(s) it changes, e.g. {{max_num_seqs: 32}}")
-        base = by_name.get(spec.base)
-        if base is None:
-            raise UserError(f"{key}.base={spec.base}: not among the candidates ({', '.join(by_name)})")
-        if base.source not in ("measured", "emulated"):
-            raise UserError(f"{key}.base={spec.base}: a {base.source} candidate; a modelled config changes a "
-                            "measured (or emulated) one")
-        if spec.name in by_name or spec.name in models:
-            raise UserError(f"{key}.name={spec.name}: already a candidate's name")
-        info, model = models[base.name]
-        if model is None:
-            raise UserError(f"{key}: a modelled config needs the scheduler model for {base.name}, which has "
-                            f"processor sharing ({info['reason']}): give protocol.profile and the Dynamo venv")
-        changed = dataclasses.replace(model, knobs={**model.knobs, **knobs})
-        try:
-            cap = modelled_capacity(spec.name, base, changed, knobs)
-        except (RuntimeError, ValueError) as e:
-            raise UserError(f"{key}: {e}") from None
-        what = {"base": base.name, "knobs": knobs, "base_knobs": dict(model.knobs)}
-        models[spec.name] = ({**info, **changed.describe(), "knobs_from": f"{base.name}'s runs, then {key}.knobs "
-                              f"({describe_knobs(knobs)})", "modelled": what}, changed)
-        by_name[spec.name] = cap
-        out.append(cap)
-    return out
-
-
 def own_model_error(doc: dict) -> dict | None:
     """This plan's validation as the scheduler model's error, where its validated candidate ran on it."""
     from metrics.model_error import validated_error
@@ -251,42 +301,6 @@ def mark_modelled(doc: dict, err: dict | None) -> None:
 
 
 # ------------------------------------------------------------------------------ inputs
-def candidates(p) -> list[ConfigCapacity]:
-    """The candidates of ``protocol.experiments`` (module doc), filtered by ``protocol.configs``."""
-    if not p.experiments and not p.estimates:
-        raise UserError("tokenfactory plan needs finished experiments: tokenfactory plan RESULTS_DIR ... "
-                        "(or protocol.experiments=[DIR, ...]; or estimated configs, protocol.estimates=[...])")
-    out = []
-    for folder in p.experiments:
-        caps = read_experiment(folder)
-        exp = results_io.read_json(Path(folder) / results_io.EXPERIMENT, {})
-        out += merge_sizes(Path(folder).name, caps, exp.get("configs") or {})
-    out += estimated(p)
-    names = [c.name for c in out]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        for c in out:
-            if c.name in dup:
-                c.name = f"{Path(c.origin).name}:{c.name}"
-    if p.configs:
-        want = [str(x) for x in p.configs]
-        known = {c.name for c in out}
-        missing = [w for w in want if w not in known]
-        if missing:
-            raise UserError(f"protocol.configs: {', '.join(missing)} not among the experiments' candidates "
-                            f"({', '.join(sorted(known))})")
-        out = [c for c in out if c.name in want]
-    return out
-
-
-def read_model_error(p) -> Residuals | None:
-    """The model's held-out residuals (``protocol.residuals``, null: the shipped default), or None
-    where ``protocol.model_error=false``."""
-    if not p.model_error:
-        return None
-    return read_residuals(str(p.residuals) if p.residuals else RESIDUALS_DEFAULT)
-
-
 def model_error_for(residuals: Residuals | None, model: str) -> dict:
     """A plan config's model error: its replica model's held-out cases and their cost factors
     (``metrics.plan_pick.cost_factor``), or why it has none (its verdict then stands on the
@@ -305,133 +319,6 @@ def random_draws(blocks: int, limit: int) -> bool:
     """Whether ``protocols.plan.capacity.resamples`` draws at random (more distinct multisets of
     ``blocks`` blocks than ``limit``) rather than enumerating the exact bootstrap."""
     return blocks > 1 and limit > 0 and math.comb(2 * blocks - 1, blocks) > limit
-
-
-def estimated(p) -> list[ConfigCapacity]:
-    """``protocol.estimates``: configs whose capacity aiconfigurator estimates (hardware not at
-    hand), marked estimated wherever they appear (``protocols.plan.estimates``)."""
-    if not p.estimates:
-        return []
-    from conf.schema import PlanEstimate
-    from protocols.plan.estimates import estimated_capacity
-
-    out = []
-    for i, node in enumerate(p.estimates):
-        key = f"protocol.estimates[{i}]"
-        try:
-            spec = typed(node, PlanEstimate)
-        except Exception as e:  # noqa: BLE001 - OmegaConf names the key in its message
-            raise UserError(f"{key}: {e}") from None
-        out.append(estimated_capacity(spec, python=p.estimator_python, key=key))
-    return out
-
-
-def estimate_checks(p, cands: list[ConfigCapacity]) -> dict:
-    """Per estimated candidate: its points beside their roofline bounds (an estimate faster
-    than the bound is flagged) and, where measured runs of the same config exist, its error."""
-    from conf.schema import PlanEstimate
-    from protocols.plan.estimates import estimate_error, measured_counterparts
-
-    out = {}
-    measured = [c for c in cands if c.source == "measured"]  # an estimate is checked against measurements only
-    for node in p.estimates or []:
-        spec = typed(node, PlanEstimate)
-        est = next((c for c in cands if c.source == "estimated" and c.name == spec.name), None)
-        if est is None:
-            continue
-        pts = [{"in_flight": q.in_flight, "rate_rps": q.rate_rps, "ttft_ms": float(q.ttft_s[0]) * 1e3,
-                "tpot_ms": float(q.tpot_s[0]) * 1e3, "roofline": q.roofline} for q in est.points.get(1, [])]
-        errors = {m.name: estimate_error(est, m) for m in measured_counterparts(spec, measured)}
-        out[spec.name] = {"origin": est.origin, "points": pts, "faster_than_roofline":
-                          [q["in_flight"] for q in pts if (q["roofline"] or {}).get("faster_than_roofline")],
-                          "error_against_measured": errors or None, "notes": est.notes}
-    return out
-
-
-def merge_sizes(folder: str, caps: list[ConfigCapacity], overrides: dict) -> list[ConfigCapacity]:
-    """Configs that differ only in deployment size become one candidate (module doc)."""
-    groups: dict[tuple, list[ConfigCapacity]] = {}
-    for c in caps:
-        rest = tuple(sorted(o for o in overrides.get(c.name, []) if not str(o).startswith(SIZE_KEYS)))
-        groups.setdefault(rest, []).append(c)
-    out = []
-    for members in groups.values():
-        sizes = [s for c in members for s in c.sizes]
-        if len(members) == 1 or len(set(sizes)) != len(sizes):
-            out += members
-            continue
-        first = members[0]
-        merged = ConfigCapacity(
-            name=folder if len(groups) == 1 else f"{folder}:{first.name}", source=first.source, origin=first.origin,
-            points={s: pts for c in members for s, pts in c.points.items()},
-            cold_start_s=min((c.cold_start_s for c in members), key=lambda x: (not x, 0)) or [],
-            cost=first.cost, slo=first.slo, workload=first.workload,
-            notes=[f"configs {', '.join(c.name for c in members)} of {first.origin} are one candidate measured at "
-                   f"{', '.join(map(str, sorted(sizes)))} replicas"] + [n for c in members for n in c.notes])
-        # a replica's cold start: the smallest deployment's (one replica starting, not a whole deployment)
-        smallest = min(members, key=lambda c: c.sizes[0])
-        merged.cold_start_s = list(smallest.cold_start_s)
-        out.append(merged)
-    return out
-
-
-def replica_models(p, cands: list[ConfigCapacity]) -> dict[str, tuple[dict, sched.SchedulerModel | None]]:
-    """Per candidate, its replica model (``protocol.replica_model``; ``protocols.plan.scheduler``):
-    ({"model", "reason", and for the scheduler its profile and engine args}, the scheduler
-    model or None for processor sharing).  The profile: ``protocol.profile``, else a
-    ``perf_data.npz`` in the candidate's experiment folder (a ``tokenfactory profile``'s)."""
-    python = sched.dynamo_python(p.dynamo_python)
-    given = sched.find_profile(p.profile)
-    if p.profile and given is None:
-        raise UserError(f"protocol.profile={p.profile}: no {sched.PROFILE_NPZ} there (a tokenfactory profile "
-                        "folder or its perf_data.npz)")
-    out = {}
-    for c in cands:
-        profile = given or (sched.find_profile(c.origin) if c.source != "estimated" else None)
-        try:
-            model, why = sched.choose(str(p.replica_model), profile, python)
-        except ValueError as e:
-            raise UserError(f"{c.name}: {e}") from None
-        if model == "processor_sharing":
-            out[c.name] = ({"model": model, "reason": why}, None)
-            continue
-        knobs = recorded_knobs(c)
-        workers, mode = recorded_layout(c)
-        s = sched.SchedulerModel(python, profile, knobs, replica_workers=workers, router_mode=mode,
-                                 sample=StretchSample(float(p.replay_sample), float(p.replay_stretch_s),
-                                                      float(p.replay_lead_s)))
-        out[c.name] = ({"model": model, "reason": why, **s.describe(),
-                        "knobs_from": "the runs' provenance.json" if knobs else "none recorded: the mocker's defaults",
-                        "routing_note": "replica start, drain and bill times, and least-loaded routing, follow "
-                                        "the processor-sharing model; each replica's requests are served by the "
-                                        "scheduler"}, s)
-    return out
-
-
-def assign_costs(cands: list[ConfigCapacity], cfg) -> None:
-    """Each candidate's cost profile: ``protocol.costs[name]`` (a conf/cost/ profile's name), else
-    the profile its runs were priced with, else the plan's own ``cost``."""
-    from conf.compose import compose_config
-
-    node = cfg.protocol.costs
-    if node is not None and not OmegaConf.is_dict(node):
-        raise UserError(f"protocol.costs: expected a mapping config name -> cost profile, got {node!r}")
-    given = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-    unknown = set(given) - {c.name for c in cands}
-    if unknown:
-        raise UserError(f"protocol.costs: {', '.join(sorted(unknown))} not among the candidates "
-                        f"({', '.join(c.name for c in cands)})")
-    own = OmegaConf.to_container(cfg.cost, resolve=True)
-    for c in cands:
-        if c.name in given:
-            try:
-                c.cost = OmegaConf.to_container(compose_config([f"cost={given[c.name]}"]).cost, resolve=True)
-            except Exception as e:  # noqa: BLE001 - Hydra names the missing option in its message
-                raise UserError(f"protocol.costs.{c.name}={given[c.name]}: {e}") from None
-            c.notes.append(f"priced with cost={given[c.name]} (protocol.costs)")
-        elif not c.cost:
-            c.cost = own
-            c.notes.append("its runs recorded no cost profile: priced with the plan's own cost=...")
 
 
 def plan_slos(cfg, cands: list[ConfigCapacity], explicit: frozenset[str] = frozenset()) -> list[tuple[dict, SLO]]:
@@ -588,78 +475,6 @@ def _pct(v, q):
 def _slo_text(slo_cfg: dict) -> str:
     parts = [f"{k}={v:g}" for k, v in slo_cfg.items() if k.endswith("_ms") and v is not None]
     return ", ".join(parts) + f" at p{slo_cfg.get('percentile', 99):g}"
-
-
-# ------------------------------------------------------------------------------ simulations
-_STATE: dict = {}
-
-
-def _init(traffic: Traffic, routing: str, initial: int, seed: int) -> None:
-    _STATE.update(traffic=traffic, routing=routing, initial=initial, seed=seed)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One simulation: a candidate (on every block's runs, or on a resample of its blocks) in
-    one plan (an SLO and a policy)."""
-    plan: int
-    name: str
-    blocks: tuple[int, ...] | None      # None: every block once
-    weight: float
-    capacity: ConfigCapacity
-    policy: ScalingPolicy
-    slo: SLO
-    slo_cfg: dict
-    sized: bool                         # the policy's capacity_rps is the measured one
-    scheduler: sched.SchedulerModel | None = None   # None: processor sharing
-
-
-def _simulate(job: Job) -> dict:
-    cap, policy = job.capacity, job.policy
-    if job.blocks is not None:
-        cap = cap.with_blocks(list(job.blocks))
-        if job.sized:
-            size = cap.sizes[0]
-            measured = cap.max_load(job.slo, size, job.slo_cfg.get("min_attainment"))["mean"]
-            if measured > 0:
-                policy = dataclasses.replace(policy, measured_capacity_rps=measured)
-    sim = FleetSimulation(_STATE["traffic"], cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
-                          _STATE["seed"], scheduler=job.scheduler)
-    return sim.run()
-
-
-def simulate_all(jobs, traffic: Traffic, routing: str, initial: int, seed: int, workers: int) -> list[dict]:
-    """Every job's simulation, in the jobs' order.  In parallel processes, the point estimates
-    on the engine's scheduler run first, by themselves: a resample that routes as its point
-    estimate did then reads the replays back from the cache (``scheduler.SchedulerModel.serve``)
-    instead of replaying the same streams beside it."""
-    n = workers or os.cpu_count() or 1
-    if n <= 1 or len(jobs) <= 1:
-        _init(traffic, routing, initial, seed)
-        return [_report(i, len(jobs), _simulate(j)) for i, j in enumerate(jobs)]
-    procs = min(n, len(jobs))
-    # each process's replays share the cores with the others' (a day's replay holds GBs)
-    per = max(1, (os.cpu_count() or 1) // procs)
-    jobs = [dataclasses.replace(j, scheduler=dataclasses.replace(j.scheduler, workers=per))
-            if j.scheduler is not None and not j.scheduler.workers else j for j in jobs]
-    first = [i for i, j in enumerate(jobs) if j.scheduler is not None and j.blocks is None]
-    rest = [i for i in range(len(jobs)) if i not in set(first)]
-    phases = [first, rest] if first else [rest]
-    out: list = [None] * len(jobs)
-    done = 0
-    with ProcessPoolExecutor(max_workers=procs, initializer=_init,
-                             initargs=(traffic, routing, initial, seed)) as ex:
-        for phase in phases:
-            for i, r in zip(phase, ex.map(_simulate, [jobs[i] for i in phase])):
-                out[i] = _report(done, len(jobs), r)
-                done += 1
-    return out
-
-
-def _report(i: int, n: int, res: dict) -> dict:
-    if sys.stderr.isatty() or (i + 1) % max(1, n // 10) == 0 or i + 1 == n:
-        print(f"  simulated {i + 1}/{n}", flush=True)
-    return res
 
 
 def _est(m: dict, key: str, fmt: str) -> str:

@@ -10,7 +10,6 @@ rebuilds the record from every folder.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,10 +18,10 @@ from conf.schema import ConfigError, ProfileProtocol, typed, validate
 from harness import results_io
 from harness.engine_session import EngineSession
 from harness.errors import UserError
-from harness.experiment_record import experiment_record, run_rows, seven_steps, write_runs_table
-from harness.finish import finish_run
+from harness.experiment_record import experiment_record, run_rows, seven_steps
+from harness.lifecycle import Ending, RunRecord, run_lifecycle
+from harness.mlflow_log import MlflowLogger
 from harness.multirun import default_output_dir
-from harness.parent_run import start_parent
 from loadgen.dispatch import LoadSpec
 from protocols.designs import design_of
 from protocols.profile import record as profile_record
@@ -45,19 +44,45 @@ def plan(cfg: DictConfig) -> list[Step]:
     return steps
 
 
-def _write_experiment(cfg, out: Path, steps: list[Step], overrides: list[str], status: str) -> list[dict]:
-    rows = run_rows(out)
-    if rows:
-        write_runs_table(out, rows)
-    record = experiment_record(
-        cfg, status=status, out=out, overrides=overrides, configs={"": []}, baseline="",
-        steps=seven_steps(cfg, design_of(cfg), bool(rows), points=len(steps), configs=1),
-        load_points=[{"label": s.spec.label, "phase": s.phase, "load": s.spec.load, "workload": s.workload,
-                      "repeats": 1} for s in steps],
-        runs_planned=len(steps), runs_finished=len(rows), record_files=[profile_record.PROFILE_FILE,
-                                                                        profile_record.MOCKER_FILE])
-    results_io.write_json(out / results_io.EXPERIMENT, record)
-    return rows
+class ProfileRun:
+    """The profile's steps on the run lifecycle (``harness.lifecycle``): its ladders on one engine,
+    the record (experiment.json and runs.parquet) from its folders, then profile.json and the fits."""
+
+    def __init__(self, cfg: DictConfig, out: Path, steps: list[Step], todo: list[Step], overrides: list[str]):
+        self.cfg, self.out, self.steps, self.todo, self.overrides = cfg, out, steps, todo, overrides
+        self.rows: list[dict] = []   # the finished runs, as the last record found them
+
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        session = EngineSession(self.cfg, self.out, parent, total_points=len(self.todo))
+        try:
+            session.start()
+            for i, step in enumerate(self.todo):
+                session.use_workload(step.workload)
+                session.run_point(step.spec, last=i == len(self.todo) - 1)
+        finally:
+            session.stop()
+
+    def record_as(self, status: str) -> RunRecord:
+        rows = self.rows = run_rows(self.out)
+        steps = self.steps
+        return RunRecord(experiment_record(
+            self.cfg, status=status, out=self.out, overrides=self.overrides, configs={"": []}, baseline="",
+            steps=seven_steps(self.cfg, design_of(self.cfg), bool(rows), points=len(steps), configs=1),
+            load_points=[{"label": s.spec.label, "phase": s.phase, "load": s.spec.load, "workload": s.workload,
+                          "repeats": 1} for s in steps],
+            runs_planned=len(steps), runs_finished=len(rows), record_files=[profile_record.PROFILE_FILE,
+                                                                            profile_record.MOCKER_FILE]), rows)
+
+    def ending(self, status: str) -> Ending | None:
+        """profile.json and the mocker's file from the runs, the fits printed (no run: nothing)."""
+        if not self.rows:
+            return None
+        record = profile_record.write_profile(self.out, self.steps, int(self.cfg.protocol.resolution),
+                                              str(self.cfg.protocol.source))
+        print(summary_lines(record), flush=True)
+        return Ending(metrics=profile_record.parent_metrics(record),
+                      artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE, profile_record.PROFILE_FILE,
+                                 profile_record.MOCKER_FILE))
 
 
 def run_profile(cfg: DictConfig, overrides: list[str]) -> Path:
@@ -73,36 +98,7 @@ def run_profile(cfg: DictConfig, overrides: list[str]) -> Path:
     if len(todo) < len(steps):
         print(f"resuming {out}: {len(steps) - len(todo)} of {len(steps)} runs already complete", flush=True)
     results_io.write_yaml(out / results_io.CONFIG, results_io.redact(OmegaConf.to_container(cfg, resolve=True)))
-    _write_experiment(cfg, out, steps, overrides, "running" if todo else "complete")
-    mlflow = start_parent(cfg, out) if todo else None
-    status = "FAILED"
-    try:
-        if todo:
-            session = EngineSession(cfg, out, mlflow, total_points=len(todo))
-            try:
-                session.start()
-                for i, step in enumerate(todo):
-                    session.use_workload(step.workload)
-                    session.run_point(step.spec, last=i == len(todo) - 1)
-            finally:
-                session.stop()
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        print(f"\nto resume, run the same command with output_dir={out}", file=sys.stderr, flush=True)
-        raise
-    finally:
-        rows = _write_experiment(cfg, out, steps, overrides, {"FINISHED": "complete", "KILLED": "interrupted"}.get(
-            status, "failed"))
-        if status != "FINISHED" and mlflow:
-            mlflow.end_parent(status)
-    if not rows:
-        return out
-    record = profile_record.write_profile(out, steps, int(cfg.protocol.resolution), str(cfg.protocol.source))
-    print(summary_lines(record), flush=True)
-    return finish_run(cfg, out, mlflow, metrics=profile_record.parent_metrics(record),
-                      artifacts=(results_io.EXPERIMENT, results_io.RUNS_TABLE, profile_record.PROFILE_FILE,
-                                 profile_record.MOCKER_FILE), end="FINISHED" if mlflow else None)
+    return run_lifecycle(cfg, out, ProfileRun(cfg, out, steps, todo, overrides), pending=bool(todo))
 
 
 def summary_lines(record: dict) -> str:

@@ -12,6 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from conf.schema import ConfigError, TrackProtocol, typed, validate
 from harness.errors import UserError
+from harness.lifecycle import Ending, Lifecycle, run_lifecycle
+from harness.mlflow_log import MlflowLogger
 from harness.report.source import safe_part
 from harness.report.track import write_track_page
 from metrics.answer import gate_answer
@@ -69,20 +71,39 @@ def run_track_protocol(cfg: DictConfig) -> Path:
     (SystemExit 1 or 3, its message on stderr) when it does not pass."""
     options = track_options(cfg)
     out = track_folder(cfg, options)
-    try:
-        doc = run_track(options, out, cfg.mlflow.tracking_uri)
-    except ValueError as e:  # no such track or baseline, conditions that differ: the user's to fix
-        raise UserError(str(e)) from e
-    answer = gate_answer(doc["comparison"], options.track)
-    doc["answer"] = answer.to_dict()
-    write_track_record(out, doc)
-    print(f"{TRACK_FILE} and track.html written: {out.resolve()}", flush=True)
-    print(f"answer ({answer.protocol}):\n" + "\n".join(f"  {x}" for x in answer.lines), flush=True)
-    code = gate_code(doc)
+    steps = TrackRun(options, out, cfg.mlflow.tracking_uri)
+    run_lifecycle(cfg, out, steps, options=Lifecycle(parent=None, resume_hint=None))
+    code = gate_code(steps.doc)
     if options.gate and code != PASSED:
-        print(doc["gate_message"], file=sys.stderr, flush=True)
+        print(steps.doc["gate_message"], file=sys.stderr, flush=True)
         raise SystemExit(code)
     return out
+
+
+class TrackRun:
+    """The track's steps on the run lifecycle (``harness.lifecycle``): no parent run (it reads the
+    history's), no experiment.json; its record is track.json (``protocols.track.record``)."""
+
+    def __init__(self, options: TrackProtocol, out: Path, tracking_uri: str | None):
+        self.options, self.out, self.tracking_uri = options, out, tracking_uri
+        self.doc: dict = {}
+
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        try:
+            self.doc = run_track(self.options, self.out, self.tracking_uri)
+        except ValueError as e:  # no such track or baseline, conditions that differ: the user's to fix
+            raise UserError(str(e)) from e
+
+    def record_as(self, status: str) -> None:
+        return None
+
+    def ending(self, status: str) -> Ending:
+        """track.json with the gate's answer."""
+        answer = gate_answer(self.doc["comparison"], self.options.track)
+        self.doc["answer"] = answer.to_dict()
+        write_track_record(self.out, self.doc)
+        print(f"{TRACK_FILE} and track.html written: {self.out.resolve()}", flush=True)
+        return Ending(answer={"answer": self.doc["answer"]})
 
 
 def run_track(options: TrackProtocol, out: Path, tracking_uri: str | None = None, log=print) -> dict:

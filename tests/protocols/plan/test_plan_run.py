@@ -181,7 +181,7 @@ def test_resamples_read_back_the_point_estimates_replays(tmp_path):
     from metrics.slo import SLO
     from protocols.plan import scheduler as sched
     from protocols.plan.capacity import resamples
-    from protocols.plan.run import Job, simulate_all
+    from protocols.plan.simulations import Job, simulate_all
     from protocols.plan.traffic import Traffic
     from tests.protocols.plan import fake_replay
     from tests.protocols.plan.capacity_fixtures import capacity
