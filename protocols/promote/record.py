@@ -1,0 +1,117 @@
+"""protocol=promote: the record: rollback.json, promote.json and experiment.json, and the finish."""
+
+from __future__ import annotations
+
+import time
+
+from omegaconf import OmegaConf
+
+from harness import results_io
+from harness.experiment_record import experiment_record, run_rows, seven_steps
+from harness.finish import finish_run
+from harness.proxy.routing import CANDIDATE, INCUMBENT
+from metrics.answer import promotion_answer
+from protocols.designs import design_of
+from protocols.promote.stages import SIDES
+
+
+class PromotionRecord:
+    """The promotion's record and its finish."""
+
+    def write_rollback(self) -> None:
+        """Before the first stage: how to serve everything from the incumbent again."""
+        inc = self.urls[INCUMBENT]
+        cmd = ["tokenfactory", "proxy", f"proxy.incumbent={inc or '<the incumbent launched from protocol.incumbent>'}",
+               "proxy.mode=rollback", f"proxy.host={self.pcfg['host']}", f"proxy.port={self.pcfg['port']}"]
+        results_io.write_json(self.out / results_io.ROLLBACK, {
+            "proxy_mode": "rollback", "incumbent_url": inc, "incumbent_launch_overrides": self.launch[INCUMBENT],
+            "incumbent_model": self.pcfg.get("incumbent_model"), "command": cmd,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "note": "everything to the incumbent, nothing copied to the candidate; a promotion's guards apply "
+                    "this mode to its running proxy at once"})
+
+    def promotion_record(self) -> dict:
+        state = self.status if self.status == "interrupted" else self.machine.state
+        stages = []
+        for st in self.ran:
+            d = {**{k: getattr(st.plan, k) for k in ("name", "mode", "share", "mirror", "min_requests",
+                                                      "min_duration_s", "max_duration_s")},
+                 "dir": str(st.dir.relative_to(self.out)), "started_s": self.t(st.start_ns),
+                 "ended_s": self.t(st.end_ns) if st.end_ns else None,
+                 "requests": {s: len(st.rows[s]) for s in SIDES},
+                 "served": {s: sum(not r.shadow for r in st.rows[s]) for s in SIDES},
+                 "compared_pairs": len(st.pairs), "gates": st.gates}
+            stages.append(d)
+        failed_callers = sum(v == "failed" for v in self.callers.values())
+        return {
+            "outcome": state, "incumbent": {"url": self.urls[INCUMBENT], "launch": self.launch[INCUMBENT]},
+            "candidate": {"url": self.urls[CANDIDATE], "launch": self.launch[CANDIDATE]},
+            "proxy": {k: self.pcfg.get(k) for k in ("sticky", "compare", "incumbent_model", "candidate_model")},
+            "traffic": self.cfg.protocol.traffic, "stages_planned": [s.name for s in self.stages],
+            "stages": stages, "decisions": [d.to_dict() for d in self.machine.decisions],
+            "fault": self.fault, "failovers": self.proxy.failovers if self.proxy else {},
+            "callers": {"requests": len(self.callers), "failed": failed_callers,
+                        "cancelled": sum(v == "cancelled" for v in self.callers.values())},
+            "rows": self.rows_total, "agreement_unit": self.pairs.unit if self.pairs else None,
+            "gate": OmegaConf.to_container(self.cfg.protocol.gate, resolve=True),
+            "guard": OmegaConf.to_container(self.cfg.protocol.guard, resolve=True),
+            "rollback_config": results_io.ROLLBACK, "timeline": self.timeline,
+        }
+
+    def write_record(self) -> None:
+        rec = self.promotion_record()
+        self.promotion = rec
+        last = self.machine.decisions[-1] if self.machine.decisions else None
+        self.promotion_how = (f"{rec['outcome']}: {len(rec['stages'])} of {len(self.stages)} stage(s) run, "
+                              f"{sum(len(s['gates']) for s in rec['stages'])} gate(s); last decision "
+                              f"{last.action if last else 'none'} ({last.stage if last else ''}) (promote.json)")
+        rec["answer"] = promotion_answer(rec).to_dict()
+        results_io.write_json(self.out / results_io.PROMOTION, rec)
+        self.write_experiment()
+        self.log_decisions(rec)
+        print(self.describe(rec), flush=True)
+        fault = rec["fault"]
+        finish_run(self.cfg, self.out, self.mlflow, metrics={
+            "promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
+            "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
+            **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})},
+            artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
+            report=self.render_report, answer=rec,
+            end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
+
+    def render_report(self) -> None:
+        """The promotion's timeline figure (printed, not logged: None)."""
+        try:
+            from harness.report import figures_promotion
+        except ImportError:  # a report package without the figure
+            return
+        try:
+            print(f"promotion timeline: {figures_promotion.write(self.out)}", flush=True)
+        except (OSError, ValueError, ImportError) as e:
+            print(f"note: promotion timeline not drawn: {e}", flush=True)
+
+    def describe(self, rec: dict) -> str:
+        lines = [f"promotion {rec['outcome'].upper()}: callers {rec['callers']['requests']} requests, "
+                 f"{rec['callers']['failed']} failed; failovers {rec['failovers']}"]
+        for d in rec["decisions"]:
+            lines.append(f"  {d['t_s']:7.1f} s  {d['stage']:<14} {d['action']:<8} {d['reason'][:300]}")
+        if rec["fault"].get("fault_to_rollback_s") is not None:
+            lines.append(f"  fault ({rec['fault']['kind']}) at {rec['fault']['injected_s']:.1f} s -> rollback applied "
+                         f"at {rec['fault']['rollback_applied_s']:.1f} s: {rec['fault']['fault_to_rollback_s']:.2f} s")
+        return "\n".join(lines)
+
+    def write_experiment(self) -> None:
+        runs = run_rows(self.out) if self.out.exists() else []
+        status = ("complete" if self.promotion and self.promotion["outcome"] in ("promoted", "rolled_back")
+                  else ("running" if self.promotion is None else str(self.promotion["outcome"])))
+        steps = seven_steps(self.cfg, design_of(self.cfg), bool(runs), points=1, configs=len(SIDES),
+                            promotion_how=self.promotion_how)
+        rec = experiment_record(
+            self.cfg, status=status, out=self.out, overrides=self.overrides,
+            configs={s: self.launch[s] if self.launch[s] else [self.urls[s]] for s in SIDES}, baseline=INCUMBENT,
+            steps=steps, stages=[s.__dict__ for s in self.stages],
+            promotion=None if self.promotion is None else {
+                k: self.promotion[k] for k in ("outcome", "decisions", "fault", "callers", "failovers")})
+        if self.promotion is not None and self.promotion.get("answer"):
+            rec["answer"] = self.promotion["answer"]
+        results_io.write_json(self.out / results_io.EXPERIMENT, rec)
