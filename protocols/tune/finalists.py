@@ -6,7 +6,7 @@ import time
 
 from harness import results_io
 from metrics import model_error, tune_verdict
-from protocols.tune.trials import TRIAL_FILE, _key
+from protocols.tune.trials import TRIAL_FILE, params_key
 
 CONFIRM_DIR = "confirm"  # screen=model: the winner measured a second time
 
@@ -22,15 +22,15 @@ class Finalists:
             self.run_trial(params)
         if not self.cfg.protocol.confirm:
             return
-        mine = [{**t, **self._verdict(t)} for t in self.read_trials() if t["status"] == "complete"
-                and _key(t["params"]) in {_key(f) for f in self.screened["finalists"]}]
+        mine = [{**t, **self.verdict(t)} for t in self.read_trials() if t["status"] == "complete"
+                and params_key(t["params"]) in {params_key(f) for f in self.screened["finalists"]}]
         winner = tune_verdict.best_trial(mine, str(self.cfg.protocol.objective))
         if winner is None:
             print("no finalist met the SLO when measured: nothing to confirm", flush=True)
             return
         folder = self.out / CONFIRM_DIR
         old = results_io.read_json(folder / TRIAL_FILE, None)
-        if old and old.get("status") == "complete" and _key(old["params"]) == _key(winner["params"]):
+        if old and old.get("status") == "complete" and params_key(old["params"]) == params_key(winner["params"]):
             print(f"confirmation of trial {winner['trial']}: already measured, read back", flush=True)
             return
         folder.mkdir(parents=True, exist_ok=True)
@@ -52,11 +52,11 @@ class Finalists:
         objective = str(p.objective)
         bound = (self.validated or {}).get("bound")
         tol = float(p.search_tolerance)
-        modelled = {_key(c["params"]): c for c in self.screened["configs"]}
-        by = {_key(t["params"]): t for t in trials}
+        modelled = {params_key(c["params"]): c for c in self.screened["configs"]}
+        by = {params_key(t["params"]): t for t in trials}
         rows = []
         for params in self.screened["finalists"]:
-            m, t = modelled[_key(params)], by.get(_key(params))
+            m, t = modelled[params_key(params)], by.get(params_key(params))
             row = {"params": params, "trial": t["trial"] if t else None,
                    "modelled": {k: m.get(k) for k in ("max_load_under_slo", "objective", "cost_per_mtok_good",
                                                        "rank")},
@@ -89,10 +89,11 @@ class Finalists:
         note = None
         confirm = results_io.read_json(self.out / CONFIRM_DIR / TRIAL_FILE, None)
         if best and p.confirm:
-            if not confirm or confirm.get("status") != "complete" or _key(confirm["params"]) != _key(best["params"]):
+            if (not confirm or confirm.get("status") != "complete"
+                    or params_key(confirm["params"]) != params_key(best["params"])):
                 best, note = None, "the best measured finalist is not confirmed yet (its second measurement)"
             else:
-                v = self._verdict(confirm)
+                v = self.verdict(confirm)
                 said = (f"confirmed by a second measurement: {objective} {v['objective']:.4g} at max load "
                         f"{v['max_load_under_slo']:g}" if v["feasible"] else
                         f"not confirmed: its second measurement is infeasible: {v['why']}")

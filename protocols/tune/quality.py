@@ -10,6 +10,7 @@ from harness.engine_session import EngineSession
 from harness.errors import UserError
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from protocols.designs import design_of
+from protocols.tune.configs import trial_config
 
 REFERENCE_DIR = "reference"  # the quality gate's control: the config with no knob set
 
@@ -32,7 +33,7 @@ class TrialQuality:
             cfg = compose_config(self.overrides + ref) if ref else self.cfg
         except Exception as e:  # noqa: BLE001 - Hydra's parse and compose errors, said with the key
             raise UserError(f"protocol.reference: {e}") from None
-        session = EngineSession(self.trial_config(cfg, folder), folder, None, name=None)
+        session = EngineSession(trial_config(cfg, folder), folder, None, name=None)
         folder.mkdir(parents=True, exist_ok=True)
         try:
             session.start()

@@ -1,4 +1,5 @@
-"""protocol=tune: the record: tune.json, experiment.json and runs.parquet, and the finish."""
+"""protocol=tune: the record: tune.json, and from it experiment.json's steps, runs.parquet's rows and the
+parent run's metrics (written by ``protocols.tune.run.Tuner.parent_run``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from harness import results_io
-from harness.experiment_record import experiment_record, run_rows, steps_record, write_runs_table
-from harness.finish import finish_run
-from harness.report.tune import write_tune_page
+from harness.experiment_record import experiment_record, run_rows, steps_record
 from metrics import tune_verdict
 from metrics.answer import tune_answer
 from protocols.tune import plan
@@ -20,13 +19,11 @@ TUNE_FILE = "tune.json"
 
 
 class TuneRecord:
-    """The tune's record and its finish."""
+    """The tune's record: tune.json and what experiment.json says of it."""
 
-    # ------------------------------------------------------------------------------------ the record
-    def write_record(self) -> dict:
-        """``tune.json``, ``experiment.json`` and ``runs.parquet`` from the trial folders (the
-        best trial is the best feasible one, not the study's best value: an infeasible trial's
-        value can tie with it)."""
+    def write_tune_record(self) -> dict:
+        """``tune.json`` from the trial folders (the best trial is the best feasible one, not the
+        study's best value: an infeasible trial's value can tie with it)."""
         p = self.cfg.protocol
         objective = str(p.objective)
         trials = []
@@ -34,7 +31,7 @@ class TuneRecord:
             entry = {"trial": t["trial"], "folder": t["folder"], "params": t["params"], "overrides": t["overrides"],
                      "status": t["status"], "duration_s": t.get("duration_s"), "error": t.get("error")}
             if t["status"] == "complete":
-                entry.update(self._verdict(t))
+                entry.update(self.verdict(t))
             else:
                 entry.update(feasible=None, why="not finished (interrupted): resumes with the same output_dir")
             trials.append(entry)
@@ -74,12 +71,10 @@ class TuneRecord:
             record["screen"] = screened
         record["answer"] = tune_answer(record).to_dict()
         results_io.write_json(self.out / TUNE_FILE, record)
-        results_io.write_json(self.out / results_io.EXPERIMENT, {**self.experiment_json(record),
-                                                                  "answer": record["answer"]})
-        self.write_runs(trials)
         return record
 
     def experiment_json(self, record: dict) -> dict:
+        """experiment.json of the tune (the seven steps: tune ran) from its record."""
         done = record["evaluated"] > 0
         best = record["best"]
         steps = steps_record([
@@ -102,30 +97,28 @@ class TuneRecord:
             configs={f"trial{t['trial']}": t["overrides"] for t in record["trials"]}, baseline="", steps=steps,
             runs_finished=sum(1 for _ in self.out.glob(f"{TRIALS_DIR}/*/**/{results_io.SUMMARY}")), tune=TUNE_FILE)
 
-    def write_runs(self, trials: list[dict]) -> None:
-        """``runs.parquet``: every trial's runs, ``config`` = trial<n>, with its params as columns."""
-        by_folder = {t["folder"]: t for t in trials}
-        rows = []
-        for r in run_rows(self.out):
-            parts = Path(r["run_dir"]).parts
-            t = by_folder.get(str(Path(*parts[:2]))) if len(parts) >= 2 else None
-            if t is None:
-                continue
-            r = {**r, "config": f"trial{t['trial']}", "run_dir": r["run_dir"],
-                 **{f"param.{k}": v for k, v in t["params"].items()}}
-            rows.append(r)
-        if rows:
-            write_runs_table(self.out, rows)
 
-    def finish(self, record: dict) -> Path:
-        """The finishing step every protocol shares (``harness.finish``): the tune's aggregates
-        and ``tune.json`` on its parent run, which ends with the tune's status."""
-        best = record["best"]
-        metrics = {"tune.evaluated": record["evaluated"], "tune.feasible": record["feasible"]}
-        if best:
-            metrics.update({"tune.best_objective": best["objective"], "tune.best_trial": best["trial"],
-                            "tune.best_max_load_under_slo": best["max_load_under_slo"],
-                            "tune.best_cost_per_mtok_good": best["cost_per_mtok_good"]})
-        return finish_run(self.cfg, self.out, self.mlflow, metrics=metrics, artifacts=(TUNE_FILE,), answer=record,
-                          end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status, "FAILED"),
-                          report=lambda: write_tune_page(self.out))
+def trial_runs(out: Path, trials: list[dict]) -> list[dict]:
+    """``runs.parquet``'s rows: every trial's runs, ``config`` = trial<n>, with its params as columns."""
+    by_folder = {t["folder"]: t for t in trials}
+    rows = []
+    for r in run_rows(out):
+        parts = Path(r["run_dir"]).parts
+        t = by_folder.get(str(Path(*parts[:2]))) if len(parts) >= 2 else None
+        if t is None:
+            continue
+        r = {**r, "config": f"trial{t['trial']}", "run_dir": r["run_dir"],
+             **{f"param.{k}": v for k, v in t["params"].items()}}
+        rows.append(r)
+    return rows
+
+
+def finish_metrics(record: dict) -> dict:
+    """The tune's aggregates logged on its parent run."""
+    best = record["best"]
+    metrics = {"tune.evaluated": record["evaluated"], "tune.feasible": record["feasible"]}
+    if best:
+        metrics.update({"tune.best_objective": best["objective"], "tune.best_trial": best["trial"],
+                        "tune.best_max_load_under_slo": best["max_load_under_slo"],
+                        "tune.best_cost_per_mtok_good": best["cost_per_mtok_good"]})
+    return metrics

@@ -27,37 +27,50 @@ The record (``OUT/tune.json``, rebuilt from the trials' ``trial.json``): every t
 feasible one, the Pareto front (cost per million good tokens vs max load under the SLO); also
 ``experiment.json`` (the seven steps: tune ran), ``runs.parquet`` (every trial's runs, with its
 params) and, with MLflow on, a parent run holding the trials' runs as children.
+
+The steps, a module each: ``configs`` (a trial's config; the checks of the bracket and the knobs),
+``quality`` (the reference outputs, a trial's quality verdict), ``search`` (the study), ``trials``
+(one trial: reused, resumed or run, and judged; the trials' shared base), ``finalists``
+(screen=model), ``record`` (tune.json, and what experiment.json, runs.parquet and the parent run
+take from it), ``mlflow_log`` (a trial's run as the parent's child).  Here: the command's checks,
+the console, and the parent run (``Tuner.parent_run``).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from conf.overrides import explicit_keys
 from conf.schema import ConfigError, validate
 from harness import results_io
 from harness.errors import UserError
+from harness.experiment_record import write_runs_table
+from harness.finish import finish_run
+from harness.parent_run import start_parent
+from harness.report.tune import write_tune_page
 from metrics import tune_verdict
 from protocols.experiment import check_config
 from protocols.plan.modelled import residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
 from protocols.plan.residuals import read_residuals
 from protocols.tune import plan, screen
-from protocols.tune.configs import TrialConfigs
+from protocols.tune.configs import check_bracket, check_knobs, trial_config
 from protocols.tune.finalists import Finalists
-from protocols.tune.mlflow_log import TuneMlflow
 from protocols.tune.plan import finalists_table, screen_table
 from protocols.tune.quality import TrialQuality
-from protocols.tune.record import TuneRecord
+from protocols.tune.record import TUNE_FILE, TuneRecord, finish_metrics, trial_runs
 from protocols.tune.search import STUDY_FILE, StudySearch
-from protocols.tune.trials import TRIALS_DIR, Trials
+from protocols.tune.trials import TRIALS_DIR, Trials, check_base
 
 
-class Tuner(TrialConfigs, TrialQuality, StudySearch, Trials, Finalists, TuneRecord, TuneMlflow):
-    """One tune: its config and knobs, its folder, the sweep and the record."""
+class Tuner(TrialQuality, StudySearch, Trials, Finalists, TuneRecord):
+    """One tune: its config and knobs, its folder, its steps (the quality gate's reference, the
+    study's search or the screen's finalists, each trial) and its parent run."""
 
     def __init__(self, cfg: DictConfig, overrides: list[str]):
         self.cfg = cfg
@@ -76,9 +89,9 @@ class Tuner(TrialConfigs, TrialQuality, StudySearch, Trials, Finalists, TuneReco
             if self.screening:
                 screen.check(cfg, self.knobs)
             self.grid = plan.grid_size(self.knobs) if p.sampler == "grid" or self.screening else None
-            self._check_bracket()
-            self._check_knobs()
-            check_config(self.trial_config(cfg, Path(".")))
+            check_bracket(cfg)
+            check_knobs(cfg, self.knobs, self.grid)
+            check_config(trial_config(cfg, Path(".")))
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
         self.seed = int(p.seed if p.seed is not None else cfg.seed)
@@ -116,13 +129,13 @@ class Tuner(TrialConfigs, TrialQuality, StudySearch, Trials, Finalists, TuneReco
         lines.append(f"would write to {self.out} (trials in {self.out / TRIALS_DIR}/<n>/)")
         return "\n".join(lines)
 
-    # ------------------------------------------------------------------------------------ the sweep
+    # ------------------------------------------------------------------------------------ the steps
     def run(self) -> Path:
         if self.cfg.protocol.dry_run:
             print(self.describe())
             return self.out
         self.out.mkdir(parents=True, exist_ok=True)
-        self._check_base()
+        check_base(self.cfg, self.knobs, self.out, self.read_trials())
         done = [t for t in self.read_trials() if t.get("status") == "complete"]
         print(self.describe().rsplit("\n", 1)[0], flush=True)
         if done:
@@ -134,29 +147,22 @@ class Tuner(TrialConfigs, TrialQuality, StudySearch, Trials, Finalists, TuneReco
             self.screened = screen.screen(self.cfg, self.knobs)
             results_io.write_json(self.out / screen.SCREEN_FILE, self.screened)
             print(screen_table(self.screened), flush=True)
-        self.start_mlflow()
-        self.reference_outputs()
-        study = None if self.screening else self.study()
-        self.status = "running"
-        self.write_record()
-        try:
+        study: list[optuna.Study] = []
+
+        def prepare() -> None:  # the quality gate's reference outputs, then the study (none when screening)
+            self.reference_outputs()
+            study.extend([] if self.screening else [self.open_study()])
+
+        def steps() -> None:  # the trials: the screen's finalists, or the study's suggestions
             if self.screening:
                 self.measure_finalists()
             else:
-                self.search(study)
-            self.status = "complete"
-        except KeyboardInterrupt:
-            self.status = "interrupted"
-            print(f"\nfinished trials are kept; to resume, run the same command with output_dir={self.out}",
-                  file=sys.stderr, flush=True)
-            raise
-        except Exception:
-            self.status = "failed"
-            raise
-        finally:
-            record = self.write_record()
-            if self.status != "complete":  # failing or interrupted: the record logged before the error is told
-                self.finish(record)
+                self.search(study[0])
+
+        return self.parent_run(prepare, steps, self.show)
+
+    def show(self, record: dict) -> None:
+        """The tune on the console: its trials, the best and the Pareto front."""
         print(plan.format_table(record), flush=True)
         if record.get("screen"):
             print(finalists_table(record), flush=True)
@@ -168,4 +174,51 @@ class Tuner(TrialConfigs, TrialQuality, StudySearch, Trials, Finalists, TuneReco
         print("pareto front (cost per million good tokens vs max load under the SLO): "
               + (", ".join(f"trial {t['trial']} ({t['max_load_under_slo']:g}, {t['cost_per_mtok_good']:.4g})"
                            for t in record["pareto_front"]) or "empty"))
-        return self.finish(record)
+
+    # ------------------------------------------------------------------------------------ the parent run
+    def parent_run(self, prepare: Callable[[], None], steps: Callable[[], None],
+                   show: Callable[[dict], None]) -> Path:
+        """The tune's parent run, all of it here (a shared lifecycle can take its place): the MLflow
+        parent started (each trial's run becomes its child), ``prepare`` run, the record written
+        (``tune.json``, ``experiment.json``, ``runs.parquet``) before and after ``steps`` with the
+        status they end in (complete, interrupted, failed), the parent ended FINISHED, KILLED or
+        FAILED with the tune's aggregates (``harness.finish``); ``show`` puts the record on the
+        console before a complete tune finishes."""
+        self.mlflow = start_parent(self.cfg, self.out, name=f"tune {self.out.name}", tags={"tokenfactory.kind": "tune"},
+                                   strict=True)
+        prepare()
+        self.status = "running"
+
+        def write() -> dict:
+            record = self.write_tune_record()
+            results_io.write_json(self.out / results_io.EXPERIMENT, {**self.experiment_json(record),
+                                                                      "answer": record["answer"]})
+            rows = trial_runs(self.out, record["trials"])
+            if rows:
+                write_runs_table(self.out, rows)
+            return record
+
+        def end(record: dict) -> Path:
+            return finish_run(self.cfg, self.out, self.mlflow, metrics=finish_metrics(record), artifacts=(TUNE_FILE,),
+                              answer=record, end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status,
+                                                                                                       "FAILED"),
+                              report=lambda: write_tune_page(self.out))
+
+        write()
+        try:
+            steps()
+            self.status = "complete"
+        except KeyboardInterrupt:
+            self.status = "interrupted"
+            print(f"\nfinished trials are kept; to resume, run the same command with output_dir={self.out}",
+                  file=sys.stderr, flush=True)
+            raise
+        except Exception:
+            self.status = "failed"
+            raise
+        finally:
+            record = write()
+            if self.status != "complete":  # failing or interrupted: the record logged before the error is told
+                end(record)
+        show(record)
+        return end(record)

@@ -13,7 +13,7 @@ STUDY_FILE = "study.db"  # Optuna's storage: the study a rerun with the same out
 class StudySearch:
     """The tune's Optuna study and the search over its budget of suggestions."""
 
-    def study(self) -> optuna.Study:
+    def open_study(self) -> optuna.Study:
         """The tune's Optuna study in ``OUT/study.db``, created or loaded (one per objective: a
         study's direction is fixed, and the trials' folders are shared by all)."""
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tune prints each suggestion itself
