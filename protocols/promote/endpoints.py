@@ -10,8 +10,8 @@ from harness import results_io
 from harness.errors import UserError
 from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE, INCUMBENT
-from protocols.promote.stages import SIDES, _Stage
-from protocols.promote.traffic import _key
+from protocols.promote.stages import SIDES, RanStage
+from protocols.promote.traffic import override_key
 
 
 class Endpoints:
@@ -21,7 +21,8 @@ class Endpoints:
         from engines.base import EngineError
         from engines.registry import make_engine
 
-        base = [o for o in self.overrides if not _key(o).startswith(("protocol", "proxy", "engine", "output_dir"))]
+        own = ("protocol", "proxy", "engine", "output_dir")
+        base = [o for o in self.overrides if not override_key(o).startswith(own)]
         for side in SIDES:
             if self.launch[side] is None:
                 continue
@@ -44,11 +45,11 @@ class Endpoints:
         first = self.stages[0]
         pcfg = {**self.pcfg, **{s: self.urls[s] for s in SIDES}, "mode": first.mode,
                 "canary_share": first.share, "mirror": first.mirror}
-        if pcfg["port"] == 8080 and "proxy.port" not in {_key(o) for o in self.overrides}:
+        if pcfg["port"] == 8080 and "proxy.port" not in {override_key(o) for o in self.overrides}:
             pcfg["port"] = 0  # a free port unless one was asked for
         tok = self.tokenizer()
         self.pairs = PairBook(tok)
-        st = _Stage(0, first, 0, self.out)
+        st = RanStage(0, first, 0, self.out)
         st.dir.mkdir(parents=True, exist_ok=True)
         self.proxy = ProxyProcess(pcfg, OmegaConf.to_container(self.cfg.slo, resolve=True),
                                   str(st.dir / results_io.REQUESTS))

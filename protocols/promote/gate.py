@@ -15,7 +15,7 @@ from metrics.promotion_gate import (
     gate_outcome,
     look_confidence,
 )
-from protocols.promote.stages import SIDES, _Stage, measured
+from protocols.promote.stages import SIDES, RanStage, measured
 
 
 def gate_rows(plan, inc_rows, cand_rows) -> tuple[list, list, str]:
@@ -46,7 +46,7 @@ def gate_rows(plan, inc_rows, cand_rows) -> tuple[list, list, str]:
 class StageGate:
     """The promotion's gate: one look at the running stage."""
 
-    def gate(self, st: _Stage, t: float) -> dict:
+    def gate(self, st: RanStage, t: float) -> dict:
         p = self.cfg.protocol
         gp = p.gate
         look = len(st.gates) + 1

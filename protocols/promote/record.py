@@ -1,4 +1,5 @@
-"""protocol=promote: the record: rollback.json, promote.json and experiment.json, and the finish."""
+"""protocol=promote: the record: rollback.json, promote.json, and from them experiment.json, the console's
+summary and the parent run's metrics (written by ``protocols.promote.run.Promotion.parent_run``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from omegaconf import OmegaConf
 
 from harness import results_io
 from harness.experiment_record import experiment_record, run_rows, seven_steps
-from harness.finish import finish_run
 from harness.proxy.routing import CANDIDATE, INCUMBENT
 from metrics.answer import promotion_answer
 from protocols.designs import design_of
@@ -16,7 +16,7 @@ from protocols.promote.stages import SIDES
 
 
 class PromotionRecord:
-    """The promotion's record and its finish."""
+    """The promotion's record: rollback.json, promote.json and what experiment.json says of them."""
 
     def write_rollback(self) -> None:
         """Before the first stage: how to serve everything from the incumbent again."""
@@ -58,7 +58,8 @@ class PromotionRecord:
             "rollback_config": results_io.ROLLBACK, "timeline": self.timeline,
         }
 
-    def write_record(self) -> None:
+    def write_promotion_record(self) -> dict:
+        """``promote.json``: the promotion as it ran (with its answer); also kept for experiment.json."""
         rec = self.promotion_record()
         self.promotion = rec
         last = self.machine.decisions[-1] if self.machine.decisions else None
@@ -67,17 +68,7 @@ class PromotionRecord:
                               f"{last.action if last else 'none'} ({last.stage if last else ''}) (promote.json)")
         rec["answer"] = promotion_answer(rec).to_dict()
         results_io.write_json(self.out / results_io.PROMOTION, rec)
-        self.write_experiment()
-        self.log_decisions(rec)
-        print(self.describe(rec), flush=True)
-        fault = rec["fault"]
-        finish_run(self.cfg, self.out, self.mlflow, metrics={
-            "promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
-            "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
-            **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})},
-            artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
-            report=self.render_report, answer=rec,
-            end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
+        return rec
 
     def render_report(self) -> None:
         """The promotion's timeline figure (printed, not logged: None)."""
@@ -90,17 +81,8 @@ class PromotionRecord:
         except (OSError, ValueError, ImportError) as e:
             print(f"note: promotion timeline not drawn: {e}", flush=True)
 
-    def describe(self, rec: dict) -> str:
-        lines = [f"promotion {rec['outcome'].upper()}: callers {rec['callers']['requests']} requests, "
-                 f"{rec['callers']['failed']} failed; failovers {rec['failovers']}"]
-        for d in rec["decisions"]:
-            lines.append(f"  {d['t_s']:7.1f} s  {d['stage']:<14} {d['action']:<8} {d['reason'][:300]}")
-        if rec["fault"].get("fault_to_rollback_s") is not None:
-            lines.append(f"  fault ({rec['fault']['kind']}) at {rec['fault']['injected_s']:.1f} s -> rollback applied "
-                         f"at {rec['fault']['rollback_applied_s']:.1f} s: {rec['fault']['fault_to_rollback_s']:.2f} s")
-        return "\n".join(lines)
-
-    def write_experiment(self) -> None:
+    def experiment_json(self) -> dict:
+        """experiment.json of the promotion (step 7 ran, once promote.json is written)."""
         runs = run_rows(self.out) if self.out.exists() else []
         status = ("complete" if self.promotion and self.promotion["outcome"] in ("promoted", "rolled_back")
                   else ("running" if self.promotion is None else str(self.promotion["outcome"])))
@@ -114,4 +96,24 @@ class PromotionRecord:
                 k: self.promotion[k] for k in ("outcome", "decisions", "fault", "callers", "failovers")})
         if self.promotion is not None and self.promotion.get("answer"):
             rec["answer"] = self.promotion["answer"]
-        results_io.write_json(self.out / results_io.EXPERIMENT, rec)
+        return rec
+
+
+def describe(rec: dict) -> str:
+    """The promotion's outcome and decisions on the console."""
+    lines = [f"promotion {rec['outcome'].upper()}: callers {rec['callers']['requests']} requests, "
+             f"{rec['callers']['failed']} failed; failovers {rec['failovers']}"]
+    for d in rec["decisions"]:
+        lines.append(f"  {d['t_s']:7.1f} s  {d['stage']:<14} {d['action']:<8} {d['reason'][:300]}")
+    if rec["fault"].get("fault_to_rollback_s") is not None:
+        lines.append(f"  fault ({rec['fault']['kind']}) at {rec['fault']['injected_s']:.1f} s -> rollback applied "
+                     f"at {rec['fault']['rollback_applied_s']:.1f} s: {rec['fault']['fault_to_rollback_s']:.2f} s")
+    return "\n".join(lines)
+
+
+def finish_metrics(rec: dict) -> dict:
+    """The promotion's outcome as metrics of its parent run."""
+    fault = rec["fault"]
+    return {"promoted": float(rec["outcome"] == "promoted"), "rolled_back": float(rec["outcome"] == "rolled_back"),
+            "stages_run": float(len(rec["stages"])), "callers_failed": float(rec["callers"]["failed"]),
+            **({"fault_to_rollback_s": fault["fault_to_rollback_s"]} if "fault_to_rollback_s" in fault else {})}

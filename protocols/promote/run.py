@@ -22,6 +22,11 @@ One process drives it (``Promotion.run``):
    ran), ``stages/NN_<name>/requests.parquet`` (both sides' rows, the requests.parquet
    contract with ``side`` and ``shadow``), and MLflow (a parent run: the gates' numbers per
    look, each decision, the record as artifacts).
+
+The steps, a module each: ``endpoints`` (2, 3), ``traffic`` (4), ``stages`` (5: the loop, guards,
+stage changes, rollback, the timeline), ``gate`` (a stage's gate), ``faults`` (the rehearsal's
+fault), ``record`` (rollback.json, promote.json, experiment.json's content), ``mlflow_log``.  Here:
+the checks of the command, the order of the steps, and the parent run (``Promotion.parent_run``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import os
 import signal
 import subprocess
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +43,8 @@ from omegaconf import DictConfig, OmegaConf
 from conf.schema import ConfigError, Proxy, typed, validate
 from harness import results_io
 from harness.errors import UserError
+from harness.finish import finish_run
+from harness.parent_run import start_parent
 from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE
 from harness.proxy.runtime import check_placement
@@ -46,14 +54,17 @@ from metrics.promotion_gate import (
 from protocols.promote.endpoints import Endpoints
 from protocols.promote.faults import Faults
 from protocols.promote.gate import StageGate
-from protocols.promote.mlflow_log import PromotionMlflow
+from protocols.promote.mlflow_log import log_decisions
 from protocols.promote.plan import StageMachine, plan_stages
-from protocols.promote.record import PromotionRecord
-from protocols.promote.stages import SIDES, StageLoop, _Stage, perf_ns
+from protocols.promote.record import PromotionRecord, describe, finish_metrics
+from protocols.promote.stages import SIDES, RanStage, StageLoop
 from protocols.promote.traffic import Traffic
 
 
-class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecord, PromotionMlflow):
+class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecord):
+    """One promotion: its config and stages, its steps (the endpoints, the proxy, the traffic, the
+    stage loop with its guards, gates and fault) and its parent run."""
+
     def __init__(self, cfg: DictConfig, overrides: list[str]):
         self.cfg = cfg
         self.overrides = list(overrides)
@@ -85,8 +96,8 @@ class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecor
         self.proxy = None
         self.traffic: subprocess.Popen | None = None
         self.machine = StageMachine(self.stages)
-        self.ran: list[_Stage] = []
-        self.after: _Stage | None = None
+        self.ran: list[RanStage] = []
+        self.after: RanStage | None = None
         self.window: dict[str, deque] = {s: deque() for s in SIDES}
         self.timeline: dict = {"t_s": [], "stage": [], "mode": [], "share": [],
                                **{s: {k: [] for k in ("requests", "served", "in_flight", "slo_attainment",
@@ -103,58 +114,24 @@ class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecor
         self.promotion: dict | None = None
         self.promotion_how: str | None = None
 
-    # ------------------------------------------------------------------------------------ helpers
-    def t(self, ns: int | None = None) -> float:
-        return ((ns if ns is not None else perf_ns()) - self.t0_ns) / 1e9
-
-    @property
-    def stage(self) -> _Stage:
-        return self.ran[-1]
-
-    def _stage_of(self, arrive_ns: int) -> _Stage | None:
-        for st in reversed(self.ran):
-            if arrive_ns >= st.start_ns:
-                return st if st.end_ns is None or arrive_ns < st.end_ns else None
-        return None
-
-    # ------------------------------------------------------------------------------------ run
+    # ------------------------------------------------------------------------------------ the steps
     def run(self) -> Path:
         self.out.mkdir(parents=True, exist_ok=True)
         results_io.write_yaml(self.out / results_io.CONFIG, self.safe_config)
         self.write_rollback()
-        self.write_experiment()
-        self.start_mlflow()
-        interrupted = False
-        try:
-            self.launch_engines()
-            self.start_proxy()
-            if self.cfg.protocol.traffic == "loadgen":
-                self.start_traffic()
-            self.loop()
-        except KeyboardInterrupt:
-            interrupted = True
-            self.status = "interrupted"
-        finally:
-            self.shutdown()
-        self.write_record()
-        if interrupted:
-            raise KeyboardInterrupt
-        return self.out
+        return self.parent_run(self.steps, self.shutdown)
 
-    # ------------------------------------------------------------------------------------ the end
+    def steps(self) -> None:
+        """The endpoints, the proxy, the traffic, then the stages until the final decision and after."""
+        self.launch_engines()
+        self.start_proxy()
+        if self.cfg.protocol.traffic == "loadgen":
+            self.start_traffic()
+        self.loop()
+
     def shutdown(self) -> None:
-        if self.traffic is not None:
-            if self.traffic.poll() is None:
-                try:
-                    os.killpg(self.traffic.pid, signal.SIGINT)
-                    self.traffic.wait(60)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    try:
-                        os.killpg(self.traffic.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    self.traffic.wait(10)
-            self._traffic_log.close()
+        """Everything the steps started, stopped: the traffic, the proxy (its last rows kept), the engines."""
+        self.stop_traffic()
         if self.proxy is not None:
             rows, _, _ = self.proxy.drain()
             for r in rows:
@@ -171,6 +148,36 @@ class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecor
                     pass
             eng.stop()
 
+    # ------------------------------------------------------------------------------------ the parent run
+    def parent_run(self, steps: Callable[[], None], cleanup: Callable[[], None]) -> Path:
+        """The promotion's parent run, all of it here (a shared lifecycle can take its place):
+        experiment.json (running), the MLflow parent started, ``steps`` run and ``cleanup`` after
+        them whatever happens, then ``promote.json`` and experiment.json with the outcome, the
+        decisions on the parent run, the console's summary and the parent ended FINISHED
+        (promoted or rolled back) or FAILED (interrupted, undecided) with the outcome's metrics
+        (``harness.finish``); an interrupt is raised again after the record is written."""
+        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json())
+        self.mlflow = start_parent(self.cfg, self.out, tags={"tokenfactory.kind": "promotion"}, strict=True,
+                                   resume=False)
+        interrupted = False
+        try:
+            steps()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.status = "interrupted"
+        finally:
+            cleanup()
+        rec = self.write_promotion_record()
+        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json())
+        log_decisions(self.mlflow, rec)
+        print(describe(rec), flush=True)
+        finish_run(self.cfg, self.out, self.mlflow, metrics=finish_metrics(rec),
+                   artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
+                   report=self.render_report, answer=rec,
+                   end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
+        if interrupted:
+            raise KeyboardInterrupt
+        return self.out
 
 
 def run_promotion(cfg: DictConfig, overrides: list[str]) -> Path:

@@ -15,6 +15,7 @@ from metrics.promotion_gate import (
     SideSample,
     guard_trips,
 )
+from protocols.promote.mlflow_log import log_gate
 from protocols.promote.plan import Stage
 
 perf_ns = time.perf_counter_ns
@@ -27,7 +28,7 @@ def measured(rows) -> list:
     return [r for r in rows if r.status != "cancelled"]
 
 
-class _Stage:
+class RanStage:
     """A stage as it ran: its plan, when it started and ended, its rows per side, its gates."""
 
     def __init__(self, index: int, plan: Stage, start_ns: int, out: Path):
@@ -40,6 +41,22 @@ class _Stage:
 
 class StageLoop:
     """The promotion's loop over its stages."""
+
+    # ------------------------------------------------------------------------------------ helpers
+    def t(self, ns: int | None = None) -> float:
+        """Seconds since the proxy took the first stage's mode (``ns``: a perf_counter_ns reading; None: now)."""
+        return ((ns if ns is not None else perf_ns()) - self.t0_ns) / 1e9
+
+    @property
+    def stage(self) -> RanStage:
+        return self.ran[-1]
+
+    def stage_of(self, arrive_ns: int) -> RanStage | None:
+        """The stage a request that arrived at ``arrive_ns`` belongs to (None: between stages, or after)."""
+        for st in reversed(self.ran):
+            if arrive_ns >= st.start_ns:
+                return st if st.end_ns is None or arrive_ns < st.end_ns else None
+        return None
 
     # ------------------------------------------------------------------------------------ the loop
     def loop(self) -> None:
@@ -90,7 +107,7 @@ class StageLoop:
             now_ = "ok" if r.status == "ok" else ("cancelled" if r.status == "cancelled" else "failed")
             self.callers[r.request_id] = "ok" if "ok" in (was, now_) else (now_ if was in (None, "cancelled") else was)
         self.window[r.side].append(r)
-        st = self._stage_of(r.arrive_ns)
+        st = self.stage_of(r.arrive_ns)
         if st is not None:
             st.rows[r.side].append(r)
         elif self.after is not None and r.arrive_ns >= self.after.start_ns:
@@ -131,7 +148,7 @@ class StageLoop:
             d = self.machine.on_gate(t, gate["outcome"], gate["reasons"], {"gate": len(st.gates) - 1})
             print(f"[{t:7.1f} s] {st.plan.name}: gate look {gate['look']} ({gate['confidence']:.4g}) -> "
                   f"{d.action if d.action != 'start' else 'advance'}: {'; '.join(gate['reasons'])[:600]}", flush=True)
-            self.log_gate(st, gate)
+            log_gate(self.mlflow, self.looks, st.index, st.plan.name, gate)
             if d.action == "rollback":
                 self.rollback(d)
             elif self.machine.state == "promoted":
@@ -142,7 +159,7 @@ class StageLoop:
     def next_stage(self) -> None:
         prev = self.stage
         plan = self.machine.stage
-        st = _Stage(len(self.ran), plan, 0, self.out)
+        st = RanStage(len(self.ran), plan, 0, self.out)
         st.dir.mkdir(parents=True, exist_ok=True)
         self.proxy.rotate(st.dir / results_io.REQUESTS)
         st.start_ns = self.proxy.set_mode(plan.mode, plan.share, plan.mirror)
@@ -155,7 +172,7 @@ class StageLoop:
         at = self.proxy.set_mode("rollback", 0.0, 0.0)
         d.numbers["applied_t_s"] = self.t(at)
         self.stage.end_ns = at
-        self.after = _Stage(len(self.ran), Stage("after_rollback", "rollback", 0, 0, 0, 0, 0), at, self.out)
+        self.after = RanStage(len(self.ran), Stage("after_rollback", "rollback", 0, 0, 0, 0, 0), at, self.out)
         self.after.dir.mkdir(parents=True, exist_ok=True)
         self.proxy.rotate(self.after.dir / results_io.REQUESTS)
         if "injected_s" in self.fault:
@@ -167,7 +184,7 @@ class StageLoop:
         plan = self.stage.plan
         at = self.proxy.set_mode("canary", 1.0, 0.0) if promoted else perf_ns()
         self.stage.end_ns = at
-        self.after = _Stage(len(self.ran), Stage("after_promotion", "canary", 1.0, 0, 0, 0, 0), at, self.out)
+        self.after = RanStage(len(self.ran), Stage("after_promotion", "canary", 1.0, 0, 0, 0, 0), at, self.out)
         self.after.dir.mkdir(parents=True, exist_ok=True)
         self.proxy.rotate(self.after.dir / results_io.REQUESTS)
         print(f"[{self.t(at):7.1f} s] PROMOTED after stage {plan.name}: every caller on the candidate", flush=True)

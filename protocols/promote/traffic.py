@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ TRAFFIC_ENGINE = ("engine.request_extra", "engine.api", "engine.max_model_len", 
 
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0]
 
 
@@ -24,7 +26,7 @@ def traffic_overrides(overrides: list[str]) -> list[str]:
     """The command's overrides that shape the traffic (workload, load, SLO, client, request wording)."""
     out = []
     for o in overrides:
-        k = _key(o)
+        k = override_key(o)
         if k.startswith(TRAFFIC_ENGINE) or not k.startswith(OWN):
             out.append(o)
     return out
@@ -45,7 +47,7 @@ class Traffic:
             raise UserError("engine.model: the served model's name for the traffic through the proxy "
                             "(and engine.tokenizer to build its prompts), or protocol.incumbent=[...] to launch it")
         extra = traffic_overrides(self.overrides)
-        keys = {_key(o) for o in extra}
+        keys = {override_key(o) for o in extra}
         if "load.stop_when_saturated" not in keys:  # a promotion's traffic is not a saturation probe
             extra.append("load.stop_when_saturated=false")
         if cfg.load.kind != "trace" and not keys & {"load.duration_s", "load.num_requests"}:
@@ -61,4 +63,20 @@ class Traffic:
         log = open(self.out / "traffic" / "traffic.log", "w")
         print("traffic: " + " ".join(cmd[3:]), flush=True)
         self.traffic = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._traffic_log = log
+        self.traffic_log = log
+
+    def stop_traffic(self) -> None:
+        """The load generator asked to stop (SIGINT: it writes what it has), killed after 60 s."""
+        if self.traffic is None:
+            return
+        if self.traffic.poll() is None:
+            try:
+                os.killpg(self.traffic.pid, signal.SIGINT)
+                self.traffic.wait(60)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.traffic.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.traffic.wait(10)
+        self.traffic_log.close()
