@@ -6,29 +6,35 @@ import time
 
 from harness import results_io
 from metrics import model_error, tune_verdict
-from protocols.tune.trials import TRIAL_FILE, params_key
+from protocols.tune.state import TuneState
+from protocols.tune.trials import TRIAL_FILE, Trials, params_key
 
 CONFIRM_DIR = "confirm"  # screen=model: the winner measured a second time
 
 
 class Finalists:
-    """screen=model: the finalists measured, the winner confirmed, and their record."""
+    """screen=model: the finalists (the state's ``screened``) measured by ``trials``, the winner
+    confirmed, and their record."""
 
-    # ------------------------------------------------------------------------------------ screen=model
+    def __init__(self, state: TuneState, trials: Trials):
+        self.state = state
+        self.trials = trials
+
     def measure_finalists(self) -> None:
         """The screen's finalists measured, each a trial; then the best of them measured again in
         ``OUT/confirm/`` (``protocol.confirm``): the result stands on measurements only."""
-        for params in self.screened["finalists"]:
-            self.run_trial(params)
-        if not self.cfg.protocol.confirm:
+        st, trials = self.state, self.trials
+        for params in st.screened["finalists"]:
+            trials.run_trial(params)
+        if not st.cfg.protocol.confirm:
             return
-        mine = [{**t, **self.verdict(t)} for t in self.read_trials() if t["status"] == "complete"
-                and params_key(t["params"]) in {params_key(f) for f in self.screened["finalists"]}]
-        winner = tune_verdict.best_trial(mine, str(self.cfg.protocol.objective))
+        mine = [{**t, **trials.verdict(t)} for t in trials.read_trials() if t["status"] == "complete"
+                and params_key(t["params"]) in {params_key(f) for f in st.screened["finalists"]}]
+        winner = tune_verdict.best_trial(mine, str(st.cfg.protocol.objective))
         if winner is None:
             print("no finalist met the SLO when measured: nothing to confirm", flush=True)
             return
-        folder = self.out / CONFIRM_DIR
+        folder = st.out / CONFIRM_DIR
         old = results_io.read_json(folder / TRIAL_FILE, None)
         if old and old.get("status") == "complete" and params_key(old["params"]) == params_key(winner["params"]):
             print(f"confirmation of trial {winner['trial']}: already measured, read back", flush=True)
@@ -40,7 +46,7 @@ class Finalists:
         results_io.write_json(folder / TRIAL_FILE, record)
         print(f"confirming trial {winner['trial']} by a second measurement ({folder})", flush=True)
         t0 = time.monotonic()
-        error = self.measure(winner["params"], winner["overrides"], folder, "the confirmation")
+        error = trials.measure(winner["params"], winner["overrides"], folder, "the confirmation")
         record.update(status="complete", error=error, duration_s=round(time.monotonic() - t0, 3))
         results_io.write_json(folder / TRIAL_FILE, record)
 
@@ -48,14 +54,15 @@ class Finalists:
         """tune.json's ``screen`` (the model's ranking, each finalist's modelled figures beside its
         measured ones and whether they disagree beyond the validated error), the best trial as
         measured and confirmed (None where no result stands) and the note on it."""
-        p = self.cfg.protocol
+        st = self.state
+        p = st.cfg.protocol
         objective = str(p.objective)
-        bound = (self.validated or {}).get("bound")
+        bound = (st.validated or {}).get("bound")
         tol = float(p.search_tolerance)
-        modelled = {params_key(c["params"]): c for c in self.screened["configs"]}
+        modelled = {params_key(c["params"]): c for c in st.screened["configs"]}
         by = {params_key(t["params"]): t for t in trials}
         rows = []
-        for params in self.screened["finalists"]:
+        for params in st.screened["finalists"]:
             m, t = modelled[params_key(params)], by.get(params_key(params))
             row = {"params": params, "trial": t["trial"] if t else None,
                    "modelled": {k: m.get(k) for k in ("max_load_under_slo", "objective", "cost_per_mtok_good",
@@ -82,18 +89,18 @@ class Finalists:
                                 f"within ±{row['max_load']['limit']:.0%}" if row["disagrees"] is False else
                                 "not judged: the model is not validated"))
             rows.append(row)
-        rec = {k: v for k, v in self.screened.items() if k != "finalists"}
-        rec.update(validated_error=self.validated, validated=model_error.describe(self.validated),
+        rec = {k: v for k, v in st.screened.items() if k != "finalists"}
+        rec.update(validated_error=st.validated, validated=model_error.describe(st.validated),
                    finalists=rows, disagreeing=[r["trial"] for r in rows if r["disagrees"]])
         best = tune_verdict.best_trial(trials, objective)
         note = None
-        confirm = results_io.read_json(self.out / CONFIRM_DIR / TRIAL_FILE, None)
+        confirm = results_io.read_json(st.out / CONFIRM_DIR / TRIAL_FILE, None)
         if best and p.confirm:
             if (not confirm or confirm.get("status") != "complete"
                     or params_key(confirm["params"]) != params_key(best["params"])):
                 best, note = None, "the best measured finalist is not confirmed yet (its second measurement)"
             else:
-                v = self.verdict(confirm)
+                v = self.trials.verdict(confirm)
                 said = (f"confirmed by a second measurement: {objective} {v['objective']:.4g} at max load "
                         f"{v['max_load_under_slo']:g}" if v["feasible"] else
                         f"not confirmed: its second measurement is infeasible: {v['why']}")

@@ -11,6 +11,7 @@ from harness.errors import UserError
 from harness.quality_gate import QUALITY_FILE, gate_enabled
 from protocols.designs import design_of
 from protocols.tune.configs import trial_config
+from protocols.tune.state import TuneState
 
 REFERENCE_DIR = "reference"  # the quality gate's control: the config with no knob set
 
@@ -18,19 +19,23 @@ REFERENCE_DIR = "reference"  # the quality gate's control: the config with no kn
 class TrialQuality:
     """The tune's quality gate: the reference outputs and a trial's verdict against them."""
 
+    def __init__(self, state: TuneState):
+        self.state = state
+
     def reference_outputs(self) -> None:
         """The quality gate's control: greedy outputs of the config without any knob (the
         engine's defaults for them), or of ``protocol.reference``'s overrides, from an engine
         launched for that alone, in ``OUT/reference/`` (once; a resumed tune reuses it).  Every
         trial's outputs are judged against them."""
-        folder = self.out / REFERENCE_DIR
-        if not gate_enabled(self.cfg, design_of(self.cfg)) or (folder / QUALITY_FILE).exists():
+        st = self.state
+        folder = st.out / REFERENCE_DIR
+        if not gate_enabled(st.cfg, design_of(st.cfg)) or (folder / QUALITY_FILE).exists():
             return
-        ref = [str(o) for o in (self.cfg.protocol.get("reference") or [])]
+        ref = [str(o) for o in (st.cfg.protocol.get("reference") or [])]
         print("quality gate: greedy outputs of the reference config ("
               + (" ".join(ref) if ref else "no knob set") + ") ...", flush=True)
         try:
-            cfg = compose_config(self.overrides + ref) if ref else self.cfg
+            cfg = compose_config(st.overrides + ref) if ref else st.cfg
         except Exception as e:  # noqa: BLE001 - Hydra's parse and compose errors, said with the key
             raise UserError(f"protocol.reference: {e}") from None
         session = EngineSession(trial_config(cfg, folder), folder, None, name=None)
@@ -44,20 +49,22 @@ class TrialQuality:
         finally:
             session.stop()
 
-    def trial_quality(self, folder: Path) -> tuple[bool | None, str | None]:
-        """A trial's greedy outputs against the reference's (``quality.*`` thresholds)."""
-        ref = self.out / REFERENCE_DIR
+    def trial_quality(self, folder: Path, trials: list[dict]) -> tuple[bool | None, str | None]:
+        """A trial's greedy outputs against the reference's (``quality.*`` thresholds); ``trials``:
+        the tune's trials, the first with outputs the reference where the knob-less config did not run."""
+        st = self.state
+        ref = st.out / REFERENCE_DIR
         if not (ref / QUALITY_FILE).exists():  # no knob-less reference: the first trial with outputs
-            firsts = sorted((t["trial"], self.out / t["folder"]) for t in self.read_trials()
-                            if (self.out / t["folder"] / QUALITY_FILE).exists())
+            firsts = sorted((t["trial"], st.out / t["folder"]) for t in trials
+                            if (st.out / t["folder"] / QUALITY_FILE).exists())
             ref = firsts[0][1] if firsts else ref
-        gate = gate_enabled(self.cfg, design_of(self.cfg))
+        gate = gate_enabled(st.cfg, design_of(st.cfg))
         if not gate or not (folder / QUALITY_FILE).exists() or not (ref / QUALITY_FILE).exists():
             return None, None
         if ref == folder:
             return True, "the reference (the first trial: the config with no knob set did not run)"
         v = quality_gate.judge([(REFERENCE_DIR, 0, ref), ("trial", 0, folder)], REFERENCE_DIR,
-                               self.cfg.quality)["configs"].get("trial")
+                               st.cfg.quality)["configs"].get("trial")
         return (None, None) if v is None else (bool(v["passed"]), v["reason"])
 
 

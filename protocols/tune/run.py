@@ -28,12 +28,15 @@ feasible one, the Pareto front (cost per million good tokens vs max load under t
 ``experiment.json`` (the seven steps: tune ran), ``runs.parquet`` (every trial's runs, with its
 params) and, with MLflow on, a parent run holding the trials' runs as children.
 
-The steps, a module each: ``configs`` (a trial's config; the checks of the bracket and the knobs),
-``quality`` (the reference outputs, a trial's quality verdict), ``search`` (the study), ``trials``
-(one trial: reused, resumed or run, and judged; the trials' shared base), ``finalists``
-(screen=model), ``record`` (tune.json, and what experiment.json, runs.parquet and the parent run
-take from it), ``mlflow_log`` (a trial's run as the parent's child).  Here: the command's checks,
-the console, and the parent run (``Tuner.parent_run``).
+The steps, an object each in a module of its own, composed by ``Tuner`` and sharing one
+``state.TuneState`` (the checked settings; the suggestions, the screen's ranking, the parent run
+and the status the run adds): ``quality.TrialQuality`` (the reference outputs, a trial's quality
+verdict), ``trials.Trials`` (one trial: reused, resumed or run, and judged; the trials' shared
+base), ``search.StudySearch`` (the study), ``finalists.Finalists`` (screen=model),
+``record.TuneRecord`` (tune.json, and what experiment.json, runs.parquet and the parent run take
+from it); with ``configs`` (a trial's config; the checks of the bracket and the knobs) and
+``mlflow_log`` (a trial's run as the parent's child) as functions.  Here: the command's checks,
+the order of the steps, the console, and the parent run (``Tuner.parent_run``).
 """
 
 from __future__ import annotations
@@ -65,99 +68,106 @@ from protocols.tune.plan import finalists_table, screen_table
 from protocols.tune.quality import TrialQuality
 from protocols.tune.record import TUNE_FILE, TuneRecord, finish_metrics, trial_runs
 from protocols.tune.search import STUDY_FILE, StudySearch
+from protocols.tune.state import TuneState
 from protocols.tune.trials import TRIALS_DIR, Trials, check_base
 
 
-class Tuner(TrialQuality, StudySearch, Trials, Finalists, TuneRecord):
-    """One tune: its config and knobs, its folder, its steps (the quality gate's reference, the
-    study's search or the screen's finalists, each trial) and its parent run."""
+class Tuner:
+    """One tune, its steps run in order: the quality gate's reference (``TrialQuality``), the study's
+    search (``StudySearch``) or the screen's finalists (``Finalists``), each a trial (``Trials``), and
+    the record (``TuneRecord``); they share the tune's ``TuneState``.  Here: the command's checks,
+    the console and the parent run."""
 
     def __init__(self, cfg: DictConfig, overrides: list[str]):
-        self.cfg = cfg
-        self.overrides = list(overrides)
+        overrides = list(overrides)
         p = cfg.protocol
         try:
             validate(cfg)
             space = OmegaConf.to_container(p.space, resolve=True) if isinstance(p.space, DictConfig) else p.space
-            self.knobs = plan.parse_space(space)
-            self.explicit = explicit_keys(self.overrides)
-            for k in self.knobs:
-                if k.key in self.explicit:
+            knobs = plan.parse_space(space)
+            explicit = explicit_keys(overrides)
+            for k in knobs:
+                if k.key in explicit:
                     raise ValueError(f"protocol.space.{k.key}: also set on the command line; a knob's value comes "
                                      "from the search")
-            self.screening = p.screen == "model"
-            if self.screening:
-                screen.check(cfg, self.knobs)
-            self.grid = plan.grid_size(self.knobs) if p.sampler == "grid" or self.screening else None
+            screening = p.screen == "model"
+            if screening:
+                screen.check(cfg, knobs)
+            grid = plan.grid_size(knobs) if p.sampler == "grid" or screening else None
             check_bracket(cfg)
-            check_knobs(cfg, self.knobs, self.grid)
+            check_knobs(cfg, knobs, grid)
             check_config(trial_config(cfg, Path(".")))
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
-        self.seed = int(p.seed if p.seed is not None else cfg.seed)
-        self.trials = int(p.trials) if self.grid is None else min(int(p.trials), self.grid)
-        if self.screening:  # the budget of measurements: the finalists
-            self.trials = min(int(p.finalists), self.grid)
-        self.screened: dict | None = None   # screen=model: the model's ranking (protocols.tune.screen)
-        self.validated: dict | None = None
-        self.out = Path(cfg.output_dir or Path("results") / str(cfg.experiment) / results_io.new_run_id())
-        self.space = plan.search_space(self.knobs, grid=self.grid is not None)
-        self.sampler = plan.describe_sampler(str(p.sampler), self.seed, p.startup_trials)
-        self.suggestions: list[dict] = []   # the study's suggestions, in order: {"trial": n, "evaluated": ...}
-        self.mlflow = None
-        self.status = "planned"
+        seed = int(p.seed if p.seed is not None else cfg.seed)
+        budget = int(p.trials) if grid is None else min(int(p.trials), grid)
+        if screening:  # the budget of measurements: the finalists
+            budget = min(int(p.finalists), grid)
+        self.state = TuneState(
+            cfg=cfg, overrides=overrides, explicit=explicit, knobs=knobs,
+            out=Path(cfg.output_dir or Path("results") / str(cfg.experiment) / results_io.new_run_id()),
+            seed=seed, budget=budget, grid=grid, screening=screening,
+            space=plan.search_space(knobs, grid=grid is not None),
+            sampler=plan.describe_sampler(str(p.sampler), seed, p.startup_trials))
+        self.quality = TrialQuality(self.state)
+        self.trials = Trials(self.state, self.quality)
+        self.search = StudySearch(self.state, self.trials)
+        self.finalists = Finalists(self.state, self.trials)
+        self.record = TuneRecord(self.state, self.trials, self.finalists)
 
     def describe(self) -> str:
-        p = self.cfg.protocol
-        closed = self.cfg.load.kind == "concurrency"
-        how = (f"tune: the grid's {self.grid} configs screened on the scheduler model (modelled), the {self.trials} "
-               f"best measured, the winner measured again (seed {self.seed}" if self.screening else
-               f"tune: {self.trials} suggestions ({p.sampler} sampler, seed {self.seed}"
+        st = self.state
+        p = st.cfg.protocol
+        closed = st.cfg.load.kind == "concurrency"
+        how = (f"tune: the grid's {st.grid} configs screened on the scheduler model (modelled), the {st.budget} "
+               f"best measured, the winner measured again (seed {st.seed}" if st.screening else
+               f"tune: {st.budget} suggestions ({p.sampler} sampler, seed {st.seed}"
                + (f", {plan.startup_trials(p.startup_trials)} random first" if p.sampler == "tpe"
-                  else "") + (f"; the grid has {self.grid} configs" if self.grid else ""))
+                  else "") + (f"; the grid has {st.grid} configs" if st.grid else ""))
         lines = [how
-                 + f") over {len(self.knobs)} knob(s); objective {p.objective} "
+                 + f") over {len(st.knobs)} knob(s); objective {p.objective} "
                  f"({tune_verdict.DIRECTIONS[str(p.objective)]}) at the max load under the SLO ("
                  + ("users" if closed else "requests/s") + f" in [{p.search_low or 'from the load points'}, "
                  f"{p.search_high or '...'}], tolerance {float(p.search_tolerance):.0%})"]
-        for k in self.knobs:
+        for k in st.knobs:
             lines.append(f"  {k.key}: " + (f"{list(k.choices)}" if k.choices is not None else
                                           f"{'int' if k.integer else 'float'} {k.low}..{k.high}"
                                           + (" log" if k.log else "") + (f" step {k.step}" if k.step else "")))
-        lines.append(f"screen: {self.out / screen.SCREEN_FILE}; base {p.base_experiment}" if self.screening else
-                     f"sampler: {self.sampler}; study: {self.out / STUDY_FILE}")
-        lines.append(f"would write to {self.out} (trials in {self.out / TRIALS_DIR}/<n>/)")
+        lines.append(f"screen: {st.out / screen.SCREEN_FILE}; base {p.base_experiment}" if st.screening else
+                     f"sampler: {st.sampler}; study: {st.out / STUDY_FILE}")
+        lines.append(f"would write to {st.out} (trials in {st.out / TRIALS_DIR}/<n>/)")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------------------------ the steps
     def run(self) -> Path:
-        if self.cfg.protocol.dry_run:
+        st = self.state
+        if st.cfg.protocol.dry_run:
             print(self.describe())
-            return self.out
-        self.out.mkdir(parents=True, exist_ok=True)
-        check_base(self.cfg, self.knobs, self.out, self.read_trials())
-        done = [t for t in self.read_trials() if t.get("status") == "complete"]
+            return st.out
+        st.out.mkdir(parents=True, exist_ok=True)
+        check_base(st.cfg, st.knobs, st.out, self.trials.read_trials())
+        done = [t for t in self.trials.read_trials() if t.get("status") == "complete"]
         print(self.describe().rsplit("\n", 1)[0], flush=True)
         if done:
-            print(f"resuming {self.out}: {len(done)} trial(s) already evaluated are read back, not run again",
+            print(f"resuming {st.out}: {len(done)} trial(s) already evaluated are read back, not run again",
                   flush=True)
-        if self.screening:
-            given = self.cfg.protocol.residuals
-            self.validated = residuals_error(read_residuals(str(given) if given else RESIDUALS_DEFAULT))
-            self.screened = screen.screen(self.cfg, self.knobs)
-            results_io.write_json(self.out / screen.SCREEN_FILE, self.screened)
-            print(screen_table(self.screened), flush=True)
+        if st.screening:
+            given = st.cfg.protocol.residuals
+            st.validated = residuals_error(read_residuals(str(given) if given else RESIDUALS_DEFAULT))
+            st.screened = screen.screen(st.cfg, st.knobs)
+            results_io.write_json(st.out / screen.SCREEN_FILE, st.screened)
+            print(screen_table(st.screened), flush=True)
         study: list[optuna.Study] = []
 
         def prepare() -> None:  # the quality gate's reference outputs, then the study (none when screening)
-            self.reference_outputs()
-            study.extend([] if self.screening else [self.open_study()])
+            self.quality.reference_outputs()
+            study.extend([] if st.screening else [self.search.open_study()])
 
         def steps() -> None:  # the trials: the screen's finalists, or the study's suggestions
-            if self.screening:
-                self.measure_finalists()
+            if st.screening:
+                self.finalists.measure_finalists()
             else:
-                self.search(study[0])
+                self.search.search(study[0])
 
         return self.parent_run(prepare, steps, self.show)
 
@@ -184,41 +194,42 @@ class Tuner(TrialQuality, StudySearch, Trials, Finalists, TuneRecord):
         status they end in (complete, interrupted, failed), the parent ended FINISHED, KILLED or
         FAILED with the tune's aggregates (``harness.finish``); ``show`` puts the record on the
         console before a complete tune finishes."""
-        self.mlflow = start_parent(self.cfg, self.out, name=f"tune {self.out.name}", tags={"tokenfactory.kind": "tune"},
-                                   strict=True)
+        st = self.state
+        st.mlflow = start_parent(st.cfg, st.out, name=f"tune {st.out.name}", tags={"tokenfactory.kind": "tune"},
+                                 strict=True)
         prepare()
-        self.status = "running"
+        st.status = "running"
 
         def write() -> dict:
-            record = self.write_tune_record()
-            results_io.write_json(self.out / results_io.EXPERIMENT, {**self.experiment_json(record),
-                                                                      "answer": record["answer"]})
-            rows = trial_runs(self.out, record["trials"])
+            record = self.record.write_tune_record()
+            results_io.write_json(st.out / results_io.EXPERIMENT, {**self.record.experiment_json(record),
+                                                                    "answer": record["answer"]})
+            rows = trial_runs(st.out, record["trials"])
             if rows:
-                write_runs_table(self.out, rows)
+                write_runs_table(st.out, rows)
             return record
 
         def end(record: dict) -> Path:
-            return finish_run(self.cfg, self.out, self.mlflow, metrics=finish_metrics(record), artifacts=(TUNE_FILE,),
-                              answer=record, end={"complete": "FINISHED", "interrupted": "KILLED"}.get(self.status,
-                                                                                                       "FAILED"),
-                              report=lambda: write_tune_page(self.out))
+            return finish_run(st.cfg, st.out, st.mlflow, metrics=finish_metrics(record), artifacts=(TUNE_FILE,),
+                              answer=record, end={"complete": "FINISHED", "interrupted": "KILLED"}.get(st.status,
+                                                                                                     "FAILED"),
+                              report=lambda: write_tune_page(st.out))
 
         write()
         try:
             steps()
-            self.status = "complete"
+            st.status = "complete"
         except KeyboardInterrupt:
-            self.status = "interrupted"
-            print(f"\nfinished trials are kept; to resume, run the same command with output_dir={self.out}",
+            st.status = "interrupted"
+            print(f"\nfinished trials are kept; to resume, run the same command with output_dir={st.out}",
                   file=sys.stderr, flush=True)
             raise
         except Exception:
-            self.status = "failed"
+            st.status = "failed"
             raise
         finally:
             record = write()
-            if self.status != "complete":  # failing or interrupted: the record logged before the error is told
+            if st.status != "complete":  # failing or interrupted: the record logged before the error is told
                 end(record)
         show(record)
         return end(record)

@@ -19,7 +19,8 @@ from protocols.sweep.record import SWEEP_RECORD
 from protocols.tune import plan
 from protocols.tune.configs import trial_config, with_params
 from protocols.tune.mlflow_log import log_trial
-from protocols.tune.quality import quality_verdict
+from protocols.tune.quality import TrialQuality, quality_verdict
+from protocols.tune.state import TuneState
 
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"
@@ -77,10 +78,16 @@ def check_base(cfg: DictConfig, knobs: list[plan.Knob], out: Path, trials: list[
 
 
 class Trials:
-    """The tune's trials: their folders, running one, and its verdict."""
+    """The tune's trials: their folders, running one, and its verdict (the quality gate's among it).
+    Each suggestion is appended to the state's ``suggestions``; a trial's MLflow run is made a child
+    of the state's parent run."""
+
+    def __init__(self, state: TuneState, quality: TrialQuality):
+        self.state = state
+        self.quality = quality
 
     def trials_dir(self) -> Path:
-        return self.out / TRIALS_DIR
+        return self.state.out / TRIALS_DIR
 
     def read_trials(self) -> list[dict]:
         d = self.trials_dir()
@@ -90,16 +97,17 @@ class Trials:
     def run_trial(self, params: dict) -> float:
         """One suggestion: reuse a finished trial with the same params, resume an unfinished
         one, or run a new one; returns what the study is told."""
-        objective = str(self.cfg.protocol.objective)
-        params = {k.key: params[k.key] for k in self.knobs}
+        st = self.state
+        objective = str(st.cfg.protocol.objective)
+        params = {k.key: params[k.key] for k in st.knobs}
         shown = " ".join(f"{k}={v}" for k, v in params.items())
-        n_sugg = len(self.suggestions) + 1
+        n_sugg = len(st.suggestions) + 1
         same = [t for t in self.read_trials() if params_key(t["params"]) == params_key(params)]
         if same and same[0].get("status") == "complete":
             t = same[0]
-            self.suggestions.append({"suggestion": n_sugg - 1, "trial": t["trial"], "evaluated": "reused"})
+            st.suggestions.append({"suggestion": n_sugg - 1, "trial": t["trial"], "evaluated": "reused"})
             verdict = self.verdict(t)
-            print(f"suggestion {n_sugg}/{self.trials}: {shown} -> trial {t['trial']}, already evaluated "
+            print(f"suggestion {n_sugg}/{st.budget}: {shown} -> trial {t['trial']}, already evaluated "
                   f"({'feasible' if verdict['feasible'] else 'infeasible'}): read back", flush=True)
             return tune_verdict.study_value(verdict["objective"] if verdict["feasible"] else None, objective)
         if same:
@@ -110,11 +118,11 @@ class Trials:
         folder = self.trials_dir() / str(number)
         folder.mkdir(parents=True, exist_ok=True)
         overrides = [f"{k}={plan.override_literal(v)}" for k, v in params.items()]
-        record = {"trial": number, "folder": str(folder.relative_to(self.out)), "params": params,
+        record = {"trial": number, "folder": str(folder.relative_to(st.out)), "params": params,
                   "overrides": overrides, "status": "running", "started": time.time()}
         results_io.write_json(folder / TRIAL_FILE, record)
-        self.suggestions.append({"suggestion": n_sugg - 1, "trial": number, "evaluated": how})
-        print(f"suggestion {n_sugg}/{self.trials}: {shown} -> trial {number} ({folder})", flush=True)
+        st.suggestions.append({"suggestion": n_sugg - 1, "trial": number, "evaluated": how})
+        print(f"suggestion {n_sugg}/{st.budget}: {shown} -> trial {number} ({folder})", flush=True)
         t0 = time.monotonic()
         error = self.measure(params, overrides, folder, f"trial {number}")
         record.update(status="complete", error=error, duration_s=round(time.monotonic() - t0, 3))
@@ -123,15 +131,16 @@ class Trials:
         print(f"trial {number}: " + (f"feasible, {objective} {verdict['objective']:.4g} at max load "
                                       f"{verdict['max_load_under_slo']:g}" if verdict["feasible"]
                                       else f"infeasible: {verdict['why']}"), flush=True)
-        if self.mlflow:
-            log_trial(self.mlflow, folder, number, params, verdict)
+        if st.mlflow:
+            log_trial(st.mlflow, folder, number, params, verdict)
         return tune_verdict.study_value(verdict["objective"] if verdict["feasible"] else None, objective)
 
     def measure(self, params: dict, overrides: list[str], folder: Path, what: str) -> str | None:
         """The config with ``params`` as a sweep with search=slo in ``folder``; its error or None."""
+        st = self.state
         try:
-            exp = Experiment(trial_config(with_params(self.cfg, params), folder), explicit=self.explicit,
-                             overrides=self.overrides + overrides, records=(SWEEP_RECORD,))  # a trial is a sweep
+            exp = Experiment(trial_config(with_params(st.cfg, params), folder), explicit=st.explicit,
+                             overrides=st.overrides + overrides, records=(SWEEP_RECORD,))  # a trial is a sweep
             exp.out = folder  # the tuner names its trials' folders
             exp.run()
         except UserError as e:
@@ -146,7 +155,7 @@ class Trials:
     def verdict(self, trial: dict) -> dict:
         """The trial judged from what its folder holds now (so a re-judged record follows the
         current objective and any quality verdict written since)."""
-        folder = self.out / trial["folder"]
+        folder = self.state.out / trial["folder"]
         path = folder / "search.json"
         search = results_io.read_json(path, None)
         if search and search.get("cost_per_good_request") is None:  # goodput per dollar: from the run there
@@ -156,7 +165,7 @@ class Trials:
             if summary is not None and summary.exists():
                 search["cost_per_good_request"] = results_io.read_json(summary).get("cost_per_good_request")
         passed, reason = quality_verdict(folder)
-        against_ref, why = self.trial_quality(folder)
+        against_ref, why = self.quality.trial_quality(folder, self.read_trials())
         if passed is not False and against_ref is not None:
             passed, reason = against_ref, why
-        return tune_verdict.judge(search, str(self.cfg.protocol.objective), trial.get("error"), passed, reason)
+        return tune_verdict.judge(search, str(self.state.cfg.protocol.objective), trial.get("error"), passed, reason)
