@@ -7,25 +7,30 @@ import os
 import signal
 
 from harness.proxy.routing import CANDIDATE
-from protocols.promote.stages import perf_ns
+from protocols.promote.state import PromotionState, perf_ns
 
 
 class Faults:
-    """The promotion's fault injection."""
+    """The promotion's fault injection: once, at its time, into the launched candidate; what it did is
+    kept in the state's ``fault``."""
+
+    def __init__(self, state: PromotionState):
+        self.state = state
 
     def maybe_fault(self, t: float) -> None:
-        f = self.cfg.protocol.fault
-        if f.kind == "none" or "injected_s" in self.fault:
+        ps = self.state
+        f = ps.cfg.protocol.fault
+        if f.kind == "none" or "injected_s" in ps.fault:
             return
-        base = self.t(self.ran[0].start_ns) if self.rows_total else math.inf  # from the first request
+        base = ps.t(ps.ran[0].start_ns) if ps.rows_total else math.inf  # from the first request
         if f.stage is not None:
-            st = next((s for s in self.ran if s.plan.name == f.stage), None)
+            st = next((s for s in ps.ran if s.plan.name == f.stage), None)
             if st is None:
                 return
-            base = self.t(st.start_ns)
-        if t < base + float(f.at_s) or self.machine.done:
+            base = ps.t(st.start_ns)
+        if t < base + float(f.at_s) or ps.machine.done:
             return
-        eng = self.engines[CANDIDATE]
+        eng = ps.engines[CANDIDATE]
         pid = eng.process.pid if eng.process is not None else None
         if pid is None:
             return
@@ -35,6 +40,6 @@ class Faults:
             os.killpg(pid, sig)
         except ProcessLookupError:
             pass
-        self.fault.update(injected_s=self.t(at), stage=self.stage.plan.name, pid=pid,
+        ps.fault.update(injected_s=ps.t(at), stage=ps.stage.plan.name, pid=pid,
                           signal="SIGKILL" if f.kind == "kill" else "SIGSTOP")
-        print(f"[{self.t(at):7.1f} s] fault: {f.kind} the candidate (process group {pid})", flush=True)
+        print(f"[{ps.t(at):7.1f} s] fault: {f.kind} the candidate (process group {pid})", flush=True)

@@ -15,7 +15,13 @@ from metrics.promotion_gate import (
     gate_outcome,
     look_confidence,
 )
-from protocols.promote.stages import SIDES, RanStage, measured
+from protocols.promote.state import SIDES, PromotionState, RanStage
+
+
+def measured(rows) -> list:
+    """Rows that say something about the engine: a request cancelled (its caller left, the proxy
+    stopped, a rollback moved it to the incumbent) is counted apart, not as the engine's error."""
+    return [r for r in rows if r.status != "cancelled"]
 
 
 def gate_rows(plan, inc_rows, cand_rows) -> tuple[list, list, str]:
@@ -44,31 +50,37 @@ def gate_rows(plan, inc_rows, cand_rows) -> tuple[list, list, str]:
 
 
 class StageGate:
-    """The promotion's gate: one look at the running stage."""
+    """The promotion's gate: one look at the running stage (its numbers kept with the stage); ``looks``
+    counts them over the promotion (the MLflow step, and each look's resampling seed)."""
+
+    def __init__(self, state: PromotionState):
+        self.state = state
+        self.looks = 0
 
     def gate(self, st: RanStage, t: float) -> dict:
-        p = self.cfg.protocol
+        ps = self.state
+        p = ps.cfg.protocol
         gp = p.gate
         look = len(st.gates) + 1
         conf = look_confidence(float(gp.confidence), look)
         inc_rows, cand_rows, pairing = gate_rows(st.plan, st.rows[INCUMBENT], st.rows[CANDIDATE])
         inc, cand = SideSample.from_rows(inc_rows), SideSample.from_rows(cand_rows)
-        stage_s = max(t - self.t(st.start_ns), 1e-9)
+        stage_s = max(t - ps.t(st.start_ns), 1e-9)
         distinct = len({r.request_id for s in SIDES for r in st.rows[s]})
-        cost = window_cost(OmegaConf.to_container(self.cfg.cost, resolve=True), stage_s)["cost_total"]
+        cost = window_cost(OmegaConf.to_container(ps.cfg.cost, resolve=True), stage_s)["cost_total"]
         per_request = cost / distinct if distinct and cost > 0 else math.nan
         self.looks += 1
         metrics = compare_sides(inc, cand, OmegaConf.to_container(gp.margins, resolve=True),
                                 paired=pairing.startswith("paired"), label=pairing, confidence=conf,
                                 blocks=int(gp.blocks),
-                                resamples=int(gp.resamples), seed=int(self.cfg.seed) + self.looks,
+                                resamples=int(gp.resamples), seed=int(ps.cfg.seed) + self.looks,
                                 cost_per_request=per_request, cost_factor=float(gp.candidate_cost_factor))
         agreement = None
-        if self.pcfg.get("compare") != "off":
+        if ps.pcfg.get("compare") != "off":
             agreement = agreement_check(st.pairs, float(gp.min_agreement), confidence=conf,
                                         min_pairs=int(gp.min_pairs), required=st.plan.mode == "shadow",
-                                        resamples=int(gp.resamples), seed=int(self.cfg.seed) + self.looks)
-            agreement["unit"] = self.pairs.unit if self.pairs else None
+                                        resamples=int(gp.resamples), seed=int(ps.cfg.seed) + self.looks)
+            agreement["unit"] = ps.pairs.unit if ps.pairs else None
         outcome, reasons = gate_outcome(metrics, agreement)
         gate = {"t_s": t, "look": look, "confidence": conf, "stage_s": stage_s, "outcome": outcome,
                 "reasons": reasons, "requests": {INCUMBENT: inc.n, CANDIDATE: cand.n},

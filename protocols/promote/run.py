@@ -23,18 +23,20 @@ One process drives it (``Promotion.run``):
    contract with ``side`` and ``shadow``), and MLflow (a parent run: the gates' numbers per
    look, each decision, the record as artifacts).
 
-The steps, a module each: ``endpoints`` (2, 3), ``traffic`` (4), ``stages`` (5: the loop, guards,
-stage changes, rollback, the timeline), ``gate`` (a stage's gate), ``faults`` (the rehearsal's
-fault), ``record`` (rollback.json, promote.json, experiment.json's content), ``mlflow_log``.  Here:
-the checks of the command, the order of the steps, and the parent run (``Promotion.parent_run``).
+The steps, an object each in a module of its own, composed by ``Promotion`` and sharing one
+``state.PromotionState`` (the checked settings; the endpoints, the proxy, the stages as they ran,
+the callers, the fault and the timeline the run adds, and the clock): ``endpoints.Endpoints`` (2,
+3), ``traffic.Traffic`` (4), ``stages.StageLoop`` (5: the loop, guards, stage changes, rollback,
+the timeline), ``gate.StageGate`` (a stage's gate), ``faults.Faults`` (the rehearsal's fault),
+``record.PromotionRecord`` (rollback.json, promote.json, experiment.json's content); with
+``mlflow_log`` as functions.  Here: the checks of the command, the order of the steps, their
+cleanup, and the parent run (``Promotion.parent_run``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,103 +47,90 @@ from harness import results_io
 from harness.errors import UserError
 from harness.finish import finish_run
 from harness.parent_run import start_parent
-from harness.proxy.pairs import PairBook
 from harness.proxy.routing import CANDIDATE
 from harness.proxy.runtime import check_placement
-from metrics.promotion_gate import (
-    metric_kind,
-)
+from metrics.promotion_gate import metric_kind
 from protocols.promote.endpoints import Endpoints
 from protocols.promote.faults import Faults
 from protocols.promote.gate import StageGate
 from protocols.promote.mlflow_log import log_decisions
 from protocols.promote.plan import StageMachine, plan_stages
 from protocols.promote.record import PromotionRecord, describe, finish_metrics
-from protocols.promote.stages import SIDES, RanStage, StageLoop
+from protocols.promote.stages import StageLoop
+from protocols.promote.state import SIDES, PromotionState
 from protocols.promote.traffic import Traffic
 
 
-class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecord):
-    """One promotion: its config and stages, its steps (the endpoints, the proxy, the traffic, the
-    stage loop with its guards, gates and fault) and its parent run."""
+class Promotion:
+    """One promotion, its steps run in order: the endpoints and the proxy (``Endpoints``), the traffic
+    (``Traffic``), the stage loop (``StageLoop``, with the gate ``StageGate`` and the fault ``Faults``),
+    and the record (``PromotionRecord``); they share the promotion's ``PromotionState``.  Here: the
+    command's checks, the order of the steps, their cleanup and the parent run."""
 
     def __init__(self, cfg: DictConfig, overrides: list[str]):
-        self.cfg = cfg
-        self.overrides = list(overrides)
+        overrides = list(overrides)
         try:
             validate(cfg)
-            self.stages = plan_stages(cfg.protocol)
+            stages = plan_stages(cfg.protocol)
             for name in cfg.protocol.gate.margins:
                 metric_kind(name)
             check_placement(typed(cfg.proxy, Proxy))  # before any engine starts
         except (ConfigError, ValueError) as e:
             raise UserError(str(e)) from None
         p = cfg.protocol
-        self.pcfg = OmegaConf.to_container(cfg.proxy, resolve=True)
-        self.launch = {s: list(p[s]) if p[s] else None for s in SIDES}
+        pcfg = OmegaConf.to_container(cfg.proxy, resolve=True)
+        launch = {s: list(p[s]) if p[s] else None for s in SIDES}
         for s in SIDES:
-            if self.launch[s] is None and not self.pcfg.get(s):
+            if launch[s] is None and not pcfg.get(s):
                 raise UserError(f"proxy.{s}: the {s}'s URL is needed (or protocol.{s}=[overrides] to launch it here)")
-        if p.fault.kind != "none" and self.launch[CANDIDATE] is None:
+        if p.fault.kind != "none" and launch[CANDIDATE] is None:
             raise UserError(f"protocol.fault.kind={p.fault.kind} needs a candidate launched here "
                             "(protocol.candidate=[overrides]): a fault is injected into its process")
-        if p.fault.stage is not None and p.fault.stage not in {s.name for s in self.stages}:
+        if p.fault.stage is not None and p.fault.stage not in {s.name for s in stages}:
             raise UserError(f"protocol.fault.stage={p.fault.stage!r} is not a stage "
-                            f"({', '.join(s.name for s in self.stages)})")
+                            f"({', '.join(s.name for s in stages)})")
         out = cfg.output_dir or os.path.join("results", str(cfg.experiment), results_io.new_run_id())
-        self.out = Path(out)
         self.safe_config = results_io.redact(OmegaConf.to_container(cfg, resolve=True))
-        self.engines: dict = {}
-        self.urls: dict[str, str | None] = {s: self.pcfg.get(s) for s in SIDES}
-        self.proxy = None
-        self.traffic: subprocess.Popen | None = None
-        self.machine = StageMachine(self.stages)
-        self.ran: list[RanStage] = []
-        self.after: RanStage | None = None
-        self.window: dict[str, deque] = {s: deque() for s in SIDES}
-        self.timeline: dict = {"t_s": [], "stage": [], "mode": [], "share": [],
-                               **{s: {k: [] for k in ("requests", "served", "in_flight", "slo_attainment",
-                                                      "error_rate", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms")}
-                                  for s in SIDES}}
-        self.fault: dict = {"kind": str(p.fault.kind)}
-        self.t0_ns = 0
-        self.status = "running"
-        self.pairs: PairBook | None = None
-        self.mlflow = None
-        self.looks = 0
-        self.rows_total = 0
-        self.callers: dict[str, str] = {}    # request id -> ok | failed | cancelled, as the caller saw it
-        self.promotion: dict | None = None
-        self.promotion_how: str | None = None
+        self.state = PromotionState(
+            cfg=cfg, overrides=overrides, out=Path(out), stages=stages, pcfg=pcfg, launch=launch,
+            urls={s: pcfg.get(s) for s in SIDES}, machine=StageMachine(stages), fault={"kind": str(p.fault.kind)})
+        self.endpoints = Endpoints(self.state)
+        self.traffic = Traffic(self.state)
+        self.faults = Faults(self.state)
+        self.gate = StageGate(self.state)
+        self.stage_loop = StageLoop(self.state, self.gate, self.faults, self.traffic)
+        self.record = PromotionRecord(self.state)
 
     # ------------------------------------------------------------------------------------ the steps
     def run(self) -> Path:
-        self.out.mkdir(parents=True, exist_ok=True)
-        results_io.write_yaml(self.out / results_io.CONFIG, self.safe_config)
-        self.write_rollback()
+        out = self.state.out
+        out.mkdir(parents=True, exist_ok=True)
+        results_io.write_yaml(out / results_io.CONFIG, self.safe_config)
+        self.record.write_rollback()
         return self.parent_run(self.steps, self.shutdown)
 
     def steps(self) -> None:
         """The endpoints, the proxy, the traffic, then the stages until the final decision and after."""
-        self.launch_engines()
-        self.start_proxy()
-        if self.cfg.protocol.traffic == "loadgen":
-            self.start_traffic()
-        self.loop()
+        self.endpoints.launch_engines()
+        self.endpoints.start_proxy()
+        if self.state.cfg.protocol.traffic == "loadgen":
+            self.traffic.start()
+        self.stage_loop.loop()
 
     def shutdown(self) -> None:
         """Everything the steps started, stopped: the traffic, the proxy (its last rows kept), the engines."""
-        self.stop_traffic()
-        if self.proxy is not None:
-            rows, _, _ = self.proxy.drain()
+        ps = self.state
+        self.traffic.stop()
+        if ps.proxy is not None:
+            rows, _, _ = ps.proxy.drain()
             for r in rows:
-                self.add_row(r)
-            self.proxy.stop()
-            rows, _, _ = self.proxy.drain()
+                self.stage_loop.add_row(r)
+            ps.proxy.stop()
+            rows, _, _ = ps.proxy.drain()
             for r in rows:
-                self.add_row(r)
-        for side, eng in self.engines.items():
-            if side == CANDIDATE and self.fault.get("signal") == "SIGSTOP" and eng.process is not None:
+                self.stage_loop.add_row(r)
+        for side, eng in ps.engines.items():
+            if side == CANDIDATE and ps.fault.get("signal") == "SIGSTOP" and eng.process is not None:
                 try:
                     os.killpg(eng.process.pid, signal.SIGCONT)  # a paused engine cannot take SIGTERM
                 except ProcessLookupError:
@@ -156,28 +145,28 @@ class Promotion(Endpoints, Traffic, StageLoop, StageGate, Faults, PromotionRecor
         decisions on the parent run, the console's summary and the parent ended FINISHED
         (promoted or rolled back) or FAILED (interrupted, undecided) with the outcome's metrics
         (``harness.finish``); an interrupt is raised again after the record is written."""
-        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json())
-        self.mlflow = start_parent(self.cfg, self.out, tags={"tokenfactory.kind": "promotion"}, strict=True,
-                                   resume=False)
+        ps = self.state
+        results_io.write_json(ps.out / results_io.EXPERIMENT, self.record.experiment_json())
+        ps.mlflow = start_parent(ps.cfg, ps.out, tags={"tokenfactory.kind": "promotion"}, strict=True, resume=False)
         interrupted = False
         try:
             steps()
         except KeyboardInterrupt:
             interrupted = True
-            self.status = "interrupted"
+            ps.status = "interrupted"
         finally:
             cleanup()
-        rec = self.write_promotion_record()
-        results_io.write_json(self.out / results_io.EXPERIMENT, self.experiment_json())
-        log_decisions(self.mlflow, rec)
+        rec = self.record.write_promotion_record()
+        results_io.write_json(ps.out / results_io.EXPERIMENT, self.record.experiment_json())
+        log_decisions(ps.mlflow, rec)
         print(describe(rec), flush=True)
-        finish_run(self.cfg, self.out, self.mlflow, metrics=finish_metrics(rec),
+        finish_run(ps.cfg, ps.out, ps.mlflow, metrics=finish_metrics(rec),
                    artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
-                   report=self.render_report, answer=rec,
+                   report=self.record.render_report, answer=rec,
                    end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
         if interrupted:
             raise KeyboardInterrupt
-        return self.out
+        return ps.out
 
 
 def run_promotion(cfg: DictConfig, overrides: list[str]) -> Path:

@@ -4,7 +4,7 @@ advanced, rolled back or promoted, and the timeline."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections import deque
 
 import numpy as np
 
@@ -15,108 +15,96 @@ from metrics.promotion_gate import (
     SideSample,
     guard_trips,
 )
+from protocols.promote.faults import Faults
+from protocols.promote.gate import StageGate, measured
 from protocols.promote.mlflow_log import log_gate
 from protocols.promote.plan import Stage
-
-perf_ns = time.perf_counter_ns
-SIDES = (INCUMBENT, CANDIDATE)
-
-
-def measured(rows) -> list:
-    """Rows that say something about the engine: a request cancelled (its caller left, the proxy
-    stopped, a rollback moved it to the incumbent) is counted apart, not as the engine's error."""
-    return [r for r in rows if r.status != "cancelled"]
-
-
-class RanStage:
-    """A stage as it ran: its plan, when it started and ended, its rows per side, its gates."""
-
-    def __init__(self, index: int, plan: Stage, start_ns: int, out: Path):
-        self.index, self.plan, self.start_ns, self.end_ns = index, plan, start_ns, None
-        self.dir = out / "stages" / f"{index:02d}_{plan.name}"
-        self.rows = {s: [] for s in SIDES}
-        self.pairs: list = []
-        self.gates: list[dict] = []
+from protocols.promote.state import SIDES, PromotionState, RanStage, perf_ns
+from protocols.promote.traffic import Traffic
 
 
 class StageLoop:
-    """The promotion's loop over its stages."""
+    """The promotion's loop over its stages: every tick the proxy's rows taken (the callers' record, each
+    stage's rows, the guards' window), the fault (``faults``), the guards, the stage's gate (``gate``)
+    and the decision acted on, a point of the timeline; until ``protocol.after_s`` after the final
+    decision, or the proxy or the ``traffic`` ended."""
 
-    # ------------------------------------------------------------------------------------ helpers
-    def t(self, ns: int | None = None) -> float:
-        """Seconds since the proxy took the first stage's mode (``ns``: a perf_counter_ns reading; None: now)."""
-        return ((ns if ns is not None else perf_ns()) - self.t0_ns) / 1e9
-
-    @property
-    def stage(self) -> RanStage:
-        return self.ran[-1]
+    def __init__(self, state: PromotionState, gate: StageGate, faults: Faults, traffic: Traffic):
+        self.state = state
+        self.gate = gate
+        self.faults = faults
+        self.traffic = traffic
+        self.window: dict[str, deque] = {s: deque() for s in SIDES}  # the guards' recent rows per side
 
     def stage_of(self, arrive_ns: int) -> RanStage | None:
         """The stage a request that arrived at ``arrive_ns`` belongs to (None: between stages, or after)."""
-        for st in reversed(self.ran):
+        for st in reversed(self.state.ran):
             if arrive_ns >= st.start_ns:
                 return st if st.end_ns is None or arrive_ns < st.end_ns else None
         return None
 
     # ------------------------------------------------------------------------------------ the loop
     def loop(self) -> None:
-        p = self.cfg.protocol
+        ps = self.state
+        p = ps.cfg.protocol
         tick = float(p.guard.interval_s)
         final_at: float | None = None
         next_tick = perf_ns()
         while True:
             next_tick += int(tick * 1e9)
             time.sleep(max(next_tick - perf_ns(), 0) / 1e9)
-            rows, status, gone = self.proxy.drain()
-            if rows and not self.rows_total:
+            rows, status, gone = ps.proxy.drain()
+            if rows and not ps.rows_total:
                 # the first stage starts with the first request (a load generator takes a while to start)
                 first = min(r.arrive_ns for r in rows)
-                self.ran[0].start_ns = first
-                self.machine.started_s = self.t(first)
-                self.machine.decisions[0].t_s = self.t(first)
+                ps.ran[0].start_ns = first
+                ps.machine.started_s = ps.t(first)
+                ps.machine.decisions[0].t_s = ps.t(first)
             for r in rows:
                 self.add_row(r)
             now = perf_ns()
-            t = self.t(now)
-            self.maybe_fault(t)
-            if not self.machine.done:
+            t = ps.t(now)
+            self.faults.maybe_fault(t)
+            if not ps.machine.done:
                 self.check(t, status or {})
             self.tick(t, status or {}, len(rows))
-            if self.machine.done and final_at is None:
+            if ps.machine.done and final_at is None:
                 final_at = t
             if final_at is not None and t - final_at >= float(p.after_s):
                 return
             if gone:
-                if not self.machine.done:
-                    self.machine.on_end(t, "the proxy process ended")
+                if not ps.machine.done:
+                    ps.machine.on_end(t, "the proxy process ended")
                 return
-            if self.traffic is not None and self.traffic.poll() is not None and final_at is None:
-                rows, _, _ = self.proxy.drain()
+            ended = self.traffic.ended()
+            if ended is not None and final_at is None:
+                rows, _, _ = ps.proxy.drain()
                 for r in rows:
                     self.add_row(r)
-                self.machine.on_end(t, f"the traffic ended (exit {self.traffic.returncode}) before a final decision; "
-                                       f"see {self.out / 'traffic' / 'traffic.log'}")
-                print(f"[{t:7.1f} s] {self.machine.decisions[-1].reason}", flush=True)
+                ps.machine.on_end(t, f"the traffic ended (exit {ended}) before a final decision; "
+                                     f"see {ps.out / 'traffic' / 'traffic.log'}")
+                print(f"[{t:7.1f} s] {ps.machine.decisions[-1].reason}", flush=True)
                 return
 
     def add_row(self, r) -> None:
-        self.rows_total += 1
+        ps = self.state
+        ps.rows_total += 1
         if not r.shadow:  # what the caller got: ok once any of its rows is; cancelled ones (the caller left,
             # the proxy stopped, a rollback moved it to the incumbent) are not failures
-            was = self.callers.get(r.request_id)
+            was = ps.callers.get(r.request_id)
             now_ = "ok" if r.status == "ok" else ("cancelled" if r.status == "cancelled" else "failed")
-            self.callers[r.request_id] = "ok" if "ok" in (was, now_) else (now_ if was in (None, "cancelled") else was)
+            ps.callers[r.request_id] = "ok" if "ok" in (was, now_) else (now_ if was in (None, "cancelled") else was)
         self.window[r.side].append(r)
         st = self.stage_of(r.arrive_ns)
         if st is not None:
             st.rows[r.side].append(r)
-        elif self.after is not None and r.arrive_ns >= self.after.start_ns:
-            self.after.rows[r.side].append(r)
-        if r.side == CANDIDATE and r.status != "ok" and "first_candidate_failure_s" not in self.fault \
-                and self.fault.get("injected_s") is not None:
-            self.fault["first_candidate_failure_s"] = self.t(r.done_ns or perf_ns())
-        if r.compare and self.pairs is not None:
-            got = self.pairs.add(r.request_id, r.side, r.text, r.status == "ok")
+        elif ps.after is not None and r.arrive_ns >= ps.after.start_ns:
+            ps.after.rows[r.side].append(r)
+        if r.side == CANDIDATE and r.status != "ok" and "first_candidate_failure_s" not in ps.fault \
+                and ps.fault.get("injected_s") is not None:
+            ps.fault["first_candidate_failure_s"] = ps.t(r.done_ns or perf_ns())
+        if r.compare and ps.pairs is not None:
+            got = ps.pairs.add(r.request_id, r.side, r.text, r.status == "ok")
             if got is not None and st is not None:
                 st.pairs.append(got)
 
@@ -127,8 +115,9 @@ class StageLoop:
         return SideSample.from_rows(measured(w))
 
     def check(self, t: float, status: dict) -> None:
-        g = self.cfg.protocol.guard
-        since = max(perf_ns() - int(float(g.window_s) * 1e9), self.stage.start_ns)
+        ps = self.state
+        g = ps.cfg.protocol.guard
+        since = max(perf_ns() - int(float(g.window_s) * 1e9), ps.stage.start_ns)
         inc, cand = self._window(INCUMBENT, since), self._window(CANDIDATE, since)
         trips = guard_trips(inc, cand, min_requests=int(g.min_requests),
                             max_error_rate_increase=float(g.max_error_rate_increase),
@@ -137,69 +126,73 @@ class StageLoop:
                             min_latency_requests=int(g.min_latency_requests),
                             candidate_oldest_wait_s=float((status.get(CANDIDATE) or [0, 0.0])[1]))
         if trips:
-            d = self.machine.on_guard(t, trips)
+            d = ps.machine.on_guard(t, trips)
             self.rollback(d)
             return
-        st = self.stage
+        st = ps.stage
         n_cand = len(st.rows[CANDIDATE])
-        if self.machine.gate_due(t, n_cand):
-            gate = self.gate(st, t)
-            before = self.machine.i
-            d = self.machine.on_gate(t, gate["outcome"], gate["reasons"], {"gate": len(st.gates) - 1})
+        if ps.machine.gate_due(t, n_cand):
+            gate = self.gate.gate(st, t)
+            before = ps.machine.i
+            d = ps.machine.on_gate(t, gate["outcome"], gate["reasons"], {"gate": len(st.gates) - 1})
             print(f"[{t:7.1f} s] {st.plan.name}: gate look {gate['look']} ({gate['confidence']:.4g}) -> "
                   f"{d.action if d.action != 'start' else 'advance'}: {'; '.join(gate['reasons'])[:600]}", flush=True)
-            log_gate(self.mlflow, self.looks, st.index, st.plan.name, gate)
+            log_gate(ps.mlflow, self.gate.looks, st.index, st.plan.name, gate)
             if d.action == "rollback":
                 self.rollback(d)
-            elif self.machine.state == "promoted":
+            elif ps.machine.state == "promoted":
                 self.finish_stage(promoted=True)
-            elif self.machine.i != before:
+            elif ps.machine.i != before:
                 self.next_stage()
 
     def next_stage(self) -> None:
-        prev = self.stage
-        plan = self.machine.stage
-        st = RanStage(len(self.ran), plan, 0, self.out)
+        ps = self.state
+        prev = ps.stage
+        plan = ps.machine.stage
+        st = RanStage(len(ps.ran), plan, 0, ps.out)
         st.dir.mkdir(parents=True, exist_ok=True)
-        self.proxy.rotate(st.dir / results_io.REQUESTS)
-        st.start_ns = self.proxy.set_mode(plan.mode, plan.share, plan.mirror)
+        ps.proxy.rotate(st.dir / results_io.REQUESTS)
+        st.start_ns = ps.proxy.set_mode(plan.mode, plan.share, plan.mirror)
         prev.end_ns = st.start_ns
-        self.machine.started_s = self.t(st.start_ns)
-        self.ran.append(st)
-        print(f"[{self.t(st.start_ns):7.1f} s] {self.machine.decisions[-1].reason}", flush=True)
+        ps.machine.started_s = ps.t(st.start_ns)
+        ps.ran.append(st)
+        print(f"[{ps.t(st.start_ns):7.1f} s] {ps.machine.decisions[-1].reason}", flush=True)
 
     def rollback(self, d) -> None:
-        at = self.proxy.set_mode("rollback", 0.0, 0.0)
-        d.numbers["applied_t_s"] = self.t(at)
-        self.stage.end_ns = at
-        self.after = RanStage(len(self.ran), Stage("after_rollback", "rollback", 0, 0, 0, 0, 0), at, self.out)
-        self.after.dir.mkdir(parents=True, exist_ok=True)
-        self.proxy.rotate(self.after.dir / results_io.REQUESTS)
-        if "injected_s" in self.fault:
-            self.fault.update(rollback_decided_s=d.t_s, rollback_applied_s=self.t(at),
-                              fault_to_rollback_s=self.t(at) - self.fault["injected_s"])
-        print(f"[{self.t(at):7.1f} s] ROLLBACK ({d.stage}): {d.reason[:800]}", flush=True)
+        ps = self.state
+        at = ps.proxy.set_mode("rollback", 0.0, 0.0)
+        d.numbers["applied_t_s"] = ps.t(at)
+        ps.stage.end_ns = at
+        ps.after = RanStage(len(ps.ran), Stage("after_rollback", "rollback", 0, 0, 0, 0, 0), at, ps.out)
+        ps.after.dir.mkdir(parents=True, exist_ok=True)
+        ps.proxy.rotate(ps.after.dir / results_io.REQUESTS)
+        if "injected_s" in ps.fault:
+            ps.fault.update(rollback_decided_s=d.t_s, rollback_applied_s=ps.t(at),
+                            fault_to_rollback_s=ps.t(at) - ps.fault["injected_s"])
+        print(f"[{ps.t(at):7.1f} s] ROLLBACK ({d.stage}): {d.reason[:800]}", flush=True)
 
     def finish_stage(self, promoted: bool) -> None:
-        plan = self.stage.plan
-        at = self.proxy.set_mode("canary", 1.0, 0.0) if promoted else perf_ns()
-        self.stage.end_ns = at
-        self.after = RanStage(len(self.ran), Stage("after_promotion", "canary", 1.0, 0, 0, 0, 0), at, self.out)
-        self.after.dir.mkdir(parents=True, exist_ok=True)
-        self.proxy.rotate(self.after.dir / results_io.REQUESTS)
-        print(f"[{self.t(at):7.1f} s] PROMOTED after stage {plan.name}: every caller on the candidate", flush=True)
+        ps = self.state
+        plan = ps.stage.plan
+        at = ps.proxy.set_mode("canary", 1.0, 0.0) if promoted else perf_ns()
+        ps.stage.end_ns = at
+        ps.after = RanStage(len(ps.ran), Stage("after_promotion", "canary", 1.0, 0, 0, 0, 0), at, ps.out)
+        ps.after.dir.mkdir(parents=True, exist_ok=True)
+        ps.proxy.rotate(ps.after.dir / results_io.REQUESTS)
+        print(f"[{ps.t(at):7.1f} s] PROMOTED after stage {plan.name}: every caller on the candidate", flush=True)
 
     def tick(self, t: float, status: dict, n_rows: int) -> None:
-        tl = self.timeline
-        since = perf_ns() - int(float(self.cfg.protocol.guard.window_s) * 1e9)
-        tick_ns = int(float(self.cfg.protocol.guard.interval_s) * 1e9)
-        mode, share = (self.machine.stage.mode, self.machine.stage.share)
-        if self.machine.state == "rolled_back":
+        ps = self.state
+        tl = ps.timeline
+        since = perf_ns() - int(float(ps.cfg.protocol.guard.window_s) * 1e9)
+        tick_ns = int(float(ps.cfg.protocol.guard.interval_s) * 1e9)
+        mode, share = (ps.machine.stage.mode, ps.machine.stage.share)
+        if ps.machine.state == "rolled_back":
             mode, share = "rollback", 0.0
-        elif self.machine.state == "promoted":
+        elif ps.machine.state == "promoted":
             mode, share = "canary", 1.0
         tl["t_s"].append(round(t, 3))
-        tl["stage"].append(self.machine.stage.name if self.machine.state == "running" else self.machine.state)
+        tl["stage"].append(ps.machine.stage.name if ps.machine.state == "running" else ps.machine.state)
         tl["mode"].append(mode)
         tl["share"].append(share)
         now = perf_ns()

@@ -9,6 +9,7 @@ import sys
 
 from harness.errors import UserError
 from harness.proxy.routing import INCUMBENT
+from protocols.promote.state import PromotionState
 
 # Overrides that are the promotion's own, not the traffic's.
 OWN = ("protocol", "proxy", "engine", "output_dir", "experiment", "mlflow", "report", "hydra", "resume")
@@ -33,12 +34,19 @@ def traffic_overrides(overrides: list[str]) -> list[str]:
 
 
 class Traffic:
-    """The promotion's load-generator traffic."""
+    """The promotion's load-generator traffic: its process and log, started through the state's proxy."""
 
-    def start_traffic(self) -> None:
-        cfg = self.cfg
-        if INCUMBENT in self.engines:
-            eng = self.engines[INCUMBENT]
+    def __init__(self, state: PromotionState):
+        self.state = state
+        self.process: subprocess.Popen | None = None
+        self.log = None
+
+    def start(self) -> None:
+        """``tokenfactory run`` against the proxy in a process of its own (its output in traffic/traffic.log)."""
+        ps = self.state
+        cfg = ps.cfg
+        if INCUMBENT in ps.engines:
+            eng = ps.engines[INCUMBENT]
             model, tok = eng.served_model, eng.tokenizer
         else:
             model = cfg.engine.get("served_model_name") or cfg.engine.get("model")
@@ -46,37 +54,41 @@ class Traffic:
         if not model:
             raise UserError("engine.model: the served model's name for the traffic through the proxy "
                             "(and engine.tokenizer to build its prompts), or protocol.incumbent=[...] to launch it")
-        extra = traffic_overrides(self.overrides)
+        extra = traffic_overrides(ps.overrides)
         keys = {override_key(o) for o in extra}
         if "load.stop_when_saturated" not in keys:  # a promotion's traffic is not a saturation probe
             extra.append("load.stop_when_saturated=false")
         if cfg.load.kind != "trace" and not keys & {"load.duration_s", "load.num_requests"}:
-            total = sum(s.max_duration_s for s in self.stages) + float(cfg.protocol.after_s)
+            total = sum(s.max_duration_s for s in ps.stages) + float(cfg.protocol.after_s)
             extra += [f"load.duration_s={total:g}", "load.num_requests=null"]
             print(f"note: traffic for up to {total:g} s (the stages' max_duration_s and protocol.after_s); "
                   "give load.duration_s to change it", flush=True)
-        cmd = [sys.executable, "-m", "harness.cli", "run", "engine=openai", f"engine.base_url={self.proxy_url}",
+        cmd = [sys.executable, "-m", "harness.cli", "run", "engine=openai", f"engine.base_url={ps.proxy_url}",
                f"engine.model={model}", f"engine.tokenizer={tok}", "protocol=sweep", "protocol.load_points=[]",
-               *extra, f"output_dir={self.out / 'traffic'}", f"experiment={cfg.experiment}",
+               *extra, f"output_dir={ps.out / 'traffic'}", f"experiment={cfg.experiment}",
                "mlflow.enabled=false", "report.enabled=false"]
-        (self.out / "traffic").mkdir(parents=True, exist_ok=True)
-        log = open(self.out / "traffic" / "traffic.log", "w")
+        (ps.out / "traffic").mkdir(parents=True, exist_ok=True)
+        log = open(ps.out / "traffic" / "traffic.log", "w")
         print("traffic: " + " ".join(cmd[3:]), flush=True)
-        self.traffic = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.traffic_log = log
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.log = log
 
-    def stop_traffic(self) -> None:
+    def ended(self) -> int | None:
+        """The load generator's exit status once it has ended (None: running, or none started)."""
+        return None if self.process is None else self.process.poll()
+
+    def stop(self) -> None:
         """The load generator asked to stop (SIGINT: it writes what it has), killed after 60 s."""
-        if self.traffic is None:
+        if self.process is None:
             return
-        if self.traffic.poll() is None:
+        if self.process.poll() is None:
             try:
-                os.killpg(self.traffic.pid, signal.SIGINT)
-                self.traffic.wait(60)
+                os.killpg(self.process.pid, signal.SIGINT)
+                self.process.wait(60)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 try:
-                    os.killpg(self.traffic.pid, signal.SIGKILL)
+                    os.killpg(self.process.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                self.traffic.wait(10)
-        self.traffic_log.close()
+                self.process.wait(10)
+        self.log.close()
