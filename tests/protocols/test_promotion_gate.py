@@ -229,8 +229,8 @@ def _rows(rng, ids, side_name, shadow, ttft_s, t0=0):
 def test_a_fully_mirrored_canary_is_gated_on_the_same_requests_on_both_sides():
     """The real run's case: at 5 % with every candidate request mirrored, the requests that ran on
     both sides at once were slower on both (12.9 ms) than the incumbent's own (9.2 ms)."""
+    from protocols.promote.gate import gate_rows
     from protocols.promote.plan import Stage
-    from protocols.promote.run import gate_rows
 
     rng = np.random.default_rng(3)
     cand_ids = list(range(0, 2000, 20))  # 5 % of 2000 callers

@@ -141,11 +141,11 @@ class StubExperiment:
 
 
 def _stub_tune(tmp_path, monkeypatch, *extra, seqs=SEQS, tokens=TOKENS):
-    import protocols.tune.run
+    import protocols.tune.trials
     from harness.cli import main
 
     StubExperiment.runs = []
-    monkeypatch.setattr(protocols.tune.run, "Experiment", StubExperiment)
+    monkeypatch.setattr(protocols.tune.trials, "Experiment", StubExperiment)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     argv = ["protocol=tune", "engine=vllm", "load=constant", "protocol.search_low=1", "protocol.search_high=40",

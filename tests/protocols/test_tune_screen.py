@@ -55,11 +55,11 @@ class StubExperiment:
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    import protocols.tune.run
+    import protocols.tune.trials
     from tests.synthetic_experiment import write_experiment
 
     StubExperiment.runs, StubExperiment.confirm_fails = [], False
-    monkeypatch.setattr(protocols.tune.run, "Experiment", StubExperiment)
+    monkeypatch.setattr(protocols.tune.trials, "Experiment", StubExperiment)
     monkeypatch.chdir(tmp_path)
     base = write_experiment(tmp_path / "base", configs={"vllm": {"ttft_ms": 40.0, "tpot_ms": 8.0, "capacity": 40.0,
                                                                  "power_w": 400.0}},
