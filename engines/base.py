@@ -17,14 +17,11 @@ import time
 from pathlib import Path
 
 from engines import prometheus
+from engines.errors import EngineError
 from engines.features import FeatureError, normalize
 from engines.http import auth_headers, http_get, http_post, retry_until
 from engines.process import EngineProcess, ProcessHolder, free_port, port_in_use
 from engines.tiny_model import ensure_tiny_model
-
-
-class EngineError(RuntimeError):
-    """An engine that cannot be started, reached or used; the message is for the user."""
 
 
 class EngineAdapter(ProcessHolder):
