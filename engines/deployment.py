@@ -34,6 +34,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from engines.base import EngineAdapter, EngineError, redact_argv
+from engines.readiness import become_ready, warm_up_request
 from engines.registry import make_engine
 
 PLUGINS = Path(__file__).parent / "server_plugins"  # imported by the engine's own interpreter
@@ -353,17 +354,13 @@ class Deployment:
         if errors:
             self.stop()
             raise errors[0]
-        try:
+
+        def router_up() -> None:
             self.start_router()
-            self.healthy_ns = time.perf_counter_ns()
             # from the deployment's start, as a fixed deployment's cost window counts its replicas
             self.serving_now(self.started_ns)
-            if warm_up:
-                self.first.warm_up(self.base_url)
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_ns = time.perf_counter_ns()
+
+        become_ready(self, router_up, warm_up)  # the warm-up request through the router
 
     def start_router(self) -> None:
         roles = self.roles()
@@ -381,7 +378,7 @@ class Deployment:
             self.router.start(workers=list(urls.values()), spawn=spawn)
 
     def warm_up(self) -> None:
-        self.first.warm_up(self.base_url)
+        warm_up_request(self)
 
     def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         return self.router.health_ok(timeout)

@@ -35,6 +35,7 @@ import time
 from engines.base import EngineAdapter, EngineError, redact_argv
 from engines.http import http_get, retry_until
 from engines.process import EngineProcess, ProcessHolder, port_in_use
+from engines.readiness import become_ready
 
 WORKER_KINDS = ("mocker", "vllm", "sglang", "trtllm")
 # The planes every process shares: file discovery, TCP requests, ZMQ events (no etcd or NATS).
@@ -335,7 +336,8 @@ class Dynamo(EngineAdapter):
         self.prepare()
         self.kv_dir = tempfile.mkdtemp(prefix="tokenfactory-dynamo-kv-")
         self.started_ns = time.perf_counter_ns()
-        try:
+
+        def come_up() -> None:
             for w in self.workers:
                 w.process = EngineProcess(self.worker_command(w.role), self.run_dir / f"engine-{w.replica}.log",
                                           env=self.worker_env(w))
@@ -343,13 +345,8 @@ class Dynamo(EngineAdapter):
             self.process = EngineProcess(self.full_command(), self.run_dir / self.log_name, env=self.shared_env())
             self.process.start()
             self.wait_ready(float(self.cfg.startup_timeout_s))
-            self.healthy_ns = time.perf_counter_ns()
-            if warm_up:
-                self.warm_up()
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_ns = time.perf_counter_ns()
+
+        become_ready(self, come_up, warm_up)
 
     def wait_ready(self, timeout_s: float) -> None:
         want = len([w for w in self.workers if w.role != "prefill"])
