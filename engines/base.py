@@ -380,3 +380,20 @@ def interpreter_package_version(python: str, module: str, timeout: float = 60.0)
         return None
     lines = [ln for ln in out.stdout.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if out.returncode == 0 and lines else None
+
+
+def interpreter_distribution_versions(python: str, dists: tuple[str, ...], timeout: float = 60.0) -> dict:
+    """Each distribution's version (None: not installed) as the interpreter ``python`` sees its
+    package metadata; {} where the interpreter cannot be asked."""
+    import subprocess
+
+    code = ("import importlib.metadata as m, json\nout = {}\n"
+            f"for d in {tuple(dists)!r}:\n"
+            "    try: out[d] = m.version(d)\n"
+            "    except m.PackageNotFoundError: out[d] = None\n"
+            "print(json.dumps(out))")
+    try:
+        res = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout)
+        return json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from engines import prometheus
 from engines.base import EngineAdapter, EngineError, redact_argv
 from engines.readiness import become_ready, warm_up_request
 from engines.registry import make_engine
@@ -557,11 +558,7 @@ class Deployment:
 
     def server_metrics(self, text=None) -> dict:
         """The replicas' counters summed under the common names (gauges summed too)."""
-        out: dict[str, float] = {}
-        for r in self.replicas:
-            for k, v in r.server_metrics().items():
-                out[k] = out.get(k, 0.0) + v
-        return out
+        return prometheus.summed(r.server_metrics() for r in self.replicas)
 
 
 class _ExternalSlot:
