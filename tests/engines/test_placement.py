@@ -1,7 +1,7 @@
-"""engines/placement.py on this machine: slot names and order from the deployment config, the
-placement lists' checks, addresses from first_port or free ports, and replicas launched as real
-processes pinned with taskset (read back from /proc), given CUDA_VISIBLE_DEVICES, and stopped or
-killed with nothing left behind."""
+"""engines/placement.py on this machine, with the slots it places (engines/slots.py): slot names
+and order from the deployment config, the placement lists' checks, addresses from first_port or
+free ports, and replicas launched as real processes pinned with taskset (read back from /proc),
+given CUDA_VISIBLE_DEVICES, and stopped or killed with nothing left behind."""
 
 from __future__ import annotations
 
