@@ -44,8 +44,10 @@ MODULES = {
                         "-k", "not mlflow"],
     "metrics/slo.py": ["tests/metrics/test_recompute_summary.py", "tests/metrics/test_slo.py",
                        "tests/metrics/test_metrics.py", "tests/metrics/test_summary_cost.py", "-k", "not mlflow"],
-    "metrics/statistics.py": ["tests/metrics/test_statistics.py", "tests/metrics/test_comparison_ratios.py",
-                              "tests/metrics/test_recompute_comparison.py"],
+    # metrics/statistics/ is a package: each of its modules mutated against the same tests
+    **{f"metrics/statistics/{m}.py": ["tests/metrics/test_statistics.py", "tests/metrics/test_comparison_ratios.py",
+                                      "tests/metrics/test_recompute_comparison.py"]
+       for m in ("estimate", "bootstrap", "pooled_percentiles", "differences", "ratios", "verdicts", "aggregate")},
     "metrics/summary.py": ["tests/metrics/test_summary_load.py", "tests/metrics/test_summary_adapters.py",
                            "tests/metrics/test_summary_sessions.py", "tests/metrics/test_reasoning_metrics.py",
                            "tests/metrics/test_recompute_summary.py", "tests/metrics/test_metrics.py",

@@ -16,15 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from engines import prometheus
+from engines import prometheus, readiness
+from engines.errors import EngineError
 from engines.features import FeatureError, normalize
 from engines.http import auth_headers, http_get, http_post, retry_until
 from engines.process import EngineProcess, ProcessHolder, free_port, port_in_use
 from engines.tiny_model import ensure_tiny_model
-
-
-class EngineError(RuntimeError):
-    """An engine that cannot be started, reached or used; the message is for the user."""
 
 
 class EngineAdapter(ProcessHolder):
@@ -216,51 +213,19 @@ class EngineAdapter(ProcessHolder):
         ``warm_up`` is False (a cold start: the first request of the load pays for it)."""
         self.prepare()
         self.started_ns = time.perf_counter_ns()
-        timeout = self.cfg.startup_timeout_s
-        if not self.launched:
-            self.wait_healthy(timeout)
-            self.healthy_ns = time.perf_counter_ns()
-            if warm_up:
-                self.warm_up()
-            self.ready_ns = time.perf_counter_ns()
-            return
-        argv = self.full_command()
-        env = {**self.launch_env(), **self.replica_env}
-        if self.spawn is not None:
-            self.process = self.spawn(argv, self.run_dir / self.log_name, env)
-        else:
-            self.process = EngineProcess(argv, self.run_dir / self.log_name, env=env)
-            self.process.start()
-        try:
-            self.wait_healthy(timeout)
-            self.healthy_ns = time.perf_counter_ns()
-            if warm_up:
-                self.warm_up()
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_ns = time.perf_counter_ns()
+        if self.launched:
+            argv = self.full_command()
+            env = {**self.launch_env(), **self.replica_env}
+            if self.spawn is not None:
+                self.process = self.spawn(argv, self.run_dir / self.log_name, env)
+            else:
+                self.process = EngineProcess(argv, self.run_dir / self.log_name, env=env)
+                self.process.start()
+        readiness.become_ready(self, lambda: readiness.wait_healthy(self, self.cfg.startup_timeout_s), warm_up)
 
     def warm_up(self, base_url: str | None = None) -> None:
-        """One short request (to ``base_url``, default the engine's own; a deployment's router)
-        before any load: engines that load or compile lazily on the first request
-        (transformers serve does) would otherwise charge it to the first load point's TTFT.
-        The time stays inside the cost window."""
-        d = self.dialect()
-        body = {"model": self.served_model, "max_tokens": 4, "stream": False}
-        if d["api"] == "chat":
-            body["messages"] = [{"role": "user", "content": "warm up"}]
-        else:
-            body["prompt"] = "warm up"
-        path = "/v1/chat/completions" if d["api"] == "chat" else "/v1/completions"
-        try:
-            status, text = http_post((base_url or self.base_url) + path, body, timeout=self.cfg.startup_timeout_s,
-                                     headers=self.auth())
-        except OSError as e:
-            raise EngineError(f"engine={self.name}: the warm-up request to {path} failed: {e}") from None
-        if status != 200:
-            raise EngineError(f"engine={self.name}: the warm-up request to {path} got HTTP {status}: "
-                              f"{text[:500].decode('utf-8', 'replace')}")
+        """One short request before any load (``engines.readiness.warm_up_request``)."""
+        readiness.warm_up_request(self, base_url)
 
     def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         try:
@@ -268,23 +233,6 @@ class EngineAdapter(ProcessHolder):
             return status == 200
         except OSError:
             return False
-
-    def wait_healthy(self, timeout_s: float) -> None:
-        def healthy() -> bool:
-            if self.process is not None and self.process.poll() is not None:
-                raise EngineError(
-                    f"engine={self.name} exited with code {self.process.poll()} before it was healthy.\n"
-                    f"command: {' '.join(self.process.argv)}\nlast lines of {self.process.log_path}:\n"
-                    f"{self.process.tail()}")
-            return self.health_ok()
-
-        def never() -> EngineError:
-            tail = f"\nlast lines of {self.process.log_path}:\n{self.process.tail()}" if self.process else ""
-            where = "did not become healthy" if self.process else "is unreachable"
-            return EngineError(f"engine={self.name} at {self.base_url} {where} within {timeout_s:g} s "
-                               f"(GET {self.health_path}){tail}")
-
-        retry_until(healthy, timeout_s, 0.5, on_timeout=never)
 
     # stop, kill, alive: ProcessHolder's
 
@@ -432,3 +380,20 @@ def interpreter_package_version(python: str, module: str, timeout: float = 60.0)
         return None
     lines = [ln for ln in out.stdout.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if out.returncode == 0 and lines else None
+
+
+def interpreter_distribution_versions(python: str, dists: tuple[str, ...], timeout: float = 60.0) -> dict:
+    """Each distribution's version (None: not installed) as the interpreter ``python`` sees its
+    package metadata; {} where the interpreter cannot be asked."""
+    import subprocess
+
+    code = ("import importlib.metadata as m, json\nout = {}\n"
+            f"for d in {tuple(dists)!r}:\n"
+            "    try: out[d] = m.version(d)\n"
+            "    except m.PackageNotFoundError: out[d] = None\n"
+            "print(json.dumps(out))")
+    try:
+        res = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout)
+        return json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}

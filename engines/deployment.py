@@ -4,7 +4,7 @@ pools with the KV cache moved between them, measured as one endpoint.
 ``make_served(cfg, run_dir)`` gives the session what it drives: the engine adapter itself
 for ``deployment=single`` (today's behaviour), else a ``Deployment`` with the same lifecycle
 (prepare, start, health, provenance, cache reset, stop, kill), whose ``base_url`` is the
-router's.  Each replica is an adapter of ``engines/`` (``make_engine``) with its own name
+router's.  Each replica is an adapter of ``engines/`` (``engines.replica_launch``) with its own name
 (``r0``, ``r1`` ...; disaggregated ``p0 ..``, ``d0 ..``), port, cores or devices
 (``engines.placement``), log file (``engine-<name>.log``) and, where the engine takes one,
 the middleware that names it in every response header (``x-tokenfactory-replica``), so each
@@ -26,17 +26,17 @@ are sampled one by one.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from engines.base import EngineAdapter, EngineError, redact_argv
+from engines import deployment_record, prometheus
+from engines.base import EngineAdapter, EngineError
+from engines.readiness import become_ready, warm_up_request
 from engines.registry import make_engine
-
-PLUGINS = Path(__file__).parent / "server_plugins"  # imported by the engine's own interpreter
+from engines.replica_launch import make_replica, prepare_replica, start_replicas
 
 
 def make_served(cfg, run_dir):
@@ -203,10 +203,7 @@ class Deployment:
             ecfg = cfg.engine
             if self.external:  # the replica's own address; it is not launched
                 ecfg = OmegaConf.merge(cfg.engine, {"base_url": slot.url, "launch": False})
-            eng = make_engine(ecfg, self.run_dir)
-            eng.replica = slot.name
-            eng.log_name = f"engine-{slot.name}.log"
-            self.replicas.append(eng)
+            self.replicas.append(make_replica(ecfg, self.run_dir, slot.name))
         self.first = self.replicas[0]
         self.name = self.first.name
         self.router = make_router(cfg.router, self.run_dir)
@@ -298,73 +295,26 @@ class Deployment:
             if self.external:
                 eng.prepare()
                 continue
-            self.prepare_replica(eng, slot)
-
-    def prepare_replica(self, eng: EngineAdapter, slot) -> None:
-        """One replica's address (reserved in its slot), flags (its name header, the router's
-        worker flags, its pool's), environment and launcher."""
-        eng.check_features()
-        host, port = self.placer.reserve(slot, eng.host)
-        eng.host, eng.port = host, port
-        args = list(eng.replica_tag_flags()) + self.router.worker_flags(eng.name)
-        if slot.role in ("prefill", "decode"):
-            args += eng.disaggregation_flags(slot.role, self.dep, self.bootstrap_port(slot))
-            args += list(self.dep.prefill_args if slot.role == "prefill" else self.dep.decode_args)
-        eng.replica_args = args
-        eng.replica_env = {"TOKENFACTORY_REPLICA": slot.name,
-                           "TOKENFACTORY_REPLICA_HEADER": self.dep.replica_header,
-                           "PYTHONPATH": _prepend_path(str(PLUGINS), eng.launch_env().get("PYTHONPATH")
-                                                       or os.environ.get("PYTHONPATH")),
-                           **eng.placement_env(slot.cpus, slot.devices)}
-        eng.spawn = (lambda argv, log, env, slot=slot: self.placer.launch(slot, argv, env, log))
-        eng.prepare()
-
-    def bootstrap_port(self, slot) -> int | None:
-        """A prefill replica's KV bootstrap port (SGLang's ``--disaggregation-bootstrap-port``)."""
-        if slot.role != "prefill" or self.name != "sglang":
-            return None
-        if not hasattr(slot, "bootstrap_port"):
-            from engines.process import free_port
-
-            slot.bootstrap_port = free_port(slot.host or "127.0.0.1")
-        return slot.bootstrap_port
+            prepare_replica(eng, slot, self.placer, self.router, self.dep)
 
     def start(self, warm_up: bool = True) -> None:
         """Every replica at once (each waits for its own health and warm-up), then the router
         in front of them, then one request through the router."""
         self.prepare()
         self.started_ns = time.perf_counter_ns()
-        errors: list[BaseException] = []
-
-        def start_one(eng: EngineAdapter) -> None:
-            try:
-                # a disaggregated pool is warmed through the router: a prefill replica alone
-                # may not answer a whole request
-                eng.start(warm_up=warm_up and self.kind == "replicas")
-                self.replica_ready_ns[eng.replica] = eng.ready_ns
-            except BaseException as e:  # noqa: BLE001 - reported below, with the replica's name
-                errors.append(EngineError(f"replica {eng.replica}: {e}"))
-
-        threads = [threading.Thread(target=start_one, args=(eng,), name=f"start-{eng.replica}")
-                   for eng in self.replicas]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        # a disaggregated pool is warmed through the router: a prefill replica alone may not answer a whole request
+        errors = start_replicas(self.replicas, warm_up and self.kind == "replicas")
+        self.replica_ready_ns.update({r.replica: r.ready_ns for r in self.replicas if r.ready_ns is not None})
         if errors:
             self.stop()
             raise errors[0]
-        try:
+
+        def router_up() -> None:
             self.start_router()
-            self.healthy_ns = time.perf_counter_ns()
             # from the deployment's start, as a fixed deployment's cost window counts its replicas
             self.serving_now(self.started_ns)
-            if warm_up:
-                self.first.warm_up(self.base_url)
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_ns = time.perf_counter_ns()
+
+        become_ready(self, router_up, warm_up)  # the warm-up request through the router
 
     def start_router(self) -> None:
         roles = self.roles()
@@ -382,7 +332,7 @@ class Deployment:
             self.router.start(workers=list(urls.values()), spawn=spawn)
 
     def warm_up(self) -> None:
-        self.first.warm_up(self.base_url)
+        warm_up_request(self)
 
     def health_ok(self, timeout: float = 5.0, path: str | None = None) -> bool:
         return self.router.health_ok(timeout)
@@ -431,12 +381,10 @@ class Deployment:
                 name = f"r{self.next_name}"
                 self.next_name += 1
             slot = self.placer.add_slot(free[0], name)
-            eng = make_engine(self.cfg, self.run_dir)
-            eng.replica = name
-            eng.log_name = f"engine-{name}.log"
+            eng = make_replica(self.cfg, self.run_dir, name)
             self.starting.append(eng)
         try:
-            self.prepare_replica(eng, slot)
+            prepare_replica(eng, slot, self.placer, self.router, self.dep)
         except BaseException:
             with self.lock:
                 self.starting.remove(eng)
@@ -512,60 +460,17 @@ class Deployment:
         return self.first.version()
 
     def topology(self) -> dict:
-        """The seven-step record's devices and topology: kind, pools, router and placement."""
-        roles = self.roles()
-        pools: dict[str, list[str]] = {}
-        for name, role in roles.items():
-            pools.setdefault(role, []).append(name)
-        out = {"kind": self.kind, "replicas": len(self.replicas),
-               "pools": {role: len(names) for role, names in pools.items()},
-               "replica_names": pools, "router": self.router.name, "router_policy": self.router.policy_used,
-               "backend": "external" if self.external else self.dep.backend}
-        if self.kind == "disaggregated":
-            out["prefill_decode"] = f"{len(pools.get('prefill', []))}:{len(pools.get('decode', []))}"
-            out["kv_connector"] = self.dep.kv_connector
-        if self.placer is not None:
-            out["placement"] = self.placer.provenance()
-        if not self.external and self.dep.autoscale.enabled:  # the count above is the one serving now
-            out["autoscale"] = {"min_replicas": self.dep.autoscale.min_replicas,
-                                "max_replicas": self.dep.autoscale.max_replicas,
-                                "started_with": self.dep.replicas,
-                                "replicas_run": sorted(r.replica for r in self.replicas + self.retired)}
-        return out
+        return deployment_record.topology(self)
 
     def provenance(self) -> dict:
-        """The first replica's provenance as the engine's (every replica runs the same config),
-        each replica's command and address, and the router's."""
-        base = self.first.provenance()
-        base["command"] = None
-        base["deployment"] = self.topology()
-        base["replicas"] = self.replica_records({self.first.replica: {"engine_version": base.get("engine_version")}})
-        base["router"] = self.router.provenance()
-        return base
+        return deployment_record.provenance(self)
 
     def replica_records(self, known: dict | None = None) -> dict:
-        """Each replica's address, role, command and version (those autoscaling started and
-        stopped included, ``stopped: true``); ``known``: entries already recorded, kept."""
-        known = known or {}
-        out = {}
-        for r in self.replicas + self.retired:
-            rec = {"base_url": r.base_url, "role": self.roles()[r.replica],
-                   "command": redact_argv(r.process.argv) if r.process is not None else None,
-                   **known.get(r.replica, {})}
-            if "engine_version" not in rec:
-                rec["engine_version"] = r.version() if r not in self.retired else None
-            if r in self.retired:
-                rec["stopped"] = True
-            out[r.replica] = rec
-        return out
+        return deployment_record.replica_records(self, known)
 
     def server_metrics(self, text=None) -> dict:
         """The replicas' counters summed under the common names (gauges summed too)."""
-        out: dict[str, float] = {}
-        for r in self.replicas:
-            for k, v in r.server_metrics().items():
-                out[k] = out.get(k, 0.0) + v
-        return out
+        return prometheus.summed(r.server_metrics() for r in self.replicas)
 
 
 class _ExternalSlot:
@@ -574,6 +479,3 @@ class _ExternalSlot:
     def __init__(self, name: str, url: str):
         self.name, self.url, self.role, self.host, self.cpus, self.devices = name, url, "replica", None, None, None
 
-
-def _prepend_path(first: str, rest: str | None) -> str:
-    return first if not rest else f"{first}:{rest}"

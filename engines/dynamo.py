@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import tempfile
 import time
 
-from engines.base import EngineAdapter, EngineError, redact_argv
+from engines import prometheus
+from engines.base import EngineAdapter, EngineError, interpreter_distribution_versions, redact_argv
 from engines.http import http_get, retry_until
 from engines.process import EngineProcess, ProcessHolder, port_in_use
+from engines.readiness import become_ready
 
 WORKER_KINDS = ("mocker", "vllm", "sglang", "trtllm")
 # The planes every process shares: file discovery, TCP requests, ZMQ events (no etcd or NATS).
@@ -160,6 +161,16 @@ class Worker(ProcessHolder):
         except OSError:
             return False
 
+    def server_metrics(self, metric_map: dict) -> dict[str, float]:
+        """Its page's values under the common names of ``metric_map``; {} where it does not answer."""
+        try:
+            status, body = http_get(self.metrics_url, timeout=5)
+        except OSError:
+            return {}
+        if status != 200:
+            return {}
+        return prometheus.common_values(body.decode("utf-8", "replace"), metric_map)
+
     def read_instance_id(self) -> str | None:
         """The worker's instance id: the ``worker_id`` label (hex) of its own page, in decimal
         as the frontend writes it in ``nvext.worker_id``."""
@@ -169,8 +180,6 @@ class Worker(ProcessHolder):
             return None
         if status != 200:
             return None
-        from engines import prometheus
-
         try:
             samples, _ = prometheus.parse(body.decode("utf-8", "replace"))
         except ValueError:
@@ -335,7 +344,8 @@ class Dynamo(EngineAdapter):
         self.prepare()
         self.kv_dir = tempfile.mkdtemp(prefix="tokenfactory-dynamo-kv-")
         self.started_ns = time.perf_counter_ns()
-        try:
+
+        def come_up() -> None:
             for w in self.workers:
                 w.process = EngineProcess(self.worker_command(w.role), self.run_dir / f"engine-{w.replica}.log",
                                           env=self.worker_env(w))
@@ -343,13 +353,8 @@ class Dynamo(EngineAdapter):
             self.process = EngineProcess(self.full_command(), self.run_dir / self.log_name, env=self.shared_env())
             self.process.start()
             self.wait_ready(float(self.cfg.startup_timeout_s))
-            self.healthy_ns = time.perf_counter_ns()
-            if warm_up:
-                self.warm_up()
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_ns = time.perf_counter_ns()
+
+        become_ready(self, come_up, warm_up)
 
     def wait_ready(self, timeout_s: float) -> None:
         want = len([w for w in self.workers if w.role != "prefill"])
@@ -429,19 +434,7 @@ class Dynamo(EngineAdapter):
 
     def server_metrics(self, text=None) -> dict:
         """The workers' counters and gauges summed under the common names."""
-        from engines import prometheus
-
-        out: dict[str, float] = {}
-        for w in self.workers:
-            try:
-                status, body = http_get(w.metrics_url, timeout=5)
-            except OSError:
-                continue
-            if status != 200:
-                continue
-            for k, v in prometheus.common_values(body.decode("utf-8", "replace"), self.server_metric_map).items():
-                out[k] = out.get(k, 0.0) + v
-        return out
+        return prometheus.summed(w.server_metrics(self.server_metric_map) for w in self.workers)
 
     def topology(self) -> dict:
         pools: dict[str, list[str]] = {}
@@ -458,16 +451,7 @@ class Dynamo(EngineAdapter):
     def versions(self) -> dict:
         """``ai-dynamo`` and ``ai-dynamo-runtime`` as the engine's interpreter has them."""
         if self._versions is None:
-            code = ("import importlib.metadata as m, json\nout = {}\n"
-                    "for d in ('ai-dynamo', 'ai-dynamo-runtime'):\n"
-                    "    try: out[d] = m.version(d)\n"
-                    "    except m.PackageNotFoundError: out[d] = None\n"
-                    "print(json.dumps(out))")
-            try:
-                res = subprocess.run([self.python(), "-c", code], capture_output=True, text=True, timeout=60)
-                self._versions = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else {}
-            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-                self._versions = {}
+            self._versions = interpreter_distribution_versions(self.python(), ("ai-dynamo", "ai-dynamo-runtime"))
         return self._versions
 
     def version(self) -> str | None:

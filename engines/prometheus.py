@@ -128,3 +128,13 @@ def total(samples: list[Sample], name: str, where: dict | None = None) -> float 
     vals = [s.value for s in samples
             if s.name == name and (not where or all(s.labels.get(k) == v for k, v in where.items()))]
     return float(sum(vals)) if vals else None
+
+
+def summed(pages) -> dict[str, float]:
+    """Several pages' values under common names (``common_values`` of each: replicas, workers)
+    summed name by name; a name no page has is left out."""
+    out: dict[str, float] = {}
+    for values in pages:
+        for k, v in values.items():
+            out[k] = out.get(k, 0.0) + v
+    return out

@@ -77,6 +77,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -262,16 +263,9 @@ class Router(ProcessHolder):
         """Put ``url`` behind the running router; returns once the router lists it healthy."""
         url = _url(url)
         timeout_s = float(self.cfg.startup_timeout_s) if timeout_s is None else float(timeout_s)
-        status, body = self.request_add(url)
-        if status not in (200, 201, 202):
-            raise EngineError(f"router={self.name}: adding worker {url} got HTTP {status}: "
-                              f"{body[:300].decode('utf-8', 'replace')}{self._log_tail()}")
-
-        def never() -> EngineError:
-            return EngineError(f"router={self.name} at {self.base_url}: worker {url} was added but not listed "
-                               f"healthy in {self.workers_path} within {timeout_s:g} s{self._log_tail()}")
-
-        retry_until(lambda: url in (self.healthy_workers() or set()), timeout_s, 0.25, on_timeout=never)
+        self.change_workers(url, "adding", self.request_add(url), (200, 201, 202),
+                            lambda: url in (self.healthy_workers() or set()), timeout_s,
+                            f"was added but not listed healthy in {self.workers_path} within {timeout_s:g} s")
         if url not in self.workers:
             self.workers.append(url)
 
@@ -279,19 +273,26 @@ class Router(ProcessHolder):
         """Take ``url`` from behind the router: no new request goes to it once this returns
         (the router no longer lists it); requests it is serving go on to their end."""
         url = _url(url)
-        status, body = self.request_remove(url)
-        if status not in (200, 202, 204):
-            raise EngineError(f"router={self.name}: removing worker {url} got HTTP {status}: "
+        self.change_workers(url, "removing", self.request_remove(url), (200, 202, 204),
+                            lambda: (listed := self.listed_workers()) is not None and url not in listed, timeout_s,
+                            f"is still listed in {self.workers_path} {timeout_s:g} s after its removal")
+        if url in self.workers:
+            self.workers.remove(url)
+
+    def change_workers(self, url: str, doing: str, answer: tuple[int, bytes], ok: tuple[int, ...],
+                       done: Callable[[], bool], timeout_s: float, not_done: str) -> None:
+        """A change of the worker set the router was asked for (``answer``: its HTTP status and body,
+        an error unless in ``ok``), waited for until ``done()`` (its listing shows it) within
+        ``timeout_s``; ``not_done`` says, after the worker's URL, what it shows instead."""
+        status, body = answer
+        if status not in ok:
+            raise EngineError(f"router={self.name}: {doing} worker {url} got HTTP {status}: "
                               f"{body[:300].decode('utf-8', 'replace')}{self._log_tail()}")
 
         def never() -> EngineError:
-            return EngineError(f"router={self.name} at {self.base_url}: worker {url} is still listed in "
-                               f"{self.workers_path} {timeout_s:g} s after its removal{self._log_tail()}")
+            return EngineError(f"router={self.name} at {self.base_url}: worker {url} {not_done}{self._log_tail()}")
 
-        retry_until(lambda: (listed := self.listed_workers()) is not None and url not in listed, timeout_s, 0.25,
-                    on_timeout=never)
-        if url in self.workers:
-            self.workers.remove(url)
+        retry_until(done, timeout_s, 0.25, on_timeout=never)
 
     def request_add(self, url: str) -> tuple[int, bytes]:
         return http_post(f"{self.base_url}/add_worker?url={urllib.parse.quote(url, safe=':/')}", None, timeout=30)

@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 # The parameters that define the model; the cache folder's name is a hash of them, so a
@@ -122,6 +123,22 @@ def forbid_tokens(model, ids: list[int], residual: float, scale: float) -> None:
         head[ids, k] = -scale
 
 
+@contextmanager
+def staged_dir(out_dir: Path):
+    """A temporary folder beside ``out_dir`` to write into: on success it replaces ``out_dir`` by
+    a rename (no reader sees a half-written folder), on any failure it is removed."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        yield tmp
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def build_tiny_model(out_dir: str | os.PathLike, spec: dict | None = None) -> Path:
     """Build the model and tokenizer into ``out_dir`` (written to a temp folder, then renamed)."""
     import torch
@@ -130,9 +147,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: dict | None = None) -> Pa
 
     spec = dict(spec or TINY_SPEC)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as tmp:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -178,12 +193,6 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: dict | None = None) -> Pa
         model.save_pretrained(tmp)
         (tmp / "tokenfactory_tiny.json").write_text(json.dumps(
             {"spec": spec, "digest": spec_digest(spec), "forbidden_ids": forbidden}, indent=2))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
@@ -230,17 +239,9 @@ def build_tiny_lora(out_dir: str | os.PathLike, model_dir: str | os.PathLike, ra
               "inference_mode": True, "modules_to_save": None, "use_rslora": False, "use_dora": False,
               "init_lora_weights": True, "revision": None}
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as tmp:
         save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
         (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

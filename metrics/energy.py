@@ -38,18 +38,24 @@ COVERAGE_TOLERANCE = 1e-6
 
 
 # --------------------------------------------------------------------------------- integration
+def time_ordered(t_ns, values) -> tuple[np.ndarray, np.ndarray]:
+    """Samples as float arrays in time order (ties kept in their order), those with a
+    non-finite time or value left out."""
+    t = np.asarray(t_ns, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    keep = np.isfinite(t) & np.isfinite(v)
+    t, v = t[keep], v[keep]
+    order = np.argsort(t, kind="stable")
+    return t[order], v[order]
+
+
 def counter_energy(t_ns, values_j, start_ns: int, end_ns: int, wrap_j: float | None = None) -> dict:
     """Energy in [start, end] from a cumulative counter's samples (see module doc).
 
     Returns ``energy_j``, ``covered_s`` (the part of the window inside the samples' span),
     ``wraps`` and ``resets`` counted between consecutive samples.
     """
-    t = np.asarray(t_ns, dtype=np.float64)
-    v = np.asarray(values_j, dtype=np.float64)
-    keep = np.isfinite(t) & np.isfinite(v)
-    t, v = t[keep], v[keep]
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
+    t, v = time_ordered(t_ns, values_j)
     if t.size < 2:
         return {"energy_j": math.nan, "covered_s": 0.0, "wraps": 0, "resets": 0}
     d = np.diff(v)
@@ -73,12 +79,7 @@ def counter_energy(t_ns, values_j, start_ns: int, end_ns: int, wrap_j: float | N
 
 def power_energy(t_ns, watts, start_ns: int, end_ns: int) -> dict:
     """Energy in [start, end] as the trapezoid integral of sampled power (edges interpolated)."""
-    t = np.asarray(t_ns, dtype=np.float64)
-    w = np.asarray(watts, dtype=np.float64)
-    keep = np.isfinite(t) & np.isfinite(w)
-    t, w = t[keep], w[keep]
-    order = np.argsort(t, kind="stable")
-    t, w = t[order], w[order]
+    t, w = time_ordered(t_ns, watts)
     if t.size < 2:
         return {"energy_j": math.nan, "covered_s": 0.0}
     a, b = max(float(start_ns), t[0]), min(float(end_ns), t[-1])

@@ -72,30 +72,27 @@ def _listed(values: list[str]) -> str:
 def overrides(argv: list[str]) -> list[str]:
     """The command line's flags as ``protocol=track``'s Hydra overrides (argparse's errors exit 2)."""
     a = parser().parse_args(argv)
-    out = ["protocol=track", f"protocol.track={quoted(a.name)}"]
-    if a.gate:
-        out.append("protocol.gate=true")
-    if a.baseline is not None:
-        out.append(f"protocol.baseline={quoted(a.baseline)}")
-    if a.keep_rejected:
-        out.append("protocol.keep_rejected=true")
-    if a.at is not None:
-        out.append(f"protocol.at={quoted(a.at)}")
-    if a.metric:
-        out.append(f"protocol.metrics={_listed(a.metric)}")
-    if a.margin is not None:
-        out.append(f"protocol.margin={a.margin!r}")
-    if a.confidence is not None:
-        out.append(f"protocol.confidence={a.confidence!r}")
-    if a.adjust is not None:
-        out.append(f"protocol.adjust={a.adjust}")
-    if a.allow is not None:
-        out.append(f"protocol.allow={_listed([k.strip() for k in a.allow.split(',') if k.strip()])}")
-    if a.tracking_uri is not None:
-        out.append(f"mlflow.tracking_uri={quoted(a.tracking_uri)}")
-    if a.out is not None:
-        out.append(f"output_dir={quoted(a.out)}")
-    return out
+    allow = None if a.allow is None else [k.strip() for k in a.allow.split(",") if k.strip()]
+    given = {  # override -> its value, None where the flag was not given
+        "protocol.gate": "true" if a.gate else None,
+        "protocol.baseline": _maybe(quoted, a.baseline),
+        "protocol.keep_rejected": "true" if a.keep_rejected else None,
+        "protocol.at": _maybe(quoted, a.at),
+        "protocol.metrics": _listed(a.metric) if a.metric else None,
+        "protocol.margin": _maybe(repr, a.margin),
+        "protocol.confidence": _maybe(repr, a.confidence),
+        "protocol.adjust": a.adjust,
+        "protocol.allow": _maybe(_listed, allow),
+        "mlflow.tracking_uri": _maybe(quoted, a.tracking_uri),
+        "output_dir": _maybe(quoted, a.out),
+    }
+    return ["protocol=track", f"protocol.track={quoted(a.name)}",
+            *(f"{key}={value}" for key, value in given.items() if value is not None)]
+
+
+def _maybe(spell, value):
+    """``spell(value)``, or None for a flag not given."""
+    return None if value is None else spell(value)
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,7 @@
-"""engines/placement.py on this machine: slot names and order from the deployment config, the
-placement lists' checks, addresses from first_port or free ports, and replicas launched as real
-processes pinned with taskset (read back from /proc), given CUDA_VISIBLE_DEVICES, and stopped or
-killed with nothing left behind."""
+"""engines/placement.py on this machine, with the slots it places (engines/slots.py): slot names
+and order from the deployment config, the placement lists' checks, addresses from first_port or
+free ports, and replicas launched as real processes pinned with taskset (read back from /proc),
+given CUDA_VISIBLE_DEVICES, and stopped or killed with nothing left behind."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from conf.schema import Deployment, Placement
 from engines.base import EngineError
-from engines.placement import LocalPlacer, PlacementError, make_placer, parse_cores, plan_slots
+from engines.placement import LocalPlacer, make_placer
+from engines.slots import PlacementError, parse_cores, plan_slots
 from tests.http_wait import wait_http
 
 PY = sys.executable
@@ -196,7 +197,7 @@ def scaled(replicas=1, max_replicas=2, first_port=None, **placement) -> Deployme
 
 
 def test_autoscaling_lists_a_placement_entry_per_replica_up_to_max_replicas():
-    from engines.placement import plan_slot
+    from engines.slots import plan_slot
 
     slots = plan_slots(scaled(cpus=["0", "1"], devices=["0", "1"]))
     assert [(s.name, s.cpus, s.devices) for s in slots] == [("r0", "0", "0")]  # started with 1

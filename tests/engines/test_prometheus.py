@@ -40,3 +40,10 @@ def test_real_vllm_page_parses():
 def test_malformed_lines_name_their_line(line, err):
     with pytest.raises(prometheus.ExpositionError, match=f"line 2: {err}"):
         prometheus.parse("ok 1\n" + line + "\n")
+
+
+def test_summed_adds_each_name_over_pages_and_leaves_out_names_no_page_has():
+    from engines.prometheus import summed
+
+    assert summed([{"running": 2.0, "waiting": 1.0}, {"running": 3.0}, {}]) == {"running": 5.0, "waiting": 1.0}
+    assert summed([]) == {}

@@ -77,3 +77,18 @@ def test_forbidden_logits_stay_far_below_the_best_allowed(model_dir, outputs):
     for rid, (_, logits) in outputs.items():
         gap = logits[:, ~mask].max(-1).values - logits[:, mask].max(-1).values
         assert gap.min().item() > 20.0, rid  # exp(-20): unreachable by sampling at temperature 1 too
+
+
+def test_staged_dir_replaces_the_folder_on_success_and_leaves_it_on_failure(tmp_path):
+    from engines.tiny_model import staged_dir
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), staged_dir(out) as tmp:
+        (tmp / "new.txt").write_text("new")
+        raise RuntimeError("half written")
+    assert [p.name for p in tmp_path.iterdir()] == ["model"] and (out / "old.txt").read_text() == "old"
+    with staged_dir(out) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["model"] and [p.name for p in out.iterdir()] == ["new.txt"]
