@@ -29,7 +29,6 @@ This module imports Ray; the harness imports it only when ``client.backend=ray``
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import threading
 import time
@@ -45,7 +44,7 @@ from loadgen.client import ClientConfig, StreamingClient
 from loadgen.clock_sync import ClockModel, convert_table, measure
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import HOST, SCHEMA, RecordWriter, RequestRecord
-from loadgen.workers import _Status, merge_parts, split_load
+from loadgen.workers import RequestStatus, dealt_items, merge_parts, split_load
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
@@ -210,7 +209,7 @@ class _Worker:
         self.ids.update(ids)
         if on_done is not None:
             for status, rid in zip(table.column("status").to_pylist(), ids):
-                on_done(_Status(status, rid))
+                on_done(RequestStatus(status, rid))
 
     def close(self) -> None:
         if self._pq is not None:
@@ -270,12 +269,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     s = settings or RaySettings()
-    spec.validate(items)
-    if spec.num_requests is not None:
-        items = list(itertools.islice(items, spec.num_requests))
-    elif spec.kind == "concurrency":
-        raise ValueError("client.workers with load=concurrency needs load.num_requests "
-                         "(the requests are dealt out to the workers before the start)")
+    items = dealt_items(items, spec, "client.workers")
     shares = split_load(items, spec, n)
     connect(s.address, s.runtime_env)
     pg, bundle = _placement(n, s)

@@ -37,7 +37,7 @@ perf_ns = time.perf_counter_ns
 START_MARGIN_NS = 20_000_000  # from "all workers ready" to t0: time for the message to reach them
 
 
-class _Status:
+class RequestStatus:
     """What a worker reports to the parent per finished request (progress bars, counts)."""
 
     __slots__ = ("status", "request_id")
@@ -49,6 +49,19 @@ class _Status:
 
 def _share(total: int, n: int, w: int) -> int:
     return total // n + (1 if w < total % n else 0)
+
+
+def dealt_items(items: Iterable[WorkItem], spec: LoadSpec, workers: str) -> Iterable[WorkItem]:
+    """The point's items as ``split_load`` deals them out, once the load is checked: the first
+    ``num_requests`` of them, as a list; a closed loop must have that count (``workers``: how the
+    error names the setting that asked for workers)."""
+    spec.validate(items)
+    if spec.num_requests is not None:
+        return list(itertools.islice(items, spec.num_requests))
+    if spec.kind == "concurrency":
+        raise ValueError(f"{workers} with load=concurrency needs load.num_requests "
+                         "(the requests are dealt out to the workers before the start)")
+    return items
 
 
 def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder: int = 0):
@@ -166,12 +179,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
     previous turn."""
     import multiprocessing as mp
 
-    spec.validate(items)
-    if spec.num_requests is not None:
-        items = list(itertools.islice(items, spec.num_requests))
-    elif spec.kind == "concurrency":
-        raise ValueError("client.workers > 1 with load=concurrency needs load.num_requests "
-                         "(the requests are dealt out to the workers before the start)")
+    items = dealt_items(items, spec, "client.workers > 1")
     ctx = mp.get_context("fork")
     status_q = ctx.SimpleQueue()
     parts = [f"{writer.path}.worker{w}" for w in range(n)]
@@ -201,7 +209,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
             while not status_q.empty():
                 for status, rid in status_q.get():
                     if on_done is not None:
-                        on_done(_Status(status, rid))
+                        on_done(RequestStatus(status, rid))
             for w in list(waiting):
                 if pipes[w].poll(0.02):
                     msg = pipes[w].recv()
@@ -216,7 +224,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
         while not status_q.empty():
             for status, rid in status_q.get():
                 if on_done is not None:
-                    on_done(_Status(status, rid))
+                    on_done(RequestStatus(status, rid))
         seen = merge_parts(parts, writer)
         sent = sum(r["sent"] for r in results)
         if len(seen) != sent:
