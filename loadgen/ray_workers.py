@@ -107,8 +107,8 @@ class LoadWorker:
     """One load-generator worker (a threaded Ray actor: ``run`` holds one thread for the
     run, clock reads and record takes come on others)."""
 
-    def __init__(self, w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, finalize, followup):
-        self.w, self.cfg, self.spec, self.items, self.plan = w, cfg, spec, items, plan
+    def __init__(self, w: int, cfg: ClientConfig, load: LoadSpec, items, plan, finalize, followup):
+        self.w, self.cfg, self.load, self.items, self.plan = w, cfg, load, items, plan
         self.finalize, self.followup = finalize, followup
         self.outbox = _Outbox()
         self._ready = threading.Event()
@@ -166,7 +166,7 @@ class LoadWorker:
             async with StreamingClient(self.cfg) as client:
                 # The driver built every prompt: only bodies are left to encode.
                 d = Dispatcher(client, self.outbox, finalize=self.finalize, followup=self.followup, prepare="all")
-                return await d.run(iter(self.items), self.spec, plan=self.plan, ready=ready)
+                return await d.run(iter(self.items), self.load, plan=self.plan, ready=ready)
 
         try:
             return loop.run_until_complete(go())
@@ -185,8 +185,8 @@ def _ray_error(e: BaseException) -> str:
 class _Worker:
     """The driver's view of one worker: its actor, share of the load, clock, part file."""
 
-    def __init__(self, w: int, actor, spec: LoadSpec, items: list, plan, part: str):
-        self.w, self.actor, self.spec, self.items, self.plan, self.part = w, actor, spec, items, plan, part
+    def __init__(self, w: int, actor, load: LoadSpec, items: list, plan, part: str):
+        self.w, self.actor, self.load, self.items, self.plan, self.part = w, actor, load, items, plan, part
         self.info: dict = {}
         self.clock = ClockModel()
         self.run_ref = None
@@ -257,7 +257,7 @@ def _placement(n: int, s: RaySettings):
     return pg, bundle
 
 
-def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: LoadSpec, writer: RecordWriter,
+def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: LoadSpec, writer: RecordWriter,
                     finalize: Callable | None = None, on_done: Callable | None = None,
                     followup: Callable | None = None, settings: RaySettings | None = None,
                     on_ready: Callable[[list[dict]], None] | None = None) -> dict:
@@ -269,8 +269,8 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     s = settings or RaySettings()
-    items = dealt_items(items, spec, "client.workers")
-    shares = split_load(items, spec, n)
+    items = dealt_items(items, load, "client.workers")
+    shares = split_load(items, load, n)
     connect(s.address, s.runtime_env)
     pg, bundle = _placement(n, s)
     cls = ray.remote(LoadWorker)
@@ -312,7 +312,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
         seen = merge_parts([wk.part for wk in workers], writer,
                            convert=lambda w, t: workers[w].convert(t))
         for wk in dead:
-            for rec in wk.lost_records(t0, spec.warmup_requests, wk.dead):
+            for rec in wk.lost_records(t0, load.warmup_requests, wk.dead):
                 if finalize is not None:
                     finalize(rec)
                 writer.append(rec)
