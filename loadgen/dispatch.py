@@ -147,10 +147,10 @@ class Dispatcher:
         offset_ns)`` entries, offsets from t0) and ``ready`` (an awaitable factory called after
         the connection pool is warm, returning t0) serve the worker processes."""
         load.validate(items)
-        if load.num_requests is not None:
-            items = itertools.islice(items, load.num_requests)
+        if load.requests_to_send is not None:
+            items = itertools.islice(items, load.requests_to_send)
         self.source = prepare(prepared_entries(self.client.body, items, load, plan), self.prepare_opts,
-                              total=len(plan) if plan is not None else load.num_requests)
+                              total=len(plan) if plan is not None else load.requests_to_send)
         if self.followup is not None:
             self._followups = FollowUps(self, self.followup)
         prewarm = getattr(self.client, "prewarm", None)
@@ -199,10 +199,10 @@ class Dispatcher:
         """Build a point's requests as ``run`` would (same order, same options and cache) without
         sending any: the harness does it before an engine starts (``harness.point.prebuild``)."""
         load.validate()
-        if load.num_requests is not None:
-            items = itertools.islice(items, load.num_requests)
+        if load.requests_to_send is not None:
+            items = itertools.islice(items, load.requests_to_send)
         entries = prepared_entries(self.client.body, items, load, None)
-        return prepare(entries, self.prepare_opts, total=load.num_requests)
+        return prepare(entries, self.prepare_opts, total=load.requests_to_send)
 
     async def _drain(self, load: LoadSpec) -> None:
         timeout = load.drain_timeout_s if load.duration_s is not None else None

@@ -17,7 +17,9 @@ class LoadSpec:
     kind: str = "poisson"
     rate: float | None = None
     concurrency: int | None = None
-    num_requests: int | None = None
+    # the requests to send: the user's load.num_requests (measured) plus load.warmup_requests; None: bound
+    # by duration (or a trace's end).  summary.json's num_requests_planned is this count.
+    requests_to_send: int | None = None
     duration_s: float | None = None
     warmup_requests: int = 0
     burstiness: float = 1.0
@@ -32,11 +34,11 @@ class LoadSpec:
     @classmethod
     def from_load(cls, load) -> LoadSpec:
         """From a ``load`` config (conf/schema.py's ``Load``: a composed node or a load point's
-        mapping); warm-up requests come on top of the measured ``num_requests``."""
+        mapping); warm-up requests come on top of the measured ``num_requests`` (``requests_to_send``)."""
         t = typed(load, Load)
         n = t.num_requests
         return cls(kind=t.kind, rate=t.rate, concurrency=t.concurrency,
-                   num_requests=n + t.warmup_requests if n is not None else None, duration_s=t.duration_s,
+                   requests_to_send=n + t.warmup_requests if n is not None else None, duration_s=t.duration_s,
                    warmup_requests=t.warmup_requests, burstiness=t.burstiness, max_concurrency=t.max_concurrency,
                    seed=t.seed, drain_timeout_s=t.drain_timeout_s, stop_when_saturated=t.stop_when_saturated)
 
@@ -48,10 +50,10 @@ class LoadSpec:
                              "with load.max_concurrency")
         if self.kind not in LOAD_KINDS:
             raise ValueError(f"load: unknown load {self.kind!r} (expected one of {', '.join(LOAD_KINDS)})")
-        if self.kind != "trace" and self.num_requests is None and self.duration_s is None:
+        if self.kind != "trace" and self.requests_to_send is None and self.duration_s is None:
             raise ValueError("load: set load.num_requests or load.duration_s")
-        if self.num_requests is not None and self.num_requests < 1:
-            raise ValueError(f"load.num_requests must be >= 1, got {self.num_requests}")
+        if self.requests_to_send is not None and self.requests_to_send < 1:
+            raise ValueError(f"load.num_requests must be >= 1, got {self.requests_to_send}")
         if self.kind == "concurrency" and (self.concurrency is None or self.concurrency < 1):
             raise ValueError(f"load.concurrency must be >= 1 for load=concurrency, got {self.concurrency}")
         if self.kind in OPEN_LOOP and (self.rate is None or self.rate <= 0):

@@ -31,7 +31,7 @@ def schedule(items: Iterator[WorkItem], load: LoadSpec, t0: int) -> Iterator[tup
 
     One definition of the schedule, shared by the single-process dispatcher and by the
     worker processes (which each take every n-th entry of the same schedule)."""
-    n = load.num_requests
+    n = load.requests_to_send
     offsets = None
     if load.kind != "trace":
         # For a duration-bound run, draw enough arrivals to cover the duration comfortably.

@@ -54,11 +54,11 @@ def _share(total: int, n: int, w: int) -> int:
 
 def dealt_items(items: Iterable[WorkItem], load: LoadSpec, workers: str) -> Iterable[WorkItem]:
     """The point's items as ``split_load`` deals them out, once the load is checked: the first
-    ``num_requests`` of them, as a list; a closed loop must have that count (``workers``: how the
+    ``requests_to_send`` of them, as a list; a closed loop must have that count (``workers``: how the
     error names the setting that asked for workers)."""
     load.validate(items)
-    if load.num_requests is not None:
-        return list(itertools.islice(items, load.num_requests))
+    if load.requests_to_send is not None:
+        return list(itertools.islice(items, load.requests_to_send))
     if load.kind == "concurrency":
         raise ValueError(f"{workers} with load=concurrency needs load.num_requests "
                          "(the requests are dealt out to the workers before the start)")
@@ -82,7 +82,7 @@ def split_load(items: Iterable[WorkItem], load: LoadSpec, n: int, t0_placeholder
         warm = load.warmup_requests
         for w in range(n):
             its = items[w::n]
-            sw = replace(load, concurrency=_share(conc, n, w), num_requests=len(its),
+            sw = replace(load, concurrency=_share(conc, n, w), requests_to_send=len(its),
                          warmup_requests=_share(warm, n, w),
                          max_concurrency=None, prewarm_connections=None)
             out.append((sw, its, None))
@@ -91,7 +91,7 @@ def split_load(items: Iterable[WorkItem], load: LoadSpec, n: int, t0_placeholder
     sched = list(schedule(iter(items), load, t0_placeholder))
     for w in range(n):
         mine = sched[w::n]
-        sw = replace(load, num_requests=None if load.duration_s is not None else max(len(mine), 1),
+        sw = replace(load, requests_to_send=None if load.duration_s is not None else max(len(mine), 1),
                      max_concurrency=_share(load.max_concurrency, n, w) if load.max_concurrency else None,
                      prewarm_connections=(max(prewarm_count(load) // n, 1)
                                           if load.prewarm_connections is None else

@@ -29,7 +29,7 @@ PREPARE_CODE = source_hash("loadgen.workloads", "loadgen.client.dialect", "loadg
 def point_progress(s: PointSession, p: PointRun) -> Progress:
     """The point's bars, labelled with its place among the session's points."""
     return Progress(p.inputs.progress, f"[{p.spec.index + 1}/{s.total_points}] {p.spec.title}",
-                    p.load.num_requests)
+                    p.load.requests_to_send)
 
 
 def dispatch(s: PointSession, p: PointRun) -> None:
@@ -115,7 +115,8 @@ def prepare_options(s: PointSession, p: PointRun, followup) -> PrepareOptions:
                 items.skipped = state["skipped"]
 
         cache = PrepareCache(cache_root() / "prepared", {
-            "workload": s.container["workload"], "load": p.spec.load, "num_requests": p.load.num_requests,
+            # (the key's name is kept: renamed, every cached entry would be built again)
+            "workload": s.container["workload"], "load": p.spec.load, "num_requests": p.load.requests_to_send,
             "max_model_len": s.engine.max_model_len(), "tokenizer": s.tokenizer_digest(), "chat": s.builder.chat,
             "client": {k: getattr(s.client_cfg, k) for k in ("model", "api", "extra_body", "continuous_usage",
                                                               "exact_output")},

@@ -27,7 +27,7 @@ def add_fault_keys(s: PointSession, p: PointRun) -> None:
         m["replicas_lost"] = sorted({x.extra["replica"] for x in lost})
     m["requests_failed_by_fault"] = fault_failed(p.requests) if p.faults else 0
     if f is not None:
-        planned = p.load.num_requests
+        planned = p.load.requests_to_send
         m.update({"failure_reason": f.message, "engine_fault_kind": f.kind, "engine_fault_exit_code": f.exit_code,
                   "engine_fault_detected_s": (f.detected_ns - f.last_ok_ns) / 1e9,
                   "requests_not_sent": planned - int(p.stats.get("sent") or 0) if planned is not None else None})

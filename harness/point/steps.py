@@ -63,7 +63,7 @@ def engine_counters_start(s: PointSession, p: PointRun) -> None:
 
 def build_workload(s: PointSession, p: PointRun) -> None:
     try:
-        p.items = make_workload(p.inputs.workload, s.builder, p.load.num_requests, s.engine.max_model_len())
+        p.items = make_workload(p.inputs.workload, s.builder, p.load.requests_to_send, s.engine.max_model_len())
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -73,7 +73,7 @@ def describe_workload(s: PointSession, p: PointRun) -> None:
     once, in the experiment's folder and its MLflow parent run."""
     first = not s.workload_figures_written
     try:
-        p.workload_stats = workload_describe.describe(s.cfg, p.run_dir, n=p.load.num_requests,
+        p.workload_stats = workload_describe.describe(s.cfg, p.run_dir, n=p.load.requests_to_send,
                                                       table=getattr(p.items, "table", None), count=s.builder.count,
                                                       html_dir=s.out, figures_too=first, load=p.spec.load)
     except ValueError as e:

@@ -77,16 +77,18 @@ def run_keys(s: PointSession, p: PointRun) -> dict:
         # stopped early as over-saturated (loadgen.saturation): its latencies are not a steady state's
         "saturated": bool(p.stats.get("saturated")), "saturation_reason": p.stats.get("saturated"),
         "saturated_after_s": p.stats.get("saturated_after_s"),
-        # what the point asked for (load.num_requests, warm-up included) and what a stop left unsent;
+        # what the point was to send (LoadSpec.requests_to_send: load.num_requests plus the warm-up)
+        # and what a stop left unsent;
         # num_requests stays vLLM's: the requests in the run
         **planned_keys(p.load, p.stats),
     }
 
 
 def planned_keys(load: LoadSpec, stats: dict) -> dict:
-    """The requests the point planned (``load.num_requests``, warm-up included; None when bound by
-    duration), those the dispatcher sent and those never sent (a stop, an engine failure)."""
-    planned = load.num_requests
+    """The requests the point planned (``LoadSpec.requests_to_send``: the user's ``load.num_requests``
+    plus its warm-up; None when bound by duration), those the dispatcher sent and those never sent
+    (a stop, an engine failure)."""
+    planned = load.requests_to_send
     sent = int(stats.get("sent") or 0)
     return {"num_requests_planned": planned, "num_requests_sent": sent,
             "num_requests_unsent": max(planned - sent, 0) if planned is not None else None}
