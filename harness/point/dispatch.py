@@ -22,8 +22,10 @@ from loadgen.workers import run_workers
 from metrics.request_metrics import complete_record
 
 perf_ns = time.perf_counter_ns
-# The code that shapes prepared requests: a change to it invalidates the cache.
-PREPARE_CODE = source_hash("loadgen.workloads", "loadgen.client.dialect", "loadgen.prepare", "loadgen.dispatch")
+# The code that shapes prepared requests: a change to it invalidates the cache (the send order
+# and offsets: loadgen.send_schedule, out of loadgen.dispatch since issue 42, and loadgen.load_spec).
+PREPARE_CODE = source_hash("loadgen.workloads", "loadgen.client.dialect", "loadgen.prepare", "loadgen.dispatch",
+                           "loadgen.send_schedule", "loadgen.load_spec")
 
 
 def point_progress(s: PointSession, p: PointRun) -> Progress:
