@@ -33,12 +33,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
+from conf.schema import ClientRay
 from engines.ray_cluster import connect
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.clock_sync import ClockModel, convert_table, measure
@@ -49,29 +49,6 @@ from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
 POLL_S = 0.25  # how often the driver collects finished records (and notices a dead worker)
-
-
-@dataclass
-class RaySettings:
-    """``client.ray.*`` (conf/schema.py ``ClientRay``)."""
-
-    address: str | None = None
-    num_cpus: float = 1.0
-    resources: dict = field(default_factory=dict)
-    placement: str = "spread"
-    clock_samples: int = 16
-    clock_every_s: float = 2.0
-    start_margin_ms: float = 300.0
-    placement_timeout_s: float = 60.0
-    runtime_env: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, c) -> RaySettings:
-        return cls(address=c["address"], num_cpus=float(c["num_cpus"]),
-                   resources={k: float(v) for k, v in dict(c["resources"]).items()},
-                   placement=str(c["placement"]), clock_samples=int(c["clock_samples"]),
-                   clock_every_s=float(c["clock_every_s"]), start_margin_ms=float(c["start_margin_ms"]),
-                   placement_timeout_s=float(c["placement_timeout_s"]), runtime_env=dict(c["runtime_env"] or {}))
 
 
 # ------------------------------------------------------------------------------ worker side
@@ -241,7 +218,7 @@ class _Worker:
         return out
 
 
-def _placement(n: int, s: RaySettings):
+def _placement(n: int, s: ClientRay):
     from ray.util.placement_group import placement_group
 
     bundle = {"CPU": s.num_cpus, **s.resources} if s.num_cpus else dict(s.resources)
@@ -259,7 +236,7 @@ def _placement(n: int, s: RaySettings):
 
 def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: LoadSpec, writer: RecordWriter,
                     finalize: Callable | None = None, on_done: Callable | None = None,
-                    followup: Callable | None = None, settings: RaySettings | None = None,
+                    followup: Callable | None = None, settings: ClientRay | None = None,
                     on_ready: Callable[[list[dict]], None] | None = None) -> dict:
     """Run one load point over ``n`` Ray actors; every record ends in ``writer`` on the driver's
     clock.  Returns the stats of ``loadgen.workers.run_workers`` plus ``clock`` (per worker:
@@ -268,7 +245,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: 
     (host, pid, node) once all are placed (tests use it to kill one)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    s = settings or RaySettings()
+    s = settings or ClientRay()
     items = dealt_items(items, load, "client.workers")
     shares = split_load(items, load, n)
     connect(s.address, s.runtime_env)
@@ -384,7 +361,7 @@ def _wait_ready(workers: list[_Worker], timeout_s: float = 600.0) -> None:
             time.sleep(0.01)
 
 
-def _collect(workers: list[_Worker], s: RaySettings, on_done, t0: int) -> None:
+def _collect(workers: list[_Worker], s: ClientRay, on_done, t0: int) -> None:
     """Until every worker has finished or died: take finished records every ``POLL_S``,
     measure the clocks every ``clock_every_s``; a dead worker is marked and the rest go on."""
     running = {wk.run_ref: wk for wk in workers}

@@ -58,13 +58,13 @@ def dispatch(s: PointSession, p: PointRun) -> None:
                 s.faults.detach()
 
     _event_loop_policy()
-    n_workers = p.inputs.workers
+    n_workers = p.inputs.client.workers
     _arm_faults(s, p, n_workers)
-    single = n_workers <= 1 and p.inputs.backend != "ray"
+    single = n_workers <= 1 and p.inputs.client.backend != "ray"
     autoscale.start(s, p, (lambda: dispatchers[0].t0 if dispatchers else None) if single else None)
     try:
         try:
-            if p.inputs.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
+            if p.inputs.client.backend == "ray":  # one shared schedule over Ray actors on the cluster's nodes
                 p.stats = _ray_dispatch(s, p, on_done, followup)
             elif n_workers > 1:  # one shared schedule over forked load-generator processes
                 p.stats = run_workers(n_workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
@@ -89,21 +89,21 @@ def dispatch(s: PointSession, p: PointRun) -> None:
 
 def _arm_faults(s: PointSession, p: PointRun, n_workers: int) -> None:
     """The scenario's kill for this point (load points only, not probes or searches)."""
-    kill_at = p.inputs.kill_at_s if p.spec.tags.get("role", "point") == "point" else None
-    if kill_at is not None and (n_workers > 1 or p.inputs.backend != "local"):
+    kill_at = p.inputs.scenario.kill_at_s if p.spec.tags.get("role", "point") == "point" else None
+    if kill_at is not None and (n_workers > 1 or p.inputs.client.backend != "local"):
         raise UserError("scenario.kill_at_s times the kill from the load's start in this process: use "
                         "client.workers=1 (and client.backend=local)")
     if kill_at is not None and not s.engine.launched:
         raise UserError(f"scenario.kill_at_s kills an engine tokenfactory launched; engine={s.engine.name} "
                         "has launch=false")
-    s.faults.arm(kill_at, p.inputs.kill_signal)
+    s.faults.arm(kill_at, p.inputs.scenario.kill_signal)
 
 
 
 def prepare_options(s: PointSession, p: PointRun, followup) -> PrepareOptions:
     """``client.prepare*`` as the dispatcher takes them, with the on-disk cache where it applies:
     not for sessions (their later turns depend on the replies) and only when building ahead."""
-    c = p.inputs
+    c = p.inputs.client
     cache = None
     if c.prepare_cache and followup is None and c.prepare != "stream":
         items = p.items
@@ -123,7 +123,7 @@ def prepare_options(s: PointSession, p: PointRun, followup) -> PrepareOptions:
             "client": {k: getattr(s.client_cfg, k) for k in ("model", "api", "extra_body", "continuous_usage",
                                                               "exact_output")},
             "rng": s.builder.rng.bit_generator.state, "code": PREPARE_CODE}, end_state, on_hit)
-    return PrepareOptions(mode=c.prepare, ahead_s=c.prepare_ahead_s, max_bytes=c.prepare_max_bytes,
+    return PrepareOptions(mode=c.prepare, ahead_s=c.prepare_ahead_s, max_bytes=p.inputs.prepare_max_bytes,
                           cache=cache, progress=p.progress.preparing)
 
 
@@ -142,12 +142,12 @@ def _ray_dispatch(s: PointSession, p: PointRun, on_done, followup) -> dict:
     import functools
 
     try:
-        from loadgen.ray_workers import RaySettings, run_ray_workers
+        from loadgen.ray_workers import run_ray_workers
     except ImportError as e:
         raise UserError(f"client.backend=ray needs Ray ({e}): pip install -e '.[ray]'") from None
     finalize = functools.partial(complete_record, slo=s.slo, count_tokens=_CountTokens(s.tokenizer))
-    return run_ray_workers(p.inputs.workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
-                           followup=followup, settings=RaySettings.from_config(p.inputs.ray))
+    return run_ray_workers(p.inputs.client.workers, s.client_cfg, p.items, p.load, p.writer, finalize, on_done,
+                           followup=followup, settings=p.inputs.client.ray)
 
 
 def _event_loop_policy() -> None:

@@ -44,7 +44,7 @@ def add_fault_keys(s: PointSession, p: PointRun) -> None:
 
         m["scenario_cold_start"] = True
         m.update(cold_start_figures(p.requests, s.engine_launch[0], s.engine_launch[1], p.stats["start_ns"],
-                                    p.inputs.first_window_s))
+                                    p.inputs.scenario.first_window_s))
     if s.restarted_before_s is not None:  # engine.on_failure=restart: this window holds the restart
         m["engine_restart_before_s"] = s.restarted_before_s
         s.restarted_before_s = None
@@ -75,7 +75,7 @@ def recovery_keys(s: PointSession, p: PointRun, inj) -> dict:
                 "engine_fault_detected_s": (fault.detected_ns - inj.kill_ns) / 1e9 if fault is not None else None,
                 # restart begun -> healthy again (the harness's warm-up request after it is not counted)
                 "engine_restart_s": ((back - fault.restart_started_ns) / 1e9 if back is not None else None)})
-    out.update(recovery_figures(p.requests, s.slo, inj.kill_ns, back, p.inputs.recovery_window,
+    out.update(recovery_figures(p.requests, s.slo, inj.kill_ns, back, p.inputs.scenario.recovery_window,
                                 p.inputs.min_attainment))
     out.update(outage_cost(p.summary, inj.kill_ns, back))
     if back is not None and not (p.stats["end_ns"] > back):

@@ -23,7 +23,7 @@ def prebuild(s: PointSession, specs: Iterable[RunSpec]) -> int:
     config read from the cache.  Stops at a multi-turn workload (its later turns depend on
     replies, and so does the builder's state after it).  Returns the points built."""
     inputs = PointInputs.from_config(s.cfg)
-    if not inputs.prepare_cache or inputs.prepare == "stream" or inputs.workers > 1:
+    if not inputs.client.prepare_cache or inputs.client.prepare == "stream" or inputs.client.workers > 1:
         return 0
     from loadgen.client.dialect import RequestDialect
 

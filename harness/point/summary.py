@@ -36,9 +36,9 @@ def summarise(s: PointSession, p: PointRun) -> None:
     scaled = autoscale_keys(s, p)  # empty unless autoscaled
     capacity, why = steady_capacity(p.spec.load)
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],
-                        max_schedule_lag_ms=p.inputs.max_schedule_lag_ms,
-                        token_mismatch_tolerance=p.inputs.token_mismatch_tolerance,
-                        token_mismatch_threshold=p.inputs.token_mismatch_threshold,
+                        max_schedule_lag_ms=p.inputs.client.max_schedule_lag_ms,
+                        token_mismatch_tolerance=p.inputs.client.token_mismatch_tolerance,
+                        token_mismatch_threshold=p.inputs.client.token_mismatch_threshold,
                         telemetry=telemetry, steady_capacity=capacity, steady_reason=why,
                         expected_turns=getattr(p.items, "expected_turns", None),
                         cost_replicas=int(s.topology().get("replicas") or 1),
@@ -100,7 +100,7 @@ def clock_keys(inputs: PointInputs, stats: dict) -> dict:
     precision); a worker that died leaves the run incomplete."""
     if stats.get("backend") != "ray":
         return {}
-    err, limit = float(stats["clock_error_ms"]), inputs.max_clock_error_ms
+    err, limit = float(stats["clock_error_ms"]), inputs.client.max_clock_error_ms
     out = {"client_backend": "ray", "client_workers": stats["workers"], "clock_error_ms": err,
            "clock_workers": stats["clock"], "clock_limited": not err <= limit,
            "incomplete": bool(stats.get("incomplete")), "incomplete_reason": stats.get("incomplete_reason")}

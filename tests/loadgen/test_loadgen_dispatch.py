@@ -8,8 +8,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from conf.schema import ClientTimeouts
 from loadgen.arrivals import arrival_offsets
-from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.saturation import SaturationRule
@@ -320,7 +321,7 @@ def test_a_server_that_never_answers_is_stopped_once_the_clients_timeouts_end_it
     writer = RecordWriter(tmp_path / "r.parquet")
     with FakeServer(process=True) as srv:
         async def go():
-            cfg = ClientConfig(base_url=srv.url, model="m", timeouts=Timeouts(ttft_s=0.5))
+            cfg = ClientConfig(base_url=srv.url, model="m", timeouts=ClientTimeouts(ttft_s=0.5))
             async with StreamingClient(cfg) as c:
                 d = Dispatcher(c, writer)
                 d.saturation_rule = FAST_RULE

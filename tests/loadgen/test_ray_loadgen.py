@@ -25,6 +25,7 @@ import pytest
 pytestmark = pytest.mark.integration
 ray = pytest.importorskip("ray", reason="client.backend=ray needs the ray extra: pip install -e '.[ray]'")
 
+from conf.schema import ClientRay  # noqa: E402
 from loadgen.arrivals import arrival_offsets  # noqa: E402
 from loadgen.client import ClientConfig, StreamingClient  # noqa: E402
 from loadgen.dispatch import Dispatcher, LoadSpec  # noqa: E402
@@ -79,12 +80,12 @@ def _single(port, spec, n, tokens, out):
 
 
 def _ray(port, spec, n, tokens, out, on_ready=None, on_done=None):
-    from loadgen.ray_workers import RaySettings, run_ray_workers
+    from loadgen.ray_workers import run_ray_workers
 
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="truth")
     writer = RecordWriter(out)
     stats = run_ray_workers(4, cfg, iter(_items(n, tokens)), spec, writer, finalize=attribute_tokens,
-                            settings=RaySettings(num_cpus=0.5, clock_every_s=0.5), on_ready=on_ready,
+                            settings=ClientRay(num_cpus=0.5, clock_every_s=0.5), on_ready=on_ready,
                             on_done=on_done)
     writer.close()
     return stats
