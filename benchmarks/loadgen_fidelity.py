@@ -344,6 +344,7 @@ def server_main(a) -> None:
 # ============================================================================ our client
 def client_main(a) -> None:
     sys.path.insert(0, str(ROOT))
+    from conf.schema import ClientRay
     from loadgen.client import ClientConfig, StreamingClient
     from loadgen.dispatch import Dispatcher, LoadSpec
     from loadgen.records import RecordWriter
@@ -353,7 +354,7 @@ def client_main(a) -> None:
     _uvloop()
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{a.port}", model="truth", continuous_usage=a.tokens_per_chunk > 1)
     spec = LoadSpec(kind=a.kind, rate=a.rate, concurrency=a.concurrency, max_concurrency=a.max_concurrency,
-                    num_requests=a.num, seed=a.seed)
+                    requests_to_send=a.num, seed=a.seed)
     items = (WorkItem(f"r{i}", "hello", 1, a.tokens) for i in range(a.num))
     writer = RecordWriter(a.out)
     cpu0, w0, rq0 = time.process_time(), perf_ns(), _runq_wait_s()
@@ -372,11 +373,11 @@ def client_main(a) -> None:
     if a.backend == "ray":  # the harness's Ray path (client.backend=ray): actors on the cluster at --ray-address
         import ray
 
-        from loadgen.ray_workers import RaySettings, run_ray_workers
+        from loadgen.ray_workers import run_ray_workers
 
         ray.init(address=a.ray_address, log_to_driver=False)
         stats = run_ray_workers(a.workers, cfg, items, spec, writer, finalize=attribute_tokens,
-                                settings=RaySettings(num_cpus=a.ray_cpus))
+                                settings=ClientRay(num_cpus=a.ray_cpus))
         writer.close()
         cpu = time.process_time() - cpu0 + stats["workers_cpu_s"]
         extra = {"clock_error_ms": stats["clock_error_ms"],

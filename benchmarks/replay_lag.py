@@ -114,7 +114,7 @@ def client_main(a) -> None:
     wcfg, load = workload_cfg(kind, rate, a.seconds)
     spec = LoadSpec.from_load(load)
     builder = PromptBuilder(load_tokenizer(str(ensure_tiny_model())), seed=0)
-    items = make_workload(wcfg, builder, spec.num_requests, None)
+    items = make_workload(wcfg, builder, spec.requests_to_send, None)
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{a.port}", model="truth")
     writer = RecordWriter(a.out)
     options = {} if a.prepare == "default" else {"prepare": a.prepare}

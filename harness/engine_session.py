@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.schema import ClientTimeouts, typed
 from engines.base import EngineAdapter, EngineError, emulation
 from engines.deployment import make_served
 from harness import provenance, results_io
@@ -24,7 +25,7 @@ from harness.engine_faults import EngineFaults
 from harness.errors import UserError
 from harness.mlflow_log import MlflowLogger
 from harness.otlp_export import OtlpExporter
-from loadgen.client import ClientConfig, Timeouts
+from loadgen.client import ClientConfig
 from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from metrics.slo import SLO
 from metrics.telemetry.engine import ROUTER_SOURCE
@@ -189,7 +190,7 @@ class EngineSession:
             raise UserError(str(e)) from None
         self.client_cfg = ClientConfig(
             base_url=self.engine.base_url, model=self.engine.served_model, api=dialect["api"],
-            api_key=self.engine.api_key, timeouts=Timeouts.from_config(cfg.client.timeouts),
+            api_key=self.engine.api_key, timeouts=typed(cfg.client.timeouts, ClientTimeouts),
             extra_body=dialect["extra_body"], continuous_usage=dialect["continuous_usage"],
             idle_close_s=cfg.client.idle_close_s, **self.replica_fields())
 

@@ -29,50 +29,26 @@ This module imports Ray; the harness imports it only when ``client.backend=ray``
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
+from conf.schema import ClientRay
 from engines.ray_cluster import connect
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.clock_sync import ClockModel, convert_table, measure
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import HOST, SCHEMA, RecordWriter, RequestRecord
-from loadgen.workers import _Status, merge_parts, split_load
+from loadgen.workers import RequestStatus, dealt_items, merge_parts, split_load
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
 POLL_S = 0.25  # how often the driver collects finished records (and notices a dead worker)
-
-
-@dataclass
-class RaySettings:
-    """``client.ray.*`` (conf/schema.py ``ClientRay``)."""
-
-    address: str | None = None
-    num_cpus: float = 1.0
-    resources: dict = field(default_factory=dict)
-    placement: str = "spread"
-    clock_samples: int = 16
-    clock_every_s: float = 2.0
-    start_margin_ms: float = 300.0
-    placement_timeout_s: float = 60.0
-    runtime_env: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, c) -> RaySettings:
-        return cls(address=c["address"], num_cpus=float(c["num_cpus"]),
-                   resources={k: float(v) for k, v in dict(c["resources"]).items()},
-                   placement=str(c["placement"]), clock_samples=int(c["clock_samples"]),
-                   clock_every_s=float(c["clock_every_s"]), start_margin_ms=float(c["start_margin_ms"]),
-                   placement_timeout_s=float(c["placement_timeout_s"]), runtime_env=dict(c["runtime_env"] or {}))
 
 
 # ------------------------------------------------------------------------------ worker side
@@ -108,8 +84,8 @@ class LoadWorker:
     """One load-generator worker (a threaded Ray actor: ``run`` holds one thread for the
     run, clock reads and record takes come on others)."""
 
-    def __init__(self, w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, finalize, followup):
-        self.w, self.cfg, self.spec, self.items, self.plan = w, cfg, spec, items, plan
+    def __init__(self, w: int, cfg: ClientConfig, load: LoadSpec, items, plan, finalize, followup):
+        self.w, self.cfg, self.load, self.items, self.plan = w, cfg, load, items, plan
         self.finalize, self.followup = finalize, followup
         self.outbox = _Outbox()
         self._ready = threading.Event()
@@ -167,7 +143,7 @@ class LoadWorker:
             async with StreamingClient(self.cfg) as client:
                 # The driver built every prompt: only bodies are left to encode.
                 d = Dispatcher(client, self.outbox, finalize=self.finalize, followup=self.followup, prepare="all")
-                return await d.run(iter(self.items), self.spec, plan=self.plan, ready=ready)
+                return await d.run(iter(self.items), self.load, plan=self.plan, ready=ready)
 
         try:
             return loop.run_until_complete(go())
@@ -186,8 +162,8 @@ def _ray_error(e: BaseException) -> str:
 class _Worker:
     """The driver's view of one worker: its actor, share of the load, clock, part file."""
 
-    def __init__(self, w: int, actor, spec: LoadSpec, items: list, plan, part: str):
-        self.w, self.actor, self.spec, self.items, self.plan, self.part = w, actor, spec, items, plan, part
+    def __init__(self, w: int, actor, load: LoadSpec, items: list, plan, part: str):
+        self.w, self.actor, self.load, self.items, self.plan, self.part = w, actor, load, items, plan, part
         self.info: dict = {}
         self.clock = ClockModel()
         self.run_ref = None
@@ -210,7 +186,7 @@ class _Worker:
         self.ids.update(ids)
         if on_done is not None:
             for status, rid in zip(table.column("status").to_pylist(), ids):
-                on_done(_Status(status, rid))
+                on_done(RequestStatus(status, rid))
 
     def close(self) -> None:
         if self._pq is not None:
@@ -242,7 +218,7 @@ class _Worker:
         return out
 
 
-def _placement(n: int, s: RaySettings):
+def _placement(n: int, s: ClientRay):
     from ray.util.placement_group import placement_group
 
     bundle = {"CPU": s.num_cpus, **s.resources} if s.num_cpus else dict(s.resources)
@@ -258,9 +234,9 @@ def _placement(n: int, s: RaySettings):
     return pg, bundle
 
 
-def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: LoadSpec, writer: RecordWriter,
+def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: LoadSpec, writer: RecordWriter,
                     finalize: Callable | None = None, on_done: Callable | None = None,
-                    followup: Callable | None = None, settings: RaySettings | None = None,
+                    followup: Callable | None = None, settings: ClientRay | None = None,
                     on_ready: Callable[[list[dict]], None] | None = None) -> dict:
     """Run one load point over ``n`` Ray actors; every record ends in ``writer`` on the driver's
     clock.  Returns the stats of ``loadgen.workers.run_workers`` plus ``clock`` (per worker:
@@ -269,14 +245,9 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
     (host, pid, node) once all are placed (tests use it to kill one)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    s = settings or RaySettings()
-    spec.validate(items)
-    if spec.num_requests is not None:
-        items = list(itertools.islice(items, spec.num_requests))
-    elif spec.kind == "concurrency":
-        raise ValueError("client.workers with load=concurrency needs load.num_requests "
-                         "(the requests are dealt out to the workers before the start)")
-    shares = split_load(items, spec, n)
+    s = settings or ClientRay()
+    items = dealt_items(items, load, "client.workers")
+    shares = split_load(items, load, n)
     connect(s.address, s.runtime_env)
     pg, bundle = _placement(n, s)
     cls = ray.remote(LoadWorker)
@@ -318,7 +289,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: 
         seen = merge_parts([wk.part for wk in workers], writer,
                            convert=lambda w, t: workers[w].convert(t))
         for wk in dead:
-            for rec in wk.lost_records(t0, spec.warmup_requests, wk.dead):
+            for rec in wk.lost_records(t0, load.warmup_requests, wk.dead):
                 if finalize is not None:
                     finalize(rec)
                 writer.append(rec)
@@ -390,7 +361,7 @@ def _wait_ready(workers: list[_Worker], timeout_s: float = 600.0) -> None:
             time.sleep(0.01)
 
 
-def _collect(workers: list[_Worker], s: RaySettings, on_done, t0: int) -> None:
+def _collect(workers: list[_Worker], s: ClientRay, on_done, t0: int) -> None:
     """Until every worker has finished or died: take finished records every ``POLL_S``,
     measure the clocks every ``clock_every_s``; a dead worker is marked and the rest go on."""
     running = {wk.run_ref: wk for wk in workers}

@@ -31,13 +31,14 @@ import pyarrow.parquet as pq
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter, RequestRecord
+from loadgen.send_schedule import prewarm_count, schedule
 from loadgen.workloads.item import WorkItem
 
 perf_ns = time.perf_counter_ns
 START_MARGIN_NS = 20_000_000  # from "all workers ready" to t0: time for the message to reach them
 
 
-class _Status:
+class RequestStatus:
     """What a worker reports to the parent per finished request (progress bars, counts)."""
 
     __slots__ = ("status", "request_id")
@@ -51,37 +52,50 @@ def _share(total: int, n: int, w: int) -> int:
     return total // n + (1 if w < total % n else 0)
 
 
-def split_load(items: Iterable[WorkItem], spec: LoadSpec, n: int, t0_placeholder: int = 0):
-    """Deal one load point out to ``n`` workers: ``[(spec_w, items_w, plan_w)]``.
+def dealt_items(items: Iterable[WorkItem], load: LoadSpec, workers: str) -> Iterable[WorkItem]:
+    """The point's items as ``split_load`` deals them out, once the load is checked: the first
+    ``requests_to_send`` of them, as a list; a closed loop must have that count (``workers``: how the
+    error names the setting that asked for workers)."""
+    load.validate(items)
+    if load.requests_to_send is not None:
+        return list(itertools.islice(items, load.requests_to_send))
+    if load.kind == "concurrency":
+        raise ValueError(f"{workers} with load=concurrency needs load.num_requests "
+                         "(the requests are dealt out to the workers before the start)")
+    return items
+
+
+def split_load(items: Iterable[WorkItem], load: LoadSpec, n: int, t0_placeholder: int = 0):
+    """Deal one load point out to ``n`` workers: ``[(load_w, items_w, plan_w)]``.
 
     Open loop: ``plan_w`` holds worker w's ``(index, item, offset_ns)`` entries, every n-th
     entry of the one schedule (offsets relative to t0).  Closed loop: ``plan_w`` is None and
-    the worker runs ``spec_w.concurrency`` users over ``items_w``."""
+    the worker runs ``load_w.concurrency`` users over ``items_w``."""
     if n < 1:
         raise ValueError(f"client.workers must be >= 1, got {n}")
     out = []
-    if spec.kind == "concurrency":
+    if load.kind == "concurrency":
         items = list(items)
-        conc = spec.concurrency
+        conc = load.concurrency
         if n > conc:
             raise ValueError(f"client.workers={n} is more than load.concurrency={conc}: some workers would idle")
-        warm = spec.warmup_requests
+        warm = load.warmup_requests
         for w in range(n):
             its = items[w::n]
-            sw = replace(spec, concurrency=_share(conc, n, w), num_requests=len(its),
+            sw = replace(load, concurrency=_share(conc, n, w), requests_to_send=len(its),
                          warmup_requests=_share(warm, n, w),
                          max_concurrency=None, prewarm_connections=None)
             out.append((sw, its, None))
         return out
     # Lazily consumed: a duration-bound run takes only the items its duration holds.
-    sched = list(Dispatcher.schedule(iter(items), spec, t0_placeholder))
+    sched = list(schedule(iter(items), load, t0_placeholder))
     for w in range(n):
         mine = sched[w::n]
-        sw = replace(spec, num_requests=None if spec.duration_s is not None else max(len(mine), 1),
-                     max_concurrency=_share(spec.max_concurrency, n, w) if spec.max_concurrency else None,
-                     prewarm_connections=(max(Dispatcher._prewarm_count(spec) // n, 1)
-                                          if spec.prewarm_connections is None else
-                                          _share(spec.prewarm_connections, n, w)))
+        sw = replace(load, requests_to_send=None if load.duration_s is not None else max(len(mine), 1),
+                     max_concurrency=_share(load.max_concurrency, n, w) if load.max_concurrency else None,
+                     prewarm_connections=(max(prewarm_count(load) // n, 1)
+                                          if load.prewarm_connections is None else
+                                          _share(load.prewarm_connections, n, w)))
         out.append((sw, [it for _, it, _ in mine], [(i, it, off - t0_placeholder) for i, it, off in mine]))
     return out
 
@@ -111,7 +125,7 @@ def merge_parts(parts: list[str], writer: RecordWriter,
     return seen
 
 
-def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: str,
+def _worker_main(w: int, cfg: ClientConfig, load: LoadSpec, items, plan, part: str,
                  finalize, conn, status_q, followup=None) -> None:
     """Body of one forked worker; reports ``("ok", stats)`` or ``("error", text)`` on ``conn``."""
     try:
@@ -138,7 +152,7 @@ def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: s
             async with StreamingClient(cfg) as client:
                 # The parent built every prompt before the fork: only bodies are left to encode.
                 d = Dispatcher(client, writer, finalize=finalize, on_done=on_done, followup=followup, prepare="all")
-                return await d.run(iter(items), spec, plan=plan, ready=ready)
+                return await d.run(iter(items), load, plan=plan, ready=ready)
 
         stats = asyncio.run(go())  # its cpu_s: from t0 on
         writer.close()
@@ -154,7 +168,7 @@ def _worker_main(w: int, cfg: ClientConfig, spec: LoadSpec, items, plan, part: s
     os._exit(0)
 
 
-def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: LoadSpec, writer: RecordWriter,
+def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: LoadSpec, writer: RecordWriter,
                 finalize: Callable | None = None,
                 on_done: Callable | None = None, followup: Callable | None = None) -> dict:
     """Run one load point over ``n`` forked worker processes; every record ends in ``writer``.
@@ -166,16 +180,11 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
     previous turn."""
     import multiprocessing as mp
 
-    spec.validate(items)
-    if spec.num_requests is not None:
-        items = list(itertools.islice(items, spec.num_requests))
-    elif spec.kind == "concurrency":
-        raise ValueError("client.workers > 1 with load=concurrency needs load.num_requests "
-                         "(the requests are dealt out to the workers before the start)")
+    items = dealt_items(items, load, "client.workers > 1")
     ctx = mp.get_context("fork")
     status_q = ctx.SimpleQueue()
     parts = [f"{writer.path}.worker{w}" for w in range(n)]
-    shares = split_load(items, spec, n)
+    shares = split_load(items, load, n)
     procs, pipes = [], []
     try:
         for w, (sw, its, plan) in enumerate(shares):
@@ -201,7 +210,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
             while not status_q.empty():
                 for status, rid in status_q.get():
                     if on_done is not None:
-                        on_done(_Status(status, rid))
+                        on_done(RequestStatus(status, rid))
             for w in list(waiting):
                 if pipes[w].poll(0.02):
                     msg = pipes[w].recv()
@@ -216,7 +225,7 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], spec: Load
         while not status_q.empty():
             for status, rid in status_q.get():
                 if on_done is not None:
-                    on_done(_Status(status, rid))
+                    on_done(RequestStatus(status, rid))
         seen = merge_parts(parts, writer)
         sent = sum(r["sent"] for r in results)
         if len(seen) != sent:

@@ -8,7 +8,6 @@ from conf.schema import Proxy
 from harness.proxy.routing import Router
 from harness.proxy.runtime import check_placement
 from harness.proxy.server import ProxyServer, Recorder, SideConfig
-from loadgen.client import Timeouts
 from metrics.slo import SLO
 
 
@@ -43,8 +42,7 @@ def _key(p: Proxy, side: str) -> str | None:
 def build_server(p: Proxy, slo_cfg, records_path, on_row=None, tag: str = "p") -> ProxyServer:
     """``p``: the typed ``proxy`` config (``conf.schema.typed(node, Proxy)``)."""
     check(p)
-    t = p.timeouts
-    timeouts = Timeouts(connect_s=t.connect_s, ttft_s=t.ttft_s, idle_s=t.idle_s, total_s=t.total_s)
+    timeouts = p.timeouts
     sides = {}
     for side in ("incumbent", "candidate"):
         if getattr(p, side):

@@ -29,10 +29,11 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from conf.schema import ClientTimeouts
 from engines.http import auth_headers
 from harness.proxy.forward import Forward, Splice
 from harness.proxy.routing import CANDIDATE, INCUMBENT, Router, sticky_key
-from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from loadgen.client import ClientConfig, StreamingClient
 from loadgen.client.openai_stream import finish_text
 from loadgen.records import RecordWriter, RequestRecord
 from metrics.request_metrics import complete_record
@@ -52,7 +53,7 @@ class SideConfig:
     url: str
     model: str | None = None       # replaces the caller's model name
     api_key: str | None = None
-    timeouts: Timeouts | None = None
+    timeouts: ClientTimeouts | None = None
 
 
 def is_greedy(body: dict) -> bool:
@@ -74,7 +75,7 @@ class Upstream:
     async def start(self) -> None:
         for path, api in GENERATE.items():
             c = StreamingClient(ClientConfig(base_url=self.cfg.url, model=self.cfg.model or "", api=api,
-                                             api_key=self.cfg.api_key, timeouts=self.cfg.timeouts or Timeouts()))
+                                             api_key=self.cfg.api_key, timeouts=self.cfg.timeouts or ClientTimeouts()))
             await c.__aenter__()
             self.clients[path] = c
         if self.prewarm:
@@ -83,7 +84,7 @@ class Upstream:
             except OSError:
                 pass  # a side that is down at start: requests will say so
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
-            total=(self.cfg.timeouts or Timeouts()).total_s), auto_decompress=False)
+            total=(self.cfg.timeouts or ClientTimeouts()).total_s), auto_decompress=False)
 
     async def close(self) -> None:
         for c in self.clients.values():

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass
-class Timeouts:
-    connect_s: float = 10.0   # TCP connect
-    ttft_s: float = 600.0     # request sent -> first output chunk
-    idle_s: float = 120.0     # between consecutive chunks once output started
-    total_s: float = 1800.0   # whole request
-
-    @classmethod
-    def from_config(cls, cfg) -> Timeouts:
-        """From ``client.timeouts`` (every key is in the config schema)."""
-        return cls(**{k: float(cfg[k]) for k in ("connect_s", "ttft_s", "idle_s", "total_s")})
+from conf.schema import ClientTimeouts
 
 
 @dataclass
@@ -24,7 +13,7 @@ class ClientConfig:
     model: str
     api: str = "completions"          # completions | chat
     api_key: str | None = None
-    timeouts: Timeouts = field(default_factory=Timeouts)
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)  # client.timeouts (conf/schema.py), typed
     extra_body: dict = field(default_factory=dict)  # the engine's dialect: ignore_eos, min_tokens, ...
     continuous_usage: bool = False
     exact_output: bool = True         # a min_tokens in extra_body is set to each request's max_tokens

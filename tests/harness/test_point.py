@@ -8,7 +8,7 @@ from loadgen.dispatch import LoadSpec
 
 
 def test_a_stopped_point_counts_what_it_planned_and_never_sent():
-    keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, num_requests=400), {"sent": 60})
+    keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, requests_to_send=400), {"sent": 60})
     assert keys == {"num_requests_planned": 400, "num_requests_sent": 60, "num_requests_unsent": 340}
     # bound by duration: nothing planned by count, so nothing counted as unsent
     keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, duration_s=30.0), {"sent": 60})
@@ -35,8 +35,11 @@ def test_a_point_reads_its_config_once_typed():
     cfg = compose_config(["client.prepare_max_mb=1.5", "client.workers=3", "scenario.kill_at_s=4",
                           "engine.cache_state=cold", "engine.on_failure=restart", "experiment=x"])
     inputs = PointInputs.from_config(cfg)
-    assert inputs.prepare_max_bytes == 1572864 and inputs.workers == 3 and inputs.backend == "local"
-    assert inputs.kill_at_s == 4.0 and inputs.kill_signal == "SIGKILL" and inputs.recovery_window == 20
+    assert inputs.prepare_max_bytes == 1572864 and inputs.client.workers == 3 and inputs.client.backend == "local"
+    assert inputs.scenario.kill_at_s == 4.0 and inputs.scenario.kill_signal == "SIGKILL"
+    assert inputs.scenario.recovery_window == 20
+    # the groups are conf/schema.py's own classes, typed (not look-alikes): client.ray goes to the Ray workers as it is
+    assert type(inputs.client).__name__ == "Client" and type(inputs.client.ray).__name__ == "ClientRay"
     assert (inputs.cache_state, inputs.on_failure, inputs.experiment, inputs.protocol) == (
         "cold", "restart", "x", "sweep")
     assert inputs.min_attainment is None and inputs.track is None

@@ -13,9 +13,9 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from conf.schema import ClientTimeouts
 from harness.proxy.routing import Router, bucket, sticky_key
 from harness.proxy.server import ProxyServer, Recorder, SideConfig
-from loadgen.client import Timeouts
 from metrics.slo import SLO
 from tests.fake_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, completion, event
 
@@ -45,7 +45,7 @@ class ProxyThread:
     def __init__(self, inc_url: str, cand_url: str | None, mode: str = "shadow", share: float = 0.0,
                  mirror: float = 0.0, path=None, sticky: str = "session"):
         self.rows = []
-        t = Timeouts(connect_s=2, ttft_s=5, idle_s=5, total_s=10)
+        t = ClientTimeouts(connect_s=2, ttft_s=5, idle_s=5, total_s=10)
         self.server = ProxyServer(SideConfig("incumbent", inc_url, timeouts=t),
                                   SideConfig("candidate", cand_url, timeouts=t) if cand_url else None,
                                   Router(mode, share, mirror, has_candidate=cand_url is not None),

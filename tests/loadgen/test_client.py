@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from conf.schema import ClientTimeouts
+from loadgen.client import ClientConfig, StreamingClient
 from loadgen.records import RequestRecord
 from metrics.request_metrics import complete_record, itl_per_token_s
 from metrics.token_attribution import attribute_tokens, split_total
@@ -22,7 +23,7 @@ from tests.fake_server import CLOSE, END, HEAD_CHUNKED, FakeServer, chunk, compl
 
 def _send(url, n=1, count_tokens=None, continuous=False, timeouts=None, max_tokens=8, api="completions"):
     cfg = ClientConfig(base_url=url, model="m", continuous_usage=continuous, api=api,
-                       timeouts=timeouts or Timeouts())
+                       timeouts=timeouts or ClientTimeouts())
 
     async def go():
         async with StreamingClient(cfg) as c:
@@ -174,7 +175,7 @@ def test_ttft_and_idle_timeouts_say_which():
             return [HEAD_CHUNKED, 1.0]
         return [HEAD_CHUNKED, chunk(event(completion("s", "a"))), 1.0]
 
-    t = Timeouts(connect_s=2, ttft_s=0.1, idle_s=0.1, total_s=5)
+    t = ClientTimeouts(connect_s=2, ttft_s=0.1, idle_s=0.1, total_s=5)
     with FakeServer(script) as srv:
         recs = _send(srv.url, n=2, timeouts=t)
     assert recs[0].status == "timeout" and recs[0].error.startswith("ttft timeout")
@@ -424,7 +425,7 @@ def server_no_cont():
 
 
 def _send_prompt(base_url, prompt, api="completions", timeouts=None, count_tokens=None, max_tokens=16):
-    cfg = ClientConfig(base_url=base_url, model="fake", api=api, timeouts=timeouts or Timeouts(),
+    cfg = ClientConfig(base_url=base_url, model="fake", api=api, timeouts=timeouts or ClientTimeouts(),
                        continuous_usage=True)
 
     async def go():
@@ -513,7 +514,7 @@ def test_http429_is_counted_as_rejection(server):
 
 
 def test_ttft_timeout(server):
-    rec = _send_prompt(server.base_url, "mode:stall_first", timeouts=Timeouts(ttft_s=0.3, idle_s=5, total_s=10))
+    rec = _send_prompt(server.base_url, "mode:stall_first", timeouts=ClientTimeouts(ttft_s=0.3, idle_s=5, total_s=10))
     assert rec.status == "timeout" and rec.error.startswith("ttft timeout")
     assert rec.first_token_ns is None
     assert 0.25 < (rec.done_ns - rec.sent_ns) / 1e9 < 3
@@ -521,13 +522,14 @@ def test_ttft_timeout(server):
 
 def test_idle_timeout_keeps_received_chunks(server):
     rec = _send_prompt(server.base_url, "mode:stall_mid n=5 gap_ms=5",
-                       timeouts=Timeouts(ttft_s=5, idle_s=0.3, total_s=10))
+                       timeouts=ClientTimeouts(ttft_s=5, idle_s=0.3, total_s=10))
     assert rec.status == "timeout" and rec.error.startswith("idle timeout")
     assert len(rec.chunk_ns) == 2
 
 
 def test_total_timeout(server):
-    rec = _send_prompt(server.base_url, "mode:ok n=50 gap_ms=20", timeouts=Timeouts(ttft_s=5, idle_s=5, total_s=0.3))
+    rec = _send_prompt(server.base_url, "mode:ok n=50 gap_ms=20",
+                       timeouts=ClientTimeouts(ttft_s=5, idle_s=5, total_s=0.3))
     assert rec.status == "timeout" and rec.error.startswith("total timeout")
 
 

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from conf.schema import ClientTimeouts
+from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter
 from loadgen.workloads.item import WorkItem
@@ -74,7 +75,7 @@ def _run_once(path):
     items = _items()
     before = _sockets()
     with FakeServer(fault_script(), process=True) as srv:
-        cfg = ClientConfig(base_url=srv.url, model="m", timeouts=Timeouts(**TIMEOUTS))
+        cfg = ClientConfig(base_url=srv.url, model="m", timeouts=ClientTimeouts(**TIMEOUTS))
         writer = RecordWriter(path)
 
         async def go():

@@ -25,6 +25,7 @@ import pytest
 pytestmark = pytest.mark.integration
 ray = pytest.importorskip("ray", reason="client.backend=ray needs the ray extra: pip install -e '.[ray]'")
 
+from conf.schema import ClientRay  # noqa: E402
 from loadgen.arrivals import arrival_offsets  # noqa: E402
 from loadgen.client import ClientConfig, StreamingClient  # noqa: E402
 from loadgen.dispatch import Dispatcher, LoadSpec  # noqa: E402
@@ -79,12 +80,12 @@ def _single(port, spec, n, tokens, out):
 
 
 def _ray(port, spec, n, tokens, out, on_ready=None, on_done=None):
-    from loadgen.ray_workers import RaySettings, run_ray_workers
+    from loadgen.ray_workers import run_ray_workers
 
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="truth")
     writer = RecordWriter(out)
     stats = run_ray_workers(4, cfg, iter(_items(n, tokens)), spec, writer, finalize=attribute_tokens,
-                            settings=RaySettings(num_cpus=0.5, clock_every_s=0.5), on_ready=on_ready,
+                            settings=ClientRay(num_cpus=0.5, clock_every_s=0.5), on_ready=on_ready,
                             on_done=on_done)
     writer.close()
     return stats
@@ -117,7 +118,7 @@ def _pair(tmp_path, k, spec, point, n, tokens) -> dict:
 
 def test_two_nodes_four_workers_against_ground_truth(cluster, tmp_path):
     n, tokens, rate = 240, 20, 60.0  # ~20 streams open, ~1.2k chunks/s at the plateau, 4 s
-    spec = LoadSpec(kind="poisson", rate=rate, num_requests=n, seed=3)
+    spec = LoadSpec(kind="poisson", rate=rate, requests_to_send=n, seed=3)
     point = bench.Point("ray", "poisson", rate, None, n, tokens, 20.0, 10.0)
     # The machine has 2 cores shared with other work: a pair whose Ray workers spent more
     # than STARVED of the load runnable but without a CPU does not judge the client (the
@@ -176,7 +177,7 @@ def test_a_worker_killed_mid_run(cluster, tmp_path):
     # 8 s of sends, each stream ~0.45 s: the kill (after ~0.6 s) finds requests not sent yet even
     # when the hand-backs reach this process seconds late (CI: with 4 s of sends, none was left)
     n, tokens, rate = 320, 40, 40.0
-    spec = LoadSpec(kind="poisson", rate=rate, num_requests=n, seed=5)
+    spec = LoadSpec(kind="poisson", rate=rate, requests_to_send=n, seed=5)
     point = bench.Point("kill", "poisson", rate, None, n, tokens, 20.0, 10.0)
     port = bench._free_port()
     victim, handed_back = {}, []

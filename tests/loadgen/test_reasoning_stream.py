@@ -11,7 +11,8 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.client import ClientConfig, StreamingClient, Timeouts
+from conf.schema import ClientTimeouts
+from loadgen.client import ClientConfig, StreamingClient
 from loadgen.client.openai_stream import OpenAIStream, finish_text
 from loadgen.records import RecordWriter, RequestRecord
 from metrics.request_metrics import complete_record
@@ -27,7 +28,7 @@ def server():
 
 
 def _send(base_url, prompt, slo=None):
-    cfg = ClientConfig(base_url=base_url, model="fake", api="chat", timeouts=Timeouts(), continuous_usage=True)
+    cfg = ClientConfig(base_url=base_url, model="fake", api="chat", timeouts=ClientTimeouts(), continuous_usage=True)
 
     async def go():
         async with StreamingClient(cfg) as c:

@@ -112,12 +112,12 @@ def test_success_rule_rate_retries_until_out_of_attempts(tmp_path, builder):  # 
 def test_task_workload_refuses_closed_loop(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder)
     with pytest.raises(ValueError, match="load=concurrency does not run a task workload"):
-        run(items, LoadSpec(kind="concurrency", concurrency=2, num_requests=2))
+        run(items, LoadSpec(kind="concurrency", concurrency=2, requests_to_send=2))
 
 
 def test_poisson_arrivals_are_per_task_and_num_requests_counts_tasks(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder)
-    rows, _, _ = run(items, LoadSpec(kind="poisson", rate=50, num_requests=2))
+    rows, _, _ = run(items, LoadSpec(kind="poisson", rate=50, requests_to_send=2))
     assert {r.task_id for r in rows} == {"t1", "t2"} and len(rows) == 6
 
 
@@ -191,7 +191,7 @@ def test_a_call_too_long_for_the_model_fails_its_attempt(tmp_path, builder):  # 
             {"task_id": "t", "node": "b", "parents": ["a"], "prefix": "big", "input_tokens": 20, "output_tokens": 4}]
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows),
                                             "task": {"max_attempts": 2}}), builder, max_model_len=200)
-    rows_, _, _ = run(items, LoadSpec(kind="poisson", rate=10, num_requests=1))
+    rows_, _, _ = run(items, LoadSpec(kind="poisson", rate=10, requests_to_send=1))
     # b never fits (its prefix and message alone are over the limit): each attempt ends at a, twice
     assert [(r.node, r.attempt) for r in rows_] == [("a", 1), ("a", 2)]
     assert items.tasks.unbuildable == 2

@@ -146,7 +146,7 @@ def test_sessions_follow_previous_turn_with_real_history(tmp_path, builder, kind
     path = jsonl(tmp_path, SESSION_ROWS)
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder, max_model_len=2048)
     assert items.expected_turns == {"a": 3, "b": 2}
-    spec = LoadSpec(kind=kind, concurrency=2, num_requests=10) if kind == "concurrency" else LoadSpec(kind="trace")
+    spec = LoadSpec(kind=kind, concurrency=2, requests_to_send=10) if kind == "concurrency" else LoadSpec(kind="trace")
     rows, _, client = run(items, spec)
     assert len(rows) == 6
     by = {(r.session_id, r.turn): r for r in rows}
@@ -261,7 +261,7 @@ def test_think_time_distribution(tmp_path, builder):
                                                             {"from": "gpt", "value": "yes"}]}]))
     items = TraceWorkload(OmegaConf.create({"name": "sharegpt", "path": str(sg), "think_s": 0.2}), builder,
                           max_model_len=2048)
-    rows, _, client = run(items, LoadSpec(kind="constant", rate=1.0, num_requests=2))
+    rows, _, client = run(items, LoadSpec(kind="constant", rate=1.0, requests_to_send=2))
     a0, a1 = sorted(rows, key=lambda r: r.turn)
     assert 0.2e9 <= a1.scheduled_ns - a0.done_ns < 0.2e9 + 20e6
     assert client.prompts[a1.request_id] == f"hi there reply of {a0.request_id}and again"
