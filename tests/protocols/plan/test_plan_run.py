@@ -268,3 +268,9 @@ def test_warnings_once_per_kind_ranked_after_the_plans_before_the_answer(tmp_pat
         f"base, {w.split(' at ', 1)[1].split(': ', 1)[0]}: {w.split(': ', 1)[1]}" for w in doc["warnings"]
         if w.startswith("slow at")]
     assert len(doc["warnings"]) == 6    # kept for old readers, every string as before
+    # the page's first screen (before its contents and figures): the same lines, in the same order
+    import html
+    page = html.unescape((tmp_path / "plan" / "plan.html").read_text())
+    first = page[:page.index("<nav class='toc'>")]
+    at = [first.index(c["text"]) for c in doc["caveats"]]
+    assert at == sorted(at) and all(c["text"] not in page[page.index("<nav class='toc'>"):] for c in doc["caveats"])
