@@ -82,7 +82,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     print(f"plan: {len(inputs.cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
           f"{len(inputs.traffic)} requests over {inputs.traffic.duration_s:g} s", flush=True)
     if p.dry_run:
-        print_dry_run(inputs)
+        print_dry_run(inputs, plans)
         return out
     steps = PlanRun(cfg, out, inputs, plans, jobs, list(overrides or []), started)
     return run_lifecycle(cfg, out, steps, options=Lifecycle(parent=None, resume_hint=None))
@@ -178,11 +178,10 @@ def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapaci
     return jobs
 
 
-def print_dry_run(inputs: PlanInputs) -> None:
+def print_dry_run(inputs: PlanInputs, plans: list[dict]) -> None:
     for c in inputs.cands:
         print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
-    for w in sorted(set(inputs.warnings)):
-        print(f"warning: {w}")
+    print_caveats(caveats_of(inputs, {"plans": plans}))
     print("dry run: nothing simulated, nothing written")
 
 
@@ -237,9 +236,22 @@ class PlanRun:
             if model_err is None:
                 model_err = own_model_error(doc)
         mark_modelled(doc, model_err)
-        doc["caveats"] = [c.to_dict() for c in plan_caveats(inputs.findings, doc, lambda pl: plan_label(pl, _slo_text))]
+        doc["caveats"] = caveats_of(inputs, doc)
         doc["elapsed_s"] = time.time() - self.started
         return doc
+
+
+def caveats_of(inputs: PlanInputs, doc: dict) -> list[dict]:
+    """plan.json's ``caveats``: its warnings once per kind, ranked (``protocols.plan.caveats``)."""
+    return [c.to_dict() for c in plan_caveats(inputs.findings, doc, lambda plan: plan_label(plan, _slo_text))]
+
+
+def print_caveats(caveats: list[dict]) -> None:
+    """After the plans, before the answer: one line a kind, its rank said (as ``harness.caveats.console_lines``)."""
+    if caveats:
+        print("warnings, by what they change:")
+        for c in caveats:
+            print(f"  [{c['rank']}] {c['text']}")
 
 
 def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confidence: float,
@@ -545,7 +557,5 @@ def print_plan(doc: dict) -> None:
             print(f"note: {doc['cost_lower_bound']['reason']}")
         for w in doc["warnings"]:
             print(f"warning: {w}")
-    elif doc["caveats"]:
-        print("warnings, by what they change:")   # as harness.caveats.console_lines says them
-        for c in doc["caveats"]:
-            print(f"  [{c['rank']}] {c['text']}")
+    else:
+        print_caveats(doc["caveats"])

@@ -274,3 +274,16 @@ def test_warnings_once_per_kind_ranked_after_the_plans_before_the_answer(tmp_pat
     first = page[:page.index("<nav class='toc'>")]
     at = [first.index(c["text"]) for c in doc["caveats"]]
     assert at == sorted(at) and all(c["text"] not in page[page.index("<nav class='toc'>"):] for c in doc["caveats"])
+
+
+def test_a_dry_run_says_its_warnings_ranked_once_per_kind(tmp_path, experiment, capsys):
+    cfg = compose_config(["protocol=plan", f"protocol.experiments=[{experiment}]", "workload=mooncake",
+                          f"workload.path={_trace(tmp_path / 'trace.jsonl')}", "deployment=replicas",
+                          "deployment.autoscale.cold_start_s=5", "slo.tpot_ms=20", "protocol.slos=[{ttft_ms: 300}]",
+                          "protocol.dry_run=true", f"output_dir={tmp_path / 'plan'}"])
+    run_protocol(cfg, Invocation(explicit=frozenset({"slo.tpot_ms", "protocol.slos"})))
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("warnings, by what they change:")
+    assert out[start + 1] == ("  [changes the answer] 1 candidate not planned: slow in 2 of 2 plans (no measured point "
+                              "meets the SLO): left out of the pick")
+    assert out[-1] == "dry run: nothing simulated, nothing written" and not (tmp_path / "plan").exists()
