@@ -3,7 +3,8 @@
 Replicas over time beside the traffic's rate, attainment over time, cost per million good
 output tokens with its interval per config at each SLO and policy variant, the measured
 operating points the plan was driven by, the planner's answers, the validation against a
-real replay where there is one, and every warning.  A value marked "outside the
+real replay where there is one, and every warning (those that change or limit the pick on the
+first screen, ranked: ``protocols.plan.caveats``).  A value marked "outside the
 measurements" came from a simulation that served some requests beyond every measured run.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.caveats import DETAILS, RANKS
 from harness.report import style
 from harness.report.data import number
-from harness.report.page import Note, document, figure_html
+from harness.report.page import Note, document, figure_html, note_html
 from harness.report.tables import esc, fmt, table
 from harness.results_io import PLAN, read_json
 from metrics.plan_pick import runner_up_text
@@ -308,9 +310,16 @@ def write_plan_page(folder: str | Path) -> Path:
                                         f"{[round(x, 1) for x in c['cold_start_s']]} s; replica model: "
                                         f"{replica_model_text(c)}" for n, c in
                                         doc["candidates"].items()])]
-    if doc.get("cost_lower_bound"):
-        sub.append(f"Cost: {doc['cost_lower_bound']['reason']}.")
+    caveats = doc.get("caveats")
+    if caveats is None:   # a plan.json from before its warnings were ranked
+        if doc.get("cost_lower_bound"):
+            sub.append(f"Cost: {doc['cost_lower_bound']['reason']}.")
+        caveats = []
+    # the first screen: what changes the pick or limits it, ranked (protocols.plan.caveats); the details below
+    sub += [Note(c["text"], list(c.get("detail") or [])) for c in caveats if c["rank"] != RANKS[DETAILS]]
     warn = "".join(f"<li>{esc(w)}</li>" for w in doc.get("warnings", []))
+    warn = "".join(note_html(Note(c["text"], list(c.get("detail") or []))) for c in caveats
+                   if c["rank"] == RANKS[DETAILS]) + (f"<ul class='warnings'>{warn}</ul>" if warn else "")
     sections = [("plans", "Plans", plan_tables(doc)), ("answers", "What a planner asks", answers_html(doc)),
                 ("timeline", "Over the window", "".join(by.get("timeline", []))),
                 ("cost", "Cost", "".join(by.get("cost", []))),
@@ -318,7 +327,7 @@ def write_plan_page(folder: str | Path) -> Path:
                 ("validation", "Validation against a real replay", validation_html(doc)),
                 ("estimates", "Estimated capacity beside the roofline", estimates_html(doc)),
                 ("capacity", "Capacity measurements", "".join(by.get("capacity", []))),
-                ("warnings", "Warnings", f"<ul class='warnings'>{warn}</ul>" if warn else "")]
+                ("warnings", "Warnings", warn)]
     page = folder / PAGE
     page.write_text(document("Fleet plan", sub, sections))
     return page

@@ -49,6 +49,16 @@ from protocols.plan.candidates import (
     replica_models,
 )
 from protocols.plan.capacity import ConfigCapacity, resamples
+from protocols.plan.caveats import (
+    CANNOT_KEEP_UP,
+    IMPOSSIBLE_ESTIMATE,
+    NOT_PLANNED,
+    OTHER_MIX,
+    OUTSIDE_MEASUREMENTS,
+    Finding,
+    plan_caveats,
+    plan_label,
+)
 from protocols.plan.fleet import calibrate
 from protocols.plan.modelled import residuals_error
 from protocols.plan.residuals import DEFAULT as RESIDUALS_DEFAULT
@@ -72,7 +82,7 @@ def run_plan(cfg, overrides: list[str] | None = None, explicit: frozenset[str] =
     print(f"plan: {len(inputs.cands)} candidate(s), {len(plans)} plan(s), {len(jobs)} simulations of "
           f"{len(inputs.traffic)} requests over {inputs.traffic.duration_s:g} s", flush=True)
     if p.dry_run:
-        print_dry_run(inputs)
+        print_dry_run(inputs, plans)
         return out
     steps = PlanRun(cfg, out, inputs, plans, jobs, list(overrides or []), started)
     return run_lifecycle(cfg, out, steps, options=Lifecycle(parent=None, resume_hint=None))
@@ -91,6 +101,12 @@ class PlanInputs:
     initial: int                        # replicas at the start
     estimates: dict                     # estimate_checks
     warnings: list[str]
+    findings: list[Finding]             # the warnings with their kind, candidate and plan (protocols.plan.caveats)
+
+    def warn(self, kind: str, name: str, plan: int | None, text: str, said: str | None = None) -> None:
+        """A warning: ``said`` (else ``text``) in plan.json's ``warnings``, ``text`` its finding's words."""
+        self.warnings.append(said or text)
+        self.findings.append(Finding(kind, name, plan, text))
 
 
 def plan_inputs(cfg, explicit: frozenset[str]) -> PlanInputs:
@@ -111,13 +127,14 @@ def plan_inputs(cfg, explicit: frozenset[str]) -> PlanInputs:
     slos = plan_slos(cfg, cands, explicit)
     variants = plan_variants(cfg)
     estimates = estimate_checks(p, cands)
-    warnings: list[str] = []          # the traffic's own notes are in plan.json's traffic
+    initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
+    # the traffic's own notes are in plan.json's traffic
+    inputs = PlanInputs(cands, residuals, model_err, models, traffic, slos, variants, initial, estimates, [], [])
     for name, chk in estimates.items():
         if chk["faster_than_roofline"]:
-            warnings.append(f"{name} (estimated): faster than the roofline bound at {chk['faster_than_roofline']} "
-                            "in flight: an impossible estimate")
-    initial = int(cfg.deployment.replicas) if cfg.deployment.kind == "replicas" else 1
-    return PlanInputs(cands, residuals, model_err, models, traffic, slos, variants, initial, estimates, warnings)
+            inputs.warn(IMPOSSIBLE_ESTIMATE, name, None, f"{name} (estimated): faster than the roofline bound at "
+                        f"{chk['faster_than_roofline']} in flight: an impossible estimate")
+    return inputs
 
 
 def plan_jobs(inputs: PlanInputs, limit: int, seed: int) -> tuple[list[dict], list[Job]]:
@@ -143,14 +160,15 @@ def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapaci
     why, policy, capacity = policy_for(cap, auto, slo, slo_cfg)
     if why:
         plan["skipped"][cap.name] = why
-        inputs.warnings.append(f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
+        inputs.warn(NOT_PLANNED, cap.name, index, why, said=f"{cap.name} at {_slo_text(slo_cfg)}: {why}")
         return []
     model, scheduler = inputs.models[cap.name]
     plan["configs"][cap.name] = {"policy": policy.record(), "capacity": capacity, "source": cap.source,
                                  "replica_model": model}
     if cap.source == "modelled":
         plan["configs"][cap.name]["modelled"] = model["modelled"]
-    inputs.warnings += check_inputs(cap, inputs.traffic, policy, capacity)
+    for kind, text in check_inputs(cap, inputs.traffic, policy, capacity):
+        inputs.warn(kind, cap.name, index, text)
     # the policy's capacity is the measured one unless set: each resample measures its own
     sized = auto.capacity_rps is None
     jobs = [Job(index, cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized, scheduler)]
@@ -160,11 +178,10 @@ def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapaci
     return jobs
 
 
-def print_dry_run(inputs: PlanInputs) -> None:
+def print_dry_run(inputs: PlanInputs, plans: list[dict]) -> None:
     for c in inputs.cands:
         print(f"  {c.name}: {c.source} from {c.origin}, sizes {c.sizes}, blocks {c.blocks}")
-    for w in sorted(set(inputs.warnings)):
-        print(f"warning: {w}")
+    print_caveats(caveats_of(inputs, {"plans": plans}))
     print("dry run: nothing simulated, nothing written")
 
 
@@ -180,7 +197,7 @@ class PlanRun:
         p, inputs = self.cfg.protocol, self.inputs
         results = simulate_all(self.jobs, inputs.traffic, str(p.routing), inputs.initial, int(p.seed),
                                int(p.workers))
-        resampled = fill_plans(self.plans, self.jobs, results, float(p.confidence), inputs.warnings)
+        resampled = fill_plans(self.plans, self.jobs, results, float(p.confidence), inputs)
         for plan, rs in zip(self.plans, resampled):
             pick_cheapest(plan, rs, inputs, p)
         doc = self.plan_doc()
@@ -219,12 +236,26 @@ class PlanRun:
             if model_err is None:
                 model_err = own_model_error(doc)
         mark_modelled(doc, model_err)
+        doc["caveats"] = caveats_of(inputs, doc)
         doc["elapsed_s"] = time.time() - self.started
         return doc
 
 
+def caveats_of(inputs: PlanInputs, doc: dict) -> list[dict]:
+    """plan.json's ``caveats``: its warnings once per kind, ranked (``protocols.plan.caveats``)."""
+    return [c.to_dict() for c in plan_caveats(inputs.findings, doc, lambda plan: plan_label(plan, _slo_text))]
+
+
+def print_caveats(caveats: list[dict]) -> None:
+    """After the plans, before the answer: one line a kind, its rank said (as ``harness.caveats.console_lines``)."""
+    if caveats:
+        print("warnings, by what they change:")
+        for c in caveats:
+            print(f"  [{c['rank']}] {c['text']}")
+
+
 def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confidence: float,
-                warnings: list[str]) -> list[dict[str, list]]:
+               inputs: PlanInputs) -> list[dict[str, list]]:
     """Each plan entry's figures from its simulations: the point estimate's, and its interval over
     the resamples; returns per plan each config's resamples (figure, weight) for the verdict."""
     for job, res in zip(jobs, results):
@@ -235,7 +266,7 @@ def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confiden
         else:
             entry.setdefault("resampled", []).append((res, job.weight))
     out = []
-    for plan in plans:
+    for index, plan in enumerate(plans):
         resampled = {}
         for name, entry in plan["configs"].items():
             point, rs = entry.pop("point"), entry.pop("resampled", [])
@@ -248,8 +279,11 @@ def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confiden
                          start_delay_s=point["start_delay_s"], cost=point["cost"],
                          replay_sample=point.get("replay_sample"),
                          timeline=point["timeline"], decisions=point["decisions"],
-                         resamples=len(rs), warnings=keep_up(point, entry["policy"]))
-            warnings += [f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}" for w in entry["warnings"]]
+                         resamples=len(rs))
+            said = keep_up(point, entry["policy"])
+            entry["warnings"] = [w for _, w in said]
+            for kind, w in said:
+                inputs.warn(kind, name, index, w, said=f"{name} ({plan['variant']}, {_slo_text(plan['slo'])}): {w}")
         out.append(resampled)
     return out
 
@@ -383,48 +417,57 @@ def policy_for(cap: ConfigCapacity, auto: Autoscale, slo: SLO, slo_cfg: dict):
     return "", policy, capacity
 
 
-def check_inputs(cap: ConfigCapacity, traffic: Traffic, policy: ScalingPolicy, capacity: dict) -> list[str]:
-    """What makes the plan leave the measurements or the policy fall behind, said up front."""
+def check_inputs(cap: ConfigCapacity, traffic: Traffic, policy: ScalingPolicy,
+                 capacity: dict) -> list[tuple[str, str]]:
+    """What makes the plan leave the measurements or the policy fall behind, said up front: (its
+    kind, ``protocols.plan.caveats``; its words)."""
     w = []
     longest = max(int(p.prompt_tokens.max()) for pts in cap.points.values() for p in pts if p.prompt_tokens.size)
     over = float((traffic.prompt_tokens > longest).mean()) if len(traffic) else 0.0
     if over > 0:
-        w.append(f"{cap.name}: {over:.1%} of the traffic's prompts are longer than any measured one "
-                 f"({longest} tokens): served outside the measurements")
+        w.append((OUTSIDE_MEASUREMENTS,
+                  f"{cap.name}: {over:.1%} of the traffic's prompts are longer than any measured one "
+                  f"({longest} tokens): served outside the measurements"))
     mp = [np.median(p.prompt_tokens) for pts in cap.points.values() for p in pts if p.prompt_tokens.size]
     tp = float(np.median(traffic.prompt_tokens)) if len(traffic) else 0.0
     if mp and not (0.5 * min(mp) <= tp <= 2 * max(mp)):
-        w.append(f"{cap.name}: the traffic's median prompt ({tp:.0f} tokens) is far from the measured runs' "
-                 f"({min(mp):.0f}..{max(mp):.0f}): its capacity was measured on another length mix")
+        w.append((OTHER_MIX,
+                  f"{cap.name}: the traffic's median prompt ({tp:.0f} tokens) is far from the measured runs' "
+                  f"({min(mp):.0f}..{max(mp):.0f}): its capacity was measured on another length mix"))
     auto = policy.autoscale
     _, peak = traffic.rate_profile(max(auto.window_s, 1.0))
     top = float(peak.max()) if peak.size else 0.0
     max_cap = auto.max_replicas * (policy.capacity_rps or 0)
     if top > max_cap > 0:
-        w.append(f"{cap.name}: the traffic's peak ({top:.3g} req/s over {auto.window_s:g} s) is above "
-                 f"max_replicas={auto.max_replicas} x capacity {policy.capacity_rps:.3g} req/s = {max_cap:.3g}: the "
-                 "policy cannot keep up at the peak (raise deployment.autoscale.max_replicas)")
+        w.append((CANNOT_KEEP_UP,
+                  f"{cap.name}: the traffic's peak ({top:.3g} req/s over {auto.window_s:g} s) is above "
+                  f"max_replicas={auto.max_replicas} x capacity {policy.capacity_rps:.3g} req/s = {max_cap:.3g}: the "
+                  "policy cannot keep up at the peak (raise deployment.autoscale.max_replicas)"))
     measured_max = max(cap.sizes) * capacity["measured_range"][1]
     if top > measured_max:
-        w.append(f"{cap.name}: the traffic's peak ({top:.3g} req/s) is above every measured load "
-                 f"({capacity['measured_range'][1]:.3g} req/s per replica at up to {max(cap.sizes)} replicas): "
-                 "the peak's intervals are outside the measurements")
+        w.append((OUTSIDE_MEASUREMENTS,
+                  f"{cap.name}: the traffic's peak ({top:.3g} req/s) is above every measured load "
+                  f"({capacity['measured_range'][1]:.3g} req/s per replica at up to {max(cap.sizes)} replicas): "
+                  "the peak's intervals are outside the measurements"))
     return w
 
 
-def keep_up(point: dict, policy: dict) -> list[str]:
+def keep_up(point: dict, policy: dict) -> list[tuple[str, str]]:
+    """A simulated plan entry's own warnings: (its kind, ``protocols.plan.caveats``; its words)."""
     w = []
     tl = point["timeline"]
     rates, paid = np.asarray(tl["rate_rps"]), np.asarray(tl["replicas_paid"])
     cap = policy.get("capacity_rps") or 0
     at_max = (paid >= policy["max_replicas"]) & (rates > policy["max_replicas"] * cap) if cap else np.zeros(0, bool)
     if at_max.any():
-        w.append(f"the policy could not keep up for {at_max.sum() * tl['bucket_s']:g} s: at max_replicas="
-                 f"{policy['max_replicas']} with arrivals above their capacity")
+        w.append((CANNOT_KEEP_UP,
+                  f"the policy could not keep up for {at_max.sum() * tl['bucket_s']:g} s: at max_replicas="
+                  f"{policy['max_replicas']} with arrivals above their capacity"))
     if point["outside_measurements_share"] > 0:
-        w.append(f"{point['outside_measurements_share']:.1%} of requests were served outside the measurements "
-                 "(more replicas, more in flight, a higher rate or a longer prompt than any measured run): its "
-                 "intervals are marked as outside the measurements")
+        w.append((OUTSIDE_MEASUREMENTS,
+                  f"{point['outside_measurements_share']:.1%} of requests were served outside the measurements "
+                  "(more replicas, more in flight, a higher rate or a longer prompt than any measured run): its "
+                  "intervals are marked as outside the measurements"))
     return w
 
 
@@ -509,7 +552,10 @@ def print_plan(doc: dict) -> None:
             print(f"  {name}: not planned: {why}")
         print(f"  -> {plan['cheapest']['verdict']}")
         print(f"     {runner_up_text(plan['cheapest'])}")
-    if doc.get("cost_lower_bound"):
-        print(f"note: {doc['cost_lower_bound']['reason']}")
-    for w in doc["warnings"]:
-        print(f"warning: {w}")
+    if "caveats" not in doc:   # a plan.json from before its warnings were ranked
+        if doc.get("cost_lower_bound"):
+            print(f"note: {doc['cost_lower_bound']['reason']}")
+        for w in doc["warnings"]:
+            print(f"warning: {w}")
+    else:
+        print_caveats(doc["caveats"])

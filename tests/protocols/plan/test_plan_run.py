@@ -213,8 +213,10 @@ def test_owned_hardware_says_its_cost_is_a_lower_bound(tmp_path, experiment, cap
     assert "electricity" in bound["reason"] and "lower bound" in bound["reason"]
     for e in doc["plans"][0]["configs"].values():
         assert e["cost"]["cost_lines"]["energy"] is None and e["cost"]["cost_complete"] is False
-    out = capsys.readouterr().out
-    assert f"note: {bound['reason']}" in out
+    out = capsys.readouterr().out   # once, ranked with the plan's other warnings (protocols.plan.caveats)
+    assert ("  [limits it] cost a lower bound for fast in 1 of 1 plan, slow in 1 of 1 plan: owned hardware, and the "
+            "plan simulates no energy, so electricity is left out of the cost") in out.splitlines()
+    assert "note: " not in out and doc["caveats"][-1]["kind"] == "cost_lower_bound"
     page = (tmp_path / "plan" / "plan.html").read_text()
     assert "lower bound" in page and "electricity" in page
 
@@ -223,3 +225,65 @@ def test_a_rental_plan_is_no_lower_bound(tmp_path, experiment, capsys):
     _, doc = _plan(tmp_path, experiment, "protocol.resamples=0", "protocol.replica_model=processor_sharing")
     assert doc["cost_lower_bound"] is None
     assert "lower bound" not in capsys.readouterr().out
+
+
+ESTIMATE = ("protocol.estimates=[{name: est, model: meta-llama/Meta-Llama-3.1-8B, system: h200_sxm, isl: 256, "
+            "osl: 32, concurrencies: [1, 8, 32], cost: example_h100_rental, cold_start_s: 5}]")
+
+
+@pytest.fixture(scope="module")
+def fake_estimator(tmp_path_factory) -> str:
+    """An interpreter that finds the stand-in aiconfigurator (tests/protocols/plan/fake_aiconfigurator)."""
+    import stat
+    import sys
+    from pathlib import Path
+
+    fake = Path(__file__).parent / "fake_aiconfigurator"
+    path = tmp_path_factory.mktemp("fake-venv") / "python"
+    path.write_text(f'#!/bin/sh\nPYTHONPATH="{fake}" exec "{sys.executable}" "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_warnings_once_per_kind_ranked_after_the_plans_before_the_answer(tmp_path, experiment, fake_estimator,
+                                                                         capsys):
+    # two SLOs: slow (p99 TPOT above 20 ms at its lowest load) is skipped at both; est is estimated
+    _, doc = _plan(tmp_path, experiment, "slo.tpot_ms=20", "protocol.slos=[{ttft_ms: 300}]", "protocol.resamples=0",
+                   f"protocol.estimator_python={fake_estimator}", ESTIMATE)
+    out = capsys.readouterr().out.splitlines()
+    assert not [x for x in out if x.startswith("warning:")]
+    start = out.index("warnings, by what they change:")
+    assert out[start - 1].startswith("     no ") and out[start - 2].startswith("  -> ")  # after the plans
+    assert out[start + 1:start + 4] == [
+        "  [changes the answer] 1 candidate not planned: slow in 2 of 2 plans (no measured point meets the SLO): "
+        "left out of the pick",
+        "  [limits it] 1 candidate estimated, not measured: est in 2 of 2 plans: capacity from a performance "
+        "model's estimate",
+        "  [limits it] served outside the measurements: fast in 2 of 2 plans, est in 2 of 2 plans: longer prompts, "
+        "more replicas or a higher rate than any measured run; their intervals are marked"]
+    assert out[start + 4].startswith("plan: ") and out.index("answer (plan):") > start + 4
+    assert [(c["kind"], c["rank"]) for c in doc["caveats"]] == [
+        ("not_planned", "changes the answer"), ("estimated", "limits it"), ("outside_measurements", "limits it")]
+    assert doc["caveats"][0]["detail"] == [
+        f"base, {w.split(' at ', 1)[1].split(': ', 1)[0]}: {w.split(': ', 1)[1]}" for w in doc["warnings"]
+        if w.startswith("slow at")]
+    assert len(doc["warnings"]) == 6    # kept for old readers, every string as before
+    # the page's first screen (before its contents and figures): the same lines, in the same order
+    import html
+    page = html.unescape((tmp_path / "plan" / "plan.html").read_text())
+    first = page[:page.index("<nav class='toc'>")]
+    at = [first.index(c["text"]) for c in doc["caveats"]]
+    assert at == sorted(at) and all(c["text"] not in page[page.index("<nav class='toc'>"):] for c in doc["caveats"])
+
+
+def test_a_dry_run_says_its_warnings_ranked_once_per_kind(tmp_path, experiment, capsys):
+    cfg = compose_config(["protocol=plan", f"protocol.experiments=[{experiment}]", "workload=mooncake",
+                          f"workload.path={_trace(tmp_path / 'trace.jsonl')}", "deployment=replicas",
+                          "deployment.autoscale.cold_start_s=5", "slo.tpot_ms=20", "protocol.slos=[{ttft_ms: 300}]",
+                          "protocol.dry_run=true", f"output_dir={tmp_path / 'plan'}"])
+    run_protocol(cfg, Invocation(explicit=frozenset({"slo.tpot_ms", "protocol.slos"})))
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("warnings, by what they change:")
+    assert out[start + 1] == ("  [changes the answer] 1 candidate not planned: slow in 2 of 2 plans (no measured point "
+                              "meets the SLO): left out of the pick")
+    assert out[-1] == "dry run: nothing simulated, nothing written" and not (tmp_path / "plan").exists()
