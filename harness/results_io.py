@@ -21,6 +21,7 @@ import yaml
 
 from harness.errors import UserError
 from resultfiles import parquet
+from resultfiles.whole import partial_path as partial_path  # re-exported: the name a file has while written
 from resultfiles.whole import replace_whole
 
 SECRET_KEY = re.compile(r"(api_key|token|secret|password|authorization)$", re.I)

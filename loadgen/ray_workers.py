@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Iterable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import ray
 
 from conf.schema import ClientRay
@@ -46,6 +45,8 @@ from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import HOST, SCHEMA, RecordWriter, RequestRecord
 from loadgen.workers import RequestStatus, dealt_items, merge_parts, split_load
 from loadgen.workloads.item import WorkItem
+from resultfiles import parquet
+from resultfiles.whole import partial_path
 
 perf_ns = time.perf_counter_ns
 POLL_S = 0.25  # how often the driver collects finished records (and notices a dead worker)
@@ -171,7 +172,7 @@ class _Worker:
         self.dead: str | None = None      # why it died
         self.dead_at_ns: int | None = None
         self.ids: set[str] = set()        # request ids it handed back
-        self._pq: pq.ParquetWriter | None = None
+        self._pq: parquet.StreamWriter | None = None
 
     def measure_clock(self, n: int) -> None:
         self.clock.add(measure(lambda: ray.get(self.actor.clock.remote()), n, perf_ns))
@@ -180,8 +181,8 @@ class _Worker:
         if table is None or not table.num_rows:
             return
         if self._pq is None:
-            self._pq = pq.ParquetWriter(self.part, SCHEMA, compression="zstd")
-        self._pq.write_table(table)
+            self._pq = parquet.StreamWriter(self.part, SCHEMA)
+        self._pq.write(table)
         ids = table.column("request_id").to_pylist()
         self.ids.update(ids)
         if on_done is not None:
@@ -190,7 +191,7 @@ class _Worker:
 
     def close(self) -> None:
         if self._pq is not None:
-            self._pq.close()
+            self._pq.publish()
             self._pq = None
 
     def convert(self, table: pa.Table) -> pa.Table:
@@ -330,7 +331,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: 
                 pass
         ray.util.remove_placement_group(pg)
         for wk in workers:
-            for path in (wk.part,):
+            for path in (wk.part, partial_path(wk.part)):
                 if os.path.exists(path):
                     os.unlink(path)
 

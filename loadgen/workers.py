@@ -26,13 +26,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from loadgen.client import ClientConfig, StreamingClient
 from loadgen.dispatch import Dispatcher, LoadSpec
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.send_schedule import prewarm_count, schedule
 from loadgen.workloads.item import WorkItem
+from resultfiles import parquet
+from resultfiles.whole import partial_path
 
 perf_ns = time.perf_counter_ns
 START_MARGIN_NS = 20_000_000  # from "all workers ready" to t0: time for the message to reach them
@@ -110,7 +111,7 @@ def merge_parts(parts: list[str], writer: RecordWriter,
     for w, part in enumerate(parts):
         if not os.path.exists(part):
             continue
-        f = pq.ParquetFile(part)
+        f = parquet.open_file(part)
         for g in range(f.num_row_groups):
             t = f.read_row_group(g)
             t = t.set_column(t.schema.get_field_index("worker"), "worker", pa.array([w] * t.num_rows, pa.int32()))
@@ -248,6 +249,6 @@ def run_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: Load
                 p.terminate()
                 p.join(5)
         for part in parts:
-            for path in (part, part + ".partial"):
+            for path in (part, partial_path(part)):
                 if os.path.exists(path):
                     os.unlink(path)

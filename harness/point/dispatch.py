@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from engines.tiny_model import cache_root
 from harness import autoscale_record as autoscale
@@ -78,7 +79,8 @@ def dispatch(s: PointSession, p: PointRun) -> None:
     except BaseException:
         p.writer.abort()
         # kept beside requests.parquet.partial, under a name that never reads as complete
-        s.telemetry.write_window(p.run_dir / f"{results_io.TELEMETRY}.partial", p.window_open_ns, perf_ns())
+        s.telemetry.write_window(Path(results_io.partial_path(p.run_dir / results_io.TELEMETRY)), p.window_open_ns,
+                                 perf_ns())
         p.progress.close()
         raise
     p.client_cpu_s = p.stats["cpu_s"]  # from t0 on: building requests ahead is reported apart

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -139,9 +138,7 @@ def write_mocker_npz(path: Path, tables: dict) -> None:
                          f"({arrays['decode_active_kv_tokens'].size}, {arrays['decode_context_length'].size})")
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    results_io.replace_whole(path, lambda tmp: tmp.write_bytes(buf.getvalue()))
 
 
 def write_profile(out: Path, steps: list[Step], resolution: int, source: str = "client") -> dict:
