@@ -12,7 +12,7 @@ first token).  An overload of δ (sends at (1 + δ) x capacity) grows the queue 
 the wait by r a second of sends, r = δ / (1 + δ).  The three regions:
 
 - **an overload too small to catch**: ``backlog_growing`` sees the wait's rise over the arrivals'
-  second half, r·A/2, against its bound (S, or three standard errors of the waits, which bursts
+  second half, r·A/2, against its bound (S, or four standard errors of the waits, which bursts
   widen); the smallest overload it catches at about 95 % has r·A/2 = ``CATCH_SERVICE_TIMES`` x S x
   √D (the table: 16 slots x 10 s at +25 %, 400 requests, A = 200 s: r·A/2 = 20 s = 2 S, caught in
   54-58 of 60 Poisson runs, 45-49 gamma CV 2; at 2,000 requests 59-60).  Within three service

@@ -32,7 +32,7 @@ Definitions:
   offered rate (``fixed_rate``: not a trace's replay, whose rate changes by design).  Beside it,
   ``backlog_wait_rise_s``: the wait for a first token (or the end, with none) fitted against the
   send over the arrivals' second half, its rise over that half; ``backlog_wait_bound_s`` what it must
-  pass (3 standard errors, or the 10th percentile of the latency: a service time); and
+  pass (4 standard errors, or the 10th percentile of the latency: a service time); and
   ``backlog_growing`` when it does: a queue past capacity, not a fill-up (whose latency levels).
   ``saturation_guard_limit``: where the run's own inputs (its requests, send rate and burstiness,
   service time, streaming or not) put those guards where they were measured outside their bounds,
