@@ -19,7 +19,8 @@ the wait by r a second of sends, r = δ / (1 + δ).  The three regions:
   times the rule's drift test sees the queue's growth over its span (``DRIFT_SPAN_S``), λ·r·18,
   against ``DRIFT_Z`` x √(D·λ·18): the smallest overload it stops there has r = 3·√(D / (18 λ))
   (λ = 2: r = 1/2, +100 %); judged on whole requests (nothing streams), none.  Said where the
-  smallest caught by either is above the issue's 25 %.
+  smallest caught by either is above the issue's 25 % and the run was not flagged still filling or
+  backlog growing (a flagged run's verdict is no clean one an overload could hide behind).
 - **bursty sends**: D above ``BURSTY_DISPERSION``.  The rule's margins scale with D, but a burst
   that queues for real at a slot-limited server with room still reads as a backlog now and then
   (25 slots x 10 s at 80 %, gamma gaps of CV 2: stopped or flagged in 1-3 of 60 runs).
@@ -122,17 +123,18 @@ def latency_rise_s(sent_s, latency_s) -> tuple[float, float]:
 
 
 def guard_limit(requests: int, rate_rps: float, service_s: float, dispersion: float, streaming: bool,
-                rise_s: float = 0.0, rise_from_s: float = math.nan) -> str | None:
+                rise_s: float = 0.0, rise_from_s: float = math.nan, flagged: bool = False) -> str | None:
     """The line saying where this run's inputs put the guards outside their measured bounds (module
     doc), or None where they hold; the reasons joined by '; '.  ``rise_s``, ``rise_from_s``: how long
-    the latency rose and from what (``latency_rise_s``)."""
+    the latency rose and from what (``latency_rise_s``); ``flagged``: the run was flagged still filling
+    or backlog growing, its verdict no clean one that an overload too small could hide."""
     if requests < 2 or not rate_rps > 0 or not service_s > 0:
         return None
     d = 1.0 if math.isnan(dispersion) else dispersion
     reasons = []
     end = smallest_caught_by_the_end(requests, rate_rps, service_s, d)
     soon = smallest_stopped_in_three_service_times(rate_rps, service_s, d, streaming)
-    if min(end, soon) > SMALLEST_OVERLOAD:
+    if not flagged and min(end, soon) > SMALLEST_OVERLOAD:
         reasons.append(
             f"{_under(end, 'an overload')} may go uncaught ({requests} requests at {rate_rps:.3g} req/s, service "
             f"{service_s:.3g} s, sends' dispersion {d:.2g}: the wait's rise over the arrivals' second half is too "
@@ -153,9 +155,10 @@ def guard_limit(requests: int, rate_rps: float, service_s: float, dispersion: fl
     return "; ".join(reasons) or None
 
 
-def run_guard_limit(sent_s, first_s, end_s) -> str | None:
+def run_guard_limit(sent_s, first_s, end_s, flagged: bool = False) -> str | None:
     """``guard_limit`` from a run's measured requests: their sends, first tokens (NaN: none) and ends,
-    in seconds on one clock (NaN: never sent, no end recorded)."""
+    in seconds on one clock (NaN: never sent, no end recorded); ``flagged``: still filling or backlog
+    growing."""
     sent = np.asarray(sent_s, dtype=np.float64)
     first = np.asarray(first_s, dtype=np.float64)
     end = np.asarray(end_s, dtype=np.float64)
@@ -171,4 +174,5 @@ def run_guard_limit(sent_s, first_s, end_s) -> str | None:
     rise, rise_from = latency_rise_s(sent[ended], latency)
     after_first = (end - first)[ended & ~np.isnan(first)]
     streaming = bool(after_first.size) and float(np.median(after_first)) >= STREAMING_GAP_S
-    return guard_limit(int(sends.size), float(rate), service, send_dispersion(sends), streaming, rise, rise_from)
+    return guard_limit(int(sends.size), float(rate), service, send_dispersion(sends), streaming, rise, rise_from,
+                       flagged)
