@@ -124,8 +124,7 @@ def one(case: Case, arrival: str, streaming: bool, n: int, seed: int, rule: Satu
     firsts = judged[1]
     backlog = backlog_growing(*wait_rise(sent * 1e9, np.where(np.isnan(firsts), ends, firsts) - sent, ends * 1e9))
     out = {"stopped": reason is not None, "at": at, "filling": filling, "backlog": backlog, "reason": reason,
-           "limit": run_guard_limit(*recorded(judged, at if reason else None, rule.drain_s),
-                                    flagged=filling or backlog) is not None}
+           "limit": run_guard_limit(*recorded(judged, at if reason else None, rule.drain_s)) is not None}
     if case.kind == "over":
         tq = queue_formed(stream, at if reason else float(sends[-1]))
         out["after"] = (at - tq) if reason else np.nan

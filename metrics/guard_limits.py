@@ -19,8 +19,7 @@ the wait by r a second of sends, r = δ / (1 + δ).  The three regions:
   times the rule's drift test sees the queue's growth over its span (``DRIFT_SPAN_S``), λ·r·18,
   against ``DRIFT_Z`` x √(D·λ·18): the smallest overload it stops there has r = 3·√(D / (18 λ))
   (λ = 2: r = 1/2, +100 %); judged on whole requests (nothing streams), none.  Said where the
-  smallest caught by either is above the issue's 25 % and the run was not flagged still filling or
-  backlog growing (a flagged run's verdict is no clean one an overload could hide behind).
+  smallest caught by either is above the issue's 25 %.
 - **bursty sends**: D above ``BURSTY_DISPERSION``.  The rule's margins scale with D, but a burst
   that queues for real at a slot-limited server with room still reads as a backlog now and then
   (25 slots x 10 s at 80 %, gamma gaps of CV 2: stopped or flagged in 1-3 of 60 runs).
@@ -123,18 +122,17 @@ def latency_rise_s(sent_s, latency_s) -> tuple[float, float]:
 
 
 def guard_limit(requests: int, rate_rps: float, service_s: float, dispersion: float, streaming: bool,
-                rise_s: float = 0.0, rise_from_s: float = math.nan, flagged: bool = False) -> str | None:
+                rise_s: float = 0.0, rise_from_s: float = math.nan) -> str | None:
     """The line saying where this run's inputs put the guards outside their measured bounds (module
     doc), or None where they hold; the reasons joined by '; '.  ``rise_s``, ``rise_from_s``: how long
-    the latency rose and from what (``latency_rise_s``); ``flagged``: the run was flagged still filling
-    or backlog growing, its verdict no clean one that an overload too small could hide."""
+    the latency rose and from what (``latency_rise_s``)."""
     if requests < 2 or not rate_rps > 0 or not service_s > 0:
         return None
     d = 1.0 if math.isnan(dispersion) else dispersion
     reasons = []
     end = smallest_caught_by_the_end(requests, rate_rps, service_s, d)
     soon = smallest_stopped_in_three_service_times(rate_rps, service_s, d, streaming)
-    if not flagged and min(end, soon) > SMALLEST_OVERLOAD:
+    if min(end, soon) > SMALLEST_OVERLOAD:
         reasons.append(
             f"{_under(end, 'an overload')} may go uncaught ({requests} requests at {rate_rps:.3g} req/s, service "
             f"{service_s:.3g} s, sends' dispersion {d:.2g}: the wait's rise over the arrivals' second half is too "
@@ -155,10 +153,9 @@ def guard_limit(requests: int, rate_rps: float, service_s: float, dispersion: fl
     return "; ".join(reasons) or None
 
 
-def run_guard_limit(sent_s, first_s, end_s, flagged: bool = False) -> str | None:
+def run_guard_limit(sent_s, first_s, end_s) -> str | None:
     """``guard_limit`` from a run's measured requests: their sends, first tokens (NaN: none) and ends,
-    in seconds on one clock (NaN: never sent, no end recorded); ``flagged``: still filling or backlog
-    growing."""
+    in seconds on one clock (NaN: never sent, no end recorded)."""
     sent = np.asarray(sent_s, dtype=np.float64)
     first = np.asarray(first_s, dtype=np.float64)
     end = np.asarray(end_s, dtype=np.float64)
@@ -174,5 +171,4 @@ def run_guard_limit(sent_s, first_s, end_s, flagged: bool = False) -> str | None
     rise, rise_from = latency_rise_s(sent[ended], latency)
     after_first = (end - first)[ended & ~np.isnan(first)]
     streaming = bool(after_first.size) and float(np.median(after_first)) >= STREAMING_GAP_S
-    return guard_limit(int(sends.size), float(rate), service, send_dispersion(sends), streaming, rise, rise_from,
-                       flagged)
+    return guard_limit(int(sends.size), float(rate), service, send_dispersion(sends), streaming, rise, rise_from)

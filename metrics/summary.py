@@ -165,8 +165,7 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     out["backlog_wait_rise_s"], out["backlog_wait_bound_s"] = rise, bound
     out["backlog_growing"] = bool(fixed_rate) and backlog_growing(rise, bound)
     # where the run's own inputs put the guards outside their measured bounds (metrics.guard_limits)
-    out["saturation_guard_limit"] = (run_guard_limit(sent / 1e9, sent / 1e9 + ttft, done_ns / 1e9,
-                                                     flagged=out["still_filling"] or out["backlog_growing"])
+    out["saturation_guard_limit"] = (run_guard_limit(sent / 1e9, sent / 1e9 + ttft, done_ns / 1e9)
                                      if fixed_rate else None)
 
     in_tok = _col(done, "prompt_tokens")

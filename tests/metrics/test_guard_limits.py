@@ -104,9 +104,3 @@ def test_nothing_to_judge():
     assert run_guard_limit(np.array([1.0]), np.array([1.1]), np.array([2.0])) is None
     assert run_guard_limit(np.array([1.0, 2.0]), np.array([np.nan] * 2), np.array([np.nan] * 2)) is None
     assert guard_limit(400, 0.0, 10.0, 1.0, True) is None
-
-
-def test_a_flagged_run_is_told_no_overload_it_could_hide():
-    # the same 60 requests: flagged still filling or backlog growing, its verdict is no clean one
-    assert guard_limit(60, 2.0, 10.0, 1.0, True, flagged=True) is None
-    assert guard_limit(400, 2.0, 10.0, 3.9, True, flagged=True).startswith("the sends are bursty")
