@@ -18,7 +18,11 @@ feeds it; the run is then read by ``still_filling`` as summarize reads it.  Boun
 - a server that stops answering (halfway, the client's timeout 10 s; or from the start, 30 s): stopped
   within the timeout + 15 s of its silence in at least 95 % of the runs that send for that long after it.
 
-Rates come with their Clopper-Pearson 95 % interval; a row passes on the rate itself.  Simulated
+Rates come with their Clopper-Pearson 95 % interval; a row passes on the rate itself.  "limit said":
+the runs whose records (cut at a stop, what was in flight cancelled after the drain) give a
+``saturation_guard_limit`` (metrics/guard_limits.py): the guard's own word that its verdict there is
+the weaker one; "wrong, limit said": of the runs the guards got wrong (a false stop or flag, an
+overload or silence not caught), those.  Simulated
 clocks: the figures do not depend on the host (60 runs of everything: about 2.5 minutes of one CPU).
 """
 
@@ -37,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadgen.saturation import SaturationRule
 from metrics.filling import backlog_growing, quarter_in_flight, still_filling, wait_rise
+from metrics.guard_limits import run_guard_limit
 from tests.loadgen.saturation_streams import (
     H200_STEP,
     Stream,
@@ -118,7 +123,8 @@ def one(case: Case, arrival: str, streaming: bool, n: int, seed: int, rule: Satu
     filling = still_filling(*quarter_in_flight(sent * 1e9, ends * 1e9))
     firsts = judged[1]
     backlog = backlog_growing(*wait_rise(sent * 1e9, np.where(np.isnan(firsts), ends, firsts) - sent, ends * 1e9))
-    out = {"stopped": reason is not None, "at": at, "filling": filling, "backlog": backlog, "reason": reason}
+    out = {"stopped": reason is not None, "at": at, "filling": filling, "backlog": backlog, "reason": reason,
+           "limit": run_guard_limit(*recorded(judged, at if reason else None, rule.drain_s)) is not None}
     if case.kind == "over":
         tq = queue_formed(stream, at if reason else float(sends[-1]))
         out["after"] = (at - tq) if reason else np.nan
@@ -135,6 +141,17 @@ def one(case: Case, arrival: str, streaming: bool, n: int, seed: int, rule: Satu
     return out
 
 
+def recorded(stream: Stream, stopped_at: float | None, drain_s: float) -> Stream:
+    """What a run's records hold: all of it, or, stopped at ``stopped_at``, the requests sent by then,
+    those still in flight ``drain_s`` later cancelled there (no first token, if it had none by then)."""
+    sends, firsts, ends = stream
+    if stopped_at is None:
+        return stream
+    keep = sends <= stopped_at
+    cut = stopped_at + drain_s
+    return Stream((sends[keep], np.where(firsts[keep] <= cut, firsts[keep], np.nan), np.minimum(ends[keep], cut)))
+
+
 def interval(k: int, n: int) -> tuple[float, float]:
     """Clopper-Pearson 95 % interval of k in n."""
     lo = beta.ppf(0.025, k, n - k + 1) if k > 0 else 0.0
@@ -147,7 +164,12 @@ def row(case: Case, arrival: str, streaming: bool, n: int, runs: int, rule: Satu
     stops = sum(r["stopped"] for r in rs)
     out = {"case": case.name, "kind": case.kind, "arrivals": arrival, "streaming": streaming, "n": n,
            "runs": runs, "stopped": stops, "filling": sum(r["filling"] for r in rs),
-           "backlog": sum(r["backlog"] for r in rs), "online": np.nan}
+           "backlog": sum(r["backlog"] for r in rs), "limit": sum(r["limit"] for r in rs), "online": np.nan}
+    # the runs the guards got wrong (a false stop or flag; an overload or silence not caught), and of those
+    # the ones whose own records said the guard is weaker there
+    wrong = [r for r in rs if (r["stopped"] or r["backlog"])] if case.kind == "within" else \
+        [r for r in rs if r.get("judgeable") and not r["caught"]]
+    out["wrong"], out["wrong_said"] = len(wrong), sum(r["limit"] for r in wrong)
     if case.kind == "within":
         k, m = sum(r["stopped"] or r["backlog"] for r in rs), runs
         out["rate"], out["bound"] = k / m, f"false stops or backlog flags <= {FALSE_STOP_BOUND:.0%}"
@@ -196,7 +218,8 @@ def show(r: dict) -> str:
     online = "-" if np.isnan(r["online"]) else f"{r['online']:.0%}"
     return (f"| {r['case']} | {r['arrivals']} | {'streaming' if r['streaming'] else 'whole'} | {r['n']} | "
             f"{r['stopped']}/{r['runs']} | {r['filling']}/{r['runs']} | {r['backlog']}/{r['runs']} | {rate} | "
-            f"{online} | {after} | {r['bound']} | {r['pass']} |")
+            f"{online} | {after} | {r['bound']} | {r['pass']} | {r['limit']}/{r['runs']} | "
+            f"{r['wrong_said']}/{r['wrong']} |")
 
 
 def main() -> None:
@@ -208,8 +231,9 @@ def main() -> None:
     rule = SaturationRule()
     print(f"rule: {rule}; {args.runs} runs a row (seeds 0 .. {args.runs - 1})")
     print("| case | arrivals | output | requests | stopped | still filling | backlog growing | rate [95 % interval] | "
-          "stopped in 3 service times | median stop after the queue / silence | bound | held |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "stopped in 3 service times | median stop after the queue / silence | bound | held | limit said | "
+          "wrong, limit said |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for r in matrix(args.runs, [int(x) for x in args.sizes.split(",")], args.cases, rule):
         print(show(r), flush=True)

@@ -105,6 +105,11 @@ def _backlog(runs, hit):
              f"(bound {_f(m.get('backlog_wait_bound_s')):.3g} s)" for n, m in hit])
 
 
+def _guard_limit(runs, hit):
+    return (f"the over-saturation guards are weaker in {_of(runs, hit)}: outside their measured bounds",
+            [f"{n}: {m.get('saturation_guard_limit')}" for n, m in hit])
+
+
 def _client(runs, hit):
     return (f"{_of(runs, hit)} limited by the load generator: the load sent was not the load offered",
             [f"{n}: p99 schedule lag {_f(m.get('schedule_lag_p99_ms')):.1f} ms (> client.max_schedule_lag_ms)"
@@ -186,6 +191,7 @@ KINDS = (
     Kind("client_token_count", CHANGES, lambda m: int(m.get("token_counts_client_only") or 0) > 0, _client_count),
     Kind("emulated", LIMITS, lambda m: bool(m.get("emulated")), _emulated),
     Kind("energy_not_measured", LIMITS, lambda m: m.get("energy_available") is False, _energy),
+    Kind("saturation_guard_limit", LIMITS, lambda m: bool(m.get("saturation_guard_limit")), _guard_limit),
     Kind("token_counts_systematic", LIMITS, systematic_token_difference, _systematic),
     Kind("token_counts_random", DETAILS,
          lambda m: bool(m.get("token_counts_disagree")) and not systematic_token_difference(m), _mismatch),

@@ -32,8 +32,11 @@ Definitions:
   offered rate (``fixed_rate``: not a trace's replay, whose rate changes by design).  Beside it,
   ``backlog_wait_rise_s``: the wait for a first token (or the end, with none) fitted against the
   send over the arrivals' second half, its rise over that half; ``backlog_wait_bound_s`` what it must
-  pass (3 standard errors, or the 10th percentile of the latency: a service time); and
+  pass (4 standard errors, or the 10th percentile of the latency: a service time); and
   ``backlog_growing`` when it does: a queue past capacity, not a fill-up (whose latency levels).
+  ``saturation_guard_limit``: where the run's own inputs (its requests, send rate and burstiness,
+  service time, streaming or not) put those guards where they were measured outside their bounds,
+  the reasons in one line (``metrics/guard_limits.py``), else null.
 - ``schedule_lag_*_ms``: the load generator's own delay per measured request,
   ``sent_ns - max(scheduled_ns, slot_ns)`` (``metrics.request_metrics.schedule_lag_s``);
   ``client_limited`` when its p99 exceeds ``client.max_schedule_lag_ms``.  Waiting for a
@@ -72,6 +75,7 @@ import pyarrow.compute as pc
 from metrics.cost import fleet_cost, per_million, per_unit, window_cost
 from metrics.energy import energy_summary, token_figures
 from metrics.filling import backlog_growing, quarter_in_flight, still_filling, wait_rise
+from metrics.guard_limits import run_guard_limit
 from metrics.percentiles import add_latency_stats
 from metrics.request_metrics import chunk_gaps_s, itl_per_token_s, queue_wait_s, schedule_lag_s, ttfa_or_ttft
 from metrics.slo import SLO, SLO_COLUMNS, UNDEFINED_PASSES, good_mask, percentile_check, slo_pass
@@ -160,6 +164,9 @@ def summarize(table: pa.Table, slo: SLO, window_start_ns: int, window_end_ns: in
     rise, bound = wait_rise(sent, wait, done_ns)
     out["backlog_wait_rise_s"], out["backlog_wait_bound_s"] = rise, bound
     out["backlog_growing"] = bool(fixed_rate) and backlog_growing(rise, bound)
+    # where the run's own inputs put the guards outside their measured bounds (metrics.guard_limits)
+    out["saturation_guard_limit"] = (run_guard_limit(sent / 1e9, sent / 1e9 + ttft, done_ns / 1e9)
+                                     if fixed_rate else None)
 
     in_tok = _col(done, "prompt_tokens")
     out_tok = _col(done, "output_tokens")

@@ -88,3 +88,11 @@ def test_a_backlog_growing_is_said_once_apart_from_a_fill_up():
     assert got[1].text == ("2 of 3 runs with a growing backlog: the wait rose through the arrivals' second half, "
                            "latencies grow with the run's length, SLO not met")
     assert got[1].detail[0] == "rate=8: wait rose 18.7 s (bound 13.1 s)"
+
+
+def test_the_saturation_guards_limit_is_one_limiting_line():
+    limit = "any overload may go uncaught (60 requests at 2 req/s, service 10 s, sends' dispersion 1: ...)"
+    out = collect([("a rate=2", {"saturation_guard_limit": limit}), ("a rate=4", {"saturation_guard_limit": None})])
+    assert [(c.kind, c.rank) for c in out] == [("saturation_guard_limit", LIMITS)]
+    assert out[0].text.startswith("the over-saturation guards are weaker in 1 of 2 runs: outside their measured bounds")
+    assert out[0].detail == (f"a rate=2: {limit}",)

@@ -293,3 +293,17 @@ def test_a_server_streams_when_a_request_in_flight_had_a_chunk_a_tenth_of_a_seco
     assert not streams([(97 * s, 97 * s + 5_000_000)])     # its pieces read milliseconds apart)
     assert streams([(97 * s, int(97.1 * s))])
     assert not streams([])
+
+
+@pytest.mark.xfail(strict=True, reason="outside its bound (docs/measured/guards.md): a burst past the slots is a real "
+                   "queue for a while; the margins tried (the checks' dispersion, no window cut under the span) "
+                   "cost the bursty overloads' stops in three service times (+100 %: 68 % -> 28-43 %)")
+def test_a_burst_past_the_slots_of_a_server_with_room_is_not_stopped():
+    # 25 slots x 10 s at 2 req/s (80 %), gamma gaps of CV 2 (a trace's bursts), 400 requests, streaming
+    # (benchmarks/guards.py): seed 25 sent 25 in 3.6 s at the start, none served for 3.6 s while the slots
+    # were full, judged on windows cut to 3.6 s before any dispersion was measured; seed 51's burst at 22 s,
+    # with the span's dispersion five spans away: both stopped, at 10 s and 26 s
+    from tests.loadgen.saturation_streams import gamma, slotted
+    for seed in (25, 51):
+        reason, _ = feed(slotted(gamma(2.0, 400, 2.0, seed), 25, 10.0, 0.05), SaturationRule())
+        assert reason is None, (seed, reason)
