@@ -310,6 +310,10 @@ def write_plan_page(folder: str | Path) -> Path:
                                         f"{[round(x, 1) for x in c['cold_start_s']]} s; replica model: "
                                         f"{replica_model_text(c)}" for n, c in
                                         doc["candidates"].items()])]
+    answer = doc.get("answer") or {}
+    # the answer first, before any warning or figure (as an experiment's page, harness.report.build)
+    sub = [Note(f"answer (plan): {x}" if i == 0 else x, css="answer") for i, x in enumerate(answer.get("lines") or [])
+           ] + sub
     caveats = doc.get("caveats")
     if caveats is None:   # a plan.json from before its warnings were ranked
         if doc.get("cost_lower_bound"):

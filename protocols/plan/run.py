@@ -35,6 +35,7 @@ from harness import results_io
 from harness.errors import UserError
 from harness.lifecycle import Ending, Lifecycle, run_lifecycle
 from harness.mlflow_log import MlflowLogger
+from metrics.answer import plan_answer
 from metrics.cost import fleet_cost, per_million
 from metrics.plan_pick import runner_up_text
 from metrics.slo import SLO, run_meets_slo
@@ -201,6 +202,7 @@ class PlanRun:
         for plan, rs in zip(self.plans, resampled):
             pick_cheapest(plan, rs, inputs, p)
         doc = self.plan_doc()
+        doc["answer"] = plan_answer(doc).to_dict()   # in plan.json before its page: the page opens with it
         self.out.mkdir(parents=True, exist_ok=True)
         results_io.write_json(self.out / PLAN_FILE, doc)
         print_plan(doc)

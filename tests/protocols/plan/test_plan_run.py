@@ -274,6 +274,9 @@ def test_warnings_once_per_kind_ranked_after_the_plans_before_the_answer(tmp_pat
     first = page[:page.index("<nav class='toc'>")]
     at = [first.index(c["text"]) for c in doc["caveats"]]
     assert at == sorted(at) and all(c["text"] not in page[page.index("<nav class='toc'>"):] for c in doc["caveats"])
+    # the answer first, before the warnings: the page is written with it (issue 44: the answer before any figure)
+    assert doc["answer"]["lines"] and first.index(f"answer (plan): {doc['answer']['lines'][0]}") < min(at)
+    assert all(x in first for x in doc["answer"]["lines"])
 
 
 def test_a_dry_run_says_its_warnings_ranked_once_per_kind(tmp_path, experiment, capsys):
