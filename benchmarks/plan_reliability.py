@@ -2,7 +2,7 @@
 plan's row): a reliability table over decisions between Dynamo mocker configs whose truth is
 known.
 
-    python benchmarks/plan_reliability.py --decisions 40 [--seed 0] [--json OUT.json]
+    python benchmarks/plan_reliability.py --decisions 40 [--seed 0] [--rate-share 0.7 1.05] [--json OUT.json]
 
 Each decision is between two mocker configs drawn from a pool that differ in timing
 (``speedup_ratio``) and knobs (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``); no
@@ -10,12 +10,13 @@ model was fitted on any of them.  Per decision:
 
 1. **The truth.**  Each config's single replica replayed offline (``dynamo.replay``, the
    mocker's scheduler) on a long Poisson stream (``--truth-requests``, 20 000) at the decision's
-   rate: its good output tokens at the SLO (``metrics.slo.good_mask``) and whether it meets the
-   SLO at the run level (p90 TTFT and TPOT).  Cost per million good tokens = price x window /
-   good tokens (one replica serving the whole window).  The prices are set so the true costs
-   differ by a drawn ``delta`` (``--max-delta``, 8 %): close decisions, so the stated
-   probabilities land away from 0.  The truly cheapest among those meeting the SLO is the right
-   pick.
+   rate (``--rate-share``: 0.7 to 1.05 x the lower config's knee, where a 2000-request replay last
+   meets the SLO): its good output tokens (of requests completed with TTFT and TPOT within the
+   SLO) and whether it meets the SLO at the run level (p90 TTFT and TPOT).  Cost per million
+   good tokens = price x window / good tokens (one replica serving the whole window).  The
+   prices are set so the true costs differ by a drawn ``delta`` (``--max-delta``, 8 %): close
+   decisions, so the stated probabilities land away from 0.  The truly cheapest among those
+   meeting the SLO is the right pick.
 2. **The plan, as a user runs it.**  Each config "measured" as a sweep would: 3 blocks (fresh
    arrival seeds) x 6 Poisson rates around its knee x ``--requests`` (150) requests, each run an
    offline replay, written in the experiment layout the plan reads (``runs.parquet``, each run's
@@ -219,7 +220,7 @@ def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
             break
     configs = {config_name(a): a, config_name(b): b}
     knees = {n: knee(replay, c, args.knee_requests) for n, c in configs.items()}
-    rate = float(rng.uniform(0.7, 1.05)) * min(knees.values())
+    rate = float(rng.uniform(*args.rate_share)) * min(knees.values())
     t0 = time.time()
     # the truth: a long replay of the decision's traffic on each config (the same arrivals)
     truth_stream = stream(np.random.default_rng([args.seed, k, 1]), args.truth_requests, rate)
@@ -285,6 +286,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--truth-requests", type=int, default=20_000)
     ap.add_argument("--knee-requests", type=int, default=2000, help="requests per replay of the knee's search")
     ap.add_argument("--day-s", type=float, default=120.0, help="the plan's window of traffic (s)")
+    ap.add_argument("--rate-share", type=float, nargs=2, default=(0.7, 1.05), metavar=("LO", "HI"),
+                    help="the decision's rate drawn in [LO, HI) x the lower knee")
     ap.add_argument("--max-delta", type=float, default=0.08, help="true cost differences drawn in +-this")
     ap.add_argument("--json", help="write every decision here")
     return ap.parse_args(argv)
