@@ -49,14 +49,20 @@ a verdict read from it never contradicts the probability.
 
 **The model's error between candidates.**  The pairs above take it as *independent*: every
 case of the pick's replica model against every case of the runner-up's.  Two candidates on
-one replica model share its cases; taking the error as *shared* pairs each case with itself
-(``shared_differences``): Y^a_ic / Y^b_jc - 1 with weight w^a_i w^b_j / C, where a finite
+one replica model share its cases; taking the error as *shared* (``shared=True`` of
+``runner_up_cheaper`` and ``relative_differences``; ``shared_differences`` from the bare costs)
+pairs each case with itself: Y^a_ic / Y^b_jc - 1 with weight w^a_i w^b_j / C, where a finite
 factor cancels and an infinite one is a tie, and
 
     P_shared(b cheaper) = Σ_{i,j,c} (w^a_i w^b_j / C) ( 1[Y^b_jc < Y^a_ic] + ½ 1[Y^b_jc = Y^a_ic] )
 
 (``probability_from_differences``: the weight of the pairs whose difference is above 0, ties
-half).  Candidates whose models have different cases have no shared figure.
+half).  The plan's verdict takes it as shared where both candidates have one model's cases: a
+model biased on a case is biased alike for two engines on that case's traffic, and as
+independent it put every close pick at about 25 % wrong (two cases: one pair in four has the
+opposite biases) where mocker decisions whose truth is known were wrong in none
+(``benchmarks/plan_reliability.py``, docs/measured/plan-reliability.md).  Candidates whose
+models have different cases have no shared figure.
 """
 
 from __future__ import annotations
@@ -87,12 +93,14 @@ def cost_factor(case: dict[str, tuple[float, float]]) -> float | None:
 
 @dataclass(frozen=True)
 class Draws:
-    """A candidate's joint resamples: cost, weight (summing to 1) and the capacity resample
-    each came from; ``random``: the capacity resamples are random draws, not an enumeration."""
+    """A candidate's joint resamples: cost, weight (summing to 1), the capacity resample and
+    the model's case each came from; ``random``: the capacity resamples are random draws, not an
+    enumeration."""
     values: np.ndarray
     weights: np.ndarray
     unit: np.ndarray
     random: bool = False
+    case: np.ndarray | None = None
 
 
 def joint(values, weights, factors, random: bool = False) -> Draws:
@@ -104,10 +112,33 @@ def joint(values, weights, factors, random: bool = False) -> Draws:
     vals = (y[:, None] * q[None, :]).ravel()
     wts = np.repeat(w / q.size, q.size)
     unit = np.repeat(np.arange(y.size), q.size)
+    case = np.tile(np.arange(q.size), y.size)
     keep = ~np.isnan(vals)
-    vals, wts, unit = vals[keep], wts[keep], unit[keep]
+    vals, wts, unit, case = vals[keep], wts[keep], unit[keep], case[keep]
     total = wts.sum()
-    return Draws(vals, wts / total if total > 0 else wts, unit, random)
+    return Draws(vals, wts / total if total > 0 else wts, unit, random, case)
+
+
+def _cases(d: Draws) -> np.ndarray:
+    return d.case if d.case is not None else np.zeros(d.values.size, dtype=np.int64)
+
+
+def _placements(x: Draws, y: Draws, shared: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per joint resample of ``x``: the weight of ``y`` below its value and at it, over every
+    resample of ``y`` or, ``shared``, over those of the same case (``y``'s weights within that case
+    renormalised; a case ``y`` lacks: none below, none equal)."""
+    if not shared:
+        yv, ycum = _sorted(y)
+        return _below_and_equal(yv, ycum, x.values)
+    below, equal = np.zeros(x.values.size), np.zeros(x.values.size)
+    xc, yc = _cases(x), _cases(y)
+    for c in np.unique(xc):
+        mx, my = xc == c, yc == c
+        if not my.any():
+            continue
+        sub = Draws(y.values[my], y.weights[my] / y.weights[my].sum(), y.unit[my])
+        below[mx], equal[mx] = _below_and_equal(*_sorted(sub), x.values[mx])
+    return below, equal
 
 
 def _below_and_equal(sorted_vals: np.ndarray, cum: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,38 +165,63 @@ def _placement_variance(d: Draws, placement: np.ndarray) -> float:
     return float(np.var(v, ddof=1) / units.size)
 
 
-def runner_up_cheaper(pick: Draws, runner_up: Draws) -> dict:
+def runner_up_cheaper(pick: Draws, runner_up: Draws, shared: bool = False) -> dict:
     """{probability, standard_error}: P(runner-up cheaper) and its resample error (module doc);
-    probability None where a side has no resample."""
+    ``shared``: the two candidates share one replica model's cases (the same factors, in the
+    same order), so each case meets only itself; probability None where a side has no resample."""
     if pick.values.size == 0 or runner_up.values.size == 0:
         return {"probability": None, "standard_error": None}
-    bv, bcum = _sorted(runner_up)
-    below, equal = _below_and_equal(bv, bcum, pick.values)
+    below, equal = _placements(pick, runner_up, shared)
     place_a = below + 0.5 * equal                  # P_b(Y^b < y) + ½ P_b(Y^b = y), per pick resample
     p = float(np.sum(pick.weights * place_a))
     se2 = 0.0
     if pick.random:
         se2 += _placement_variance(pick, place_a)
     if runner_up.random:
-        av, acum = _sorted(pick)
-        below_a, equal_a = _below_and_equal(av, acum, runner_up.values)
+        below_a, equal_a = _placements(runner_up, pick, shared)
         se2 += _placement_variance(runner_up, (1.0 - below_a - equal_a) + 0.5 * equal_a)
     return {"probability": min(1.0, max(0.0, p)), "standard_error": math.sqrt(se2)}
 
 
 def relative_differences(pick: Draws, runner_up: Draws, max_pairs: int = 1_000_000,
-                         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                         seed: int = 0, shared: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(Y^a / Y^b - 1, weight) over every pair of joint resamples, or ``max_pairs`` pairs drawn
-    by weight past that many (module doc)."""
+    by weight past that many (module doc); ``shared``: only the pairs of one case (the
+    runner-up's weights renormalised within each case, as ``runner_up_cheaper`` pairs them)."""
     na, nb = pick.values.size, runner_up.values.size
     if na == 0 or nb == 0:
         return np.zeros(0), np.zeros(0)
+    if shared:
+        return _shared_pairs(pick, runner_up, max_pairs, seed)
     if na * nb <= max_pairs:
         rel = _relative(pick.values[:, None], runner_up.values[None, :]).ravel()
         return rel, (pick.weights[:, None] * runner_up.weights[None, :]).ravel()
     rng = np.random.default_rng(seed)
     ia = rng.choice(na, size=max_pairs, p=pick.weights)
     ib = rng.choice(nb, size=max_pairs, p=runner_up.weights)
+    return _relative(pick.values[ia], runner_up.values[ib]), np.full(max_pairs, 1.0 / max_pairs)
+
+
+def _shared_pairs(pick: Draws, runner_up: Draws, max_pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    ca, cb = _cases(pick), _cases(runner_up)
+    groups = [(np.flatnonzero(ca == c), np.flatnonzero(cb == c)) for c in np.unique(ca)]
+    groups = [(ia, ib) for ia, ib in groups if ib.size]
+    if sum(ia.size * ib.size for ia, ib in groups) <= max_pairs:
+        rels, wts = [], []
+        for ia, ib in groups:
+            wb = runner_up.weights[ib] / runner_up.weights[ib].sum()
+            rels.append(_relative(pick.values[ia][:, None], runner_up.values[ib][None, :]).ravel())
+            wts.append((pick.weights[ia][:, None] * wb[None, :]).ravel())
+        rel, w = np.concatenate(rels), np.concatenate(wts)
+        return rel, w / w.sum() if w.sum() > 0 else w
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([ia for ia, _ in groups])
+    pa = pick.weights[keep] / pick.weights[keep].sum()
+    ia = keep[rng.choice(keep.size, size=max_pairs, p=pa)]
+    ib = np.empty(max_pairs, dtype=np.int64)
+    for c in np.unique(ca[ia]):
+        at, pool = ca[ia] == c, np.flatnonzero(cb == c)
+        ib[at] = rng.choice(pool, size=int(at.sum()), p=runner_up.weights[pool] / runner_up.weights[pool].sum())
     return _relative(pick.values[ia], runner_up.values[ib]), np.full(max_pairs, 1.0 / max_pairs)
 
 
@@ -248,14 +304,16 @@ def between_text(verdict: dict) -> str:
     """Whether the verdict took the model's error as shared or independent between the pick and
     the runner-up, with the other assumption's figure beside it ('' where neither has model error)."""
     m = verdict.get("model_error_between") or {}
-    if m.get("taken_as") != "independent":
+    how = m.get("taken_as")
+    if how not in ("independent", "shared"):
         return ""
     r = verdict["runner_up_cheaper"]
     a, b = r["pick"], r["runner_up"]
-    sh = m.get("shared") or {}
-    if sh.get("probability") is None:
-        return f"; the model's error taken as independent between {a} and {b} ({sh.get('why', 'no shared figure')})"
-    iv = sh.get("interval")
+    other = "shared" if how == "independent" else "independent"
+    fig = m.get(other) or {}
+    if fig.get("probability") is None:
+        return f"; the model's error taken as {how} between {a} and {b} ({fig.get('why', f'no {other} figure')})"
+    iv = fig.get("interval")
     ivs = f", {a} vs {b} [{signed_share(iv[0])}, {signed_share(iv[1])}]" if iv else ""
-    return (f"; the model's error taken as independent between {a} and {b} (shared: P({b} cheaper) = "
-            f"{sh['probability']:.1%}{ivs})")
+    return (f"; the model's error taken as {how} between {a} and {b} ({other}: P({b} cheaper) = "
+            f"{fig['probability']:.1%}{ivs})")

@@ -15,9 +15,10 @@ and the verdict states the probability that the runner-up is in fact the cheaper
 over the same pairs (``metrics.plan_pick``).  An infinite cost (no good token) is part of the
 interval (its bound then +inf) and of the probability; the verdict says "cheapest" only where
 the interval lies below zero and the runner-up is the cheaper in under half the pairs, so the two
-never contradict each other.  The pairs take the model's error as independent between the two
-candidates; where both share one replica model's cases, the shared figure (each case on both
-sides) is stated beside it (``model_error_between``).
+never contradict each other.  Where both candidates are on one replica model's cases, the pairs
+take the model's error as shared (each case on both sides: a bias of the model moves both alike),
+with the independent figure beside it; on different models' cases, as independent
+(``model_error_between``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ import numpy as np
 from metrics.plan_pick import (
     joint,
     no_good_share,
-    probability_from_differences,
     relative_differences,
     runner_up_cheaper,
-    shared_differences,
     signed_share,
 )
 
@@ -114,18 +113,22 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
                       bool(random.get(name)))
 
     da, db = draws(a, True), draws(b, True)
-    iv = interval(list(zip(*relative_differences(da, db))), confidence)
+    fa, fb = list(factors.get(a, [])), list(factors.get(b, []))
+    shared = bool(fa) and fa == fb          # one replica model's cases: its error moves both alike
+    iv = interval(list(zip(*relative_differences(da, db, shared=shared))), confidence)
     iv_cap = interval(list(zip(*relative_differences(draws(a, False), draws(b, False)))), confidence)
     cases = {a: len(factors.get(a, [])), b: len(factors.get(b, []))}
     out["difference"] = {"a": a, "b": b, "relative": rel, "interval": iv, "interval_capacity_only": iv_cap,
                          "confidence": confidence, "model_error_cases": cases,
                          "what": f"cost_per_mtok_good of {a} / {b} - 1 over their joint resamples"}
-    chance = runner_up_cheaper(da, db) if iv is not None else {"probability": None, "standard_error": None}
-    out["model_error_between"] = _between(a, b, resampled, factors, confidence)
+    chance = (runner_up_cheaper(da, db, shared=shared) if iv is not None
+              else {"probability": None, "standard_error": None})
+    out["model_error_between"] = _between(a, b, da, db, factors, confidence)
     out["runner_up_cheaper"] = {
         "pick": a, "runner_up": b, **chance, "model_error_cases": cases,
-        "what": f"the weight of the joint resamples (block resamples x the model's validation cost factors) in "
-                f"which {b}'s cost_per_mtok_good is below {a}'s, ties half (metrics.plan_pick.runner_up_cheaper)"}
+        "what": f"the weight of the joint resamples (block resamples x the model's validation cost factors"
+                f"{', each case on both sides' if shared else ''}) in which {b}'s cost_per_mtok_good is below "
+                f"{a}'s, ties half (metrics.plan_pick.runner_up_cheaper)"}
     if chance["probability"] is None:
         out["runner_up_cheaper"]["why"] = "no capacity resamples (protocol.resamples=0 or one block): no probability"
     odds = f"; P({b} cheaper) = {chance['probability']:.1%}" if chance["probability"] is not None else ""
@@ -146,27 +149,23 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
     return out
 
 
-def _between(a: str, b: str, resampled: dict, factors: dict, confidence: float) -> dict:
-    """How the verdict took the model's error between ``a`` and ``b`` (independent), and the
-    shared figure beside it where both have one replica model's cases (module doc)."""
+def _between(a: str, b: str, da, db, factors: dict, confidence: float) -> dict:
+    """How the verdict took the model's error between ``a`` and ``b``: shared where both have one
+    replica model's cases, with the independent figure beside it; else independent (module doc)."""
     fa, fb = list(factors.get(a, [])), list(factors.get(b, []))
     if not fa and not fb:
         return {"taken_as": "none", "why": "no validation residuals of either config's model"}
-    out = {"taken_as": "independent",
-           "what": f"every validation case of {a}'s replica model against every case of {b}'s"}
-    if fa != fb:
-        out["shared"] = {"why": f"{a}'s and {b}'s replica models have different validation cases: no shared figure"}
-        return out
-    sides = []
-    for n in (a, b):
-        costs = [r.get("cost_per_mtok_good") for r, _ in resampled.get(n, [])]
-        sides += [[math.nan if c is None else c for c in costs], [w for _, w in resampled.get(n, [])]]
-    rel, w = shared_differences(*sides, fa)
-    out["shared"] = {"interval": interval(list(zip(rel.tolist(), w.tolist())), confidence),
-                     "probability": probability_from_differences(rel, w),
-                     "what": f"each validation case on both {a} and {b} (one replica model's cases): a finite "
-                             "factor cancels, an infinite one is a tie"}
-    return out
+    if fa and fa == fb:
+        rel, w = relative_differences(da, db)
+        return {"taken_as": "shared",
+                "what": f"each validation case of the one replica model on both {a} and {b}: a finite factor "
+                        "cancels, an infinite one is a tie",
+                "independent": {"interval": interval(list(zip(rel.tolist(), w.tolist())), confidence),
+                                "probability": runner_up_cheaper(da, db)["probability"],
+                                "what": f"every validation case of {a}'s replica model against every case of {b}'s"}}
+    return {"taken_as": "independent",
+            "what": f"every validation case of {a}'s replica model against every case of {b}'s",
+            "shared": {"why": f"{a}'s and {b}'s replica models have different validation cases: no shared figure"}}
 
 
 def _draws(resampled: list[tuple[dict, float]], factors: list[float], random: bool = False):

@@ -146,3 +146,41 @@ def test_the_probability_agrees_with_the_formula_by_hand(a, qa, b, qb):
     yb, wb = [c for c, _ in b], [w / sum(x for _, x in b) for _, w in b]
     got = runner_up_cheaper(joint(ya, wa, qa), joint(yb, wb, qb))["probability"]
     assert got == pytest.approx(_by_hand(ya, wa, qa, yb, wb, qb), abs=1e-12)
+
+
+def test_a_shared_model_error_cancels_between_candidates_on_one_models_cases():
+    # a at 1.0 and b at 1.05 on one replica model whose cases' factors are 1.2 and 0.9.  As
+    # independent, b is the cheaper in 1 of 4 pairs (b x 0.9 below a x 1.2); the one model's error
+    # moves both alike, so b, 5 % dearer on every case, is never the cheaper
+    a, b = joint([1.0], [1.0], [1.2, 0.9]), joint([1.05], [1.0], [1.2, 0.9])
+    assert runner_up_cheaper(a, b)["probability"] == pytest.approx(0.25)
+    assert runner_up_cheaper(a, b, shared=True)["probability"] == 0.0
+    rel, w = relative_differences(a, b, shared=True)
+    assert rel.tolist() == pytest.approx([1 / 1.05 - 1] * 2) and w.sum() == pytest.approx(1.0)
+
+
+def _shared_by_hand(a, wa, b, wb, q) -> float:
+    """P_shared (module doc): each case on both sides, ties half."""
+    q = q or [1.0]
+    return sum(x * z / len(q) * (1.0 if yb * c < ya * c else 0.5 if yb * c == ya * c else 0.0)
+               for c in q for ya, x in zip(a, wa) for yb, z in zip(b, wb))
+
+
+@settings(max_examples=40, deadline=None)
+@given(costs, costs, facs, st.booleans(), st.booleans())
+def test_the_shared_probability_agrees_with_the_formula_by_hand(a, b, q, ra, rb):
+    ya, wa = [c for c, _ in a], [w / sum(x for _, x in a) for _, w in a]
+    yb, wb = [c for c, _ in b], [w / sum(x for _, x in b) for _, w in b]
+    got = runner_up_cheaper(joint(ya, wa, q, random=ra), joint(yb, wb, q, random=rb), shared=True)
+    assert got["probability"] == pytest.approx(_shared_by_hand(ya, wa, yb, wb, q), abs=1e-12)
+    rel, w = relative_differences(joint(ya, wa, q), joint(yb, wb, q), shared=True)
+    from metrics.plan_pick import probability_from_differences
+    assert probability_from_differences(rel, w) == pytest.approx(got["probability"], abs=1e-12)
+
+
+def test_shared_pairs_past_the_limit_are_drawn_within_a_case():
+    a, b = joint([1.0, 2.0], [0.5, 0.5], [1.0, 10.0]), joint([1.5, 3.0], [0.5, 0.5], [1.0, 10.0])
+    rel, w = relative_differences(a, b, max_pairs=4, shared=True)
+    assert rel.size == 4 and w.sum() == pytest.approx(1.0)
+    # within one case the factor cancels: only the capacity ratios 1/1.5, 1/3, 2/1.5, 2/3 remain
+    assert set(np.round(rel + 1, 6)) <= {round(x, 6) for x in (1 / 1.5, 1 / 3, 2 / 1.5, 2 / 3)}

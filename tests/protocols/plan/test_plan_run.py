@@ -140,13 +140,19 @@ def test_the_verdict_states_the_chance_the_runner_up_is_cheaper(tmp_path, experi
     assert len(fast["cost_resamples"]) == 3                   # 3 random draws (10 distinct multisets > 3)
     r = base["cheapest"]["runner_up_cheaper"]
     pick, other = base["configs"][r["pick"]], base["configs"][r["runner_up"]]
-    # recomputed by hand from plan.json: every pair of joint resamples, ties half
-    ja = [(c * q, w / 2) for c, w in pick["cost_resamples"] for q in (1.2, 0.9)]
-    jb = [(c * q, w / 2) for c, w in other["cost_resamples"] for q in (1.2, 0.9)]
-    want = sum(wa * wb * (1.0 if cb < ca else 0.5 if cb == ca else 0.0) for ca, wa in ja for cb, wb in jb)
-    want /= sum(w for _, w in ja) * sum(w for _, w in jb)
-    assert r["probability"] == pytest.approx(want, abs=1e-9)
-    assert r["standard_error"] > 0                            # random draws: a resample error
+    # recomputed by hand from plan.json, ties half: one replica model's cases, so the model's error is
+    # taken as shared (each case on both sides); independent (every pair of joint resamples) beside it
+    def chance(pairs):
+        return sum(wa * wb * (1.0 if cb < ca else 0.5 if cb == ca else 0.0) for ca, wa, cb, wb in pairs) / sum(
+            wa * wb for _, wa, _, wb in pairs)
+    ja = [(c * q, w / 2, k) for c, w in pick["cost_resamples"] for k, q in enumerate((1.2, 0.9))]
+    jb = [(c * q, w / 2, k) for c, w in other["cost_resamples"] for k, q in enumerate((1.2, 0.9))]
+    assert base["cheapest"]["model_error_between"]["taken_as"] == "shared"
+    assert r["probability"] == pytest.approx(chance([(ca, wa, cb, wb) for ca, wa, i in ja for cb, wb, k in jb
+                                                     if i == k]), abs=1e-9)
+    assert base["cheapest"]["model_error_between"]["independent"]["probability"] == pytest.approx(
+        chance([(ca, wa, cb, wb) for ca, wa, _ in ja for cb, wb, _ in jb]), abs=1e-9)
+    assert r["standard_error"] >= 0                           # random draws: a resample error
     assert doc["model_error"]["applied"] is True and doc["model_error"]["held_out"] is True
     iv = slow["metrics"]["cost_per_mtok_good"]["interval_with_model_error"]
     costs = [c for c, _ in slow["cost_resamples"]]
