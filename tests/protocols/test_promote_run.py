@@ -1,7 +1,7 @@
 """``protocol=promote`` end to end against scripted fake endpoints, with live traffic from the
 test: a good candidate is promoted through every stage, one that starts failing is rolled back
-by a guard mid-stage, and no caller ever sees the candidate's failures; a promotion that fails
-mid-way still writes its record and ends its MLflow parent run FAILED."""
+by a guard mid-stage, and no caller ever sees the candidate's failures; a promotion that fails or
+is terminated mid-way still writes its record and ends its MLflow parent run FAILED."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from conf.compose import compose_config
 from harness import lifecycle
+from harness.commands.interrupts import Terminated
 from protocols.promote.run import Promotion
 from tests.fake_server import CLOSE, HEAD_CHUNKED, FakeServer
 from tests.harness.test_finish import RecordingLogger
@@ -126,7 +127,10 @@ def test_a_candidate_that_starts_failing_is_rolled_back_by_a_guard(tmp_path):
 
 
 @pytest.mark.slow  # a proxy process of its own
-def test_a_promotion_failing_mid_way_writes_its_record_and_ends_its_parent_failed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stop, outcome", [(RuntimeError("a step failed"), "failed"),
+                                           (Terminated(), "interrupted")])
+def test_a_promotion_stopped_mid_way_writes_its_record_and_ends_its_parent_failed(tmp_path, monkeypatch, stop,
+                                                                                   outcome):
     parent = RecordingLogger()  # the MLflow parent run, with the client the decisions are logged through
     parent.parent_id = "parent"
     parent.client = SimpleNamespace(log_batch=lambda run_id, **kw: parent.calls.append(("batch", run_id)))
@@ -140,20 +144,21 @@ def test_a_promotion_failing_mid_way_writes_its_record_and_ends_its_parent_faile
         p = Promotion(compose_config(overrides), overrides)
         ticks, tick = [], p.stage_loop.tick
 
-        def tick_then_fail(*args):  # the third look at the proxy fails, as a bug in a step would
+        def tick_then_stop(*args):  # the third look at the proxy fails (a bug in a step) or is cut by SIGTERM
             tick(*args)
             ticks.append(args[0])
             if len(ticks) == 3:
-                raise RuntimeError("a step failed")
+                raise stop
 
-        p.stage_loop.tick = tick_then_fail
-        with pytest.raises(RuntimeError, match="a step failed"):
+        p.stage_loop.tick = tick_then_stop
+        with pytest.raises((RuntimeError, KeyboardInterrupt)) as got:
             p.run()
+    assert type(got.value) is type(stop)  # SIGTERM stays itself (exit 143), not a plain Ctrl-C (130)
     rec = json.loads((tmp_path / "promote.json").read_text())
-    assert rec["outcome"] == "failed" and len(rec["timeline"]["t_s"]) == 3 and rec["stages"][0]["name"] == "shadow"
-    assert rec["answer"]["lines"][0].startswith("outcome: failed at 0.0 s in stage shadow")
+    assert rec["outcome"] == outcome and len(rec["timeline"]["t_s"]) == 3 and rec["stages"][0]["name"] == "shadow"
+    assert rec["answer"]["lines"][0].startswith(f"outcome: {outcome} at 0.0 s in stage shadow")
     exp = json.loads((tmp_path / "experiment.json").read_text())
-    assert exp["status"] == "failed" and exp["promotion"]["outcome"] == "failed" and exp["answer"] == rec["answer"]
+    assert exp["status"] == outcome and exp["promotion"]["outcome"] == outcome and exp["answer"] == rec["answer"]
     assert ("metrics", {"promoted": 0.0, "rolled_back": 0.0, "stages_run": 1.0, "callers_failed": 0.0}) in parent.calls
     assert ("artifact", "promote.json") in parent.calls and parent.calls[-1] == ("end", "FAILED")
 
