@@ -1,5 +1,6 @@
 """protocol=promote: the record: rollback.json, promote.json, and from them experiment.json, the console's
-summary and the parent run's metrics (written by ``protocols.promote.run.Promotion.parent_run``)."""
+summary and the parent run's metrics (as the run lifecycle asks: ``protocols.promote.run.Promotion.record_as``,
+``ending``)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class PromotionRecord:
 
     def promotion_record(self) -> dict:
         ps = self.state
-        state = ps.status if ps.status == "interrupted" else ps.machine.state
+        state = ps.status if ps.status in ("interrupted", "failed") else ps.machine.state  # stopped: says so
         stages = []
         for st in ps.ran:
             d = {**{k: getattr(st.plan, k) for k in ("name", "mode", "share", "mirror", "min_requests",

@@ -29,15 +29,16 @@ the callers, the fault and the timeline the run adds, and the clock): ``endpoint
 3), ``traffic.Traffic`` (4), ``stages.StageLoop`` (5: the loop, guards, stage changes, rollback,
 the timeline), ``gate.StageGate`` (a stage's gate), ``faults.Faults`` (the rehearsal's fault),
 ``record.PromotionRecord`` (rollback.json, promote.json, experiment.json's content); with
-``mlflow_log`` as functions.  Here: the checks of the command, the order of the steps, their
-cleanup, and the parent run (``Promotion.parent_run``).
+``mlflow_log`` as functions.  Here: the checks of the command, the order of the steps and their
+cleanup; the parent run, the record's status on finish, interrupt and failure, and the answer
+printed last are the run lifecycle's (``harness.lifecycle``: ``Promotion`` is its ``RunSteps``; a
+promotion that stopped is finished too, its record written and its parent run ended FAILED).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -45,8 +46,8 @@ from omegaconf import DictConfig, OmegaConf
 from conf.schema import ConfigError, Proxy, typed, validate
 from harness import results_io
 from harness.errors import UserError
-from harness.finish import finish_run
-from harness.parent_run import start_parent
+from harness.lifecycle import Ending, Lifecycle, ParentRun, RunRecord, run_lifecycle
+from harness.mlflow_log import MlflowLogger
 from harness.proxy.routing import CANDIDATE
 from harness.proxy.runtime import check_placement
 from metrics.promotion_gate import metric_kind
@@ -65,7 +66,7 @@ class Promotion:
     """One promotion, its steps run in order: the endpoints and the proxy (``Endpoints``), the traffic
     (``Traffic``), the stage loop (``StageLoop``, with the gate ``StageGate`` and the fault ``Faults``),
     and the record (``PromotionRecord``); they share the promotion's ``PromotionState``.  Here: the
-    command's checks, the order of the steps, their cleanup and the parent run."""
+    command's checks, and the lifecycle's steps (``run_steps`` with their cleanup, ``record_as``, ``ending``)."""
 
     def __init__(self, cfg: DictConfig, overrides: list[str]):
         overrides = list(overrides)
@@ -107,15 +108,23 @@ class Promotion:
         out.mkdir(parents=True, exist_ok=True)
         results_io.write_yaml(out / results_io.CONFIG, self.safe_config)
         self.record.write_rollback()
-        return self.parent_run(self.steps, self.shutdown)
+        # a promotion that stopped (interrupted, failed) is finished too: its decisions so far are its record
+        return run_lifecycle(self.state.cfg, out, self, options=Lifecycle(
+            parent=ParentRun(tags={"tokenfactory.kind": "promotion"}, strict=True, resume=False),
+            resume_hint=None, finish_stopped=True))
 
-    def steps(self) -> None:
-        """The endpoints, the proxy, the traffic, then the stages until the final decision and after."""
-        self.endpoints.launch_engines()
-        self.endpoints.start_proxy()
-        if self.state.cfg.protocol.traffic == "loadgen":
-            self.traffic.start()
-        self.stage_loop.loop()
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        """The endpoints, the proxy, the traffic, then the stages until the final decision and after;
+        whatever happens, everything they started is shut down; the gates logged on ``parent``."""
+        self.state.mlflow = parent
+        try:
+            self.endpoints.launch_engines()
+            self.endpoints.start_proxy()
+            if self.state.cfg.protocol.traffic == "loadgen":
+                self.traffic.start()
+            self.stage_loop.loop()
+        finally:
+            self.shutdown()
 
     def shutdown(self) -> None:
         """Everything the steps started, stopped: the traffic, the proxy (its last rows kept), the engines."""
@@ -137,36 +146,24 @@ class Promotion:
                     pass
             eng.stop()
 
-    # ------------------------------------------------------------------------------------ the parent run
-    def parent_run(self, steps: Callable[[], None], cleanup: Callable[[], None]) -> Path:
-        """The promotion's parent run, all of it here (a shared lifecycle can take its place):
-        experiment.json (running), the MLflow parent started, ``steps`` run and ``cleanup`` after
-        them whatever happens, then ``promote.json`` and experiment.json with the outcome, the
-        decisions on the parent run, the console's summary and the parent ended FINISHED
-        (promoted or rolled back) or FAILED (interrupted, undecided) with the outcome's metrics
-        (``harness.finish``); an interrupt is raised again after the record is written."""
-        ps = self.state
-        results_io.write_json(ps.out / results_io.EXPERIMENT, self.record.experiment_json())
-        ps.mlflow = start_parent(ps.cfg, ps.out, tags={"tokenfactory.kind": "promotion"}, strict=True, resume=False)
-        interrupted = False
-        try:
-            steps()
-        except KeyboardInterrupt:
-            interrupted = True
-            ps.status = "interrupted"
-        finally:
-            cleanup()
-        rec = self.record.write_promotion_record()
-        results_io.write_json(ps.out / results_io.EXPERIMENT, self.record.experiment_json())
-        log_decisions(ps.mlflow, rec)
+    def record_as(self, status: str) -> RunRecord:
+        """experiment.json; once the steps have stopped, promote.json first, with the outcome (``status``
+        where the promotion was interrupted or failed)."""
+        if status != "running":
+            self.state.status = status
+            self.record.write_promotion_record()
+        return RunRecord(self.record.experiment_json())
+
+    def ending(self, status: str) -> Ending:
+        """The decisions on the parent run and the console; the outcome's metrics and the record's files
+        for it, which ends FINISHED where the candidate was promoted or rolled back, else FAILED."""
+        rec = self.record.promotion
+        log_decisions(self.state.mlflow, rec)
         print(describe(rec), flush=True)
-        finish_run(ps.cfg, ps.out, ps.mlflow, metrics=finish_metrics(rec),
-                   artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
-                   report=self.record.render_report, answer=rec,
-                   end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
-        if interrupted:
-            raise KeyboardInterrupt
-        return ps.out
+        return Ending(metrics=finish_metrics(rec),
+                      artifacts=(results_io.PROMOTION, results_io.ROLLBACK, results_io.EXPERIMENT, results_io.CONFIG),
+                      report=self.record.render_report, answer=rec,
+                      end="FINISHED" if rec["outcome"] in ("promoted", "rolled_back") else "FAILED")
 
 
 def run_promotion(cfg: DictConfig, overrides: list[str]) -> Path:

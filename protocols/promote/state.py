@@ -65,8 +65,8 @@ class PromotionState:
     rows_total: int = 0                             # StageLoop: the proxy's rows taken
     callers: dict[str, str] = field(default_factory=dict)  # StageLoop: request id -> ok | failed | cancelled
     timeline: dict = field(default_factory=empty_timeline)  # StageLoop
-    mlflow: MlflowLogger | None = None              # Promotion.parent_run
-    status: str = "running"                         # Promotion.parent_run: running or interrupted
+    mlflow: MlflowLogger | None = None              # Promotion.run_steps: the parent run
+    status: str = "running"                         # Promotion.record_as: running, complete, interrupted, failed
 
     def t(self, ns: int | None = None) -> float:
         """Seconds since the proxy took the first stage's mode (``ns``: a perf_counter_ns reading; None: now)."""

@@ -1,5 +1,5 @@
 """protocol=tune: the record: tune.json, and from it experiment.json's steps, runs.parquet's rows and the
-parent run's metrics (written by ``protocols.tune.run.Tuner.parent_run``)."""
+parent run's metrics (as the run lifecycle asks: ``protocols.tune.run.Tuner.record_as``, ``ending``)."""
 
 from __future__ import annotations
 

@@ -36,25 +36,23 @@ base), ``search.StudySearch`` (the study), ``finalists.Finalists`` (screen=model
 ``record.TuneRecord`` (tune.json, and what experiment.json, runs.parquet and the parent run take
 from it); with ``configs`` (a trial's config; the checks of the bracket and the knobs) and
 ``mlflow_log`` (a trial's run as the parent's child) as functions.  Here: the command's checks,
-the order of the steps, the console, and the parent run (``Tuner.parent_run``).
+the order of the steps and the console; the parent run, the record's status on finish, interrupt
+and failure, and the answer printed last are the run lifecycle's (``harness.lifecycle``: ``Tuner`` is
+its ``RunSteps``; a stopped tune is finished too, its finished trials logged).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
-import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from conf.overrides import explicit_keys
 from conf.schema import ConfigError, validate
 from harness import results_io
 from harness.errors import UserError
-from harness.experiment_record import write_runs_table
-from harness.finish import finish_run
-from harness.parent_run import start_parent
+from harness.lifecycle import Ending, Lifecycle, ParentRun, RunRecord, run_lifecycle
+from harness.mlflow_log import MlflowLogger
 from harness.report.tune import write_tune_page
 from metrics import tune_verdict
 from protocols.experiment import check_config
@@ -76,7 +74,7 @@ class Tuner:
     """One tune, its steps run in order: the quality gate's reference (``TrialQuality``), the study's
     search (``StudySearch``) or the screen's finalists (``Finalists``), each a trial (``Trials``), and
     the record (``TuneRecord``); they share the tune's ``TuneState``.  Here: the command's checks,
-    the console and the parent run."""
+    the console, and the lifecycle's steps (``run_steps``, ``record_as``, ``ending``)."""
 
     def __init__(self, cfg: DictConfig, overrides: list[str]):
         overrides = list(overrides)
@@ -114,6 +112,7 @@ class Tuner:
         self.search = StudySearch(self.state, self.trials)
         self.finalists = Finalists(self.state, self.trials)
         self.record = TuneRecord(self.state, self.trials, self.finalists)
+        self.written: dict | None = None  # tune.json as the lifecycle last recorded it (record_as)
 
     def describe(self) -> str:
         st = self.state
@@ -157,19 +156,37 @@ class Tuner:
             st.screened = screen.screen(st.cfg, st.knobs)
             results_io.write_json(st.out / screen.SCREEN_FILE, st.screened)
             print(screen_table(st.screened), flush=True)
-        study: list[optuna.Study] = []
+        return run_lifecycle(st.cfg, st.out, self, options=Lifecycle(
+            parent=ParentRun(name=f"tune {st.out.name}", tags={"tokenfactory.kind": "tune"}, strict=True),
+            resume_hint="finished trials are kept; to resume, run the same command with output_dir={out}",
+            finish_stopped=True))  # a stopped tune is finished too: its finished trials are the record
 
-        def prepare() -> None:  # the quality gate's reference outputs, then the study (none when screening)
-            self.quality.reference_outputs()
-            study.extend([] if st.screening else [self.search.open_study()])
+    def run_steps(self, parent: MlflowLogger | None) -> None:
+        """The lifecycle's runs: the quality gate's reference outputs, then the trials (the screen's
+        finalists, or the study's suggestions); each trial's run a child of ``parent``."""
+        st = self.state
+        st.mlflow = parent
+        self.quality.reference_outputs()
+        if st.screening:
+            self.finalists.measure_finalists()
+        else:
+            self.search.search(self.search.open_study())
 
-        def steps() -> None:  # the trials: the screen's finalists, or the study's suggestions
-            if st.screening:
-                self.finalists.measure_finalists()
-            else:
-                self.search.search(study[0])
+    def record_as(self, status: str) -> RunRecord:
+        """tune.json with ``status``, rebuilt from the trials, and from it experiment.json and runs.parquet."""
+        st = self.state
+        st.status = status
+        self.written = self.record.write_tune_record()
+        return RunRecord({**self.record.experiment_json(self.written), "answer": self.written["answer"]},
+                         trial_runs(st.out, self.written["trials"]))
 
-        return self.parent_run(prepare, steps, self.show)
+    def ending(self, status: str) -> Ending:
+        """The tune's aggregates, tune.json and its page for the parent run; a complete tune shown first."""
+        record = self.written
+        if status == "complete":
+            self.show(record)
+        return Ending(metrics=finish_metrics(record), artifacts=(TUNE_FILE,), answer=record,
+                      report=lambda: write_tune_page(self.state.out))
 
     def show(self, record: dict) -> None:
         """The tune on the console: its trials, the best and the Pareto front."""
@@ -184,52 +201,3 @@ class Tuner:
         print("pareto front (cost per million good tokens vs max load under the SLO): "
               + (", ".join(f"trial {t['trial']} ({t['max_load_under_slo']:g}, {t['cost_per_mtok_good']:.4g})"
                            for t in record["pareto_front"]) or "empty"))
-
-    # ------------------------------------------------------------------------------------ the parent run
-    def parent_run(self, prepare: Callable[[], None], steps: Callable[[], None],
-                   show: Callable[[dict], None]) -> Path:
-        """The tune's parent run, all of it here (a shared lifecycle can take its place): the MLflow
-        parent started (each trial's run becomes its child), ``prepare`` run, the record written
-        (``tune.json``, ``experiment.json``, ``runs.parquet``) before and after ``steps`` with the
-        status they end in (complete, interrupted, failed), the parent ended FINISHED, KILLED or
-        FAILED with the tune's aggregates (``harness.finish``); ``show`` puts the record on the
-        console before a complete tune finishes."""
-        st = self.state
-        st.mlflow = start_parent(st.cfg, st.out, name=f"tune {st.out.name}", tags={"tokenfactory.kind": "tune"},
-                                 strict=True)
-        prepare()
-        st.status = "running"
-
-        def write() -> dict:
-            record = self.record.write_tune_record()
-            results_io.write_json(st.out / results_io.EXPERIMENT, {**self.record.experiment_json(record),
-                                                                    "answer": record["answer"]})
-            rows = trial_runs(st.out, record["trials"])
-            if rows:
-                write_runs_table(st.out, rows)
-            return record
-
-        def end(record: dict) -> Path:
-            return finish_run(st.cfg, st.out, st.mlflow, metrics=finish_metrics(record), artifacts=(TUNE_FILE,),
-                              answer=record, end={"complete": "FINISHED", "interrupted": "KILLED"}.get(st.status,
-                                                                                                     "FAILED"),
-                              report=lambda: write_tune_page(st.out))
-
-        write()
-        try:
-            steps()
-            st.status = "complete"
-        except KeyboardInterrupt:
-            st.status = "interrupted"
-            print(f"\nfinished trials are kept; to resume, run the same command with output_dir={st.out}",
-                  file=sys.stderr, flush=True)
-            raise
-        except Exception:
-            st.status = "failed"
-            raise
-        finally:
-            record = write()
-            if st.status != "complete":  # failing or interrupted: the record logged before the error is told
-                end(record)
-        show(record)
-        return end(record)

@@ -33,5 +33,5 @@ class TuneState:
     suggestions: list[dict] = field(default_factory=list)  # Trials: each suggestion, in order, and its trial
     screened: dict | None = None      # Tuner.run, screen=model: the model's ranking (protocols.tune.screen)
     validated: dict | None = None     # Tuner.run, screen=model: the model's validated error
-    mlflow: MlflowLogger | None = None  # Tuner.parent_run: the parent run each trial's run becomes a child of
-    status: str = "planned"           # Tuner.parent_run: planned, running, complete, interrupted, failed
+    mlflow: MlflowLogger | None = None  # Tuner.run_steps: the parent run each trial's run becomes a child of
+    status: str = "planned"           # Tuner.record_as: planned, running, complete, interrupted, failed

@@ -1,6 +1,7 @@
 """``protocol=promote`` end to end against scripted fake endpoints, with live traffic from the
 test: a good candidate is promoted through every stage, one that starts failing is rolled back
-by a guard mid-stage, and no caller ever sees the candidate's failures."""
+by a guard mid-stage, and no caller ever sees the candidate's failures; a promotion that fails or
+is terminated mid-way still writes its record and ends its MLflow parent run FAILED."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import asyncio
 import json
 import socket
 import threading
+from types import SimpleNamespace
 
 import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
 from conf.compose import compose_config
+from harness import lifecycle
+from harness.commands.interrupts import Terminated
 from protocols.promote.run import Promotion
 from tests.fake_server import CLOSE, HEAD_CHUNKED, FakeServer
+from tests.harness.test_finish import RecordingLogger
 from tests.harness.test_proxy import ok_script, stream
 
 # max_duration_s leaves room for a busy host (a CI check here pushed 21 candidate requests
@@ -119,6 +124,43 @@ def test_a_candidate_that_starts_failing_is_rolled_back_by_a_guard(tmp_path):
     bad = [x for x in seen if x != (200, 1)]
     assert rec["callers"]["failed"] == 0 and not bad, (len(bad), len(seen), bad[:5])
     assert rec["timeline"]["mode"][-1] == "rollback"
+
+
+@pytest.mark.slow  # a proxy process of its own
+@pytest.mark.parametrize("stop, outcome", [(RuntimeError("a step failed"), "failed"),
+                                           (Terminated(), "interrupted")])
+def test_a_promotion_stopped_mid_way_writes_its_record_and_ends_its_parent_failed(tmp_path, monkeypatch, stop,
+                                                                                   outcome):
+    parent = RecordingLogger()  # the MLflow parent run, with the client the decisions are logged through
+    parent.parent_id = "parent"
+    parent.client = SimpleNamespace(log_batch=lambda run_id, **kw: parent.calls.append(("batch", run_id)))
+    monkeypatch.setattr(lifecycle, "start_parent", lambda cfg, out, **kw: parent)
+    monkeypatch.setattr("protocols.promote.run.start_parent", lambda cfg, out, **kw: parent, raising=False)
+    port = _free_port()
+    with FakeServer(ok_script("i", gap=0.002)) as inc, FakeServer(ok_script("c", gap=0.002)) as cand:
+        overrides = ["protocol=promote", f"proxy.incumbent={inc.url}", f"proxy.candidate={cand.url}",
+                     f"proxy.port={port}", "protocol.traffic=live", "mlflow.enabled=false", "report.enabled=false",
+                     f"output_dir={tmp_path}", "protocol.guard.interval_s=0.05", STAGES, *NOT_LATENCY]
+        p = Promotion(compose_config(overrides), overrides)
+        ticks, tick = [], p.stage_loop.tick
+
+        def tick_then_stop(*args):  # the third look at the proxy fails (a bug in a step) or is cut by SIGTERM
+            tick(*args)
+            ticks.append(args[0])
+            if len(ticks) == 3:
+                raise stop
+
+        p.stage_loop.tick = tick_then_stop
+        with pytest.raises((RuntimeError, KeyboardInterrupt)) as got:
+            p.run()
+    assert type(got.value) is type(stop)  # SIGTERM stays itself (exit 143), not a plain Ctrl-C (130)
+    rec = json.loads((tmp_path / "promote.json").read_text())
+    assert rec["outcome"] == outcome and len(rec["timeline"]["t_s"]) == 3 and rec["stages"][0]["name"] == "shadow"
+    assert rec["answer"]["lines"][0].startswith(f"outcome: {outcome} at 0.0 s in stage shadow")
+    exp = json.loads((tmp_path / "experiment.json").read_text())
+    assert exp["status"] == outcome and exp["promotion"]["outcome"] == outcome and exp["answer"] == rec["answer"]
+    assert ("metrics", {"promoted": 0.0, "rolled_back": 0.0, "stages_run": 1.0, "callers_failed": 0.0}) in parent.calls
+    assert ("artifact", "promote.json") in parent.calls and parent.calls[-1] == ("end", "FAILED")
 
 
 @pytest.mark.parametrize("bad, msg", [

@@ -170,3 +170,41 @@ def test_bad_screens_stop_before_anything_runs(tmp_path, monkeypatch):
         with pytest.raises(UserError, match=needle):
             protocols.tune.run.Tuner(compose_config(argv), argv)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_tune_keeps_its_finished_trials_and_ends_its_parent_killed(tmp_path, setup, monkeypatch,
+                                                                                   capsys):
+    from harness import lifecycle
+    from harness.cli import main
+    from tests.harness.test_finish import RecordingLogger
+
+    base, py, val = setup
+    parent = RecordingLogger()
+    monkeypatch.setattr(lifecycle, "start_parent", lambda cfg, out, **kw: parent)
+    monkeypatch.setattr("protocols.tune.run.start_parent", lambda cfg, out, **kw: parent, raising=False)
+    run = StubExperiment.run
+
+    def second_is_interrupted(self):  # Ctrl-C during the second finalist
+        if len(StubExperiment.runs) == 1:
+            raise KeyboardInterrupt
+        run(self)
+
+    monkeypatch.setattr(StubExperiment, "run", second_is_interrupted)
+    out = tmp_path / "out"
+    argv = ["protocol=tune", "engine=vllm", "load=constant", "protocol.screen=model", "protocol.finalists=2",
+            f"protocol.base_experiment={base}", f"protocol.dynamo_python={py}", "protocol.search_low=1",
+            "protocol.search_high=16", "protocol.search_tolerance=0.42", "protocol.screen_requests=20",
+            "slo.ttft_ms=1000", "slo.tpot_ms=null", f"output_dir={out}", "progress=false", "quality.enabled=false",
+            "report.enabled=false", f"protocol.residuals={val}",
+            "protocol.space={engine.features.max_num_seqs: [4, 8, 16, 32]}"]
+    with pytest.raises(SystemExit) as stop:
+        main(["run", *argv])
+    assert stop.value.code == 130
+    record = json.loads((out / "tune.json").read_text())
+    assert record["status"] == "interrupted" and record["evaluated"] == 1 and len(record["trials"]) == 2
+    assert json.loads((out / "experiment.json").read_text())["status"] == "interrupted"
+    assert parent.calls[0] == ("metrics", {"tune.evaluated": 1, "tune.feasible": 1})
+    assert ("artifact", "tune.json") in parent.calls and parent.calls[-1] == ("end", "KILLED")
+    stdout, stderr = capsys.readouterr()
+    assert f"finished trials are kept; to resume, run the same command with output_dir={out}" in stderr
+    assert stdout.splitlines()[-1].startswith("  ") and "pareto front" not in stdout  # the answer last, no table
