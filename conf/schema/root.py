@@ -10,20 +10,13 @@ from typing import Any, Dict, Optional, TypeVar
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from conf.schema import protocol
 from conf.schema.client import Client
 from conf.schema.cost import OwnedCost, RentalCost
 from conf.schema.deployment import Deployment
 from conf.schema.engine import DynamoEngine, EngineBase, OpenAIEngine, SharedEngine, TransformersEngine
 from conf.schema.hardware import Hardware
 from conf.schema.load import Load
-from conf.schema.protocol import (
-    AblationProtocol,
-    CompareProtocol,
-    ProfileProtocol,
-    SweepProtocol,
-    TrackProtocol,
-    TuneProtocol,
-)
 from conf.schema.protocol_plan import PlanProtocol
 from conf.schema.protocol_promote import PromoteProtocol
 from conf.schema.proxy import Proxy
@@ -116,10 +109,10 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "router": {"schema": Router},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
-    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
-                 "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol,
-                 "plan_schema": PlanProtocol, "profile_schema": ProfileProtocol,
-                 "track_schema": TrackProtocol},
+    "protocol": {"schema": protocol.SweepProtocol, "compare_schema": protocol.CompareProtocol,
+                 "ablation_schema": protocol.AblationProtocol, "promote_schema": PromoteProtocol,
+                 "tune_schema": protocol.TuneProtocol, "plan_schema": PlanProtocol,
+                 "profile_schema": protocol.ProfileProtocol, "track_schema": protocol.TrackProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},
