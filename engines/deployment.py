@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from conf.schema import Client, EngineBase, Router, group, typed_engine
+from conf.schema import Deployment as DeploymentSchema
 from engines import deployment_record, prometheus
 from engines.base import EngineAdapter, EngineError
 from engines.readiness import become_ready, warm_up_request
@@ -39,60 +42,74 @@ from engines.registry import make_engine
 from engines.replica_launch import make_replica, prepare_replica, start_replicas
 
 
+@dataclass(frozen=True)
+class ServedParts:
+    """What ``make_served`` reads of the config, typed once (``served_parts``)."""
+    deployment: DeploymentSchema
+    router: Router
+    engine: EngineBase
+    client: Client
+
+
 def make_served(cfg, run_dir):
     """What the session drives for the composed ``cfg``: an adapter (one engine) or a
     ``Deployment`` (``deployment.kind`` replicas or disaggregated, or replicas already up)."""
-    dep, router = cfg.get("deployment"), cfg.get("router")
-    kind = dep.kind if dep is not None else "single"
-    router_name = router.name if router is not None else "none"
-    check_autoscale(cfg)
-    if cfg.engine.get("name") == "dynamo":  # Dynamo's frontend routes between its own workers
+    parts = served_parts(cfg)
+    dep, router_name, eng = parts.deployment, parts.router.name, parts.engine
+    kind = dep.kind
+    check_autoscale(parts)
+    if eng.name == "dynamo":  # Dynamo's frontend routes between its own workers
         engine = make_engine(cfg.engine, run_dir)
         engine.configure(dep, router_name)
         return engine
-    if kind == "single" and not list(cfg.engine.get("replica_urls") or []):
+    if kind == "single" and not eng.replica_urls:
         if router_name != "none":
             raise EngineError(f"router={router_name} routes between replicas: with deployment=single there is one "
                               "engine (use deployment=replicas deployment.replicas=N, or engine.replica_urls=[...] "
                               "for replicas already up)")
         engine = make_engine(cfg.engine, run_dir)
         engine.replica = "r0"
-        metrics_urls = [str(u) for u in cfg.engine.get("replica_metrics_urls") or []]
+        metrics_urls = [str(u) for u in eng.replica_metrics_urls]
         if metrics_urls:
             return ExternalDeployment(engine, metrics_urls)
         return engine
     if router_name == "none":
         raise EngineError(f"deployment={kind} needs a router in front of its replicas: router=vllm or router=sglang")
-    return Deployment(cfg, run_dir)
+    return Deployment(cfg, run_dir, parts)
 
 
-def check_autoscale(cfg) -> None:
+def served_parts(cfg) -> ServedParts:
+    """The composed ``cfg``'s deployment, router, engine and client sections as their schemas'
+    dataclasses, converted once; a config with only an engine section (a test's, a tool's) gets
+    the schemas' defaults for the rest (deployment=single, router=none)."""
+    return ServedParts(deployment=group(cfg, "deployment", DeploymentSchema), router=group(cfg, "router", Router),
+                       engine=typed_engine(cfg.engine), client=group(cfg, "client", Client))
+
+
+def check_autoscale(parts: ServedParts) -> None:
     """``deployment.autoscale.enabled=true`` asks for what the harness can scale: replicas it
     launches on this machine behind a router, starting within ``[min_replicas, max_replicas]``
     (raised before anything starts, naming the key)."""
-    dep = cfg.get("deployment")
-    auto = dep.get("autoscale") if dep is not None else None
-    if auto is None or not auto.get("enabled"):
+    dep = parts.deployment
+    if not dep.autoscale.enabled:
         return
-    from conf.schema import Autoscale, typed
     from engines.autoscale_policy import ScalingPolicy
 
     kind = dep.kind
-    router = cfg.get("router")
     if kind != "replicas":
         raise EngineError(f"deployment.autoscale.enabled=true scales the replicas of deployment=replicas, not "
                           f"deployment={kind} (use deployment=replicas router=vllm)")
-    if router is None or router.name == "none":
+    if parts.router.name == "none":
         raise EngineError("deployment.autoscale.enabled=true adds and removes replicas behind a router: "
                           "set router=vllm or router=sglang")
-    if list(cfg.engine.get("replica_urls") or []) or not cfg.engine.get("launch", True):
+    if parts.engine.replica_urls or not parts.engine.launch:
         raise EngineError("deployment.autoscale.enabled=true starts and stops replicas itself: not with "
                           "engine.replica_urls or engine.launch=false")
     if dep.backend != "local":
         raise EngineError(f"deployment.autoscale.enabled=true scales local replicas; deployment.backend="
                           f"{dep.backend} is not supported")
     try:
-        policy = ScalingPolicy(typed(auto, Autoscale))
+        policy = ScalingPolicy(dep.autoscale)
     except ValueError as e:
         raise EngineError(str(e)) from None
     lo, hi = policy.autoscale.min_replicas, policy.autoscale.max_replicas
@@ -179,22 +196,21 @@ class Member:
 class Deployment:
     """Replicas of ``cfg.engine`` (placed by ``deployment.placement``) behind ``cfg.router``."""
 
-    def __init__(self, cfg, run_dir):
-        from conf.schema import Deployment as DeploymentSchema
-        from conf.schema import typed
+    def __init__(self, cfg, run_dir, parts: ServedParts | None = None):
         from engines.placement import make_placer  # a deployment's parts, not one engine's
         from engines.routers import make_router
 
+        parts = parts if parts is not None else served_parts(cfg)
         self.cfg = cfg.engine
-        self.dep = typed(cfg.deployment, DeploymentSchema)
+        self.dep = parts.deployment
         self.run_dir = Path(run_dir)
-        self.external = bool(list(cfg.engine.get("replica_urls") or []))
-        if self.external and cfg.engine.launch and cfg.engine.name != "openai":
+        self.external = bool(parts.engine.replica_urls)
+        if self.external and parts.engine.launch and parts.engine.name != "openai":
             raise EngineError("engine.replica_urls names replicas already up: set engine.launch=false "
                               "(the harness launches only the router in front of them)")
-        self.placer = None if self.external else make_placer(self.dep, client_ray=cfg.client.get("ray"))
+        self.placer = None if self.external else make_placer(self.dep, client_ray=parts.client.ray)
         if self.external:
-            urls = [str(u).rstrip("/") for u in cfg.engine.replica_urls]
+            urls = [str(u).rstrip("/") for u in parts.engine.replica_urls]
             self.slots = [_ExternalSlot(f"r{i}", url) for i, url in enumerate(urls)]
         else:  # the placer's own slots: what it reserves and launches is what its record shows
             self.slots = self.placer.slots

@@ -39,6 +39,7 @@ import sys
 import time
 import weakref
 
+from conf.schema import ClientRay
 from engines.base import EngineError
 from engines.process import EngineProcess
 from engines.slots import (
@@ -274,12 +275,12 @@ class RayPlacer:
         self.slots = plan_slots(d)
         self.router_slot = ReplicaSlot(name="router", role="router", index=len(self.slots)) if router else None
         p = d.placement
-        ray_cfg = client_ray if client_ray is not None else {}
-        address, key = ray_cfg.get("address"), "client.ray.address"
+        ray_cfg = client_ray if client_ray is not None else ClientRay()
+        address, key = ray_cfg.address, "client.ray.address"
         if p.ray_address:
             address, key = p.ray_address, "deployment.placement.ray_address"
         try:
-            connect(address, dict(ray_cfg.get("runtime_env") or {}), key)
+            connect(address, dict(ray_cfg.runtime_env or {}), key)
         except ValueError as e:
             raise PlacementError(str(e)) from None
         self.bundle = {k: float(v) for k, v in dict(p.ray_bundle).items()} or {"CPU": 0.001}  # never empty
@@ -441,7 +442,7 @@ PLACERS = {"local": LocalPlacer, "ray": RayPlacer}
 
 def make_placer(deployment, *, router: bool = True, client_ray=None, ready_timeout_s: float = 60.0):
     """The placer of ``deployment.backend``.  ``router``: reserve a place for the router too;
-    ``client_ray``: the ``client.ray`` config (its address and runtime_env are used when
+    ``client_ray``: the ``client.ray`` config as ``ClientRay`` (its address and runtime_env are used when
     ``deployment.placement.ray_address`` is null)."""
     d = as_deployment(deployment)
     return PLACERS[d.backend](d, router=router, client_ray=client_ray, ready_timeout_s=ready_timeout_s)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from conf.schema import ClientTimeouts, typed
+from conf.schema import ClientTimeouts, Scenario, group, typed
 from engines.base import EngineAdapter, EngineError, emulation
 from engines.deployment import make_served
 from harness import provenance, results_io
@@ -77,8 +77,7 @@ class EngineSession:
         self.window_open_ns: int | None = None   # where the next point's window opens
         self.workload_figures_written = False    # workload.html is drawn once per experiment folder
         self.faults = EngineFaults(self)         # the watchdog and what it found (harness.engine_faults)
-        scenario = cfg.get("scenario") or {}
-        self.cold_start = bool(scenario.get("cold_start"))  # no warm-up, no idle baseline (harness.scenarios)
+        self.cold_start = group(cfg, "scenario", Scenario).cold_start  # no warm-up, no idle baseline (scenarios)
         self.points_run = 0                      # load points run on this engine launch
         self.engine_launch: tuple | None = None  # the first launch's (started, healthy, ready) ns
         self.restarted_before_s: float | None = None  # engine.on_failure=restart: the restart the next point holds

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from conf.load_point import split_repeat
+from conf.schema import Deployment, Router, group, typed_engine
 from harness import results_io
 from harness.answer_record import answer_fields
 from harness.quality_gate import emulated_outputs, format_quality, gate_enabled, judge
@@ -94,26 +95,26 @@ def seven_steps(cfg, design, done: bool, *, points: int, configs: int,
 def topology_text(cfg) -> str:
     """What serves the load, as configured (each run's provenance.json has the deployment as it ran:
     every replica's command, address and placement, the router's version and policy)."""
-    dep, router = cfg.get("deployment"), cfg.get("router")
-    engine = cfg.engine.name
-    feats = cfg.engine.get("features") or {}
-    tp = feats.get("tensor_parallel_size") if hasattr(feats, "get") else None
+    dep, router = group(cfg, "deployment", Deployment), group(cfg, "router", Router)
+    eng = typed_engine(cfg.engine)
+    engine = eng.name
+    tp = getattr(eng.features, "tensor_parallel_size", None)  # not every engine's features have one
     par = f", TP={tp}" if tp else ""
-    ext = list(cfg.engine.get("replica_urls") or [])
+    ext = list(eng.replica_urls)
     if ext:
         return (f"{len(ext)} replicas already up (engine.replica_urls) behind router={router.name} "
                 f"(policy {router.policy or 'its default'})")
-    if dep is None or dep.kind == "single":
-        urls = list(cfg.engine.get("replica_metrics_urls") or [])
+    if dep.kind == "single":
+        urls = list(eng.replica_metrics_urls)
         return (f"one endpoint with {len(urls)} replicas scraped (engine.replica_metrics_urls)" if urls
                 else f"one {engine} engine{par}")
     where = dep.backend + (f", cores {list(dep.placement.cpus)}" if dep.placement.cpus else "") + (
         f", devices {list(dep.placement.devices)}" if dep.placement.devices else "")
     policy = f"policy {router.policy}" if router.policy else "policy: each config's, else the router's default"
     if dep.kind == "replicas":
-        auto = dep.get("autoscale")
+        auto = dep.autoscale
         scaled = (f", autoscaled {auto.min_replicas}..{auto.max_replicas} by {auto.signal} "
-                  "(autoscale.json in each run)" if auto is not None and auto.enabled else "")
+                  "(autoscale.json in each run)" if auto.enabled else "")
         return (f"{int(dep.replicas)} x {engine}{par} behind router={router.name} ({policy}){scaled}; "
                 f"placement {where}")
     return (f"disaggregated {int(dep.prefill)} prefill : {int(dep.decode)} decode x {engine}{par}, KV connector "

@@ -39,7 +39,18 @@ from conf.schema.protocol_promote import (
 )
 from conf.schema.proxy import PROXY_MODES, Proxy
 from conf.schema.quality import Quality
-from conf.schema.root import SCHEMAS, Export, Mlflow, Report, Root, Scenario, register
+from conf.schema.root import (
+    ENGINE_SCHEMAS,
+    SCHEMAS,
+    Export,
+    Mlflow,
+    Report,
+    Root,
+    Scenario,
+    group,
+    register,
+    typed_engine,
+)
 from conf.schema.router import Router
 from conf.schema.rules import ConfigError, checked, typed, validate
 from conf.schema.slo import Slo
@@ -67,5 +78,5 @@ __all__ = [
     "Quality", "Rapl", "RentalCost", "Report", "Root", "Router", "Scenario", "SharedEngine", "SharedFeatures",
     "Slo", "SweepProtocol", "SyntheticStress", "SyntheticWorkload", "TaskRule", "Telemetry", "TraceStress",
     "TraceWorkload", "TrackProtocol", "TransformersEngine", "TransformersFeatures", "TuneProtocol", "checked",
-    "register", "typed", "validate",
+    "register", "typed", "typed_engine", "validate", "ENGINE_SCHEMAS", "group",
 ]

@@ -3,32 +3,26 @@ keys (experiment, output_dir, mlflow, export, report, scenario ...)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, TypeVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
+from conf.schema import protocol
 from conf.schema.client import Client
 from conf.schema.cost import OwnedCost, RentalCost
 from conf.schema.deployment import Deployment
-from conf.schema.engine import DynamoEngine, OpenAIEngine, SharedEngine, TransformersEngine
+from conf.schema.engine import DynamoEngine, EngineBase, OpenAIEngine, SharedEngine, TransformersEngine
 from conf.schema.hardware import Hardware
 from conf.schema.load import Load
-from conf.schema.protocol import (
-    AblationProtocol,
-    CompareProtocol,
-    ProfileProtocol,
-    SweepProtocol,
-    TrackProtocol,
-    TuneProtocol,
-)
 from conf.schema.protocol_plan import PlanProtocol
 from conf.schema.protocol_promote import PromoteProtocol
 from conf.schema.proxy import Proxy
 from conf.schema.quality import Quality
 from conf.schema.router import Router
-from conf.schema.rules import checked
+from conf.schema.rules import checked, typed
 from conf.schema.slo import Slo
 from conf.schema.telemetry import Telemetry
 from conf.schema.workload import SyntheticWorkload, TraceWorkload
@@ -115,16 +109,39 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "router": {"schema": Router},
     "workload": {"schema": TraceWorkload, "synthetic_schema": SyntheticWorkload},
     "load": {"schema": Load},
-    "protocol": {"schema": SweepProtocol, "compare_schema": CompareProtocol, "ablation_schema": AblationProtocol,
-                 "promote_schema": PromoteProtocol, "tune_schema": TuneProtocol,
-                 "plan_schema": PlanProtocol, "profile_schema": ProfileProtocol,
-                 "track_schema": TrackProtocol},
+    "protocol": {"schema": protocol.SweepProtocol, "compare_schema": protocol.CompareProtocol,
+                 "ablation_schema": protocol.AblationProtocol, "promote_schema": PromoteProtocol,
+                 "tune_schema": protocol.TuneProtocol, "plan_schema": PlanProtocol,
+                 "profile_schema": protocol.ProfileProtocol, "track_schema": protocol.TrackProtocol},
     "slo": {"schema": Slo},
     "cost": {"schema": RentalCost, "owned_schema": OwnedCost},
     "hardware": {"schema": Hardware},
     "client": {"schema": Client},
     "proxy": {"schema": Proxy},
 }
+
+
+# engine.name -> its schema, for an engine section that is a plain mapping (a composed one knows its own)
+ENGINE_SCHEMAS: dict[str, type] = {"vllm": SharedEngine, "sglang": SharedEngine, "transformers": TransformersEngine,
+                                   "openai": OpenAIEngine, "dynamo": DynamoEngine}
+
+T = TypeVar("T")
+
+
+def group(cfg, name: str, schema: type[T]) -> T:
+    """The ``name`` group of ``cfg`` as ``schema``'s dataclass, converted once where it enters a
+    module; a config without the group (one built with only an engine section) gets its defaults."""
+    node = cfg[name] if name in cfg else None
+    return typed(node if node is not None else {}, schema)
+
+
+def typed_engine(node) -> EngineBase:
+    """``cfg.engine`` as its schema's dataclass: the one it was composed with, else (a plain
+    mapping) the one of its ``name``, else the vLLM/SGLang one."""
+    kind = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+    if kind is None or not dataclasses.is_dataclass(kind):
+        kind = ENGINE_SCHEMAS.get(node["name"] if "name" in node else None, SharedEngine)
+    return typed(node, kind)
 
 
 def register() -> None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conf.schema import Client, Scenario, typed
+from conf.schema import Client, Deployment, Scenario, Slo, group, typed
 
 
 @dataclass(frozen=True)
 class PointInputs:
     """What a point's steps read of the config, read once when the point is made (``from_config``):
-    the ``client`` and ``scenario`` groups typed whole (conf/schema.py's ``Client``, ``Scenario``),
-    the rest as single values; the workload group stays a config node (``make_workload`` takes it)."""
+    the ``client`` and ``scenario`` groups typed whole (conf/schema's ``Client``, ``Scenario``; with
+    ``slo`` and ``deployment`` typed for one value each), the rest as single values; the workload group
+    stays a config node (``make_workload`` takes it)."""
     client: Client                       # client.* (workers, backend, prepare*, ray, limits)
     scenario: Scenario                   # scenario.* (kill_at_s, kill_signal, recovery_window, first_window_s)
     cache_state: str                     # engine.cache_state: warm, cold or primed
@@ -28,14 +29,13 @@ class PointInputs:
 
     @classmethod
     def from_config(cls, cfg) -> PointInputs:
-        attain = cfg.slo.get("min_attainment")
+        attain = group(cfg, "slo", Slo).min_attainment
         return cls(
-            client=typed(cfg.client, Client), scenario=typed(cfg.get("scenario") or {}, Scenario),
+            client=typed(cfg.client, Client), scenario=group(cfg, "scenario", Scenario),
             cache_state=str(cfg.engine.cache_state), on_failure=str(cfg.engine.on_failure),
             progress=bool(cfg.progress), min_attainment=float(attain) if attain is not None else None,
-            experiment=str(cfg.experiment), protocol=cfg.protocol.get("name"), track=cfg.get("track"),
-            workload=cfg.workload,
-            autoscaled=bool(((cfg.get("deployment") or {}).get("autoscale") or {}).get("enabled", False)))
+            experiment=str(cfg.experiment), protocol=cfg.protocol.name, track=cfg.track,
+            workload=cfg.workload, autoscaled=group(cfg, "deployment", Deployment).autoscale.enabled)
 
     @property
     def prepare_max_bytes(self) -> int:

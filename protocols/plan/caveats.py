@@ -51,70 +51,36 @@ def _count(hits: Sequence[Finding]) -> str:
     return f"{n} candidate{'s' if n > 1 else ''}"
 
 
-def _not_planned(hits, plans):
-    heads = ", ".join(dict.fromkeys(split_reason(h.text)[0].split(":")[0] for h in hits))
-    return f"{_count(hits)} not planned: {_who(hits, plans)} ({heads}): left out of the pick"
-
-
-def _keep_up(hits, plans):
-    return (f"the policy cannot keep up at the peak for {_who(hits, plans)}: arrivals above max_replicas x capacity "
-            "(raise deployment.autoscale.max_replicas)")
-
-
-def _impossible(hits, plans):
-    return f"{_count(hits)} estimated faster than the roofline bound: {_who(hits, plans)}: an impossible estimate"
-
-
-def _sample(hits, plans):
-    return (f"the replay sample refused or not drained for {_who(hits, plans)}: a replica near or past capacity, "
-            "where a sample underestimates latency and cost")
-
-
-def _outside(hits, plans):
-    return (f"served outside the measurements: {_who(hits, plans)}: longer prompts, more replicas or a higher rate "
-            "than any measured run; their intervals are marked")
-
-
-def _other_mix(hits, plans):
-    return f"capacity measured on another prompt-length mix than the traffic's: {_who(hits, plans)}"
-
-
-def _estimated(hits, plans):
-    return f"{_count(hits)} estimated, not measured: {_who(hits, plans)}: capacity from a performance model's estimate"
-
-
-def _emulated(hits, plans):
-    return (f"EMULATED: {_who(hits, plans)}: capacity from runs on an emulated engine, its latencies from a model, "
-            "not a measurement")
-
-
-def _modelled(hits, plans):
-    return f"{_count(hits)} modelled, never run: {_who(hits, plans)}: measure before acting on it (protocol=tune)"
-
-
-def _lower_bound(hits, plans):
-    return (f"cost a lower bound for {_who(hits, plans)}: owned hardware, and the plan simulates no energy, so "
-            "electricity is left out of the cost")
-
-
 @dataclass(frozen=True)
 class Kind:
+    """A kind of finding and its line: ``words`` with ``{count}`` (the candidates), ``{who}`` (each
+    with the plans it concerns) and ``{heads}`` (the reasons' first words) filled from its hits."""
     name: str
     rank: int
-    say: Callable[[Sequence[Finding], int], str]
+    words: str
+
+    def say(self, hits: Sequence[Finding], plans: int) -> str:
+        heads = ", ".join(dict.fromkeys(split_reason(h.text)[0].split(":")[0] for h in hits))
+        return self.words.format(count=_count(hits), who=_who(hits, plans), heads=heads)
 
 
 KINDS = (
-    Kind(NOT_PLANNED, CHANGES, _not_planned),
-    Kind(CANNOT_KEEP_UP, CHANGES, _keep_up),
-    Kind(IMPOSSIBLE_ESTIMATE, CHANGES, _impossible),
-    Kind("replay_sample", CHANGES, _sample),
-    Kind("estimated", LIMITS, _estimated),
-    Kind("emulated", LIMITS, _emulated),
-    Kind("modelled", LIMITS, _modelled),
-    Kind(OUTSIDE_MEASUREMENTS, LIMITS, _outside),
-    Kind(OTHER_MIX, LIMITS, _other_mix),
-    Kind("cost_lower_bound", LIMITS, _lower_bound),
+    Kind(NOT_PLANNED, CHANGES, "{count} not planned: {who} ({heads}): left out of the pick"),
+    Kind(CANNOT_KEEP_UP, CHANGES, "the policy cannot keep up at the peak for {who}: arrivals above max_replicas x "
+         "capacity (raise deployment.autoscale.max_replicas)"),
+    Kind(IMPOSSIBLE_ESTIMATE, CHANGES, "{count} estimated faster than the roofline bound: {who}: an impossible "
+         "estimate"),
+    Kind("replay_sample", CHANGES, "the replay sample refused or not drained for {who}: a replica near or past "
+         "capacity, where a sample underestimates latency and cost"),
+    Kind("estimated", LIMITS, "{count} estimated, not measured: {who}: capacity from a performance model's estimate"),
+    Kind("emulated", LIMITS, "EMULATED: {who}: capacity from runs on an emulated engine, its latencies from a model, "
+         "not a measurement"),
+    Kind("modelled", LIMITS, "{count} modelled, never run: {who}: measure before acting on it (protocol=tune)"),
+    Kind(OUTSIDE_MEASUREMENTS, LIMITS, "served outside the measurements: {who}: longer prompts, more replicas or a "
+         "higher rate than any measured run; their intervals are marked"),
+    Kind(OTHER_MIX, LIMITS, "capacity measured on another prompt-length mix than the traffic's: {who}"),
+    Kind("cost_lower_bound", LIMITS, "cost a lower bound for {who}: owned hardware, and the plan simulates no "
+         "energy, so electricity is left out of the cost"),
 )
 
 

@@ -45,6 +45,25 @@ def test_a_router_needs_replicas_and_replicas_need_a_router(tmp_path):
     assert one.replica == "r0" and not hasattr(one, "members")  # deployment=single: today's adapter
 
 
+def test_a_config_with_only_an_engine_section_is_one_engine(tmp_path):
+    """A partial config (a tool's, a test's: ``engine`` alone) gets the schemas' defaults for the
+    groups it lacks: deployment=single, router=none, so it is the engine's adapter, as before."""
+    from omegaconf import OmegaConf
+
+    from engines.deployment import make_served
+    from harness.experiment_record import topology_text
+    from tests.engine_cfg import engine_cfg
+
+    partial = OmegaConf.create({"engine": engine_cfg("vllm", model="m")})
+    one = make_served(partial, tmp_path)
+    assert type(one).__name__ == "VLLM" and one.replica == "r0" and not hasattr(one, "members")
+    assert topology_text(partial) == "one vllm engine"
+    plain = OmegaConf.create({"engine": {"name": "vllm", "model": "m", "features": {"tensor_parallel_size": 2}}})
+    assert topology_text(plain) == "one vllm engine, TP=2"  # a plain mapping: typed by its engine.name
+    with pytest.raises(EngineError, match="engine.name='nope' is not a known engine"):
+        make_served(compose(["engine.name=nope"]), tmp_path)
+
+
 def test_replicas_get_their_names_ports_flags_and_logs(tmp_path):
     from engines.deployment import Deployment
 

@@ -234,3 +234,26 @@ def _free_pair() -> int:
                     continue
             return p
     raise RuntimeError("no two free ports in a row")
+
+
+def test_the_ray_placer_connects_with_client_ray_typed(monkeypatch):
+    """``client.ray`` reaches the Ray placer as conf.schema's ``ClientRay`` (typed once by the
+    deployment); none given: its defaults (a local cluster, no runtime_env)."""
+    pytest.importorskip("ray")
+    from conf.schema import ClientRay, Deployment
+    from engines import ray_cluster
+    from engines.placement import PlacementError, make_placer
+
+    seen = []
+
+    def refuse(address, runtime_env, key):
+        seen.append((address, runtime_env, key))
+        raise ValueError(f"{key}: refused here")
+
+    monkeypatch.setattr(ray_cluster, "connect", refuse)
+    ray_cfg = ClientRay(address="ray://head:10001", runtime_env={"pip": ["x"]})
+    with pytest.raises(PlacementError, match="client.ray.address: refused here"):
+        make_placer(Deployment(backend="ray"), router=False, client_ray=ray_cfg)
+    with pytest.raises(PlacementError):
+        make_placer(Deployment(backend="ray"), router=False)
+    assert seen == [("ray://head:10001", {"pip": ["x"]}, "client.ray.address"), (None, {}, "client.ray.address")]

@@ -5,14 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from loadgen.workloads.table import WorkloadTable
-from loadgen.workloads.traces.common import (
-    BadLines,
-    TraceError,
-    check_file,
-    empty_trace,
-    sessions_from_ids,
-    sorted_by_time,
-)
+from loadgen.workloads.traces import common
 from loadgen.workloads.traces.json_fields import json_lines, nonneg_int, number
 from loadgen.workloads.traces.task_graph import flatten_prefix_tree, tasks_from_columns
 
@@ -39,8 +32,8 @@ def read_jsonl(path, on_bad_line: str = "error") -> WorkloadTable:
       its own: ``{"prefix_tree": {"sys": {"tokens": 1000, "children": {"docA": {"tokens":
       4000}}}}}`` (else ``workload.task.prefix_tree``).
     """
-    path = check_file(path)
-    bad = BadLines(path, on_bad_line)
+    path = common.check_file(path)
+    bad = common.BadLines(path, on_bad_line)
     ts, ins, outs, lines, texts, sids, turns, thinks, groups, plens = ([] for _ in range(10))
     tids, nodes, parents, tools, prefixes = ([] for _ in range(5))
     tree = None
@@ -48,9 +41,9 @@ def read_jsonl(path, on_bad_line: str = "error") -> WorkloadTable:
     for lineno, raw, obj in json_lines(path, bad):
         if "prefix_tree" in obj:
             if len(obj) != 1:
-                raise TraceError(f"{path}:{lineno}: a 'prefix_tree' line declares the tree and nothing else")
+                raise common.TraceError(f"{path}:{lineno}: a 'prefix_tree' line declares the tree and nothing else")
             if tree is not None:
-                raise TraceError(f"{path}:{lineno}: a second 'prefix_tree' line (the tree is declared once)")
+                raise common.TraceError(f"{path}:{lineno}: a second 'prefix_tree' line (the tree is declared once)")
             tree = flatten_prefix_tree(obj["prefix_tree"], f"{path}:{lineno}")
             continue
         try:
@@ -98,13 +91,13 @@ def read_jsonl(path, on_bad_line: str = "error") -> WorkloadTable:
         prefixes.append(pre)
         lines.append(lineno)
     if not lines:
-        raise empty_trace(path)
+        raise common.empty_trace(path)
     ts = np.asarray(ts, dtype=np.float64)
     timed = np.asarray([not p for p in parents], dtype=bool)  # a task's later calls have no arrival of their own
     missing = np.isnan(ts) & timed
     if missing.any() and not missing[timed].all():
         first = lines[int(np.flatnonzero(missing)[0])]
-        raise TraceError(f"{path}:{first}: 'timestamp' missing here but present on other lines; give it on "
+        raise common.TraceError(f"{path}:{first}: 'timestamp' missing here but present on other lines; give it on "
                          "every line or on none")
     table = WorkloadTable(arrival_s=ts - (np.nanmin(ts) if not np.isnan(ts).all() else 0.0),
                           input_tokens=np.asarray(ins, dtype=np.int64), output_tokens=np.asarray(outs, dtype=np.int64),
@@ -124,14 +117,14 @@ def read_jsonl(path, on_bad_line: str = "error") -> WorkloadTable:
         key = np.asarray([t if t is not None else np.nan for t in turns], dtype=np.float64)
         fallback = table.arrival_s if not np.isnan(table.arrival_s).all() else np.arange(len(table), dtype=np.float64)
         key = np.where(np.isnan(key), fallback, key)
-        sessions_from_ids(table, sid, None, order_key=key)
+        common.sessions_from_ids(table, sid, None, order_key=key)
         explicit = np.asarray(thinks)
         table.think_s = np.where(~np.isnan(explicit) & (table.turn > 0), explicit, table.think_s)
     if any(t is not None for t in tids):
         tasks_from_columns(table, tids, nodes, parents, tools, prefixes, tree)
     elif tree is not None or any(p is not None for p in prefixes):
-        raise TraceError(f"{path}: 'prefix_tree' and 'prefix' belong to task calls; no line has a 'task_id'")
-    return sorted_by_time(table)
+        raise common.TraceError(f"{path}: 'prefix_tree' and 'prefix' belong to task calls; no line has a 'task_id'")
+    return common.sorted_by_time(table)
 
 
 def _task_fields(obj: dict):
