@@ -259,8 +259,12 @@ def slo_rows(found: list[dict]) -> list[Row]:
     step = SEARCH_TOLERANCE * truth
     wrong = [f["max_load_under_slo"] for f in found if abs(f["max_load_under_slo"] - truth) > step + 1e-9]
     answers = sorted(round(f["max_load_under_slo"], 2) for f in found)
+    # protocol.search_recheck: misses re-measured, and those that met the SLO the second time
+    overturned = sorted(r["load"] for f in found for r in f.get("rechecked", []) if not r["confirmed"])
+    rechecks = sum(len(f.get("rechecked", [])) for f in found)
     return [Row("SLO search: answer beyond one step of the truth", 0.05, len(found), len(wrong),
-                f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}")]
+                f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}; {rechecks} misses re-measured, "
+                f"{len(overturned)} met the SLO the second time {overturned}")]
 
 
 # ------------------------------------------------------------------------------------ main
@@ -286,7 +290,10 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
                 results.append(gate_trial(tmp, template, case, s, repeats))
             else:
                 results.append(slo_trial(tmp, s))
-            log(f"  trial {i + 1}/{trials} ({time.perf_counter() - t0:.0f} s): {results[-1]}", flush=True)
+            shown = results[-1] if row != "slo_search" else {k: results[-1].get(k) for k in (
+                "max_load_under_slo", "bracket", "rechecked", "note")}
+            log(f"  trial {i + 1}/{trials} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}): "
+                f"{shown}", flush=True)
     if row == "compare":
         return compare_rows(results, case)
     return gate_rows(results, case) if row == "gate" else slo_rows(results)
