@@ -149,11 +149,37 @@ def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) 
     doc = json.loads((out / results_io.COMPARISON).read_text())
     verdicts = {m: v["vs_baseline"]["b"]["verdict"] for m, v in doc["points"][0]["metrics"].items()
                 if "b" in v.get("vs_baseline", {})}
+    verdicts[SESSIONS] = sessions_of(out)
     shutil.rmtree(out)
     return verdicts
 
 
+SESSIONS = "_sessions"  # a trial's sessions, in the order they ran: what its cost window held
+
+
+def sessions_of(out: Path) -> list[dict]:
+    """Each session's cost window: its seconds, the engine's start-up, the harness's preparation
+    between the engine's readiness and the first request, and the load's span."""
+    import pyarrow.parquet as pq
+    order = [(b["block"], c) for b in json.loads((out / "experiment.json").read_text())["blocks"] for c in b["order"]]
+    rows = []
+    for block, config in order:
+        for f in sorted((out / config / f"block{block}").glob("*/summary.json")):
+            d = json.loads(f.read_text())
+            req = pq.read_table(f.with_name("requests.parquet"), columns=["sent_ns", "done_ns"])
+            w0 = d["window_start_ns"]
+            first, last = (min(req.column("sent_ns").to_pylist()) - w0) / 1e9, (max(req.column("done_ns").to_pylist())
+                                                                                 - w0) / 1e9
+            rows.append({"config": config, "block": block, "window_s": round(d["window_s"], 3),
+                         "startup_s": round(d.get("engine_startup_s") or 0, 3),
+                         "prepare_s": round(first - (d.get("engine_startup_s") or 0), 3),
+                         "load_s": round(last - first, 3), "after_s": round(d["window_s"] - last, 3),
+                         "cost_per_mtok_good": d.get("cost_per_mtok_good"), "good": d.get("good_output_tokens")})
+    return rows
+
+
 def compare_rows(trials: list[dict], case: str) -> list[Row]:
+    trials = [{m: v for m, v in t.items() if m != SESSIONS} for t in trials]
     if case == "identical":
         judged = [v for t in trials for v in t.values() if v != "insufficient_data"]
         per_verdict = sum(v in ("a_better", "b_better") for v in judged)
