@@ -270,7 +270,7 @@ def true_max_rate(percentile: float = 99.0) -> float:
     return lo
 
 
-def slo_trial(tmp: Path, seed: int) -> dict:
+def slo_trial(tmp: Path, seed: int, extra: tuple[str, ...] = ()) -> dict:
     out = tmp / "search"
     fake = ["--ttft-ms", str(SEARCH_TTFT_MS), "--gap-ms", str(SEARCH_GAP_MS), "--max-num-seqs", str(SLOTS)]
     run_experiment([*engine_overrides(free_port(), out, fake), "workload.input_tokens=32",
@@ -278,7 +278,7 @@ def slo_trial(tmp: Path, seed: int) -> dict:
                     f"load.duration_s={SEARCH_S:g}", "load.warmup_requests=0", "protocol.load_points=[]",
                     "protocol.search=slo", "protocol.search_low=4", "protocol.search_high=40",
                     f"protocol.search_tolerance={SEARCH_TOLERANCE}", f"slo.ttft_ms={SEARCH_SLO_MS:g}",
-                    "slo.tpot_ms=null", "mlflow.enabled=false", f"workload.seed={seed}"])
+                    "slo.tpot_ms=null", "mlflow.enabled=false", f"workload.seed={seed}", *extra])
     found = json.loads((out / "search.json").read_text())
     shutil.rmtree(out)
     return found
@@ -346,7 +346,8 @@ def ablation_rows(trials: list[dict]) -> list[Row]:
 
 # ------------------------------------------------------------------------------------ main
 def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, repeats: int = 3,
-            budget_s: float | None = None, log=lambda *a, **k: None, adjust: str | None = None) -> list[Row]:
+            budget_s: float | None = None, log=lambda *a, **k: None, adjust: str | None = None,
+            recheck: int | None = None) -> list[Row]:
     """``trials`` live trials of one row's case (fewer where ``budget_s`` runs out first: no
     trial starts after it): its lines of the table."""
     # python -m tests.fake_engine_process, from any folder
@@ -368,7 +369,8 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
             elif row == "ablation":
                 results.append(ablation_trial(tmp, s))
             else:
-                results.append(slo_trial(tmp, s))
+                told = (f"protocol.search_recheck={recheck}",) if recheck is not None else ()
+                results.append(slo_trial(tmp, s, told))
             shown = results[-1] if row != "slo_search" else {k: results[-1].get(k) for k in (
                 "max_load_under_slo", "bracket", "rechecked", "note")}
             log(f"  trial {i + 1}/{trials} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}): "
@@ -390,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="gate: repeats of each build's load point")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default=None,
                     help="compare: protocol.adjust (default: the protocol's own)")
+    ap.add_argument("--recheck", type=int, default=None,
+                    help="slo_search: protocol.search_recheck (default: the protocol's own)")
     ap.add_argument("--budget-s", type=float, default=None, help="start no trial after this many seconds")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = ap.parse_args(argv)
@@ -401,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--case: one of {', '.join(cases)} for --row {a.row}")
     load = os.getloadavg()
     t0 = time.perf_counter()
-    table = measure(a.row, a.case, a.trials, a.seed, a.repeats, a.budget_s, log=print, adjust=a.adjust)
+    table = measure(a.row, a.case, a.trials, a.seed, a.repeats, a.budget_s, log=print, adjust=a.adjust,
+                    recheck=a.recheck)
     took = time.perf_counter() - t0
     print(f"\n{a.row} --case {a.case}: seed {a.seed}, {took:.0f} s; "
           f"load average at start {load[0]:.1f} on {os.cpu_count()} CPUs")
