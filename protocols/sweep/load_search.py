@@ -173,7 +173,7 @@ class Bisection:
             return (f"re-measured before it counts: a miss below the bracket's upper end may be a stall of the "
                     f"host (protocol.search_recheck={self.recheck}; 0 turns it off)")
         if n and passed:
-            return "met the SLO when re-measured: its first miss read as a stall of the host"
+            return "met the SLO when re-measured: its miss before read as a stall of the host"
         return ""
 
     def rechecked(self) -> list[dict]:
@@ -201,8 +201,8 @@ class Bisection:
         rechecked = self.rechecked()
         overturned = [r["load"] for r in rechecked if not r["confirmed"]]
         if overturned:
-            note += (f"; re-measured: {', '.join(f'{x:g}' for x in overturned)} met the SLO the second time "
-                     "(its first miss read as a stall of the host)")
+            note += (f"; re-measured: {', '.join(f'{x:g}' for x in overturned)} met the SLO when re-measured "
+                     "(a miss before read as a stall of the host)")
         return {"max_load_under_slo": lo if lo is not None else 0.0,
                 "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
                 "probes": [p.__dict__ for p in self.probes], "rechecked": rechecked, "note": note}
