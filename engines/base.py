@@ -284,7 +284,8 @@ class EngineAdapter(ProcessHolder):
             return EngineError(f"engine={self.name} at {self.base_url} {where} within {timeout_s:g} s "
                                f"(GET {self.health_path}){tail}")
 
-        retry_until(healthy, timeout_s, 0.5, on_timeout=never)
+        # the start-up is timed by the first healthy answer: polled to 2 % of the wait (the cost window's start)
+        retry_until(healthy, timeout_s, 0.5, on_timeout=never, resolution=0.02)
 
     # stop, kill, alive: ProcessHolder's
 
