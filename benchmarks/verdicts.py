@@ -1,6 +1,6 @@
 """How often tokenfactory's verdicts are wrong, measured live on engines whose truth is known.
 
-    python benchmarks/verdicts.py --row compare|gate|slo_search [--case ...] [--trials N] [--seed 0]
+    python benchmarks/verdicts.py --row compare|gate|slo_search|ablation [--case ...] [--trials N] [--seed 0]
         [--budget-s S] [--adjust none|bonferroni] [--json OUT]   (docs/measured/verdicts.md)
 
 Every trial runs the real protocol end to end in this process (``protocols.registry`` and
@@ -21,6 +21,10 @@ Rows (the truth in brackets):
   (``track=NAME``, MLflow), then ``tokenfactory track NAME --gate``.  ``identical``: a failed gate
   is a false alarm; ``ttft10`` (newest's TTFT 10 % longer) and ``errors5`` (newest answers 5 % of
   requests with HTTP 500): a passed gate is a missed regression.
+- ``ablation``: ``protocol=ablation`` of two factors on the fake, each adding a known TTFT (4 and
+  6 ms on 20): the effects add in milliseconds, so the interaction of the ratios on p50 TTFT is
+  known from the baseline's measured TTFT (``true_interaction``); a trial is wrong when the
+  interaction's interval misses it (coverage).
 - ``slo_search``: ``protocol.search=slo`` (bisection, tolerance 10 %) on an engine of 2 slots
   whose requests each hold a slot 100 ms: the true highest constant rate meeting p99 TTFT <= 100 ms
   is computed from that queue (``true_max_rate``); a search is right when its answer is within one
@@ -149,11 +153,37 @@ def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) 
     doc = json.loads((out / results_io.COMPARISON).read_text())
     verdicts = {m: v["vs_baseline"]["b"]["verdict"] for m, v in doc["points"][0]["metrics"].items()
                 if "b" in v.get("vs_baseline", {})}
+    verdicts[SESSIONS] = sessions_of(out)
     shutil.rmtree(out)
     return verdicts
 
 
+SESSIONS = "_sessions"  # a trial's sessions, in the order they ran: what its cost window held
+
+
+def sessions_of(out: Path) -> list[dict]:
+    """Each session's cost window: its seconds, the engine's start-up, the harness's preparation
+    between the engine's readiness and the first request, and the load's span."""
+    import pyarrow.parquet as pq
+    order = [(b["block"], c) for b in json.loads((out / "experiment.json").read_text())["blocks"] for c in b["order"]]
+    rows = []
+    for block, config in order:
+        for f in sorted((out / config / f"block{block}").glob("*/summary.json")):
+            d = json.loads(f.read_text())
+            req = pq.read_table(f.with_name("requests.parquet"), columns=["sent_ns", "done_ns"])
+            w0 = d["window_start_ns"]
+            first, last = (min(req.column("sent_ns").to_pylist()) - w0) / 1e9, (max(req.column("done_ns").to_pylist())
+                                                                                 - w0) / 1e9
+            rows.append({"config": config, "block": block, "window_s": round(d["window_s"], 3),
+                         "startup_s": round(d.get("engine_startup_s") or 0, 3),
+                         "prepare_s": round(first - (d.get("engine_startup_s") or 0), 3),
+                         "load_s": round(last - first, 3), "after_s": round(d["window_s"] - last, 3),
+                         "cost_per_mtok_good": d.get("cost_per_mtok_good"), "good": d.get("good_output_tokens")})
+    return rows
+
+
 def compare_rows(trials: list[dict], case: str) -> list[Row]:
+    trials = [{m: v for m, v in t.items() if m != SESSIONS} for t in trials]
     if case == "identical":
         judged = [v for t in trials for v in t.values() if v != "insufficient_data"]
         per_verdict = sum(v in ("a_better", "b_better") for v in judged)
@@ -240,7 +270,7 @@ def true_max_rate(percentile: float = 99.0) -> float:
     return lo
 
 
-def slo_trial(tmp: Path, seed: int) -> dict:
+def slo_trial(tmp: Path, seed: int, extra: tuple[str, ...] = ()) -> dict:
     out = tmp / "search"
     fake = ["--ttft-ms", str(SEARCH_TTFT_MS), "--gap-ms", str(SEARCH_GAP_MS), "--max-num-seqs", str(SLOTS)]
     run_experiment([*engine_overrides(free_port(), out, fake), "workload.input_tokens=32",
@@ -248,7 +278,7 @@ def slo_trial(tmp: Path, seed: int) -> dict:
                     f"load.duration_s={SEARCH_S:g}", "load.warmup_requests=0", "protocol.load_points=[]",
                     "protocol.search=slo", "protocol.search_low=4", "protocol.search_high=40",
                     f"protocol.search_tolerance={SEARCH_TOLERANCE}", f"slo.ttft_ms={SEARCH_SLO_MS:g}",
-                    "slo.tpot_ms=null", "mlflow.enabled=false", f"workload.seed={seed}"])
+                    "slo.tpot_ms=null", "mlflow.enabled=false", f"workload.seed={seed}", *extra])
     found = json.loads((out / "search.json").read_text())
     shutil.rmtree(out)
     return found
@@ -259,13 +289,65 @@ def slo_rows(found: list[dict]) -> list[Row]:
     step = SEARCH_TOLERANCE * truth
     wrong = [f["max_load_under_slo"] for f in found if abs(f["max_load_under_slo"] - truth) > step + 1e-9]
     answers = sorted(round(f["max_load_under_slo"], 2) for f in found)
+    # protocol.search_recheck: misses re-measured, and those that met the SLO when re-measured
+    overturned = sorted(r["load"] for f in found for r in f.get("rechecked", []) if not r["confirmed"])
+    rechecks = sum(len(f.get("rechecked", [])) for f in found)
     return [Row("SLO search: answer beyond one step of the truth", 0.05, len(found), len(wrong),
-                f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}")]
+                f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}; {rechecks} misses re-measured, "
+                f"{len(overturned)} met the SLO when re-measured {overturned}")]
+
+
+# ------------------------------------------------------------------------------------ ablation
+# two factors, each adding a known TTFT on the fake ($FAKE_ENGINE_ADD_TTFT_MS_<NAME>): the effects
+# add in milliseconds, so the interaction of the ratios is known (``true_interaction``)
+ABLATION_ADD_MS = {"a": 4.0, "b": 6.0}
+ABLATION_METRIC = "p50_ttft_ms"
+
+
+def true_interaction(base_ms: float, add: dict[str, float] = ABLATION_ADD_MS) -> float:
+    """I = r_ab / (r_a r_b) of a TTFT of ``base_ms`` to which each factor adds its milliseconds."""
+    a, b = add.values()
+    return (base_ms + a + b) * base_ms / ((base_ms + a) * (base_ms + b))
+
+
+def ablation_trial(tmp: Path, seed: int) -> dict:
+    """One ablation (baseline, a, b, a+b; 3 blocks, every arm launched fresh in each): the
+    interaction's interval on p50 TTFT, and the baseline's measured p50 TTFT (the truth's base:
+    the engine's 20 ms and the client's own share)."""
+    from tests.fake_engine_process import ADD_TTFT_ENV
+    out, port = tmp / "abl", free_port()
+    opts = ", ".join(f'{k}: ["+engine.env.{ADD_TTFT_ENV}{k.upper()}={v:g}"]' for k, v in ABLATION_ADD_MS.items())
+    run_experiment(["protocol=ablation", *engine_overrides(port, out, ENGINE), *LOAD, "mlflow.enabled=false",
+                    f"protocol.optimisations={{{opts}}}", f"seed={seed}", f"workload.seed={seed}"])
+    doc = json.loads((out / results_io.ABLATION).read_text())
+    m = doc["points"][0]["metrics"][ABLATION_METRIC]
+    arm = next(a for a in m["arms"].values() if "interaction" in a)
+    base = _baseline_median(out)
+    shutil.rmtree(out)
+    return {"interaction": arm["interaction"], "baseline_ms": base, "truth": true_interaction(base),
+            "confidence": doc.get("confidence")}
+
+
+def _baseline_median(out: Path) -> float:
+    """The baseline arm's p50 TTFT, the mean over its blocks."""
+    vals = [json.loads(f.read_text()).get(ABLATION_METRIC) for f in (out / "baseline").rglob("summary.json")]
+    vals = [v for v in vals if isinstance(v, (int, float))]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def ablation_rows(trials: list[dict]) -> list[Row]:
+    missed = [t for t in trials if not t["interaction"]["low"] <= t["truth"] <= t["interaction"]["high"]]
+    conf = (trials[0].get("confidence") or 0.95) if trials else 0.95
+    shown = [f"{t['interaction']['value']:.3f} [{t['interaction']['low']:.3f}, {t['interaction']['high']:.3f}] "
+             f"vs {t['truth']:.4f}" for t in trials]
+    return [Row("ablation: interaction interval misses the truth", 1 - conf, len(trials), len(missed),
+                f"p50 TTFT, factors +{ABLATION_ADD_MS['a']:g} and +{ABLATION_ADD_MS['b']:g} ms; {'; '.join(shown)}")]
 
 
 # ------------------------------------------------------------------------------------ main
 def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, repeats: int = 3,
-            budget_s: float | None = None, log=lambda *a, **k: None, adjust: str | None = None) -> list[Row]:
+            budget_s: float | None = None, log=lambda *a, **k: None, adjust: str | None = None,
+            recheck: int | None = None) -> list[Row]:
     """``trials`` live trials of one row's case (fewer where ``budget_s`` runs out first: no
     trial starts after it): its lines of the table."""
     # python -m tests.fake_engine_process, from any folder
@@ -284,17 +366,25 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
                 results.append(compare_trial(tmp, case, s, (f"protocol.adjust={adjust}",) if adjust else ()))
             elif row == "gate":
                 results.append(gate_trial(tmp, template, case, s, repeats))
+            elif row == "ablation":
+                results.append(ablation_trial(tmp, s))
             else:
-                results.append(slo_trial(tmp, s))
-            log(f"  trial {i + 1}/{trials} ({time.perf_counter() - t0:.0f} s): {results[-1]}", flush=True)
+                told = (f"protocol.search_recheck={recheck}",) if recheck is not None else ()
+                results.append(slo_trial(tmp, s, told))
+            shown = results[-1] if row != "slo_search" else {k: results[-1].get(k) for k in (
+                "max_load_under_slo", "bracket", "rechecked", "note")}
+            log(f"  trial {i + 1}/{trials} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}): "
+                f"{shown}", flush=True)
     if row == "compare":
         return compare_rows(results, case)
+    if row == "ablation":
+        return ablation_rows(results)
     return gate_rows(results, case) if row == "gate" else slo_rows(results)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--row", choices=("compare", "gate", "slo_search"), required=True)
+    ap.add_argument("--row", choices=("compare", "gate", "slo_search", "ablation"), required=True)
     ap.add_argument("--case", default="identical",
                     help="compare: identical|ttft5|ttft10; gate: identical|ttft10|errors5 (slo_search: ignored)")
     ap.add_argument("--trials", type=int, default=20)
@@ -302,17 +392,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="gate: repeats of each build's load point")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default=None,
                     help="compare: protocol.adjust (default: the protocol's own)")
+    ap.add_argument("--recheck", type=int, default=None,
+                    help="slo_search: protocol.search_recheck (default: the protocol's own)")
     ap.add_argument("--budget-s", type=float, default=None, help="start no trial after this many seconds")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = ap.parse_args(argv)
-    cases = {"compare": COMPARE_CASES, "gate": GATE_CASES, "slo_search": {"identical": None}}[a.row]
-    if a.row == "slo_search":
+    cases = {"compare": COMPARE_CASES, "gate": GATE_CASES, "slo_search": {"identical": None},
+             "ablation": {"identical": None}}[a.row]
+    if a.row in ("slo_search", "ablation"):
         a.case = "identical"
     if a.case not in cases:
         ap.error(f"--case: one of {', '.join(cases)} for --row {a.row}")
     load = os.getloadavg()
     t0 = time.perf_counter()
-    table = measure(a.row, a.case, a.trials, a.seed, a.repeats, a.budget_s, log=print, adjust=a.adjust)
+    table = measure(a.row, a.case, a.trials, a.seed, a.repeats, a.budget_s, log=print, adjust=a.adjust,
+                    recheck=a.recheck)
     took = time.perf_counter() - t0
     print(f"\n{a.row} --case {a.case}: seed {a.seed}, {took:.0f} s; "
           f"load average at start {load[0]:.1f} on {os.cpu_count()} CPUs")

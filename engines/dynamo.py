@@ -384,7 +384,7 @@ class Dynamo(EngineAdapter):
                                f"worker(s) were not ready within {timeout_s:g} s (GET /health lists each worker's "
                                f"generate endpoint)\n{tails}")
 
-        retry_until(ready, timeout_s, 0.5, on_timeout=never)
+        retry_until(ready, timeout_s, 0.5, on_timeout=never, resolution=0.02)  # start-up timed to 2 % of the wait
 
     def alive(self) -> bool:
         """The frontend and every worker (ProcessHolder's meaning of alive for each)."""

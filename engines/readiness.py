@@ -44,7 +44,8 @@ def wait_healthy(engine, timeout_s: float) -> None:
         return EngineError(f"engine={engine.name} at {engine.base_url} {where} within {timeout_s:g} s "
                            f"(GET {engine.health_path}){tail}")
 
-    retry_until(healthy, timeout_s, 0.5, on_timeout=never)
+    # the start-up is timed by the first healthy answer: polled to 2 % of the wait (the cost window's start)
+    retry_until(healthy, timeout_s, 0.5, on_timeout=never, resolution=0.02)
 
 
 def warm_up_request(engine, base_url: str | None = None) -> None:

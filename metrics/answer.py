@@ -431,25 +431,27 @@ def gate_answer(result: Mapping | None, track: str = "") -> Answer:
     new = result.get("newest") or {}
     who = f"{new.get('version')} ({new.get('name')}) against {base}"
     regs, unjudged = list(result.get("regressions") or []), list(result.get("unjudged") or [])
+    # what the gate's replicates cannot give (protocols.track.verdicts.sensitivity), after its verdict
+    short = [f"short: {n}" for n in (result.get("sensitivity") or {}).get("notes", [])]
     if regs:
         lines = [f"the gate fails: {len(regs)} regression(s), {who}"]
         lines += [f"regressed: {f['metric']} at {f['label']}: {_short(str(f.get('text') or f.get('reason')))}"
                   for f in regs]
-        return Answer("gate", tuple(lines), {"decision": "regression",
+        return Answer("gate", tuple(lines + short), {"decision": "regression",
                                              "deciding": {"metric": regs[0]["metric"], "label": regs[0]["label"]}})
     if unjudged or not result.get("newest_runs", 1):
         lines = [f"the gate cannot judge {who}"]
         lines += [f"cannot judge: {f['metric']} at {f['label']}: {f.get('reason')}" for f in unjudged]
         if not result.get("newest_runs", 1):
             lines.append("the newest experiment has no point runs")
-        return Answer("gate", tuple(lines), {"decision": "cannot_judge",
+        return Answer("gate", tuple(lines + short), {"decision": "cannot_judge",
                                              "deciding": ({"metric": unjudged[0]["metric"], "label": unjudged[0][
                                                  "label"]} if unjudged else None)})
     better = list(result.get("improvements") or [])
     lines = [f"the gate passes: {who}: no metric regressed ({len(better)} improved of "
              f"{len(result.get('findings') or [])} judged)"]
     lines += [f"improved: {f['metric']} at {f['label']}: {_short(str(f.get('text')))}" for f in better]
-    return Answer("gate", tuple(lines), {"decision": "pass", "deciding": None})
+    return Answer("gate", tuple(lines + short), {"decision": "pass", "deciding": None})
 
 
 def tune_answer(record: Mapping) -> Answer:

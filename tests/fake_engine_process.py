@@ -164,6 +164,9 @@ class Engine:
         return web.json_response({"success": True})
 
 
+ADD_TTFT_ENV = "FAKE_ENGINE_ADD_TTFT_MS_"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -186,6 +189,8 @@ def main(argv=None) -> None:
     args, rest = ap.parse_known_args(argv)
     if rest and not args.as_vllm:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    # TTFT added by each $FAKE_ENGINE_ADD_TTFT_MS_<NAME> (engine.env): factors of an ablation that add
+    args.ttft_ms += sum(float(v) for k, v in os.environ.items() if k.startswith(ADD_TTFT_ENV))
     print(f"fake engine {os.getpid()} loading (startup {args.startup_s:g} s)", flush=True)
     time.sleep(args.startup_s)
     eng = Engine(args)

@@ -30,6 +30,9 @@ class SweepProtocol:
     search_high: Optional[float] = checked(None, gt=0)  # default: the largest load point (or probe x 1.2)
     search_tolerance: float = checked(0.1, gt=0, lt=1)  # stop when (first fail - last pass) <= this x last pass
     search_max_probes: int = checked(8, ge=2)
+    # a miss below the bracket's upper end is re-measured this many times before it counts (a host
+    # stall fails a small probe far below the knee: docs/measured/verdicts.md); 0: off
+    search_recheck: int = checked(1, ge=0)
 
 
 COMPARED_METRICS = ["output_throughput", "goodput_rps", "good_output_throughput", "slo_attainment",

@@ -83,22 +83,49 @@ class Probe:
     passed: bool
     run_dir: str = ""
     why: str = ""
+    recheck: int = 0  # which measurement of this load: 0 its first, 1 its first re-measurement, ...
 
 
 @dataclass
 class Bisection:
-    """The highest load meeting the SLO in ``[low, high]`` (``integer`` for concurrency)."""
+    """The highest load meeting the SLO in ``[low, high]`` (``integer`` for concurrency).
+
+    A miss below the bracket's upper end (a load already missed above it) is re-measured up to
+    ``recheck`` times before it counts, and counts only when every measurement misses: a stall
+    of the host only adds latency, so one miss of a small probe far below the knee is more often
+    the host than the engine (live: docs/measured/verdicts.md).  The high end, with no evidence
+    above it, is measured once.  ``recheck=0``: every miss counts at once."""
 
     low: float
     high: float
     tolerance: float = 0.1
     max_probes: int = 8
     integer: bool = False
+    recheck: int = 1
     probes: list[Probe] = field(default_factory=list)
 
     def __post_init__(self):
         if not 0 < self.low < self.high:
             raise ValueError(f"protocol.search: the bracket must be 0 < low < high, got [{self.low}, {self.high}]")
+        if self.recheck < 0:
+            raise ValueError(f"protocol.search_recheck must be >= 0, got {self.recheck}")
+
+    def measured(self, load: float) -> int:
+        """How many times ``load`` has been measured so far."""
+        return sum(p.load == load for p in self.probes)
+
+    def _passes(self, load: float) -> bool:
+        return any(p.passed for p in self.probes if p.load == load)
+
+    def _pending(self) -> float | None:
+        """The load whose miss awaits a re-measurement before it counts, if any."""
+        if not self.probes or self.probes[-1].passed:
+            return None
+        load = self.probes[-1].load
+        upper = [p.load for p in self.probes if not p.passed and p.load > load]
+        if not upper or self._passes(load) or self.measured(load) > self.recheck:
+            return None
+        return load
 
     @property
     def best_pass(self) -> float | None:
@@ -107,14 +134,18 @@ class Bisection:
 
     @property
     def first_fail(self) -> float | None:
-        bad = [p.load for p in self.probes if not p.passed and (self.best_pass is None or p.load > self.best_pass)]
+        pending, best = self._pending(), self.best_pass
+        bad = [p.load for p in self.probes if not p.passed and p.load != pending and not self._passes(p.load)
+               and (best is None or p.load > best)]
         return min(bad) if bad else None
 
     def next_load(self) -> float | None:
         """The next load to try, or None when the answer is known (or the probes are spent)."""
-        if len(self.probes) >= self.max_probes:
-            return None
+        if (pending := self._pending()) is not None:
+            return pending  # re-measured before it counts (not one of max_probes)
         tried = {p.load for p in self.probes}
+        if len(tried) >= self.max_probes:
+            return None
         if self.high not in tried:
             return self.high
         if self.best_pass is None and self.first_fail is not None:
@@ -133,8 +164,22 @@ class Bisection:
                 return None
         return mid
 
-    def record(self, load: float, passed: bool, run_dir: str = "", why: str = "") -> None:
-        self.probes.append(Probe(load, passed, run_dir, why))
+    def record(self, load: float, passed: bool, run_dir: str = "", why: str = "") -> str:
+        """Adds a measurement of ``load``; returns what the console says of it beyond meeting or
+        missing the SLO ("" when nothing)."""
+        n = self.measured(load)
+        self.probes.append(Probe(load, passed, run_dir, why, n))
+        if self._pending() == load:
+            return (f"re-measured before it counts: a miss below the bracket's upper end may be a stall of the "
+                    f"host (protocol.search_recheck={self.recheck}; 0 turns it off)")
+        if n and passed:
+            return "met the SLO when re-measured: its miss before read as a stall of the host"
+        return ""
+
+    def rechecked(self) -> list[dict]:
+        """Each re-measured load, and whether its miss was confirmed (every measurement missed)."""
+        loads = sorted({p.load for p in self.probes if p.recheck}, key=[p.load for p in self.probes].index)
+        return [{"load": x, "confirmed": not self._passes(x)} for x in loads]
 
     def result(self) -> dict:
         """``max_load_under_slo`` with its bracket and why the search stopped."""
@@ -146,16 +191,21 @@ class Bisection:
         elif hi - lo <= max(self.tolerance * lo, 1 if self.integer else 0):
             note = f"bracket within tolerance {self.tolerance:.0%}"
         else:
-            note = f"stopped after {len(self.probes)} probes (protocol.search_max_probes)"
-        filling = [p.load for p in self.probes if not p.passed and p.why.startswith(STILL_FILLING)]
+            note = f"stopped after {len({p.load for p in self.probes})} probes (protocol.search_max_probes)"
+        filling = sorted({p.load for p in self.probes if not p.passed and p.why.startswith(STILL_FILLING)
+                          and not self._passes(p.load)})
         if filling:  # met the SLO on a fill-up's latencies: no answer stands on them, nor above them
-            note += (f"; {STILL_FILLING} at {', '.join(f'{x:g}' for x in sorted(filling))} (its latencies a "
+            note += (f"; {STILL_FILLING} at {', '.join(f'{x:g}' for x in filling)} (its latencies a "
                      "fill-up's, not a steady state's), read as missing the SLO: give each probe more requests "
                      "(load.num_requests) or a longer duration (load.duration_s)")
+        rechecked = self.rechecked()
+        overturned = [r["load"] for r in rechecked if not r["confirmed"]]
+        if overturned:
+            note += (f"; re-measured: {', '.join(f'{x:g}' for x in overturned)} met the SLO when re-measured "
+                     "(a miss before read as a stall of the host)")
         return {"max_load_under_slo": lo if lo is not None else 0.0,
                 "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
-                "probes": [p.__dict__ for p in self.probes], "note": note}
-
+                "probes": [p.__dict__ for p in self.probes], "rechecked": rechecked, "note": note}
 
 
 def thin_percentile_warning(percentile: float, requests: list[int]) -> str | None:

@@ -84,7 +84,8 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
     if low is None or high is None or not low < high:
         raise UserError("protocol.search=slo needs a bracket: protocol.search_low < protocol.search_high, "
                         "load points to take it from, or protocol.probe=true")
-    bis = Bisection(float(low), float(high), float(p.search_tolerance), int(p.search_max_probes), closed)
+    bis = Bisection(float(low), float(high), float(p.search_tolerance), int(p.search_max_probes), closed,
+                    int(p.search_recheck))
     base = OmegaConf.to_container(cfg.load, resolve=True)
     min_att = cfg.slo.min_attainment
     judged: list[int] = []  # requests each probe's SLO percentile was judged on
@@ -92,7 +93,9 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
         key = "concurrency" if closed else "rate"
         value = int(load) if closed else round(load, 4)
         spec = runs_from_points(base, [{key: value}], prefix="search/")[0]
-        spec.subdir, spec.tags = f"search/{key}={value:g}", {"role": "search"}
+        again = bis.measured(float(value))  # a re-measurement of a miss: a folder of its own
+        spec.subdir = f"search/{key}={value:g}" + (f"-recheck{again}" if again else "")
+        spec.tags = {"role": "search"}
         d = exp.session_dir(s) / spec.subdir
         if results_io.run_complete(d):
             summary = results_io.read_json(d / results_io.SUMMARY)
@@ -100,9 +103,9 @@ def search_slo(exp, s, cfg: DictConfig) -> None:
             summary = exp.session.run_point(spec, last=False).summary
         ok, why = slo_holds(summary, min_att)
         judged.append(int(summary.get("completed") or 0) + int(summary.get("failed") or 0))
-        print(f"  search: {key}={value:g} {'meets' if ok else 'misses'} the SLO" + (f" ({why})" if why else ""),
-              flush=True)
-        bis.record(float(value), ok, spec.subdir, why)
+        said = bis.record(float(value), ok, spec.subdir, why)
+        print(f"  search: {key}={value:g} {'meets' if ok else 'misses'} the SLO" + (f" ({why})" if why else "")
+              + (f": {said}" if said else ""), flush=True)
     result = bis.result()
     at = result["max_load_under_slo"]
     hit = next((pr for pr in bis.probes if pr.passed and pr.load == at), None)

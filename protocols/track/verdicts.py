@@ -31,6 +31,15 @@ baseline, metric by metric, with the comparison's intervals and margin (``metric
   judge`` and lands in ``unjudged``; the gate fails on it (its own exit code).  No good tokens
   in any of the newest's replicates (two or more) against some in each of the baseline's is a
   regression (an infinite cost: ``metrics.statistics.ratio_difference``).
+- What it can find (``sensitivity``): where the replicates are repeats of one launch, the
+  stated false-alarm level does not hold between separately launched builds (their intervals
+  miss the spread between launches: at least 2 launches a side would); where a latency's
+  observed spread leaves a 10 % rise found less than 80 % of the time at the gate's level, the
+  replicates a side that would (``metrics.sample_size.replicates_for_power``); where the
+  newest's requests are too few to find an error rate rising 5 points, the requests a side a
+  two-proportion test needs (``metrics.sample_size.requests_for_rate_rise``).  Live at 3
+  repeats of 16 requests a side, a 10 % longer TTFT passed 6 gates of 8 and errors from 0 to
+  5 % all 8 (docs/measured/verdicts.md).
 - The history: every experiment's estimate and interval per metric and point, and where a
   change was detected against the experiment before it (the same test, one step at a time).
 """
@@ -39,9 +48,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 
-from metrics.comparison import FIXED_KEYS, LAUNCH, comparable, compare_tables, launch_replicates
+from metrics.comparison import FIXED_KEYS, LAUNCH, comparable, compare_tables, direction, launch_replicates
+from metrics.sample_size import replicates_for_power, requests_for_rate_rise, welch_power
 from protocols.track.history import TrackEntry
 
 TRACK_KEYS = (*FIXED_KEYS, "load_points", "hardware")
@@ -49,6 +60,9 @@ OUTCOMES = {"b_better": "improved", "a_better": "regressed", "no_significant_dif
             "equivalent": "no significant change", "insufficient_data": "not enough data"}
 NEWEST, BASELINE = "newest", "baseline"
 CANNOT_JUDGE = "cannot judge"
+# the regressions the gate says whether it can find: a latency 10 % longer, an error rate 5 points
+# higher, each found 80 % of the time
+DETECT_RELATIVE, DETECT_RATE_RISE, POWER = 0.10, 0.05, 0.80
 
 
 def window_size(spec: str) -> int | None:
@@ -214,15 +228,101 @@ def judge(newest: TrackEntry, base: list[TrackEntry], metrics: list[str] | None,
                 # replicates bought a good token, each of the baseline's did
                 f["reason"] = "the newest's value is infinite: no good tokens (or no completed task) in any replicate"
             findings.append(f)
+    level = points[0]["difference_confidence"] if points else confidence
+    found = {(f["label"], f["metric"]) for f in findings if f["outcome"] == "regressed"}
     return {"newest": describe(newest), "baseline": [describe(e) for e in base],
             "confidence": confidence, "margin": margin, "adjust": adjust, "family": family,
-            "difference_confidence": points[0]["difference_confidence"] if points else confidence,
+            "difference_confidence": level,
+            "sensitivity": sensitivity(groups, raw, metrics, replicates, level, found),
             "replicates": replicates, "newest_runs": newest.runs.num_rows,
             "metrics": metrics, "allowed": sorted(allow),
             "condition_differences": diffs, "points": points, "findings": findings,
             "regressions": [f for f in findings if f["outcome"] == "regressed"],
             "improvements": [f for f in findings if f["outcome"] == "improved"],
             "unjudged": [f for f in findings if f["outcome"] == CANNOT_JUDGE]}
+
+
+def _values(t: pa.Table, label: str, column: str) -> np.ndarray:
+    if column not in t.column_names or "label" not in t.column_names:
+        return np.array([])
+    mine = np.array([lab == label for lab in t.column("label").to_pylist()], dtype=bool)
+    v = np.asarray(t.column(column).to_numpy(zero_copy_only=False), dtype=np.float64)[mine]
+    return v[np.isfinite(v)]
+
+
+def sensitivity(groups: dict[str, pa.Table], raw: dict[str, pa.Table], metrics: list[str], replicates: dict,
+                level: float, regressed: set = frozenset(), detect: float = DETECT_RELATIVE,
+                rise: float = DETECT_RATE_RISE, power: float = POWER) -> dict:
+    """What the gate's replicates can find (module doc): ``notes``, one sentence each, and
+    ``needs``, per load point and metric the replicates (or requests) a side now and needed;
+    ``level``: each difference's confidence (Bonferroni's where adjusted); ``regressed``: the
+    (label, metric) pairs already found, left out."""
+    notes, needs = [], []
+    one = [side for side, kind in replicates.items() if kind == "repeats"]
+    if one:
+        notes.append(f"false alarms: the {' and '.join(one)}'s replicates are repeats of one engine launch, whose "
+                     "intervals miss the spread between launches: the gate's false-alarm level holds between "
+                     "separately launched builds only with launches as replicates, at least 2 a side (an "
+                     "experiment's blocks; --baseline window:N for the baseline)")
+    what = "launches" if not one else "repeats"
+    for label in _labels(list(groups.values())):
+        short = []
+        for m in metrics:
+            if (label, m) in regressed:
+                continue
+            a, b = _values(groups[BASELINE], label, m), _values(groups[NEWEST], label, m)
+            if m == "error_rate":
+                short += _rate_need(raw, label, a, b, level, rise, power)
+                continue
+            if direction(m) != (False, "ms") or len(a) < 2 or len(b) < 2 or not a.mean() > 0:
+                continue
+            sd_a, sd_b = float(a.std(ddof=1)), float(b.std(ddof=1))
+            now = min(len(a), len(b))
+            need = replicates_for_power(detect * float(a.mean()), sd_a, sd_b, level, power)
+            if need is None or need > now:
+                short.append({"label": label, "metric": m, "size": detect, "kind": what, "now": now, "needed": need,
+                              "spread": math.hypot(sd_a, sd_b) / math.sqrt(2) / float(a.mean()),
+                              "power_now": welch_power(detect * float(a.mean()), sd_a, sd_b, now, level)})
+        needs += short
+        if short:
+            notes.append(f"at {label}, to find a regression {power:.0%} of the time at {_level(level)} each: "
+                         + "; ".join(_need_text(n) for n in short))
+    return {"power": power, "detect_relative": detect, "detect_rate_rise": rise, "notes": notes, "needs": needs}
+
+
+def _rate_need(raw: dict[str, pa.Table], label: str, a: np.ndarray, b: np.ndarray, level: float, rise: float,
+               power: float) -> list[dict]:
+    """The requests a side to find the error rate rising ``rise`` from the baseline's, where the
+    newest has fewer."""
+    if not len(a) or not len(b):
+        return []
+    p0 = float(a.mean())
+    if p0 + rise > 1:
+        return []
+    requests = [int(sum(_values(raw[side], label, "completed")) + sum(_values(raw[side], label, "failed")))
+                for side in (BASELINE, NEWEST)]
+    need = requests_for_rate_rise(p0, p0 + rise, level, power)
+    now = min(requests)
+    if now >= need:
+        return []
+    runs = len(_values(raw[NEWEST], label, "error_rate")) or 1
+    return [{"label": label, "metric": "error_rate", "size": rise, "kind": "requests", "now": now or None,
+             "needed": need, "per_run": (requests[1] / runs) if requests[1] else None, "baseline_rate": p0}]
+
+
+def _need_text(n: dict) -> str:
+    if n["kind"] == "requests":
+        per = f" ({math.ceil(n['needed'] / n['per_run'])} runs of {n['per_run']:.0f})" if n.get("per_run") else ""
+        now = f"{n['now']}" if n["now"] else "unknown"
+        return (f"{n['metric']} {n['baseline_rate'] * 100:.3g} % -> {(n['baseline_rate'] + n['size']) * 100:.3g} %: "
+                f"{n['needed']} requests a side{per}, now {now} (two-proportion test)")
+    need = f"{n['needed']}" if n["needed"] else f"more than {10_000}"
+    return (f"{n['metric']} {n['size']:.0%} longer: {need} {n['kind']} a side, now {n['now']} (found "
+            f"{n['power_now']:.0%} of the time; spread {n['spread']:.1%} of the mean a replicate)")
+
+
+def _level(level: float) -> str:
+    return f"{level:.0%}" if round(level * 100, 6).is_integer() else f"{level:.2%}"
 
 
 def _why(new: dict, runs: int, vs: dict) -> str:

@@ -186,5 +186,48 @@ def test_the_gate_ends_with_its_answer_and_the_metric_that_decided(monkeypatch, 
     entries = [entry(0, rows(seed=0)), entry(1, rows(seed=1))]
     assert gate(monkeypatch, tmp_path, entries) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-2:] == ["answer (gate):", "  the gate passes: vllm 0.1 (e1) against vllm 0.0 (e0): no metric "
-                                          "regressed (0 improved of 4 judged)"]
+    at = out.index("answer (gate):")
+    assert out[at + 1] == ("  the gate passes: vllm 0.1 (e1) against vllm 0.0 (e0): no metric regressed "
+                           "(0 improved of 4 judged)")
+    # then what its 4 repeats a side cannot give (test_a_gate_says_the_replicates_and_requests_it_would_need)
+    assert all(x.startswith("  short: ") for x in out[at + 2:]) and len(out) > at + 2
+
+
+def _runs(ttfts, requests=16, errors=0) -> list[dict]:
+    """Runs of one point with these p99 TTFTs, ``requests`` each of which ``errors`` failed."""
+    return [{"config": "", "label": "rate=4", "repeat": r, "block": 0, "role": "point", "offered_load": 4.0,
+             "p99_ttft_ms": t, "output_throughput": 50.0, "error_rate": errors / requests, "cost_total": 1.0,
+             "good_output_tokens": 1e6, "completed": requests - errors, "failed": errors}
+            for r, t in enumerate(ttfts)]
+
+
+def test_a_gate_says_the_replicates_and_requests_it_would_need(monkeypatch, tmp_path, capsys):
+    # live (docs/measured/verdicts.md): at 3 repeats of 16 requests a side a 10 % longer TTFT
+    # passed 6 gates of 8 and errors from 0 to 5 % all 8, and the gate said nothing of it
+    entries = [entry(0, _runs([95.0, 100.0, 105.0])), entry(1, _runs([95.0, 100.0, 105.0]))]
+    assert gate(monkeypatch, tmp_path, entries) == 0
+    sens = record(tmp_path)["sensitivity"]
+    need = {n["metric"]: n for n in sens["needs"]}
+    # a spread of 5 ms on 100 (sd 5 a side), 10 ms to find, each verdict at 1 - 0.05/4: 8 a side,
+    # found 19 % of the time at 3 (metrics.sample_size.replicates_for_power)
+    assert need["p99_ttft_ms"]["needed"] == 8 and need["p99_ttft_ms"]["now"] == 3
+    assert need["p99_ttft_ms"]["power_now"] == pytest.approx(0.186, abs=0.001)
+    assert need["p99_ttft_ms"]["spread"] == pytest.approx(0.05)
+    # errors from 0 to 5 %: 217 requests a side by a two-proportion test at 98.75 %; 48 now
+    assert (need["error_rate"]["needed"], need["error_rate"]["now"]) == (217, 48)
+    out = capsys.readouterr().out
+    assert ("  short: at rate=4, to find a regression 80% of the time at 98.75% each: p99_ttft_ms 10% longer: "
+            "8 repeats a side, now 3 (found 19% of the time; spread 5.0% of the mean a replicate); error_rate "
+            "0 % -> 5 %: 217 requests a side (14 runs of 16), now 48 (two-proportion test)") in out
+    assert "  short: false alarms: the baseline and newest's replicates are repeats of one engine launch" in out
+    answer = json.loads((tmp_path / "out" / "track.json").read_text())["answer"]
+    assert [x for x in answer["lines"] if x.startswith("short: ")] == [f"short: {n}" for n in sens["notes"]]
+
+
+def test_a_gate_with_enough_replicates_says_nothing_short(monkeypatch, tmp_path):
+    # 10 launches a side of 40 requests each (400 >= 217), the same spread (9 needed): nothing short
+    def launches(i):
+        return [dict(r, block=b) for b in range(10) for r in _runs([95.0 + 10 * (b % 2)], requests=40)]
+    assert gate(monkeypatch, tmp_path, [entry(0, launches(0)), entry(1, launches(1))]) == 0
+    sens = record(tmp_path)["sensitivity"]
+    assert sens["needs"] == [] and sens["notes"] == []
