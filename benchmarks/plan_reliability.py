@@ -23,16 +23,19 @@ model was fitted on any of them.  Per decision:
    ``requests.parquet``, ``summary.json``, ``config.yaml`` with the config's price); then
    ``protocol=plan`` over a small day (``--day-s``, 120 s of the decision's traffic: a fixed
    fleet of one replica, ``replica_model=processor_sharing``, the default residuals), in process
-   (``protocols.registry.run_protocol``).  Its pick and ``runner_up_cheaper.probability`` (the
-   stated chance the pick is wrong) are read from ``plan.json``, and beside it the figure with
-   the model's error taken as shared (``model_error_between.shared.probability``).
+   (``protocols.registry.run_protocol``).  Its pick and the stated chance the pick is wrong are
+   read from ``plan.json``: ``pick_wrong.probability`` (over every config, those whose plan misses
+   the SLO counted by their resamples meeting it) and ``runner_up_cheaper.probability`` (the
+   runner-up's among the configs meeting it), and beside it the figure with the model's error
+   taken as independent or shared (``model_error_between``).
 3. **Scored.**  Wrong = the plan's pick is not the true cheapest.  Decisions whose plan has no
-   probability (one config meets its SLO, or none) are counted apart.
+   probability (the runner-up's: one config meets its SLO, or none; ``pick_wrong``: none meets it)
+   are counted apart.
 
 Prints the reliability table (bins of stated probability: count, mean stated, observed share
 wrong with its Clopper-Pearson 95 % interval, and whether a bin of 5 or more decisions is within
-10 points) and the Brier score, for the stated figure and the shared one.  Replays run in the
-Dynamo venv's Python (``protocols.plan.scheduler.dynamo_python``).
+10 points) and the Brier score, for the runner-up's figure, each reading of the model's error, and
+``pick_wrong``.  Replays run in the Dynamo venv's Python (``protocols.plan.scheduler.dynamo_python``).
 """
 
 from __future__ import annotations
@@ -248,6 +251,7 @@ def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
     figure = {how: r.get("probability") if taken_as == how else (between.get(how) or {}).get("probability")
               for how in ("independent", "shared")}
     pick = r.get("pick") or ch.get("config")
+    pw = ch.get("pick_wrong") or {}
     return {"decision": k, "configs": configs, "knees": knees, "rate": rate, "delta": delta, "prices": prices,
             "true_cost": true_cost, "true_meets": {n: truth[n][1] for n in configs},
             "true_attainment": {n: truth[n][2] for n in configs}, "right": right, "pick": pick,
@@ -257,6 +261,8 @@ def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
             "seconds": {"truth_and_runs": t1 - t0, "plan": t2 - t1},
             "stated": r.get("probability"), "standard_error": r.get("standard_error"), "taken_as": taken_as,
             "independent": figure["independent"], "shared": figure["shared"],
+"pick_wrong": pw.get("probability"), "pick_misses_slo": pw.get("pick_misses_slo"),
+            "meets_slo_share": pw.get("meets_slo_share"),
             "why": r.get("why"), "wrong": (pick != right) if pick is not None else None, "verdict": ch.get("verdict")}
 
 
@@ -304,7 +310,8 @@ def run_decisions(args: argparse.Namespace, say=print) -> list[dict]:
                 r = decision(k, args, replay, Path(d))
                 rows.append(r)
                 say(f"decision {k}: {' vs '.join(r['configs'])} at {r['rate']:.3g} req/s, delta {r['delta']:+.1%}: "
-                    f"pick {r['pick']} (right: {r['right']}), stated P(wrong) {share(r['stated'])} "
+                    f"pick {r['pick']} (right: {r['right']}), P(wrong) {share(r['pick_wrong'])} over every config, "
+                    f"runner-up's {share(r['stated'])} "
                     f"(model error taken as {r['taken_as']}; independent {share(r['independent'])}, shared "
                     f"{share(r['shared'])}); {time.time() - t0:.0f} s")
         finally:
@@ -312,9 +319,10 @@ def run_decisions(args: argparse.Namespace, say=print) -> list[dict]:
     return rows
 
 
-def scored(rows: list[dict]) -> list[dict]:
-    """The decisions with a stated probability and a pick to score."""
-    return [r for r in rows if r["stated"] is not None and r["wrong"] is not None]
+def scored(rows: list[dict], figure: str = "stated") -> list[dict]:
+    """The decisions with a pick to score and a probability ``figure`` (``stated``: the runner-up's;
+    ``pick_wrong``: over every config)."""
+    return [r for r in rows if r[figure] is not None and r["wrong"] is not None]
 
 
 def main() -> None:
@@ -331,6 +339,10 @@ def main() -> None:
         sel = [r for r in done if r[how] is not None]
         if sel:
             print_table(f"the model's error taken as {how}", [r[how] for r in sel], [r["wrong"] for r in sel])
+    every = scored(rows, "pick_wrong")
+    print(f"\n{len(every)} of {len(rows)} decisions with P(pick wrong) over every config (pick_wrong)")
+    print_table("P(pick wrong) over every config, those missing the SLO in their plan included",
+                [r["pick_wrong"] for r in every], [r["wrong"] for r in every])
     print(f"\n{time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

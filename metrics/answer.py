@@ -491,8 +491,9 @@ def promotion_answer(record: Mapping) -> Answer:
 def plan_answer(doc: Mapping) -> Answer:
     """The plan's answer (``plan.json``), one line per plan (policy and SLO): the pick (the cheapest
     config whose plan meets the SLO, where its verdict names one; else the cheapest ranked, said so),
-    its cost per M good tokens with the interval, and the probability that the runner-up is in fact
-    the cheaper (the probability the pick is wrong)."""
+    its cost per M good tokens with the interval, and the probability the pick is wrong: over every
+    config (``pick_wrong``, those whose plan misses the SLO counted by their resamples meeting it),
+    the runner-up's figure beside it; an older plan.json without it, the runner-up's alone."""
     lines, picks = [], []
     for plan in doc.get("plans") or []:
         ch = plan.get("cheapest") or {}
@@ -509,7 +510,10 @@ def plan_answer(doc: Mapping) -> Answer:
         odds = ch.get("runner_up_cheaper") or {}
         wrong = (f"P({odds.get('runner_up')} cheaper, the pick wrong) = {_f(odds['probability']):.1%}"
                  if odds.get("probability") is not None else (odds.get("why") or "no probability"))
+        every = (ch.get("pick_wrong") or {}).get("probability")   # over every config, those missing the SLO too
+        if every is not None:
+            wrong = f"P(the pick wrong) = {_f(every):.1%} over every config meeting the SLO or not ({wrong})"
         settled = "" if ch.get("config") else " (not significantly cheaper than the runner-up)"
         lines.append(f"{where}: the pick is {pick}{settled}, {cost} per M good tokens; {wrong}")
-        picks.append({"pick": pick, "probability_wrong": odds.get("probability")})
+        picks.append({"pick": pick, "probability_wrong": every if every is not None else odds.get("probability")})
     return Answer("plan", tuple(lines) or ("no plan",), {"picks": picks})

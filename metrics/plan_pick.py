@@ -63,6 +63,26 @@ independent it put every close pick at about 25 % wrong (two cases: one pair in 
 opposite biases) where mocker decisions whose truth is known were wrong in none
 (``benchmarks/plan_reliability.py``, docs/measured/plan-reliability.md).  Candidates whose
 models have different cases have no shared figure.
+
+**The probability that the pick is wrong** (``pick_wrong``): over every candidate, not only
+those whose plan meets the SLO.  A candidate's resample i *meets* the SLO where the simulation
+on that block resample passes the plan's own run-level check (``protocols.plan.run.meets``),
+M_i in {0, 1}, the same for each of its model's cases (the cases' factors are on the cost;
+the SLO's percentiles are not scaled by them).  Pick a (the cheapest by point estimate among
+the configs whose plan meets the SLO), every other candidate k, independent of a and of each
+other, and ties half:
+
+    B_k(y) = Σ_{(j,d)} W^k_jd M^k_j ( 1[Y^k_jd < y] + ½ 1[Y^k_jd = y] )
+
+    P(pick wrong) = 1 - Σ_{(i,c)} W^a_ic M^a_i Π_{k≠a} ( 1 - B_k(Y^a_ic) )
+
+that is P(the pick misses the SLO, or some other candidate meets it and is cheaper).  Where k
+shares a's replica model's cases, B_k is taken within a's case c (k's weights renormalised in
+it), as the shared figure above.  A candidate left out of the pick because its plan misses
+the SLO thus counts with the share of its resamples that meet it: the plan's SLO check on a
+short day near the knee fails configs that long runs find meeting it (docs/measured/
+plan-reliability.md).  Where every resample of every candidate meets the SLO and there are two,
+it is ``runner_up_cheaper``'s probability.
 """
 
 from __future__ import annotations
@@ -289,7 +309,7 @@ def runner_up_text(verdict: dict) -> str:
     r = verdict.get("runner_up_cheaper") or {}
     p = r.get("probability")
     if p is None:
-        return r.get("why") or "no probability stated"
+        return (r.get("why") or "no probability stated") + pick_wrong_text(verdict)
     se = r.get("standard_error")
     cases = r.get("model_error_cases") or {}
     model = ", ".join(f"{n} {k} case{'s' if k != 1 else ''}" for n, k in cases.items() if k)
@@ -297,7 +317,21 @@ def runner_up_text(verdict: dict) -> str:
             + (f" ± {se:.1%} (resample error)" if se else "")
             + (f", over the capacity's resamples and the model's validation residuals ({model})" if model
                else ", over the capacity's resamples alone (no validation residuals of its model)")
-            + between_text(verdict))
+            + between_text(verdict) + pick_wrong_text(verdict))
+
+
+def pick_wrong_text(verdict: dict) -> str:
+    """A verdict's ``pick_wrong`` as the console says it after the runner-up's figure: the chance the
+    pick is wrong over every config, and each config's share of resamples meeting the SLO where it is
+    under 1 ('' without the figure: an older plan.json, or no pick)."""
+    w = verdict.get("pick_wrong") or {}
+    p = w.get("probability")
+    if p is None:
+        return ""
+    shares = w.get("meets_slo_share") or {}
+    short = ", ".join(f"{n} {s:.1%}" for n, s in shares.items() if s is not None and s < 1)
+    return (f"; chance that {w['pick']} is wrong (it misses the SLO, or another config meets it and is cheaper): "
+            f"{p:.1%}" + (f", the SLO met in {short} of the resamples" if short else ""))
 
 
 def between_text(verdict: dict) -> str:
@@ -317,3 +351,49 @@ def between_text(verdict: dict) -> str:
     ivs = f", {a} vs {b} [{signed_share(iv[0])}, {signed_share(iv[1])}]" if iv else ""
     return (f"; the model's error taken as {how} between {a} and {b} ({other}: P({b} cheaper) = "
             f"{fig['probability']:.1%}{ivs})")
+
+
+def _meeting_below(x: Draws, y: Draws, y_meets: np.ndarray, shared: bool) -> np.ndarray:
+    """B_y at each joint resample of ``x`` (module doc): the weight of ``y``'s resamples that meet
+    the SLO and cost less, ties half; ``shared``: within ``x``'s case."""
+    out = np.zeros(x.values.size)
+    if not shared:
+        groups = [(np.ones(x.values.size, dtype=bool), np.ones(y.values.size, dtype=bool))]
+    else:
+        xc, yc = _cases(x), _cases(y)
+        groups = [(xc == c, yc == c) for c in np.unique(xc)]
+    for mx, my in groups:
+        total = y.weights[my].sum()
+        sel = my & y_meets
+        if total <= 0 or not sel.any():
+            continue
+        sub = Draws(y.values[sel], y.weights[sel] / total, y.unit[sel])
+        below, equal = _below_and_equal(*_sorted(sub), x.values[mx])
+        out[mx] = below + 0.5 * equal
+    return out
+
+
+def pick_wrong(pick: Draws, pick_meets, others: dict[str, tuple[Draws, object, bool]]) -> dict:
+    """{probability, pick_misses_slo, meets_and_cheaper}: P(pick wrong) (module doc), the share of
+    the pick's resamples missing the SLO, and per other candidate the weight of the pick's resamples
+    it beats while meeting the SLO (Σ W^a B_k).  ``pick_meets``: per capacity resample of the pick
+    whether it meets the SLO; ``others``: name -> (joint resamples, per capacity resample whether it
+    meets, whether it shares the pick's model cases).  Probability None where the pick or a
+    candidate has no resample."""
+    if pick.values.size == 0 or any(d.values.size == 0 for d, _, _ in others.values()):
+        return {"probability": None, "pick_misses_slo": None, "meets_and_cheaper": {}}
+    ma = np.asarray(pick_meets, dtype=bool)[pick.unit]
+    right = pick.weights * ma
+    beats = {}
+    for name, (d, meets, shared) in others.items():
+        b = _meeting_below(pick, d, np.asarray(meets, dtype=bool)[d.unit], shared)
+        beats[name] = float(np.sum(pick.weights * b))
+        right = right * (1.0 - b)
+    p = 1.0 - float(np.sum(right))
+    return {"probability": min(1.0, max(0.0, p)), "pick_misses_slo": float(np.sum(pick.weights * ~ma)),
+            "meets_and_cheaper": beats}
+
+
+def meeting_share(d: Draws, meets) -> float:
+    """The weight of a candidate's joint resamples that meet the SLO."""
+    return float(np.sum(d.weights * np.asarray(meets, dtype=bool)[d.unit]))

@@ -18,7 +18,9 @@ the interval lies below zero and the runner-up is the cheaper in under half the 
 never contradict each other.  Where both candidates are on one replica model's cases, the pairs
 take the model's error as shared (each case on both sides: a bias of the model moves both alike),
 with the independent figure beside it; on different models' cases, as independent
-(``model_error_between``).
+(``model_error_between``).  ``pick_wrong`` states the chance the pick is wrong over every
+candidate, those whose plan misses the SLO included, each with the share of its block resamples
+whose simulation meets it (``metrics.plan_pick.pick_wrong``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ import numpy as np
 
 from metrics.plan_pick import (
     joint,
+    meeting_share,
     no_good_share,
+    pick_wrong,
     relative_differences,
     runner_up_cheaper,
     signed_share,
@@ -98,9 +102,13 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
     if not meeting:
         out["verdict"] = "no config's plan meets the SLO"
         out["runner_up_cheaper"]["why"] = "no config's plan meets the SLO: no pick to be wrong"
+        out["pick_wrong"] = {"pick": None, "probability": None, "why": "no config's plan meets the SLO: no pick"}
         return out
+    out["pick_wrong"] = _pick_wrong(ranked[0], entries, resampled, factors, random)
+    wrong = out["pick_wrong"]["probability"]
     if len(ranked) == 1:
-        out.update(config=ranked[0], verdict=f"{ranked[0]} is the only config whose plan meets the SLO")
+        odds = f"; P(pick wrong) = {wrong:.1%} (a config missing the SLO in its plan meeting it)" if wrong else ""
+        out.update(config=ranked[0], verdict=f"{ranked[0]} is the only config whose plan meets the SLO{odds}")
         out["runner_up_cheaper"].update(pick=ranked[0], why=f"no runner-up: {ranked[0]} is the only config whose "
                                                             "plan meets the SLO")
         return out
@@ -146,6 +154,29 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
     else:
         out["verdict"] = (f"no significant difference: {a} vs {b} {rel:+.1%} {ivs} at "
                           f"{confidence:.0%} (margin {min_effect:.0%}){odds}")
+    return out
+
+
+def _pick_wrong(a: str, entries: dict[str, dict], resampled: dict[str, list[tuple[dict, float]]],
+                factors: dict[str, list[float]], random: dict[str, bool]) -> dict:
+    """plan.json's ``pick_wrong``: P(``a`` is wrong) over every candidate (``metrics.plan_pick.pick_wrong``),
+    each resample meeting the SLO as its simulation did (its plan's check where a resample lacks it)."""
+    fa = list(factors.get(a, []))
+    sides = {}
+    for name, e in entries.items():
+        rs = resampled.get(name, [])
+        meets = [bool(e["meets_slo"] if r.get("meets_slo") is None else r["meets_slo"]) for r, _ in rs]
+        fk = list(factors.get(name, []))
+        sides[name] = (_draws(rs, fk, bool(random.get(name))), meets, bool(fk) and fk == fa)
+    da, ma, _ = sides.pop(a)
+    res = pick_wrong(da, ma, sides)
+    shares = {n: (meeting_share(d, m) if d.values.size else None) for n, (d, m, _) in {a: (da, ma, 0), **sides}.items()}
+    out = {"pick": a, **res, "meets_slo_share": shares,
+           "what": f"P({a} misses the SLO, or another config meets it and is cheaper), over the block resamples "
+                   "(each meeting the SLO as its simulation did) x the model's validation cost factors, "
+                   "every config's plan meeting the SLO or not (metrics.plan_pick.pick_wrong)"}
+    if res["probability"] is None:
+        out["why"] = "no capacity resamples (protocol.resamples=0 or one block): no probability"
     return out
 
 

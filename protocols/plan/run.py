@@ -272,7 +272,9 @@ def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confiden
         resampled = {}
         for name, entry in plan["configs"].items():
             point, rs = entry.pop("point"), entry.pop("resampled", [])
-            resampled[name] = [({m: r.get(m) for m in record.PLAN_METRICS}, w) for r, w in rs]
+            # each resample's own SLO check: the chance the pick is wrong counts a config missing it in its plan
+            resampled[name] = [({**{m: r.get(m) for m in record.PLAN_METRICS}, "meets_slo": meets(r, plan["slo"])}, w)
+                               for r, w in rs]
             entry.update(metrics=record.config_entry(point, resampled[name], confidence),
                          meets_slo=meets(point, plan["slo"]), slo_met_percentiles=point["slo_met"],
                          outside_measurements_share=point["outside_measurements_share"],
@@ -297,6 +299,7 @@ def pick_cheapest(plan: dict, resampled: dict[str, list], inputs: PlanInputs, p)
         entry["model_error"] = model_error_for(inputs.residuals, entry["replica_model"]["model"])
         # each block resample's cost and weight: the verdict's probability recomputes from these
         entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
+        entry["meets_slo_resamples"] = [r.get("meets_slo") for r, _ in resampled[name]]   # and pick_wrong from these
         factors[name] = entry["model_error"]["factors"]
         entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
             resampled[name], factors[name], float(p.confidence))

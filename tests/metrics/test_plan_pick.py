@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metrics.plan_pick import Draws, cost_factor, joint, relative_differences, runner_up_cheaper
+from metrics.plan_pick import Draws, cost_factor, joint, pick_wrong, relative_differences, runner_up_cheaper
 
 
 def test_the_cost_factor_is_measured_over_predicted_cost_per_good_token():
@@ -184,3 +184,24 @@ def test_shared_pairs_past_the_limit_are_drawn_within_a_case():
     assert rel.size == 4 and w.sum() == pytest.approx(1.0)
     # within one case the factor cancels: only the capacity ratios 1/1.5, 1/3, 2/1.5, 2/3 remain
     assert set(np.round(rel + 1, 6)) <= {round(x, 6) for x in (1 / 1.5, 1 / 3, 2 / 1.5, 2 / 3)}
+
+
+def test_pick_wrong_counts_a_cheaper_candidate_by_its_share_meeting_the_slo():
+    a = joint([1.0, 1.0], [0.5, 0.5], [])
+    b = joint([0.9, 0.9, 0.9, 0.9, 0.9], [0.2] * 5, [])          # cheaper always, meets in 2 of 5
+    c = joint([0.95, 1.2], [0.5, 0.5], [])                      # cheaper in half, meets always
+    got = pick_wrong(a, [True, True], {"b": (b, [True, False, True, False, False], False),
+                                        "c": (c, [True, True], False)})
+    # right = 1 x (1 - 0.4) x (1 - 0.5) = 0.3
+    assert got["probability"] == pytest.approx(0.7)
+    assert got["meets_and_cheaper"] == {"b": pytest.approx(0.4), "c": pytest.approx(0.5)}
+    # the pick missing the SLO in one resample of two: wrong there whatever the others
+    got = pick_wrong(a, [True, False], {"b": (b, [False] * 5, False)})
+    assert got["probability"] == pytest.approx(0.5) and got["pick_misses_slo"] == pytest.approx(0.5)
+
+
+def test_pick_wrong_ties_count_half_and_no_resample_gives_none():
+    a, b = joint([1.0], [1.0], []), joint([1.0], [1.0], [])
+    assert pick_wrong(a, [True], {"b": (b, [True], False)})["probability"] == pytest.approx(0.5)
+    empty = joint([float("nan")], [1.0], [])
+    assert pick_wrong(a, [True], {"b": (empty, [True], False)})["probability"] is None

@@ -47,3 +47,17 @@ def test_the_answer_is_kept_in_plan_json_and_printed_last(tmp_path, capsys):
     assert doc["answer"]["picks"][0] == {"pick": "fast", "probability_wrong": 0.0375}
     # what the run lifecycle prints last (harness.lifecycle, a protocol without a parent run)
     assert console_lines(record) == ["answer (plan):", *(f"  {x}" for x in doc["answer"]["lines"])]
+
+
+def test_the_answer_states_the_chance_the_pick_is_wrong_over_every_config():
+    # the runner-up missing the SLO in its plan: no runner-up's figure, the pick_wrong one stated
+    doc = {"plans": [_plan("fixed", {
+        "config": "fast", "ranking": ["fast"], "among": "configs whose plan meets the SLO",
+        "runner_up_cheaper": {"pick": "fast", "probability": None,
+                              "why": "no runner-up: fast is the only config whose plan meets the SLO"},
+        "pick_wrong": {"pick": "fast", "probability": 0.4}})]}
+    a = plan_answer(doc)
+    assert a.lines == ("fixed policy, p99 TTFT ≤ 1000 ms, TPOT ≤ 150 ms: the pick is fast, 0.1234 [0.11, 0.135] per M "
+                       "good tokens; P(the pick wrong) = 40.0% over every config meeting the SLO or not (no runner-up: "
+                       "fast is the only config whose plan meets the SLO)",)
+    assert a.facts["picks"] == [{"pick": "fast", "probability_wrong": 0.4}]

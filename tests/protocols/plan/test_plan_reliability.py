@@ -32,14 +32,15 @@ def test_no_bin_of_the_plans_stated_chance_leaves_its_band_by_its_interval():
     if dynamo_python(None) is None:
         pytest.skip("no Dynamo venv (.ci/dynamo_venv.sh builds it, or set TOKENFACTORY_DYNAMO_PYTHON)")
     bench = _bench()
-    # the benchmark's decisions with shorter truths and days, at loads below the knee (near it a plan
-    # often finds one config meeting the SLO: no runner-up, no probability to judge)
+    # the benchmark's decisions with shorter truths and days, at loads below the knee (the decisions
+    # near it take longer to judge, the 40 of docs/measured/plan-reliability.md hold them)
     args = bench.options(["--decisions", "7", "--seed", "1", "--truth-requests", "6000", "--knee-requests", "1000",
                           "--day-s", "60", "--rate-share", "0.5", "0.85"])
     rows = bench.run_decisions(args, say=lambda _: None)
-    done = bench.scored(rows)
+    # the chance the answer states: over every config, those missing the SLO in their plan included
+    done = bench.scored(rows, "pick_wrong")
     assert len(done) >= 5, [r["why"] for r in rows]
-    table = reliability_table([r["stated"] for r in done], [r["wrong"] for r in done])
+    table = reliability_table([r["pick_wrong"] for r in done], [r["wrong"] for r in done])
     judged = [b for b in table["bins"] if b["count"] >= 5]
     assert judged, table                 # at loads below the knee most picks are stated near 0: one bin of 5
     failed = [b for b in judged if b["verdict"] == "fails"]

@@ -153,6 +153,13 @@ def test_the_verdict_states_the_chance_the_runner_up_is_cheaper(tmp_path, experi
     assert base["cheapest"]["model_error_between"]["independent"]["probability"] == pytest.approx(
         chance([(ca, wa, cb, wb) for ca, wa, _ in ja for cb, wb, _ in jb]), abs=1e-9)
     assert r["standard_error"] >= 0                           # random draws: a resample error
+    # the chance the pick is wrong over every config, each resample meeting the SLO as its simulation did
+    ma, mb = pick["meets_slo_resamples"], other["meets_slo_resamples"]
+    assert len(ma) == 3 and all(isinstance(m, bool) for m in ma + mb)
+    right = sum(wa * ma[i // 2] * (1 - sum(wb * mb[j // 2] * (1.0 if cb < ca else 0.5 if cb == ca else 0.0)
+                                           for j, (cb, wb, k) in enumerate(jb) if k == c) * 2)
+                for i, (ca, wa, c) in enumerate(ja))
+    assert base["cheapest"]["pick_wrong"]["probability"] == pytest.approx(1 - right, abs=1e-9)
     assert doc["model_error"]["applied"] is True and doc["model_error"]["held_out"] is True
     iv = slow["metrics"]["cost_per_mtok_good"]["interval_with_model_error"]
     costs = [c for c, _ in slow["cost_resamples"]]

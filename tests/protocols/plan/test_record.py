@@ -158,3 +158,56 @@ def test_different_replica_models_have_no_shared_figure_and_say_why():
     assert between["taken_as"] == "independent" and "interval" not in between["shared"]
     assert "different validation cases" in between["shared"]["why"]
     assert "different validation cases" in runner_up_text(got)
+
+
+def meeting_rs(costs, weights, meets) -> list[tuple[dict, float]]:
+    return [({"cost_per_mtok_good": c, "meets_slo": m}, w) for c, w, m in zip(costs, weights, meets)]
+
+
+def test_a_cheaper_config_missing_the_slo_in_its_plan_counts_by_its_resamples_meeting_it():
+    # b misses the SLO in its plan and in 6 of 10 resamples, and is cheaper in all: today no
+    # probability ("the only config"); b meets it and is cheaper in 4 of 10, so the pick is wrong in 40 %
+    got = cheapest({"a": entry(1.0), "b": entry(0.9, meets=False)},
+                   {"a": meeting_rs([1.0] * 10, [0.1] * 10, [True] * 10),
+                    "b": meeting_rs([0.9] * 10, [0.1] * 10, [False] * 6 + [True] * 4)}, 0.95, 0.02)
+    assert got["config"] == "a" and got["runner_up_cheaper"]["probability"] is None
+    w = got["pick_wrong"]
+    assert w["pick"] == "a" and w["probability"] == pytest.approx(0.4)
+    assert w["meets_slo_share"] == {"a": pytest.approx(1.0), "b": pytest.approx(0.4)}
+    assert w["meets_and_cheaper"] == {"b": pytest.approx(0.4)} and w["pick_misses_slo"] == 0.0
+    assert "P(pick wrong) = 40.0%" in got["verdict"]
+    assert runner_up_text(got).endswith("chance that a is wrong (it misses the SLO, or another config meets it and "
+                                        "is cheaper): 40.0%, the SLO met in b 40.0% of the resamples")
+
+
+def test_the_pick_missing_the_slo_in_its_resamples_is_wrong_there_and_dearer_ones_add_nothing():
+    # a meets it in 7 of 10 resamples; b meets it always but is dearer: wrong in the 3 a misses
+    got = cheapest({"a": entry(1.0), "b": entry(1.5)},
+                   {"a": meeting_rs([1.0] * 10, [0.1] * 10, [True] * 7 + [False] * 3),
+                    "b": meeting_rs([1.5] * 10, [0.1] * 10, [True] * 10)}, 0.95, 0.02)
+    assert got["runner_up_cheaper"]["probability"] == 0.0
+    assert got["pick_wrong"]["probability"] == pytest.approx(0.3)
+    assert got["pick_wrong"]["pick_misses_slo"] == pytest.approx(0.3)
+
+
+def test_every_resample_meeting_the_slo_gives_the_runner_ups_figure():
+    # as test_constructed_resamples_give_the_exact_probability: the resamples without their own check
+    # meet it as their plan does
+    got = cheapest({"a": entry(1.0), "b": entry(1.5)},
+                   {"a": rs([1.0, 2.0, 4.0], [0.2, 0.5, 0.3]), "b": rs([1.5, 3.0], [0.6, 0.4])}, 0.95, 0.02)
+    assert got["pick_wrong"]["probability"] == pytest.approx(got["runner_up_cheaper"]["probability"])
+
+
+def test_a_shared_model_error_meets_each_case_with_itself_in_the_pick_wrong_figure():
+    # b 1 % dearer than a in every resample; one model's two cases (factors 1.1 and 0.9) shared: never
+    # cheaper; b misses the SLO nowhere.  As independent, 0.9 x 1.01 < 1.1 would make b cheaper in 1/4
+    f = {"a": [1.1, 0.9], "b": [1.1, 0.9]}
+    got = cheapest({"a": entry(1.0), "b": entry(1.01)},
+                   {"a": meeting_rs([1.0], [1.0], [True]), "b": meeting_rs([1.01], [1.0], [True])}, 0.95, 0.02,
+                   factors=f)
+    assert got["pick_wrong"]["probability"] == 0.0
+
+
+def test_no_config_meeting_the_slo_has_no_pick_wrong_figure():
+    got = cheapest({"a": entry(1.0, meets=False)}, {"a": meeting_rs([1.0], [1.0], [True])}, 0.95, 0.02)
+    assert got["pick_wrong"]["probability"] is None and "no pick" in got["pick_wrong"]["why"]
