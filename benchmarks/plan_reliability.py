@@ -177,18 +177,18 @@ def write_experiment(root: Path, replay: Replayer, configs: dict[str, dict], kne
                     "scheduled_ns": sched, "prompt_tokens": r["prompt"].astype(np.int64),
                     "output_tokens": pa.array(r["output"].astype(np.int64), mask=~ok),
                     "ttft_s": pa.array(r["ttft_s"], mask=~ok), "tpot_s": pa.array(r["tpot_s"], mask=~ok),
-                    "status": np.where(ok, "ok", "http_error"), "warmup": np.zeros(n, bool)}), d / "requests.parquet")
+                    "status": np.where(ok, "ok", "http_error"), "warmup": np.zeros(n, bool)}), d / results_io.REQUESTS)
                 span = float(np.nanmax(r["arrival_s"] + np.nan_to_num(r["e2el_s"])) - r["arrival_s"][0])
                 grid = np.linspace(r["arrival_s"][0], r["arrival_s"][-1], 400)
                 ends = r["arrival_s"] + np.nan_to_num(r["e2el_s"])
                 inflight = (np.searchsorted(np.sort(r["arrival_s"]), grid) - np.searchsorted(np.sort(ends), grid))
-                results_io.write_json(d / "summary.json", {
+                results_io.write_json(d / results_io.SUMMARY, {
                     "offered_load": rate, "load_kind": "poisson", "saturated": False, "engine_startup_s": COLD_START_S,
                     "mean_in_flight": float(np.nansum(r["e2el_s"]) / span),
                     "in_flight_second_quarter": float(inflight[100:200].mean()),
                     "in_flight_last_quarter": float(inflight[300:].mean()),
                     "emulated": True, "timing_source": "dynamo mocker (offline replay)"})
-                results_io.write_yaml(d / "config.yaml", {
+                results_io.write_yaml(d / results_io.CONFIG, {
                     "deployment": {"kind": "replicas", "replicas": 1},
                     "cost": {"model": "rental", "currency": "USD", "num_gpus": 1, "hourly_per_gpu": prices[name],
                              "num_hosts": 0, "hourly_per_host": 0.0, "extra_hourly": {}},
@@ -212,7 +212,7 @@ def run_plan(root: Path, trace: Path, out: Path) -> dict:
             f"slo.ttft_ms={SLO['ttft_ms']}", f"slo.tpot_ms={SLO['tpot_ms']}", f"slo.percentile={SLO['percentile']}",
             f"output_dir={out}"]
     done = run_protocol(compose_config(over), Invocation(explicit=frozenset()))
-    return json.loads((done / "plan.json").read_text())
+    return json.loads((done / results_io.PLAN).read_text())
 
 
 def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:

@@ -165,12 +165,13 @@ def sessions_of(out: Path) -> list[dict]:
     """Each session's cost window: its seconds, the engine's start-up, the harness's preparation
     between the engine's readiness and the first request, and the load's span."""
     import pyarrow.parquet as pq
-    order = [(b["block"], c) for b in json.loads((out / "experiment.json").read_text())["blocks"] for c in b["order"]]
+    blocks = json.loads((out / results_io.EXPERIMENT).read_text())["blocks"]
+    order = [(b["block"], c) for b in blocks for c in b["order"]]
     rows = []
     for block, config in order:
         for f in sorted((out / config / f"block{block}").glob("*/summary.json")):
             d = json.loads(f.read_text())
-            req = pq.read_table(f.with_name("requests.parquet"), columns=["sent_ns", "done_ns"])
+            req = pq.read_table(f.with_name(results_io.REQUESTS), columns=["sent_ns", "done_ns"])
             w0 = d["window_start_ns"]
             first, last = (min(req.column("sent_ns").to_pylist()) - w0) / 1e9, (max(req.column("done_ns").to_pylist())
                                                                                  - w0) / 1e9
@@ -330,7 +331,7 @@ def ablation_trial(tmp: Path, seed: int) -> dict:
 
 def _baseline_median(out: Path) -> float:
     """The baseline arm's p50 TTFT, the mean over its blocks."""
-    vals = [json.loads(f.read_text()).get(ABLATION_METRIC) for f in (out / "baseline").rglob("summary.json")]
+    vals = [json.loads(f.read_text()).get(ABLATION_METRIC) for f in (out / "baseline").rglob(results_io.SUMMARY)]
     vals = [v for v in vals if isinstance(v, (int, float))]
     return sum(vals) / len(vals) if vals else math.nan
 
