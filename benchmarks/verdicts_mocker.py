@@ -1,8 +1,8 @@
 """How often the SLO search is wrong on NVIDIA Dynamo's mocker, whose truth is its offline replay.
 
     TOKENFACTORY_DYNAMO_PYTHON=/path/to/dynamo-venv/bin/python \\
-    python benchmarks/verdicts_mocker.py [--trials N] [--budget-s S] [--seed 0] [--check-s 40] [--json OUT]
-        (docs/measured/verdicts-mocker.md)
+    python benchmarks/verdicts_mocker.py [--trials N] [--budget-s S] [--seed 0] [--check-s 40] [--capacity-s 0]
+        [--json OUT]   (docs/measured/verdicts-mocker.md)
 
 The mocker row of ``benchmarks/verdicts.py``'s ``slo_search`` (whose helpers, the interval and
 the table's line, this imports): ``protocol.search=slo`` (bisection over constant rates, tolerance
@@ -13,9 +13,11 @@ The truth is Dynamo's own offline replay of the mocker (``dynamo.replay.run_synt
 the same scheduler and timing model, no HTTP, no host): constant arrivals of requests of the
 search's shape, its p99 TTFT bisected over the rate to 0.01 req/s, at large N (the steady state:
 the rate a long run sustains) and at the probe's own N (what a probe of ``PROBE_S`` s sees).
-``--check-s`` first runs one long live constant-rate run on each side of the truth (0.95x and
-1.05x): the live engine's p99 TTFT against the replay's.  A search is right when its answer is
-within one probe step (the tolerance x the truth) of the truth.
+``--capacity-s`` first runs one live run overloaded at 1.3x the truth and measures the
+engine's own pace (the requests it completes per second once its queue has formed): the live
+truth, where the host slows the mocker below its model.  ``--check-s`` then runs one long live
+constant-rate run on each side of the truth (0.95x and 1.05x): the live p99 TTFT against the replay's.
+A search is right when its answer is within one probe step (the tolerance x the truth) of the truth.
 """
 
 from __future__ import annotations
@@ -97,6 +99,23 @@ def live_check(py: str, tmp: Path, rate: float, seconds: float) -> dict:
     return {k: s.get(k) for k in ("p99_ttft_ms", "p50_ttft_ms", "completed", "num_requests", "error_rate")}
 
 
+def live_capacity(py: str, tmp: Path, rate: float, seconds: float) -> dict:
+    """One long live run overloaded at ``rate``: the engine's own pace (req/s), the requests it
+    completed per second once its queue had formed (after the run's first fifth), against the
+    replay's capacity; and the prompt tokens the engine said it served (the replay's shape or not)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    out = tmp / "capacity"
+    run_experiment([*base(py, out, 0), "load.num_requests=null", f"load.duration_s={seconds:g}",
+                    f"protocol.load_points=[{rate:.3f}]"])
+    t = pq.read_table(next(out.rglob("requests.parquet")), columns=["end_ns", "prompt_tokens", "status"]).to_pydict()
+    ends = np.sort(np.array([e for e, st in zip(t["end_ns"], t["status"]) if st == "ok" and e is not None]))
+    ends = ends[len(ends) // 5:]
+    shutil.rmtree(out)
+    return {"rate": rate, "seconds": seconds, "completed_per_s": (len(ends) - 1) / ((ends[-1] - ends[0]) / 1e9),
+            "prompt_tokens": sorted(set(t["prompt_tokens"]))}
+
+
 def search_trial(py: str, tmp: Path, seed: int) -> dict:
     out = tmp / "search"
     run_experiment([*base(py, out, seed), "load.num_requests=null", f"load.duration_s={PROBE_S:g}",
@@ -122,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=None, help="start no search after this many seconds")
     ap.add_argument("--check-s", type=float, default=40.0, help="each live check run's length (0: none)")
+    ap.add_argument("--capacity-s", type=float, default=0.0,
+                    help="first one live run this long at 1.3x the truth: the live engine's own capacity (0: none)")
     ap.add_argument("--json", type=Path, default=None, help="also write the truth, checks and searches here")
     a = ap.parse_args(argv)
     py = dynamo_python()
@@ -133,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     record: dict = {"truth": truth, "checks": {}, "searches": [], "load_start": load}
     with tempfile.TemporaryDirectory(prefix="verdicts-mocker-") as d:
         tmp = Path(d)
+        if a.capacity_s > 0:
+            record["capacity"] = live_capacity(py, tmp, truth["large_n"] * 1.3, a.capacity_s)
+            print(f"live capacity: {record['capacity']}", flush=True)
         if a.check_s > 0:
             for f in (0.95, 1.05):
                 rate = truth["large_n"] * f
@@ -152,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [search_row(record["searches"], truth["large_n"]),
             search_row(record["searches"], truth["probe_n"])]
     rows[1].name = "  the same, truth at the probe's N"
+    if "capacity" in record:
+        rows.append(search_row(record["searches"], record["capacity"]["completed_per_s"]))
+        rows[2].name = "  the same, truth the live engine's capacity"
     print(f"\nmocker slo_search: seed {a.seed}, {time.perf_counter() - t0:.0f} s; load average "
           f"{load[0]:.1f} at start, {record['load_end'][0]:.1f} at end, on {os.cpu_count()} CPUs")
     print(HEADER)
