@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.verdicts import HEADER, Row, free_port, run_experiment  # noqa: E402
+from harness import results_io  # noqa: E402
 
 # the mocker and the search: 1 worker of 2 slots, requests of 32 prompt and 16 output tokens
 MAX_NUM_SEQS, INPUT_TOKENS, OUTPUT_TOKENS, SPEEDUP = 2, 32, 16, 1.0
@@ -93,7 +94,7 @@ def live_check(py: str, tmp: Path, rate: float, seconds: float) -> dict:
     out = tmp / "check"
     run_experiment([*base(py, out, 0), "load.num_requests=null", f"load.duration_s={seconds:g}",
                     f"protocol.load_points=[{rate:.3f}]"])
-    d = next(p for p in out.rglob("summary.json"))
+    d = next(p for p in out.rglob(results_io.SUMMARY))
     s = json.loads(d.read_text())
     shutil.rmtree(out)
     return {k: s.get(k) for k in ("p99_ttft_ms", "p50_ttft_ms", "completed", "num_requests", "error_rate")}
@@ -108,7 +109,7 @@ def live_capacity(py: str, tmp: Path, rate: float, seconds: float) -> dict:
     out = tmp / "capacity"
     run_experiment([*base(py, out, 0), "load.num_requests=null", f"load.duration_s={seconds:g}",
                     f"protocol.load_points=[{rate:.3f}]"])
-    t = pq.read_table(next(out.rglob("requests.parquet")), columns=["end_ns", "prompt_tokens", "status"]).to_pydict()
+    t = pq.read_table(next(out.rglob(results_io.REQUESTS)), columns=["end_ns", "prompt_tokens", "status"]).to_pydict()
     ends = np.sort(np.array([e for e, st in zip(t["end_ns"], t["status"]) if st == "ok" and e is not None]))
     ends = ends[len(ends) // 5:]
     shutil.rmtree(out)
