@@ -76,6 +76,7 @@ class EngineSession:
         self.idle_interval: tuple[int, int] | None = None
         self.window_open_ns: int | None = None   # where the next point's window opens
         self.workload_figures_written = False    # workload.html is drawn once per experiment folder
+        self.workload_descriptions: dict = {}    # each point's, computed before the start (harness.point.prebuild)
         self.faults = EngineFaults(self)         # the watchdog and what it found (harness.engine_faults)
         self.cold_start = group(cfg, "scenario", Scenario).cold_start  # no warm-up, no idle baseline (scenarios)
         self.points_run = 0                      # load points run on this engine launch
@@ -102,8 +103,10 @@ class EngineSession:
             deferred = e
         if points and deferred is None:
             from harness.point import prebuild
+            from harness.point.prebuild import describe_ahead
 
             prebuild(self, points)
+            describe_ahead(self, points)
         try:  # out of this process: sampling must never hold the load generator's GIL
             self.telemetry = TelemetryProcess(self.container["telemetry"], {"loadgen": os.getpid()}).start()
         except TelemetryError as e:
@@ -280,6 +283,7 @@ class EngineSession:
         self.cfg = cfg
         self.container = OmegaConf.to_container(cfg, resolve=True)
         self.safe_config = results_io.redact(self.container)
+        self.workload_descriptions = {}  # described under the old fields
 
     def run_point(self, spec, last: bool, steps=None):
         """Run one load point's steps (default ``harness.point.POINT_STEPS``); returns its ``PointRun``."""

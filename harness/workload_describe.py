@@ -201,8 +201,18 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
     """Characterise the workload of ``cfg`` (under ``load``, a load point's; default
     ``cfg.load``) and write ``workload.json`` into ``out_dir`` and, with ``figures_too``,
     ``workload.html`` into ``html_dir`` (default ``out_dir``); returns the numbers."""
-    import plotly.io as pio
+    stats, page = description(cfg, n, table, count, figures_too, load)
+    write_json(Path(out_dir) / JSON_NAME, stats)
+    if page is not None:
+        write_figures(page, html_dir or out_dir)
+    return stats
 
+
+def description(cfg, n: int | None = None, table: WorkloadTable | None = None, count=None,
+                figures_too: bool = True, load: dict | None = None) -> tuple[dict, str | None]:
+    """What ``describe`` writes, computed and not written: the numbers (``workload.json``'s) and, with
+    ``figures_too``, the figures' page (``workload.html``'s; else None).  A load point's is computed
+    before its engine starts (``harness.point.prebuild.describe_ahead``), out of every cost window."""
     table = table if table is not None else workload_table(cfg, n, load)
     if table.has_tasks:  # the prefix tree the replay uses: the trace's, else workload.task.prefix_tree
         from loadgen.workloads.tasks import with_prefix_tree
@@ -214,19 +224,24 @@ def describe(cfg, out_dir, n: int | None = None, table: WorkloadTable | None = N
     ins, outs = replay_lengths(table, count)
     stats = characterise(table, lengths=(ins, outs))
     stats["workload"] = cfg.workload.name
-    out_dir = Path(out_dir)
-    write_json(out_dir / JSON_NAME, stats)
     if not figures_too:
-        return stats
+        return stats, None
+    import plotly.io as pio
+
     figs = figures(stats, ins, outs, table)
     divs = "".join(pio.to_html(f, full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
                    for i, f in enumerate(figs))
     title = f"workload {stats['workload']}" + (f": {table.path}" if table.path else "")
-    write_atomic(Path(html_dir or out_dir) / HTML_NAME,
-                 f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-                 f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
-                 f"{html_table(stats)}{divs}</body></html>\n")
-    return stats
+    return stats, (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+                   f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
+                   f"{html_table(stats)}{divs}</body></html>\n")
+
+
+def write_figures(page: str, html_dir) -> Path:
+    """``workload.html`` (the page ``description`` drew) into ``html_dir``."""
+    path = Path(html_dir) / HTML_NAME
+    write_atomic(path, page)
+    return path
 
 
 def _tokenizer_count(cfg):

@@ -43,6 +43,7 @@ class PointSession(Protocol):
     idle_interval: tuple[int, int] | None
     window_open_ns: int | None
     workload_figures_written: bool
+    workload_descriptions: dict          # point key -> its description, computed before the start
     faults: EngineFaults
     cold_start: bool
     points_run: int

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from conf.load_point import RunSpec
 from engines.base import EngineError
 from harness import autoscale_record as autoscale  # (this module has its own autoscale_record step)
 from harness import results_io, workload_describe
@@ -68,22 +70,42 @@ def build_workload(s: PointSession, p: PointRun) -> None:
         raise UserError(str(e)) from None
 
 
+@dataclass
+class WorkloadDescription:
+    """A point's workload description computed before its engine started (``prebuild.describe_ahead``):
+    ``workload.json``'s numbers, and whether ``workload.html`` was drawn from it (into the session's folder)."""
+
+    stats: dict
+    figures: bool
+
+
+def description_key(spec: RunSpec) -> tuple:
+    """A point's key in ``session.workload_descriptions``."""
+    return spec.subdir, spec.index, spec.label, spec.repeat
+
+
 def describe_workload(s: PointSession, p: PointRun) -> None:
     """workload.json in the run folder (logged to MLflow with it); the figures (workload.html)
-    once, in the experiment's folder and its MLflow parent run."""
+    once, in the experiment's folder and its MLflow parent run.  Both were computed before the
+    engine started (``harness.point.prebuild.describe_ahead``), so the window holds only a file's
+    write; a point not described then (its tokenizer deferred, or not known before the start: an
+    SLO search's, a profile's ladder) is described here."""
     first = not s.workload_figures_written
-    try:
-        p.workload_stats = workload_describe.describe(s.cfg, p.run_dir, n=p.load.requests_to_send,
-                                                      table=getattr(p.items, "table", None), count=s.builder.count,
-                                                      html_dir=s.out, figures_too=first, load=p.spec.load)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    ahead = s.workload_descriptions.pop(description_key(p.spec), None)
+    if ahead is not None and (ahead.figures or not first):
+        results_io.write_json(p.run_dir / workload_describe.JSON_NAME, ahead.stats)
+        p.workload_stats = ahead.stats
+    else:
+        try:
+            p.workload_stats = workload_describe.describe(
+                s.cfg, p.run_dir, n=p.load.requests_to_send, table=getattr(p.items, "table", None),
+                count=s.builder.count, html_dir=s.out, figures_too=first, load=p.spec.load)
+        except ValueError as e:
+            raise UserError(str(e)) from None
     if first:
         s.workload_figures_written = True
         if s.mlflow:
             s.mlflow.log_parent_artifact(s.out / workload_describe.HTML_NAME)
-
-
 
 
 def settle_faults(s: PointSession, p: PointRun) -> None:

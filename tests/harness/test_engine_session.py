@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.engine_session import emulated_line
 
 
@@ -14,3 +16,50 @@ def test_an_emulated_engine_is_said_once_not_at_every_launch():
     assert emulated_line("dynamo-test-once", emu) == ""
     assert emulated_line("dynamo-test-once", {**emu, "timing_source": "other"}).startswith("EMULATED")
     assert emulated_line("vllm", {"emulated": False}) == ""
+
+
+@pytest.mark.slow
+def test_no_observation_window_holds_the_workload_description(tmp_path, monkeypatch):
+    """Issue 43: a point's workload description (its numbers, and the figures once) took up to 1.8 s
+    of a 4.75 s cost window, varying with host load, so identical engines differed in cost by it.
+    Now every point's description is computed before the engine starts (where prebuild builds the
+    requests): no characterisation or figure is computed after the first window opened."""
+    import json
+    import time
+
+    from hydra import compose, initialize_config_module
+
+    from engines.tiny_model import ensure_tiny_model
+    from harness import workload_describe
+    from protocols.registry import protocol_experiment
+    from tests.fake_server import FakeServer
+
+    calls: list[tuple[str, int]] = []
+
+    def timed(name, fn):
+        def wrapped(*a, **k):
+            calls.append((name, time.perf_counter_ns()))
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(workload_describe, "characterise", timed("characterise", workload_describe.characterise))
+    monkeypatch.setattr(workload_describe, "figures", timed("figures", workload_describe.figures))
+    monkeypatch.setenv("TOKENFACTORY_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    with FakeServer() as srv:
+        with initialize_config_module("conf", version_base="1.3"):
+            cfg = compose("config", overrides=[
+                "engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
+                f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.rate=50", "load.num_requests=6",
+                "protocol.load_points=[20,40]", f"output_dir={out}", "mlflow.enabled=false",
+                "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0"])
+        protocol_experiment(cfg).run()
+    metas = [json.loads(f.read_text()) for f in sorted(out.glob("*/run.json"))]
+    assert len(metas) == 2
+    first_open = min(m["window_start_ns"] for m in metas)
+    assert sorted(name for name, _ in calls) == ["characterise", "characterise", "figures"]
+    assert [name for name, t in calls if t >= first_open] == []
+    assert (out / workload_describe.HTML_NAME).exists()
+    for f in sorted(out.glob("*/run.json")):
+        stats = json.loads(f.with_name(workload_describe.JSON_NAME).read_text())
+        assert stats["requests"] == 6 + 2 and stats["workload"] == "synthetic"  # and the 2 warm-up requests
