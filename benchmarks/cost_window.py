@@ -31,6 +31,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from verdicts import ENGINE, LOAD, engine_overrides, free_port, run_experiment  # noqa: E402
 
+from harness import results_io  # noqa: E402
+
 PARTS = ("window_s", "startup_s", "prepare_s", "open_to_first_s", "load_s", "after_s")
 
 
@@ -40,7 +42,7 @@ def point_parts(out: Path) -> list[dict]:
     rows = []
     for k, f in enumerate(sorted(out.glob("*/summary.json"))):
         d = json.loads(f.read_text())
-        req = pq.read_table(f.with_name("requests.parquet"), columns=["sent_ns", "done_ns"])
+        req = pq.read_table(f.with_name(results_io.REQUESTS), columns=["sent_ns", "done_ns"])
         w0 = d["window_start_ns"]
         first = (min(req.column("sent_ns").to_pylist()) - w0) / 1e9
         last = (max(req.column("done_ns").to_pylist()) - w0) / 1e9
