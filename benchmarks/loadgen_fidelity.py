@@ -353,7 +353,7 @@ def client_main(a) -> None:
 
     _uvloop()
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{a.port}", model="truth", continuous_usage=a.tokens_per_chunk > 1)
-    spec = LoadSpec(kind=a.kind, rate=a.rate, concurrency=a.concurrency, max_concurrency=a.max_concurrency,
+    spec = LoadSpec.of(kind=a.kind, rate=a.rate, concurrency=a.concurrency, max_concurrency=a.max_concurrency,
                     requests_to_send=a.num, seed=a.seed)
     items = (WorkItem(f"r{i}", "hello", 1, a.tokens) for i in range(a.num))
     writer = RecordWriter(a.out)

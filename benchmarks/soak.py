@@ -210,7 +210,7 @@ def client(a, port: int, out: str) -> list[dict]:
         "name": a.format, "path": str(a.trace), "target_rate": a.rate, "max_output_tokens": a.max_output})
     builder = PromptBuilder(load_tokenizer(str(ensure_tiny_model())), seed=0)
     end_s = a.minutes * 60
-    spec = LoadSpec(kind="trace", duration_s=end_s, drain_timeout_s=30, prewarm_connections=int(a.rate) + 16)
+    spec = LoadSpec.of(kind="trace", duration_s=end_s, drain_timeout_s=30, prewarm_connections=int(a.rate) + 16)
     mon = Monitor()
     writer = RecordWriter(out)
     cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="truth", idle_close_s=a.idle_close_s or None)

@@ -127,7 +127,7 @@ def main() -> None:
                               max_model_len=a.lag_max_model_len)
         w = Writer()
         d = Dispatcher(Answerer(reply, a.reply), w, followup=items.followup)
-        asyncio.run(d.run(items, LoadSpec(kind="trace")))
+        asyncio.run(d.run(items, LoadSpec.of(kind="trace")))
         lag = sorted((r.sent_ns - r.scheduled_ns) / 1e6 for r in w.rows if r.node == "join")
         print(f"lag run: {a.tasks} tasks, max_model_len={a.lag_max_model_len}, tool_s={a.tool_s}: join calls' "
               f"schedule lag (ms) " + ", ".join(f"{x:.1f}" for x in lag))

@@ -157,7 +157,7 @@ class Dispatcher:
         if prewarm is not None:
             # Closed loop or capped: the users never need more connections than were opened (but
             # for a server that holds a body's end back after [DONE]: then the next send opens one).
-            await prewarm(prewarm_count(load), top_up=load.kind != "concurrency" and not load.max_concurrency)
+            await prewarm(prewarm_count(load), top_up=load.load.kind != "concurrency" and not load.load.max_concurrency)
         self.source.start(asyncio.get_running_loop())
         await self.source.head_start()
         restore_interpreter = hold_interpreter_quiet()
@@ -168,11 +168,11 @@ class Dispatcher:
                 t0 = perf_ns() + 5_000_000  # a few ms for the loop to settle before the first send
             self.t0 = t0
             cpu_t0 = time.process_time()  # the client's CPU from here on: building ahead is not counted
-            if load.duration_s is not None:
-                self.end_ns = t0 + int(load.duration_s * 1e9)
-                if load.drain_timeout_s is not None:
-                    self.task_end_ns = self.end_ns + int(load.drain_timeout_s * 1e9)
-            if load.kind == "concurrency":
+            if load.load.duration_s is not None:
+                self.end_ns = t0 + int(load.load.duration_s * 1e9)
+                if load.load.drain_timeout_s is not None:
+                    self.task_end_ns = self.end_ns + int(load.load.drain_timeout_s * 1e9)
+            if load.load.kind == "concurrency":
                 await self._closed_loop(load, t0)
             else:
                 await self._open_loop(load, t0)
@@ -205,7 +205,7 @@ class Dispatcher:
         return prepare(entries, self.prepare_opts, total=load.requests_to_send)
 
     async def _drain(self, load: LoadSpec) -> None:
-        timeout = load.drain_timeout_s if load.duration_s is not None else None
+        timeout = load.load.drain_timeout_s if load.load.duration_s is not None else None
         # drain_timeout_s counts from the end of duration_s (the last send may come before it):
         # a started task's calls may be sent until then too (``_task_end_ns``)
         deadline = max(perf_ns(), self.end_ns or 0) + int(timeout * 1e9) if timeout is not None else None
@@ -254,10 +254,10 @@ class Dispatcher:
     async def _open_loop(self, load: LoadSpec, t0: int) -> None:
         """Send each prepared request at t0 + its offset (open loop); with
         ``load.stop_when_saturated``, stop early once the over-saturation rule trips."""
-        limit = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+        limit = asyncio.Semaphore(load.load.max_concurrency) if load.load.max_concurrency else None
         self.limit = limit
         source = self.source
-        warmup = load.warmup_requests
+        warmup = load.load.warmup_requests
         # (a max_concurrency cap keeps the backlog in the client, as queue wait: no rule there)
         watch = None
         if load.stop_when_saturated and not limit:
@@ -307,7 +307,7 @@ class Dispatcher:
                     self.launch(r, payload)
 
     async def _closed_loop(self, load: LoadSpec, t0: int) -> None:
-        end_ns = t0 + int(load.duration_s * 1e9) if load.duration_s is not None else None
+        end_ns = t0 + int(load.load.duration_s * 1e9) if load.load.duration_s is not None else None
         self._closed, self.end_ns = True, end_ns
         delay = (t0 - perf_ns()) / 1e9
         if delay > 0:
@@ -321,7 +321,7 @@ class Dispatcher:
                     p = source.pop_ready() or await source.next()  # a shared source: each user takes the next
                     if p is None or (end_ns is not None and perf_ns() > end_ns) or self.aborted is not None:
                         return
-                    rec = scheduled_record(p.item, ready, p.index < load.warmup_requests)
+                    rec = scheduled_record(p.item, ready, p.index < load.load.warmup_requests)
                     self.sent += 1
                     await self.send_one(rec, p.payload)  # (cancelling the user cancels the request too)
                     if self._followups is not None:
@@ -331,7 +331,7 @@ class Dispatcher:
                 if self.aborted is None:  # cancelled by the caller, not by ``abort``
                     raise
 
-        users = self._users = [asyncio.ensure_future(user()) for _ in range(load.concurrency)]
+        users = self._users = [asyncio.ensure_future(user()) for _ in range(load.load.concurrency)]
         try:
             await asyncio.gather(*users)
         finally:

@@ -290,7 +290,7 @@ def run_ray_workers(n: int, cfg: ClientConfig, items: Iterable[WorkItem], load: 
         seen = merge_parts([wk.part for wk in workers], writer,
                            convert=lambda w, t: workers[w].convert(t))
         for wk in dead:
-            for rec in wk.lost_records(t0, load.warmup_requests, wk.dead):
+            for rec in wk.lost_records(t0, load.load.warmup_requests, wk.dead):
                 if finalize is not None:
                     finalize(rec)
                 writer.append(rec)

@@ -31,13 +31,13 @@ def schedule(items: Iterator[WorkItem], load: LoadSpec, t0: int) -> Iterator[tup
 
     One definition of the schedule, shared by the single-process dispatcher and by the
     worker processes (which each take every n-th entry of the same schedule)."""
-    n = load.requests_to_send
+    n, ld = load.requests_to_send, load.load
     offsets = None
-    if load.kind != "trace":
+    if ld.kind != "trace":
         # For a duration-bound run, draw enough arrivals to cover the duration comfortably.
-        n_draw = n if n is not None else int(load.rate * load.duration_s * 1.5 + 100)
-        offsets = arrival_offsets(load.kind, load.rate, n_draw, load.burstiness, load.seed)
-    end_ns = t0 + int(load.duration_s * 1e9) if load.duration_s is not None else None
+        n_draw = n if n is not None else int(ld.rate * ld.duration_s * 1.5 + 100)
+        offsets = arrival_offsets(ld.kind, ld.rate, n_draw, ld.burstiness, ld.seed)
+    end_ns = t0 + int(ld.duration_s * 1e9) if ld.duration_s is not None else None
     for i, item in enumerate(items):
         if offsets is not None:
             if i >= len(offsets):
@@ -62,7 +62,7 @@ def prepared_entries(body: Callable, items: Iterator[WorkItem], load: LoadSpec, 
                         tuple((c, body(c.prompt, c.max_tokens, c.model)) for c in it.companions))
     if plan is not None:
         return (entry(i, it, off) for i, it, off in plan)
-    if load.kind == "concurrency":
+    if load.load.kind == "concurrency":
         return (entry(i, it, None) for i, it in enumerate(items))
     return (entry(i, it, off) for i, it, off in schedule(items, load, 0))
 
@@ -74,11 +74,12 @@ def prewarm_count(load: LoadSpec) -> int:
     # A request is over at [DONE]; its connection is idle again once the body's end follows
     # (a separate write on vLLM, ~0.1 ms later): the user's next send takes a spare meanwhile
     # instead of a connect in the measured window.
-    if load.kind == "concurrency":
-        return load.concurrency + max(1, load.concurrency // 8)
-    if load.max_concurrency:
-        return load.max_concurrency + max(1, load.max_concurrency // 8)
-    return min(int(load.rate) + 1, 256) if load.rate else 16
+    ld = load.load
+    if ld.kind == "concurrency":
+        return ld.concurrency + max(1, ld.concurrency // 8)
+    if ld.max_concurrency:
+        return ld.max_concurrency + max(1, ld.max_concurrency // 8)
+    return min(int(ld.rate) + 1, 256) if ld.rate else 16
 
 
 async def wait_until(target_ns: int, spin_ns: int = SPIN_NS) -> None:

@@ -23,7 +23,6 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 import pyarrow as pa
 
@@ -60,7 +59,7 @@ def dealt_items(items: Iterable[WorkItem], load: LoadSpec, workers: str) -> Iter
     load.validate(items)
     if load.requests_to_send is not None:
         return list(itertools.islice(items, load.requests_to_send))
-    if load.kind == "concurrency":
+    if load.load.kind == "concurrency":
         raise ValueError(f"{workers} with load=concurrency needs load.num_requests "
                          "(the requests are dealt out to the workers before the start)")
     return items
@@ -75,28 +74,26 @@ def split_load(items: Iterable[WorkItem], load: LoadSpec, n: int, t0_placeholder
     if n < 1:
         raise ValueError(f"client.workers must be >= 1, got {n}")
     out = []
-    if load.kind == "concurrency":
+    if load.load.kind == "concurrency":
         items = list(items)
-        conc = load.concurrency
+        conc = load.load.concurrency
         if n > conc:
             raise ValueError(f"client.workers={n} is more than load.concurrency={conc}: some workers would idle")
-        warm = load.warmup_requests
+        warm = load.load.warmup_requests
         for w in range(n):
             its = items[w::n]
-            sw = replace(load, concurrency=_share(conc, n, w), requests_to_send=len(its),
-                         warmup_requests=_share(warm, n, w),
-                         max_concurrency=None, prewarm_connections=None)
+            sw = load.share(len(its), None, concurrency=_share(conc, n, w), warmup_requests=_share(warm, n, w),
+                            max_concurrency=None)
             out.append((sw, its, None))
         return out
     # Lazily consumed: a duration-bound run takes only the items its duration holds.
     sched = list(schedule(iter(items), load, t0_placeholder))
     for w in range(n):
         mine = sched[w::n]
-        sw = replace(load, requests_to_send=None if load.duration_s is not None else max(len(mine), 1),
-                     max_concurrency=_share(load.max_concurrency, n, w) if load.max_concurrency else None,
-                     prewarm_connections=(max(prewarm_count(load) // n, 1)
-                                          if load.prewarm_connections is None else
-                                          _share(load.prewarm_connections, n, w)))
+        sw = load.share(None if load.load.duration_s is not None else max(len(mine), 1),
+                        max(prewarm_count(load) // n, 1) if load.prewarm_connections is None else
+                        _share(load.prewarm_connections, n, w),
+                        max_concurrency=_share(load.load.max_concurrency, n, w) if load.load.max_concurrency else None)
         out.append((sw, [it for _, it, _ in mine], [(i, it, off - t0_placeholder) for i, it, off in mine]))
     return out
 

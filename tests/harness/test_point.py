@@ -8,10 +8,10 @@ from loadgen.dispatch import LoadSpec
 
 
 def test_a_stopped_point_counts_what_it_planned_and_never_sent():
-    keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, requests_to_send=400), {"sent": 60})
+    keys = planned_keys(LoadSpec.of(kind="poisson", rate=8.0, requests_to_send=400), {"sent": 60})
     assert keys == {"num_requests_planned": 400, "num_requests_sent": 60, "num_requests_unsent": 340}
     # bound by duration: nothing planned by count, so nothing counted as unsent
-    keys = planned_keys(LoadSpec(kind="poisson", rate=8.0, duration_s=30.0), {"sent": 60})
+    keys = planned_keys(LoadSpec.of(kind="poisson", rate=8.0, duration_s=30.0), {"sent": 60})
     assert keys["num_requests_planned"] is None and keys["num_requests_unsent"] is None
 
 

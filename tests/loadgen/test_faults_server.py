@@ -81,7 +81,7 @@ def _run_once(path):
         async def go():
             async with StreamingClient(cfg) as c:
                 d = Dispatcher(c, writer, finalize=complete_record)
-                return await d.run(iter(items), LoadSpec(kind="trace", prewarm_connections=16))
+                return await d.run(iter(items), LoadSpec.of(kind="trace", prewarm_connections=16))
 
         asyncio.run(go())
         writer.close()

@@ -44,7 +44,8 @@ def srv():
 
 
 def test_closed_loop_keeps_exactly_c_in_flight(srv, tmp_path):
-    stats, t = run(srv, LoadSpec(kind="concurrency", concurrency=3, requests_to_send=12, warmup_requests=2), tmp_path)
+    spec = LoadSpec.of(kind="concurrency", concurrency=3, requests_to_send=12, warmup_requests=2)
+    stats, t = run(srv, spec, tmp_path)
     assert t.num_rows == 12 and stats["sent"] == 12
     assert srv.max_in_flight == 3
     assert t.column("warmup").to_pylist().count(True) == 2
@@ -55,7 +56,7 @@ def test_closed_loop_keeps_exactly_c_in_flight(srv, tmp_path):
 
 
 def test_open_loop_follows_the_arrival_schedule(srv, tmp_path):
-    spec = LoadSpec(kind="poisson", rate=50, requests_to_send=20, seed=7)
+    spec = LoadSpec.of(kind="poisson", rate=50, requests_to_send=20, seed=7)
     stats, t = run(srv, spec, tmp_path)
     sched = np.sort(t.column("scheduled_ns").to_numpy())
     offsets = (sched - stats["start_ns"]) / 1e9
@@ -65,13 +66,13 @@ def test_open_loop_follows_the_arrival_schedule(srv, tmp_path):
 
 
 def test_max_concurrency_caps_open_loop(srv, tmp_path):
-    run(srv, LoadSpec(kind="constant", rate=500, requests_to_send=12, max_concurrency=2), tmp_path,
+    run(srv, LoadSpec.of(kind="constant", rate=500, requests_to_send=12, max_concurrency=2), tmp_path,
         prompt="mode:ok n=3 gap_ms=30")
     assert srv.max_in_flight == 2
 
 
 def test_duration_limits_sending(srv, tmp_path):
-    stats, t = run(srv, LoadSpec(kind="constant", rate=20, duration_s=0.5), tmp_path)
+    stats, t = run(srv, LoadSpec.of(kind="constant", rate=20, duration_s=0.5), tmp_path)
     # arrivals at 0, 50, ..., 500 ms: 11 requests fit in the half second
     assert t.num_rows == 11 and stats["sent"] == 11
 
@@ -85,8 +86,8 @@ def test_gamma_burstiness_keeps_mean_rate():
 
 def test_bad_load_specs_name_the_field():
     with pytest.raises(ValueError, match="load.rate"):
-        LoadSpec(kind="poisson", rate=0, requests_to_send=3).validate()
+        LoadSpec.of(kind="poisson", rate=0, requests_to_send=3).validate()
     with pytest.raises(ValueError, match="load.concurrency"):
-        LoadSpec(kind="concurrency", requests_to_send=3).validate()
+        LoadSpec.of(kind="concurrency", requests_to_send=3).validate()
     with pytest.raises(ValueError, match="num_requests or load.duration_s"):
-        LoadSpec(kind="poisson", rate=1).validate()
+        LoadSpec.of(kind="poisson", rate=1).validate()

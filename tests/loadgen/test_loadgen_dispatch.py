@@ -45,7 +45,7 @@ def _run(url, spec, path, items):
 
 
 def test_open_loop_records_schedule_and_send_per_request(tmp_path):
-    spec = LoadSpec(kind="poisson", rate=200.0, requests_to_send=40, seed=3, warmup_requests=5)
+    spec = LoadSpec.of(kind="poisson", rate=200.0, requests_to_send=40, seed=3, warmup_requests=5)
     with FakeServer(short_script()) as srv:
         stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(40))
     assert stats["sent"] == 40 and len(t["request_id"]) == 40
@@ -62,7 +62,7 @@ def test_open_loop_records_schedule_and_send_per_request(tmp_path):
 
 
 def test_closed_loop_keeps_concurrency_and_prewarms(tmp_path):
-    spec = LoadSpec(kind="concurrency", concurrency=4, requests_to_send=12)
+    spec = LoadSpec.of(kind="concurrency", concurrency=4, requests_to_send=12)
     with FakeServer(short_script(0.02)) as srv:
         stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(12))
         conns = srv.connections
@@ -98,7 +98,7 @@ def test_closed_loop_user_goes_on_when_the_stream_is_over(tmp_path, tail_s):
     # waited for the body's end, up to a 1 s grace: 150 ms held per 60 ms request, 4 users in
     # flight 0.3 of the time.  Occupancy: the requests' own time (send -> [DONE]) over 4 x the window.
     n, users = 40, 4
-    spec = LoadSpec(kind="concurrency", concurrency=users, requests_to_send=n)
+    spec = LoadSpec.of(kind="concurrency", concurrency=users, requests_to_send=n)
     with FakeServer(held_tail_script(tail_s), process=True) as srv:
         stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(n))
         conns = srv.connections
@@ -117,7 +117,7 @@ def test_closed_loop_user_goes_on_when_the_stream_is_over(tmp_path, tail_s):
 
 
 def test_duration_bound_run_cancels_and_records_unfinished(tmp_path):
-    spec = LoadSpec(kind="constant", rate=50.0, duration_s=0.2, drain_timeout_s=0.05)
+    spec = LoadSpec.of(kind="constant", rate=50.0, duration_s=0.2, drain_timeout_s=0.05)
     with FakeServer(short_script(5.0)) as srv:  # responses take far longer than the drain allows
         stats, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(1000))
     assert 9 <= stats["sent"] <= 12
@@ -135,7 +135,7 @@ def test_open_loop_session_turns_count_against_max_concurrency(tmp_path):
             return WorkItem(rec.request_id + "-t1", "p", 1, 2, session_id=rec.session_id, turn=1), 0.0
         return None
 
-    spec = LoadSpec(kind="poisson", rate=500.0, requests_to_send=12, seed=1, max_concurrency=2)
+    spec = LoadSpec.of(kind="poisson", rate=500.0, requests_to_send=12, seed=1, max_concurrency=2)
     items = (WorkItem(f"r{i}", "p", 1, 2, session_id=f"r{i}", turn=0) for i in range(12))
     writer = RecordWriter(tmp_path / "r.parquet")
 
@@ -161,7 +161,7 @@ def test_waiting_for_a_concurrency_slot_is_queueing_not_client_lag(tmp_path):
     from metrics.slo import SLO
     from metrics.summary import summarize
 
-    spec = LoadSpec(kind="constant", rate=400.0, requests_to_send=20, max_concurrency=2)
+    spec = LoadSpec.of(kind="constant", rate=400.0, requests_to_send=20, max_concurrency=2)
     writer = RecordWriter(tmp_path / "r.parquet")
 
     async def go(url):
@@ -186,7 +186,7 @@ def test_waiting_for_a_concurrency_slot_is_queueing_not_client_lag(tmp_path):
 
 
 def test_a_send_that_opens_a_connection_records_how_long(tmp_path):
-    spec = LoadSpec(kind="constant", rate=200.0, requests_to_send=6, prewarm_connections=0)
+    spec = LoadSpec.of(kind="constant", rate=200.0, requests_to_send=6, prewarm_connections=0)
     with FakeServer(short_script()) as srv:
         _, t = _run(srv.url, spec, tmp_path / "r.parquet", _items(6))
     connect = [c for c in t["connect_s"] if c is not None]
@@ -231,7 +231,7 @@ def test_an_over_saturated_open_loop_is_stopped_early(tmp_path):
 
     threading.Thread(target=serve, daemon=True).start()
     started.wait(10)
-    spec = LoadSpec(kind="constant", rate=120.0, requests_to_send=600, stop_when_saturated=True)
+    spec = LoadSpec.of(kind="constant", rate=120.0, requests_to_send=600, stop_when_saturated=True)
     writer = RecordWriter(tmp_path / "r.parquet")
 
     async def go():
@@ -273,7 +273,7 @@ def test_long_requests_without_a_capacity_limit_are_not_stopped(tmp_path):
     # 200 ms to the first token then 500 tokens at 20 ms (10.2 s), Poisson 2 req/s, 60 requests,
     # compressed 10x: 20 ms, 50 chunks of 10 tokens 20 ms apart (1.0 s), 20 req/s.  Little's law:
     # 20 in flight, nothing queues; the old rule stopped it after 0.8 s.
-    spec = LoadSpec(kind="poisson", rate=20.0, requests_to_send=60, seed=1, stop_when_saturated=True)
+    spec = LoadSpec.of(kind="poisson", rate=20.0, requests_to_send=60, seed=1, stop_when_saturated=True)
     items = (WorkItem(f"r{i}", "ttft_ms:20 n=50 k=10 gap_ms:20", 1, 500) for i in range(60))
     with FakeServer(process=True) as srv:
         stats, t = _run_watched(srv.url, spec, tmp_path / "r.parquet", items, FAST_RULE)
@@ -285,7 +285,7 @@ def test_long_requests_without_a_capacity_limit_are_not_stopped(tmp_path):
 @pytest.mark.slow
 def test_a_server_with_fixed_slots_past_its_capacity_is_still_stopped(tmp_path):
     # 4 slots of ~0.1 s (40 req/s) offered 80 req/s: its queue grows by 40 a second
-    spec = LoadSpec(kind="constant", rate=80.0, requests_to_send=400, stop_when_saturated=True)
+    spec = LoadSpec.of(kind="constant", rate=80.0, requests_to_send=400, stop_when_saturated=True)
     items = (WorkItem(f"r{i}", "ttft_ms:20 n=5 gap_ms:20", 1, 5) for i in range(400))
     with FakeServer(process=True, slots=4) as srv:
         stats, t = _run_watched(srv.url, spec, tmp_path / "r.parquet", items, FAST_RULE)
@@ -316,7 +316,7 @@ def test_a_server_that_never_answers_is_stopped_once_the_clients_timeouts_end_it
     # every request's first token 60 s away, the client's timeout 0.5 s, 40 req/s for 10 s: the
     # timeouts end the requests at the send rate; counted as served they kept pace and the point
     # ran its 10 s; not served, the point is stopped a few checks (0.2 s) after the first of them
-    spec = LoadSpec(kind="constant", rate=40.0, requests_to_send=400, stop_when_saturated=True)
+    spec = LoadSpec.of(kind="constant", rate=40.0, requests_to_send=400, stop_when_saturated=True)
     items = (WorkItem(f"r{i}", "ttft_ms:60000 n=1", 1, 5) for i in range(400))
     writer = RecordWriter(tmp_path / "r.parquet")
     with FakeServer(process=True) as srv:

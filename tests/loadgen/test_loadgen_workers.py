@@ -25,25 +25,25 @@ def _items(n):
 
 
 def test_split_load_deals_out_one_schedule():
-    spec = LoadSpec(kind="poisson", rate=100.0, requests_to_send=10, seed=1, warmup_requests=2)
+    spec = LoadSpec.of(kind="poisson", rate=100.0, requests_to_send=10, seed=1, warmup_requests=2)
     shares = split_load(_items(10), spec, 3)
     idx = sorted(i for _, _, plan in shares for i, _, _ in plan)
     assert idx == list(range(10))
     offs = {i: off for _, _, plan in shares for i, _, off in plan}
     want = (arrival_offsets("poisson", 100.0, 10, 1.0, 1) * 1e9).astype(np.int64)
     assert all(abs(offs[i] - want[i]) <= 1 for i in range(10))
-    closed = split_load(_items(10), LoadSpec(kind="concurrency", concurrency=5, requests_to_send=10,
+    closed = split_load(_items(10), LoadSpec.of(kind="concurrency", concurrency=5, requests_to_send=10,
                                              warmup_requests=3), 2)
-    assert [s.concurrency for s, _, _ in closed] == [3, 2]
-    assert [s.warmup_requests for s, _, _ in closed] == [2, 1]
+    assert [s.load.concurrency for s, _, _ in closed] == [3, 2]
+    assert [s.load.warmup_requests for s, _, _ in closed] == [2, 1]
     assert sum(len(its) for _, its, _ in closed) == 10
     with pytest.raises(ValueError, match="client.workers=3 is more than load.concurrency=2"):
-        split_load(_items(4), LoadSpec(kind="concurrency", concurrency=2, requests_to_send=4), 3)
+        split_load(_items(4), LoadSpec.of(kind="concurrency", concurrency=2, requests_to_send=4), 3)
 
 
 def test_two_workers_one_consistent_record(tmp_path):
     n = 30
-    spec = LoadSpec(kind="poisson", rate=150.0, requests_to_send=n, seed=7, warmup_requests=4)
+    spec = LoadSpec.of(kind="poisson", rate=150.0, requests_to_send=n, seed=7, warmup_requests=4)
     writer = RecordWriter(tmp_path / "requests.parquet")
     seen = []
 
@@ -79,10 +79,10 @@ def test_duration_bound_open_loop_takes_only_what_the_duration_holds():
     import itertools
 
     endless = (WorkItem(f"r{i}", "p", 1, 2) for i in itertools.count())
-    spec = LoadSpec(kind="constant", rate=100.0, duration_s=0.5)
+    spec = LoadSpec.of(kind="constant", rate=100.0, duration_s=0.5)
     shares = split_load(endless, spec, 2)
     assert sum(len(plan) for _, _, plan in shares) == 51  # offsets 0, 10, ..., 500 ms
-    assert all(s.requests_to_send is None and s.duration_s == 0.5 for s, _, _ in shares)
+    assert all(s.requests_to_send is None and s.load.duration_s == 0.5 for s, _, _ in shares)
     with pytest.raises(ValueError, match="needs load.num_requests"):
         run_workers(2, ClientConfig(base_url="http://127.0.0.1:9", model="m"), iter([]),
-                    LoadSpec(kind="concurrency", concurrency=2, duration_s=1.0), None)
+                    LoadSpec.of(kind="concurrency", concurrency=2, duration_s=1.0), None)

@@ -34,7 +34,7 @@ def test_adapter_sent_echoed_recorded_and_measured_apart(tmp_path):
     async def go(url):
         async with StreamingClient(ClientConfig(base_url=url, model="base")) as c:
             return await Dispatcher(c, writer, finalize=complete_record).run(
-                items, LoadSpec(kind="concurrency", concurrency=4, requests_to_send=N))
+                items, LoadSpec.of(kind="concurrency", concurrency=4, requests_to_send=N))
 
     with FakeServer() as srv:
         asyncio.run(go(srv.url))
@@ -72,7 +72,7 @@ def test_no_adapter_no_per_adapter_key(tmp_path):
     async def go(url):
         async with StreamingClient(ClientConfig(base_url=url, model="base")) as c:
             return await Dispatcher(c, writer, finalize=complete_record).run(
-                (WorkItem(f"r{i}", "p", 1, 4) for i in range(3)), LoadSpec(kind="concurrency", concurrency=1,
+                (WorkItem(f"r{i}", "p", 1, 4) for i in range(3)), LoadSpec.of(kind="concurrency", concurrency=1,
                                                                             requests_to_send=3))
 
     with FakeServer() as srv:

@@ -118,7 +118,7 @@ def test_a_slow_builder_never_delays_sends(tmp_path, mode):
     # further and further behind; built ahead they go out on time.  A producer that cannot
     # keep up (stream) makes the sends wait, and says how often.
     n = 150
-    spec = LoadSpec(kind="constant", rate=1000.0, requests_to_send=n)
+    spec = LoadSpec.of(kind="constant", rate=1000.0, requests_to_send=n)
 
 
     def once():
@@ -160,7 +160,7 @@ def test_session_turns_are_built_during_the_think_time(tmp_path):
                         turn=rec.turn + 1), think
 
     items = [WorkItem("a", "p", 1, 2, session_id="s", turn=0)] + [WorkItem(f"x{i}", "p", 1, 2) for i in range(20)]
-    spec = LoadSpec(kind="constant", rate=40.0, requests_to_send=len(items))
+    spec = LoadSpec.of(kind="constant", rate=40.0, requests_to_send=len(items))
 
     def once():
         path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.parquet"

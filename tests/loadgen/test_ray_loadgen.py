@@ -118,7 +118,7 @@ def _pair(tmp_path, k, spec, point, n, tokens) -> dict:
 
 def test_two_nodes_four_workers_against_ground_truth(cluster, tmp_path):
     n, tokens, rate = 240, 20, 60.0  # ~20 streams open, ~1.2k chunks/s at the plateau, 4 s
-    spec = LoadSpec(kind="poisson", rate=rate, requests_to_send=n, seed=3)
+    spec = LoadSpec.of(kind="poisson", rate=rate, requests_to_send=n, seed=3)
     point = bench.Point("ray", "poisson", rate, None, n, tokens, 20.0, 10.0)
     # The machine has 2 cores shared with other work: a pair whose Ray workers spent more
     # than STARVED of the load runnable but without a CPU does not judge the client (the
@@ -177,7 +177,7 @@ def test_a_worker_killed_mid_run(cluster, tmp_path):
     # 8 s of sends, each stream ~0.45 s: the kill (after ~0.6 s) finds requests not sent yet even
     # when the hand-backs reach this process seconds late (CI: with 4 s of sends, none was left)
     n, tokens, rate = 320, 40, 40.0
-    spec = LoadSpec(kind="poisson", rate=rate, requests_to_send=n, seed=5)
+    spec = LoadSpec.of(kind="poisson", rate=rate, requests_to_send=n, seed=5)
     point = bench.Point("kill", "poisson", rate, None, n, tokens, 20.0, 10.0)
     port = bench._free_port()
     victim, handed_back = {}, []

@@ -86,7 +86,7 @@ def test_worker_processes_keep_the_replica_column(tmp_path):
     with _naming(_by_worker) as srv:
         cfg = ClientConfig(base_url=srv.url, model="m", replica_names={w: f"r{i}" for i, w in enumerate(WORKERS)})
         run_workers(2, cfg, iter([WorkItem(f"r{i}", "p", 1, 2) for i in range(n)]),
-                    LoadSpec(kind="concurrency", concurrency=2, requests_to_send=n), writer)
+                    LoadSpec.of(kind="concurrency", concurrency=2, requests_to_send=n), writer)
     writer.close()
     t = read_requests(tmp_path / "requests.parquet")
     assert t.schema == SCHEMA

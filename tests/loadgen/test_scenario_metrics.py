@@ -41,8 +41,8 @@ def _slow_script(req, k):
 
 @pytest.mark.parametrize("kind", ["constant", "concurrency"])
 def test_abort_stops_sending_and_names_the_reason_in_flight(tmp_path, kind):
-    spec = LoadSpec(kind=kind, rate=50.0 if kind == "constant" else None, concurrency=4 if kind != "constant" else None,
-                    requests_to_send=200)
+    spec = LoadSpec.of(kind=kind, rate=50.0 if kind == "constant" else None,
+                       concurrency=4 if kind != "constant" else None, requests_to_send=200)
     writer = RecordWriter(tmp_path / "r.parquet")
 
     async def go(url):

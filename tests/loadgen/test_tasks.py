@@ -41,7 +41,7 @@ def workload(tmp_path, builder, rows=ROWS, **task):  # noqa: F811
 
 def test_calls_follow_their_parents_plus_tool_time(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder)
-    rows, _, client = run(items, LoadSpec(kind="trace"))
+    rows, _, client = run(items, LoadSpec.of(kind="trace"))
     by = {(r.task_id, r.node): r for r in rows}
     assert set(by) == {("t1", "plan"), ("t1", "q1"), ("t1", "q2"), ("t1", "join"), ("t2", "a"), ("t2", "b")}
     plan, q1, q2, join = (by[("t1", n)] for n in ("plan", "q1", "q2", "join"))
@@ -81,7 +81,7 @@ def test_failed_call_fails_the_attempt_and_the_task_is_retried(tmp_path, builder
     items = workload(tmp_path, builder, max_attempts=2)
     q1_row = next(i for i in range(len(items.table)) if items.table.node[i] == "q1")
     client = RecordingClient(fail={f"r{q1_row:07d}"})
-    rows, _, _ = run(items, LoadSpec(kind="trace"), client)
+    rows, _, _ = run(items, LoadSpec.of(kind="trace"), client)
     t1 = sorted((r for r in rows if r.task_id == "t1"), key=lambda r: r.scheduled_ns)
     first = [r for r in t1 if r.attempt == 1]
     second = [r for r in t1 if r.attempt == 2]
@@ -94,7 +94,7 @@ def test_failed_call_fails_the_attempt_and_the_task_is_retried(tmp_path, builder
 
 def test_success_rule_rate_retries_until_out_of_attempts(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder, max_attempts=3, success="rate", success_rate=0.5)
-    rows, _, _ = run(items, LoadSpec(kind="trace"))
+    rows, _, _ = run(items, LoadSpec.of(kind="trace"))
     check = TaskCheck("rate", 0.5, None, 0)
     for task in ("t1", "t2"):
         attempts = sorted({r.attempt for r in rows if r.task_id == task})
@@ -112,12 +112,12 @@ def test_success_rule_rate_retries_until_out_of_attempts(tmp_path, builder):  # 
 def test_task_workload_refuses_closed_loop(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder)
     with pytest.raises(ValueError, match="load=concurrency does not run a task workload"):
-        run(items, LoadSpec(kind="concurrency", concurrency=2, requests_to_send=2))
+        run(items, LoadSpec.of(kind="concurrency", concurrency=2, requests_to_send=2))
 
 
 def test_poisson_arrivals_are_per_task_and_num_requests_counts_tasks(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder)
-    rows, _, _ = run(items, LoadSpec(kind="poisson", rate=50, requests_to_send=2))
+    rows, _, _ = run(items, LoadSpec.of(kind="poisson", rate=50, requests_to_send=2))
     assert {r.task_id for r in rows} == {"t1", "t2"} and len(rows) == 6
 
 
@@ -155,7 +155,7 @@ def test_prefix_tree_from_config_and_flattening(tmp_path, builder):  # noqa: F81
 
 def test_context_parents_only(tmp_path, builder):  # noqa: F811
     items = workload(tmp_path, builder, context="parents")
-    rows, _, client = run(items, LoadSpec(kind="trace"))
+    rows, _, client = run(items, LoadSpec.of(kind="trace"))
     by = {(r.task_id, r.node): r for r in rows}
     join = client.prompts[by[("t1", "join")].request_id]
     assert f" reply of {by[('t1', 'plan')].request_id}" not in join  # a grandparent: not in its context
@@ -191,7 +191,7 @@ def test_a_call_too_long_for_the_model_fails_its_attempt(tmp_path, builder):  # 
             {"task_id": "t", "node": "b", "parents": ["a"], "prefix": "big", "input_tokens": 20, "output_tokens": 4}]
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": jsonl(tmp_path, rows),
                                             "task": {"max_attempts": 2}}), builder, max_model_len=200)
-    rows_, _, _ = run(items, LoadSpec(kind="poisson", rate=10, requests_to_send=1))
+    rows_, _, _ = run(items, LoadSpec.of(kind="poisson", rate=10, requests_to_send=1))
     # b never fits (its prefix and message alone are over the limit): each attempt ends at a, twice
     assert [(r.node, r.attempt) for r in rows_] == [("a", 1), ("a", 2)]
     assert items.tasks.unbuildable == 2
@@ -213,7 +213,7 @@ CUT_ROWS = [{"timestamp": 0.0, "task_id": "long", "node": "a", "input_tokens": 1
 def test_a_task_started_before_the_end_finishes_in_the_drain_or_is_censored(tmp_path, builder, drain_s, calls,  # noqa: F811
                                                                             completed, censored, rate):
     items = workload(tmp_path, builder, rows=CUT_ROWS)
-    rows, _, _ = run(items, LoadSpec(kind="trace", duration_s=0.1, drain_timeout_s=drain_s))
+    rows, _, _ = run(items, LoadSpec.of(kind="trace", duration_s=0.1, drain_timeout_s=drain_s))
     assert len(rows) == calls
     s = task_summary(table(rows))
     assert (s["num_tasks"], s["completed_tasks"], s["censored_tasks"]) == (2, completed, censored)
@@ -294,7 +294,7 @@ def test_a_backtracking_success_regex_does_not_stall_the_event_loop(tmp_path, bu
                 gaps.append(now - last)
                 last = now
         ticker = asyncio.ensure_future(tick())
-        await Dispatcher(Backtracking(), w, followup=items.followup).run(items, LoadSpec(kind="trace"))
+        await Dispatcher(Backtracking(), w, followup=items.followup).run(items, LoadSpec.of(kind="trace"))
         done.set()
         await ticker
         return max(gaps)

@@ -71,7 +71,7 @@ def test_no_call_reaches_the_server_before_its_parents_plus_tool_time(tmp_path, 
         async def go():
             async with StreamingClient(ClientConfig(base_url=srv.base_url, model="fake", continuous_usage=True)) as c:
                 d = Dispatcher(c, w, followup=items.followup)
-                return await d.run(items, LoadSpec(kind="poisson", rate=20, requests_to_send=6, seed=3,
+                return await d.run(items, LoadSpec.of(kind="poisson", rate=20, requests_to_send=6, seed=3,
                                                    max_concurrency=max_concurrency))
 
         asyncio.run(go())
@@ -105,11 +105,11 @@ def test_tasks_over_worker_processes(tmp_path, builder):  # noqa: F811
     with FakeServer() as srv:
         w = RecordWriter(out)
         cfg = ClientConfig(base_url=srv.base_url, model="fake", continuous_usage=True)
-        run_workers(2, cfg, items, LoadSpec(kind="poisson", rate=20, requests_to_send=4, seed=1), w,
+        run_workers(2, cfg, items, LoadSpec.of(kind="poisson", rate=20, requests_to_send=4, seed=1), w,
                     followup=items.followup)
         w.close()
         with pytest.raises(ValueError, match="load=concurrency does not run a task workload"):
-            run_workers(2, cfg, items, LoadSpec(kind="concurrency", concurrency=2, requests_to_send=4), RecordWriter(
+            run_workers(2, cfg, items, LoadSpec.of(kind="concurrency", concurrency=2, requests_to_send=4), RecordWriter(
                 tmp_path / "x.parquet"), followup=items.followup)
     t = pq.read_table(out).to_pylist()
     assert len(t) == 4 * 6 and {r["status"] for r in t} == {"ok"}

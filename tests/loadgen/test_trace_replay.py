@@ -78,7 +78,7 @@ def test_trace_schedule_after_window_and_scale(tmp_path, builder):
     path = jsonl(tmp_path, [{"timestamp": t, "input_tokens": 20 + i, "output_tokens": 2} for i, t in enumerate(ts)])
     wcfg = OmegaConf.create({"name": "jsonl", "path": path, "window": [0.5, 10.5], "time_scale": 4.0})
     items = TraceWorkload(wcfg, builder, max_model_len=2048)
-    rows, stats, _ = run(items, LoadSpec(kind="trace"))
+    rows, stats, _ = run(items, LoadSpec.of(kind="trace"))
     got = sorted((r.scheduled_ns - stats["start_ns"]) for r in rows)
     # offsets 0 .. 20 on the trace's clock; [0.5, 10.5) keeps 0.5 .. 10, shifted by 0.5, / 4
     expect = [int(off * 1e9) for off in ((np.array([0.5, 1.0, 3.0, 4.25, 10.0]) - 0.5) / 4.0)]
@@ -146,7 +146,8 @@ def test_sessions_follow_previous_turn_with_real_history(tmp_path, builder, kind
     path = jsonl(tmp_path, SESSION_ROWS)
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder, max_model_len=2048)
     assert items.expected_turns == {"a": 3, "b": 2}
-    spec = LoadSpec(kind=kind, concurrency=2, requests_to_send=10) if kind == "concurrency" else LoadSpec(kind="trace")
+    spec = (LoadSpec.of(kind=kind, concurrency=2, requests_to_send=10) if kind == "concurrency"
+            else LoadSpec.of(kind="trace"))
     rows, _, client = run(items, spec)
     assert len(rows) == 6
     by = {(r.session_id, r.turn): r for r in rows}
@@ -195,7 +196,7 @@ class MixedChunkClient(RecordingClient):
 def test_the_next_turn_carries_every_kind_a_chunk_carried(tmp_path, builder):
     path = jsonl(tmp_path, SESSION_ROWS)
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder, max_model_len=2048)
-    rows, _, client = run(items, LoadSpec(kind="trace"), MixedChunkClient())
+    rows, _, client = run(items, LoadSpec.of(kind="trace"), MixedChunkClient())
     by = {(r.session_id, r.turn): r for r in rows}
     a0, a1 = by[("a", 0)], by[("a", 1)]
     assert a0.text == "hmm ok Sure. Calling get_weather"       # reasoning, answer and the tool call, in order
@@ -211,7 +212,7 @@ def test_failed_turn_ends_session_and_summary(tmp_path, builder):
     items = TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder, max_model_len=2048)
     fail_id = next(it for it in TraceWorkload(OmegaConf.create({"name": "jsonl", "path": path}), builder,
                                               max_model_len=2048) if it.session_id == "b").request_id
-    rows, _, _ = run(items, LoadSpec(kind="trace"), RecordingClient(fail=[fail_id]))
+    rows, _, _ = run(items, LoadSpec.of(kind="trace"), RecordingClient(fail=[fail_id]))
     assert len(rows) == 5  # b's second turn is never sent
     w = RecordWriter(tmp_path / "requests.parquet")
     for r in rows:
@@ -233,13 +234,13 @@ def test_load_trace_config_and_no_times(tmp_path, builder):
     with initialize_config_module(config_module="conf", version_base="1.3"):
         cfg = compose("config", overrides=["load=trace", "workload=sharegpt"])
     assert cfg.load.kind == "trace" and cfg.load.num_requests is None
-    LoadSpec(kind="trace").validate()  # no num_requests needed: the trace ends by itself
+    LoadSpec.of(kind="trace").validate()  # no num_requests needed: the trace ends by itself
     p = tmp_path / "s.json"
     p.write_text(json.dumps([{"id": "c", "conversations": [{"from": "human", "value": "hi"},
                                                               {"from": "gpt", "value": "hello you"}]}]))
     items = TraceWorkload(OmegaConf.create({"name": "sharegpt", "path": str(p)}), builder, max_model_len=2048)
     with pytest.raises(ValueError, match="load=trace needs arrival times"):
-        run(items, LoadSpec(kind="trace"))
+        run(items, LoadSpec.of(kind="trace"))
 
 
 def test_think_time_distribution(tmp_path, builder):
@@ -261,7 +262,7 @@ def test_think_time_distribution(tmp_path, builder):
                                                             {"from": "gpt", "value": "yes"}]}]))
     items = TraceWorkload(OmegaConf.create({"name": "sharegpt", "path": str(sg), "think_s": 0.2}), builder,
                           max_model_len=2048)
-    rows, _, client = run(items, LoadSpec(kind="constant", rate=1.0, requests_to_send=2))
+    rows, _, client = run(items, LoadSpec.of(kind="constant", rate=1.0, requests_to_send=2))
     a0, a1 = sorted(rows, key=lambda r: r.turn)
     assert 0.2e9 <= a1.scheduled_ns - a0.done_ns < 0.2e9 + 20e6
     assert client.prompts[a1.request_id] == f"hi there reply of {a0.request_id}and again"

@@ -19,7 +19,7 @@ FIXTURES = Path(__file__).parents[3] / "fixtures"
 def replay(name, path, builder, tasks: int):  # noqa: F811
     items = TraceWorkload(OmegaConf.create({"name": name, "path": str(path)}), builder, max_model_len=4096)
     # the traces give no start times (or one task's only): tasks arrive as a fast Poisson process
-    rows, _, client = run(items, LoadSpec(kind="poisson", rate=50, requests_to_send=tasks))
+    rows, _, client = run(items, LoadSpec.of(kind="poisson", rate=50, requests_to_send=tasks))
     return {(r.task_id, r.node): r for r in rows}, client
 
 
