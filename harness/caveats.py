@@ -7,7 +7,7 @@ the runs it concerns counted (never one line per point and repeat).  Ranks:
   limited by the load generator, requests failed, an engine fault, output tokens counted by the
   client where the server sent no usage);
 - ``LIMITS``: limits what the answer can say (energy not measured, emulated timings, a systematic
-  token-count difference);
+  token-count difference the prompts' counts do not explain: maybe another tokenizer);
 - ``DETAILS``: changes nothing the user asked for (a token-count difference where every row took
   the server's usage, on a random-weight model the expected one); the report folds these into
   its provenance, the console says them after the answer in one line.
@@ -22,7 +22,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from metrics.answer import FILL_WORDS, FOLLOW_SHARE, filling_kind, systematic_token_difference
+from metrics.answer import (
+    FILL_WORDS,
+    FOLLOW_SHARE,
+    filling_kind,
+    prompts_confirm_tokenizer,
+    systematic_token_difference,
+)
 
 CHANGES, LIMITS, DETAILS = 0, 1, 2
 RANKS = {CHANGES: "changes the answer", LIMITS: "limits it", DETAILS: "details"}
@@ -151,12 +157,26 @@ def _systematic(runs, hit):
              "the served model's; every row took the server's usage"] + _token_detail(hit))
 
 
+def _one_sided(m) -> bool:
+    """A systematic difference that the prompts' counts explain away (``prompts_confirm_tokenizer``)."""
+    return systematic_token_difference(m) and prompts_confirm_tokenizer(m)
+
+
 def _mismatch(runs, hit):
     share = max(_f(m.get("token_mismatch_rate")) for _, m in hit)
+    one_sided = [m for _, m in hit if _one_sided(m)]
+    if one_sided:
+        mean = sum(_f(m.get("token_mismatch_mean")) for m in one_sided) / len(one_sided)
+        way = f"server - client {mean:+.2f} a request"
+        why = ("every prompt's token count agreed with the server's (the tokenizer is the served model's): the "
+               "output's decode and re-encode differs one way, as a random-weight model's bytes do, or the server "
+               "counts a token it does not send")
+    else:
+        way = "both ways"
+        why = ("expected on a random-weight model (the embedded one, Dynamo's mocker): random token ids do not "
+               "survive a decode and re-encode")
     return (f"token counts: the client's re-tokenization differs from the server's usage in {_of(runs, hit)} "
-            f"(up to {share:.0%} of requests, both ways); every row took the server's count",
-            ["expected on a random-weight model (the embedded one, Dynamo's mocker): random token ids do not "
-             "survive a decode and re-encode"] + _token_detail(hit))
+            f"(up to {share:.0%} of requests, {way}); every row took the server's count", [why] + _token_detail(hit))
 
 
 def _energy(runs, hit):
@@ -192,9 +212,11 @@ KINDS = (
     Kind("emulated", LIMITS, lambda m: bool(m.get("emulated")), _emulated),
     Kind("energy_not_measured", LIMITS, lambda m: m.get("energy_available") is False, _energy),
     Kind("saturation_guard_limit", LIMITS, lambda m: bool(m.get("saturation_guard_limit")), _guard_limit),
-    Kind("token_counts_systematic", LIMITS, systematic_token_difference, _systematic),
+    Kind("token_counts_systematic", LIMITS, lambda m: systematic_token_difference(m) and not _one_sided(m),
+         _systematic),
     Kind("token_counts_random", DETAILS,
-         lambda m: bool(m.get("token_counts_disagree")) and not systematic_token_difference(m), _mismatch),
+         lambda m: bool(m.get("token_counts_disagree")) and (not systematic_token_difference(m) or _one_sided(m)),
+         _mismatch),
 )
 
 

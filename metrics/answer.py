@@ -193,6 +193,15 @@ def systematic_token_difference(m: Mapping) -> bool:
     return abs(mean) >= 0.5 and abs(mean) >= 0.9 * mabs
 
 
+def prompts_confirm_tokenizer(m: Mapping) -> bool:
+    """Every request's prompt, as the server counted it, had the tokens the workload built
+    (``prompt_tokens_mismatch`` 0): the client's tokenizer is the served model's, so an output-count
+    difference is the output's decode and re-encode (a random-weight model's bytes) or a token the
+    server counts and never sends, not a wrong tokenizer."""
+    n = m.get("prompt_tokens_mismatch")
+    return n is not None and not math.isnan(_f(n)) and int(n) == 0
+
+
 def good_share(runs: Sequence[Mapping]) -> float | None:
     """Σ good_requests / Σ num_requests over a point's repeats (measured requests; None where a run lacks them)."""
     if not runs or any(r.get("good_requests") is None or not _f(r.get("num_requests")) > 0 for r in runs):

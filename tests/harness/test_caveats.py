@@ -96,3 +96,23 @@ def test_the_saturation_guards_limit_is_one_limiting_line():
     assert [(c.kind, c.rank) for c in out] == [("saturation_guard_limit", LIMITS)]
     assert out[0].text.startswith("the over-saturation guards are weaker in 1 of 2 runs: outside their measured bounds")
     assert out[0].detail == (f"a rate=2: {limit}",)
+
+
+def test_a_one_sided_difference_with_every_prompt_confirmed_is_a_detail():
+    # vLLM serving the embedded random-weight model: the client's re-encode of the output gives
+    # more tokens than the server generated on 31 % of requests (never fewer than -1), while every
+    # prompt's count matched the server's: the tokenizer is the served model's, and every row took
+    # the server's usage, so nothing in the answer is limited by it.
+    vllm = {"token_counts_disagree": True, "token_mismatch_mean": -1.108, "token_mismatch_mean_abs": 1.125,
+            "token_mismatch_rate": 0.308, "token_counts_compared": 120, "token_mismatch_max_abs": 8,
+            "prompt_tokens_mismatch": 0}
+    got = collect([("concurrency=4", vllm)])
+    assert [(c.kind, c.rank) for c in got] == [("token_counts_random", DETAILS)]
+    assert got[0].text == ("token counts: the client's re-tokenization differs from the server's usage in 1 of 1 "
+                           "runs (up to 31% of requests, server - client -1.11 a request); every row took the "
+                           "server's count")
+    assert got[0].detail[0].startswith("every prompt's token count agreed with the server's")
+    # The same difference where prompts disagree (another tokenizer) or were not counted still limits it.
+    for prompts in ({"prompt_tokens_mismatch": 7}, {"prompt_tokens_mismatch": None}):
+        got = collect([("concurrency=4", {**vllm, **prompts})])
+        assert [(c.kind, c.rank) for c in got] == [("token_counts_systematic", LIMITS)]
