@@ -47,6 +47,10 @@ def typed(node, schema: type[T]) -> T:
     it enters a module: a composed node keeps its values; a plain mapping (one sent to a child
     process as JSON) gets the schema's defaults for the keys it lacks, and OmegaConf's type
     checks, naming the key, for those it has."""
+    if isinstance(node, DictConfig) and OmegaConf.get_type(node) is schema:
+        # Composed with this schema already: a merge onto a fresh one would give the same
+        # values at ~30x the time (22 ms against 0.7 for an engine node), paid on every call.
+        return OmegaConf.to_object(node)
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
 
 
