@@ -16,6 +16,7 @@ the status on finish, interrupt and failure and the ending are the run lifecycle
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -54,8 +55,12 @@ def check_config(cfg: DictConfig) -> list[RunSpec]:
     check_workload(cfg.workload, cfg.engine.max_model_len)  # a bad trace fails before the engine starts
     if cfg.quality.prompts_path:
         quality_gate.prompt_set(cfg.quality, None)  # a bad prompt file fails here too
-    for r in runs:
-        LoadSpec.from_load(r.load).validate()
+    seen = set()
+    for r in runs:  # each distinct point once: its repeats share its load
+        key = json.dumps(r.load, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            LoadSpec.from_load(r.load).validate()
     return runs
 
 

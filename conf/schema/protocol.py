@@ -10,12 +10,17 @@ from omegaconf import MISSING
 
 from conf.schema.rules import checked
 
+# Runs of a point (a sweep) or blocks (a comparison, an ablation): more is no experiment one
+# can run, and the plan of every run is built and checked before an engine starts.
+MAX_REPEATS = 1000
+
 
 @dataclass
 class SweepProtocol:
     name: str = "sweep"
     load_points: List[Any] = field(default_factory=list)  # numbers (rate or concurrency) or load mappings
-    repeats: int = checked(1, ge=1)           # runs of each load point, its replicates (one label; `repeat` says which)
+    # runs of each load point, its replicates (one label; `repeat` says which)
+    repeats: int = checked(1, ge=1, le=MAX_REPEATS)
     dry_run: bool = False                     # print the plan and stop (the command line's --dry-run)
     # Step 4, adaptive (protocols/sweep/load_search.py): a probe of closed-loop runs at rising
     # concurrency finds the saturation and places num_points load points up to and past it ...
@@ -53,8 +58,8 @@ class CompareProtocol(SweepProtocol):
     # (a typed mapping only merges keys into what the YAML has); checked by protocols.compare.plan
     configs: Any = None
     baseline: Optional[str] = None            # the config the others are compared with (default: the first)
-    repeats: int = checked(3, ge=1)           # blocks
-    max_repeats: Optional[int] = checked(None, ge=1)     # with target_rel_halfwidth: add blocks up to this
+    repeats: int = checked(3, ge=1, le=MAX_REPEATS)  # blocks
+    max_repeats: Optional[int] = checked(None, ge=1, le=MAX_REPEATS)  # with target_rel_halfwidth: add blocks up to this
     target_rel_halfwidth: Optional[float] = checked(None, gt=0, lt=1)  # e.g. 0.05: every interval within +-5 %
     converge_metrics: List[str] = field(default_factory=lambda: ["output_throughput", "p99_ttft_ms"])
     metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
@@ -78,8 +83,8 @@ class AblationProtocol(SweepProtocol):
     optimisations: Any = None                 # name -> overrides that turn it on
     factorial: bool = False                   # every combination, not only singles and all
     pairs: Any = None                         # [[a, b], ...]: combinations to run besides
-    repeats: int = checked(3, ge=1)           # blocks
-    max_repeats: Optional[int] = checked(None, ge=1)
+    repeats: int = checked(3, ge=1, le=MAX_REPEATS)  # blocks
+    max_repeats: Optional[int] = checked(None, ge=1, le=MAX_REPEATS)
     target_rel_halfwidth: Optional[float] = checked(None, gt=0, lt=1)
     converge_metrics: List[str] = field(default_factory=lambda: ["output_throughput", "p99_ttft_ms"])
     metrics: List[str] = field(default_factory=lambda: list(COMPARED_METRICS))
@@ -135,7 +140,7 @@ class ProfileProtocol:
     metrics/profile.py).  Writes profile.json and the Dynamo mocker's perf_data.npz."""
     name: str = "profile"
     load_points: List[Any] = field(default_factory=list)  # (unused: the ladders are the load points)
-    repeats: int = checked(1, ge=1)           # (unused: each length's requests are its repeats)
+    repeats: int = checked(1, ge=1, le=MAX_REPEATS)  # (unused: each length's requests are its repeats)
     dry_run: bool = False
     # prefill ladder: prompt lengths, each at concurrency 1 with one output token
     prefill_lengths: List[int] = checked(factory=lambda: [64, 128, 256, 512, 1024, 1792], each={"ge": 1})

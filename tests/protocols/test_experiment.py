@@ -46,3 +46,29 @@ def test_a_stopped_comparison_says_so_and_its_parent_run_ends_with_the_same_stat
     assert not (out / "runs.parquet").exists() and not (out / "comparison.json").exists()
     hint = f"to resume, run the same command with output_dir={out}"
     assert (hint in capsys.readouterr().err) == (status == "interrupted")
+
+
+@pytest.mark.parametrize("key", ["protocol.repeats", "protocol.max_repeats"])
+def test_repeats_past_any_runnable_experiment_are_refused_naming_the_key(key):
+    # 10**6 repeats planned a million runs and validated each (16 ms apiece): it never finished
+    from conf.schema import ConfigError, validate
+
+    proto = "protocol=sweep" if key == "protocol.repeats" else "protocol=compare"
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=[proto, f"{key}=1000000"])
+    with pytest.raises(ConfigError, match=rf"{key}=1000000: must be <= 1000"):
+        validate(cfg)
+
+
+def test_each_distinct_load_point_is_checked_once_whatever_the_repeats(monkeypatch):
+    from loadgen.load_spec import LoadSpec
+    from protocols import experiment
+
+    checked = []
+    real = LoadSpec.from_load
+    monkeypatch.setattr(LoadSpec, "from_load", staticmethod(lambda load, *a, **k: checked.append(load) or
+                                                            real(load, *a, **k)))
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=["load=constant", "protocol.load_points=[2,4,8]", "protocol.repeats=200"])
+    runs = experiment.check_config(cfg)
+    assert len(runs) == 600 and sorted(c["rate"] for c in checked) == [2, 4, 8]
