@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -66,12 +67,14 @@ def _trace(path: Path) -> None:
     path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
 
 
-def test_a_key_the_server_echoes_reaches_no_file_log_mlflow_or_report(tmp_path):
+def test_a_key_the_server_echoes_reaches_no_file_log_mlflow_or_report(tmp_path, _mlflow_template):
     from engines.tiny_model import ensure_tiny_model
 
     work = tmp_path / "work"
     work.mkdir()
     _trace(work / "trace.jsonl")
+    for store in ("mlflow.db", "later.db"):  # empty stores with their tables: creating them costs seconds a store
+        shutil.copy(_mlflow_template, work / store)
     before = sorted(p.name for p in tmp_path.iterdir())
     env = {**os.environ, "PYTHONPATH": str(REPO), "MY_KEY": SECRET,
            "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlflow.db"}
