@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from conf.load_point import RunSpec
 from engines.base import EngineError
@@ -136,7 +135,10 @@ def engine_counters_end(s: PointSession, p: PointRun) -> None:
 
 def close_window(s: PointSession, p: PointRun) -> None:
     """Stop the engine after the last point (or a dead one), close the window and write its
-    telemetry; what is older is on disk, so memory stays one window's worth."""
+    telemetry; what is older is on disk, so memory stays one window's worth.  The next point's
+    window opens at this close, so the file is written off it (``TelemetryProcess.close_window``:
+    the table comes back at once, the write runs in the telemetry process); the last point's is
+    waited for (no window follows it)."""
     p.engine_alive = s.engine.alive()
     if p.last or not p.engine_alive:
         if s.engine_metrics and p.engine_alive:
@@ -148,11 +150,9 @@ def close_window(s: PointSession, p: PointRun) -> None:
     tel.mark("load_start", p.stats["start_ns"], p.spec.title)
     tel.mark("load_end", p.stats["end_ns"], p.spec.title)
     keep = [s.idle_interval] if s.idle_interval else []
-    p.telemetry_path = Path(tel.write_window(p.run_dir / results_io.TELEMETRY, p.window_open_ns, p.window_close_ns,
-                                             also=keep))
-    tel.forget_before(p.window_close_ns, keep=keep)
-
-
+    p.telemetry_path = p.run_dir / results_io.TELEMETRY
+    p.telemetry = tel.close_window(p.telemetry_path, p.window_open_ns, p.window_close_ns, keep=keep,
+                                   wait=p.last or not p.engine_alive)
 
 
 def autoscale_record(s: PointSession, p: PointRun) -> None:
