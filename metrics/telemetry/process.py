@@ -22,7 +22,7 @@ import signal
 import threading
 import traceback
 
-from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.collector import TelemetryCollector, warm_up
 from metrics.telemetry.engine import EngineMetricsSampler, EnginePool
 from metrics.telemetry.sources import build_samplers
 
@@ -149,8 +149,7 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
         col = TelemetryCollector(None, build_samplers(cfg, pids), cfg.interval_s)
         engines = EnginePool()  # every engine added, sampled together (one source of the collector)
         col.add_sampler(engines)
-        # before the engine starts: the first window's write would import it (0.6 s on a busy host)
-        import pyarrow.parquet  # noqa: F401
+        warm_up()  # before any engine starts: else in the second point's window (issue 43)
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         try:
