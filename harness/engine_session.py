@@ -139,10 +139,8 @@ class EngineSession:
             return e
         if points:
             from harness.point import prebuild
-            from harness.point.prebuild import describe_ahead
 
-            prebuild(self, points)
-            describe_ahead(self, points)
+            prebuild(self, points)  # each point's workload built once: described, its requests prepared
         return None
 
     def restart_engine(self, why: str) -> float:

@@ -71,7 +71,7 @@ def build_workload(s: PointSession, p: PointRun) -> None:
 
 @dataclass
 class WorkloadDescription:
-    """A point's workload description computed before its engine started (``prebuild.describe_ahead``):
+    """A point's workload description computed before its engine started (``harness.point.prebuild``):
     ``workload.json``'s numbers, and whether ``workload.html`` was drawn from it (into the session's folder)."""
 
     stats: dict
@@ -86,7 +86,7 @@ def description_key(spec: RunSpec) -> tuple:
 def describe_workload(s: PointSession, p: PointRun) -> None:
     """workload.json in the run folder (logged to MLflow with it); the figures (workload.html)
     once, in the experiment's folder and its MLflow parent run.  Both were computed before the
-    engine started (``harness.point.prebuild.describe_ahead``), so the window holds only a file's
+    engine started (``harness.point.prebuild``), so the window holds only a file's
     write; a point not described then (its tokenizer deferred, or not known before the start: an
     SLO search's, a profile's ladder) is described here."""
     first = not s.workload_figures_written
