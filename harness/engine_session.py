@@ -6,7 +6,8 @@ later point's when the previous one closed, and the last one closes when the eng
 stopped, so the windows tile the engine's whole life and their costs add up to the bill.
 One telemetry collector samples from before the engine starts to after it stops; each
 window's rows (and the idle baseline taken once the engine is up) go to its
-``telemetry.parquet``.
+``telemetry.parquet``, written in the telemetry process while the next point runs (its window
+opens at that close), and on disk before the point's ``summary.json`` marks it complete.
 """
 
 from __future__ import annotations

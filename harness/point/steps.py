@@ -174,6 +174,7 @@ def write_results(s: PointSession, p: PointRun) -> None:
     results_io.write_json(p.run_dir / results_io.RUN_META, run_meta)
     results_io.write_yaml(p.run_dir / results_io.CONFIG, {**s.safe_config, "load": p.spec.load})
     results_io.write_json(p.run_dir / results_io.PROVENANCE, s.engine_prov)
+    s.telemetry.flush()  # telemetry.parquet, written since close_window, on disk before the run is complete
     results_io.write_json(p.run_dir / results_io.SUMMARY, p.summary)  # last: marks the run complete
 
 

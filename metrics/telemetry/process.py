@@ -119,6 +119,10 @@ class TelemetryProcess:
         this process dies (the child reads the pipe's end and finishes its writes first)."""
         return self._call("close_window", os.fspath(path), start_ns, end_ns, list(keep), wait)
 
+    def flush(self) -> None:
+        """Once every closed window's file is on disk (raises a write that failed)."""
+        self._call("flush")
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -197,6 +201,9 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                 out = col.forget_before(*args)
             elif op == "close_window":
                 out = col.close_window(*args)
+            elif op == "flush":
+                col.flush()
+                out = None
             elif op == "stop":
                 col.stop()
                 conn.send((True, None))

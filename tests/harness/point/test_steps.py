@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from conf.load_point import RunSpec
 from harness import results_io
 from harness.point.point_run import PointRun
-from harness.point.steps import close_window
+from harness.point.steps import close_window, write_results
 from metrics.telemetry import collector as collector_module
 from metrics.telemetry.collector import TelemetryCollector
 
@@ -59,3 +59,30 @@ def test_the_telemetry_write_is_not_in_the_next_points_window(tmp_path, monkeypa
     assert times_ns[0] == 100 and 1900 in times_ns  # the edges before and after the window kept
     assert sorted(r for r in written.column("name").to_pylist() if r in ("load_start", "load_end")) == [
         "load_end", "load_start"]
+
+
+def test_a_run_is_complete_only_once_its_telemetry_file_is_on_disk(tmp_path, monkeypatch):
+    """summary.json, written last, marks a run complete (a rerun keeps it); with telemetry.parquet written
+    off the window, ``write_results`` waits for it first, so a run killed in between is not taken as
+    finished without its telemetry."""
+    seen = {}
+    real_write = collector_module.write_table
+
+    def slow_write(path, rows):
+        time.sleep(0.5)
+        seen["summary_before_telemetry"] = (Path(path).parent / results_io.SUMMARY).exists()
+        return real_write(path, rows)
+
+    monkeypatch.setattr(collector_module, "write_table", slow_write)
+    tel = TelemetryCollector(None, [], 1.0)
+    s = SimpleNamespace(engine=_Engine(), engine_metrics=False, telemetry=tel, idle_interval=None, name=None,
+                        block=0, safe_config={}, engine_prov={}, fixed_conditions=dict)
+    p = PointRun(spec=RunSpec(index=0, label="constant-rate=16", load={}), run_dir=tmp_path, last=False,
+                 window_open_ns=150, inputs=None, stats={"start_ns": 200, "end_ns": 900}, summary={"ok": 1})
+    try:
+        close_window(s, p)
+        write_results(s, p)
+    finally:
+        tel.stop()
+    assert seen == {"summary_before_telemetry": False}
+    assert (tmp_path / results_io.SUMMARY).exists() and (tmp_path / results_io.TELEMETRY).exists()
