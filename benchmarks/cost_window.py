@@ -15,7 +15,8 @@ that ``prepare_s``; it now is before the engine starts (``harness.point.prebuild
 ``prepare_s`` held the previous point's telemetry write (0.5 to 0.8 s: the telemetry process's first
 conversion imported pandas and pyarrow.parquet); the process now warms up before the engine starts and
 writes a closed window's file off the next window (``TelemetryCollector.close_window``): later points'
-``open_to_first_s`` 0.765 -> 0.174 s, medians of 5 at load 7.4-7.8 on 2 cores.
+``open_to_first_s`` 0.765 -> 0.174 s (load 7.4-7.8) and 0.763 -> 0.274 s (load 8.9-13.0), medians of 5,
+before and after in one sitting each, on 2 cores.
 """
 
 from __future__ import annotations
