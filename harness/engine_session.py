@@ -6,7 +6,8 @@ later point's when the previous one closed, and the last one closes when the eng
 stopped, so the windows tile the engine's whole life and their costs add up to the bill.
 One telemetry collector samples from before the engine starts to after it stops; each
 window's rows (and the idle baseline taken once the engine is up) go to its
-``telemetry.parquet``.
+``telemetry.parquet``, written in the telemetry process while the next point runs (its window
+opens at that close), and on disk before the point's ``summary.json`` marks it complete.
 """
 
 from __future__ import annotations
@@ -90,23 +91,7 @@ class EngineSession:
         """Telemetry, the harness's own setup and ``points``' requests (``harness.point.prebuild``)
         first, then the engine: its observation window holds no work of the harness's."""
         tcfg = self.cfg.telemetry
-        try:
-            self.engine.prepare()  # the model, tokenizer and port, known before launch
-        except EngineError as e:
-            raise UserError(str(e)) from None
-        try:
-            self._client_setup(local_only=True)
-            deferred = None
-        except UserError as e:
-            # A tokenizer not on disk yet (the engine may fetch the model) or a broken one: the
-            # engine's own errors come first; its requests are then built inside the window.
-            deferred = e
-        if points and deferred is None:
-            from harness.point import prebuild
-            from harness.point.prebuild import describe_ahead
-
-            prebuild(self, points)
-            describe_ahead(self, points)
+        deferred = self.build_ahead(points)
         try:  # out of this process: sampling must never hold the load generator's GIL
             self.telemetry = TelemetryProcess(self.container["telemetry"], {"loadgen": os.getpid()}).start()
         except TelemetryError as e:
@@ -138,6 +123,26 @@ class EngineSession:
         if not self.cold_start:  # a cold start's load begins as soon as the engine is ready
             self.idle_baseline(float(tcfg.idle_baseline_s))
         self.window_open_ns = self.engine.started_ns
+
+    def build_ahead(self, points=()) -> UserError | None:
+        """What needs no engine running, before its start: the engine's model, tokenizer and port, the
+        prompt builder and the client's config, then ``points``' workloads built, described and their
+        requests prepared (``harness.point.prebuild``).  Returns the tokenizer's error where it is not on
+        disk yet or broken (the engine may fetch the model; its own errors come first, and the requests
+        are then built inside the window), else None."""
+        try:
+            self.engine.prepare()  # the model, tokenizer and port, known before launch
+        except EngineError as e:
+            raise UserError(str(e)) from None
+        try:
+            self._client_setup(local_only=True)
+        except UserError as e:
+            return e
+        if points:
+            from harness.point import prebuild
+
+            prebuild(self, points)  # each point's workload built once: described, its requests prepared
+        return None
 
     def restart_engine(self, why: str) -> float:
         """Kill the engine (whatever is left of it) and start it again on the same port, with

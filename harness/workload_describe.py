@@ -212,7 +212,7 @@ def description(cfg, n: int | None = None, table: WorkloadTable | None = None, c
                 figures_too: bool = True, load: dict | None = None) -> tuple[dict, str | None]:
     """What ``describe`` writes, computed and not written: the numbers (``workload.json``'s) and, with
     ``figures_too``, the figures' page (``workload.html``'s; else None).  A load point's is computed
-    before its engine starts (``harness.point.prebuild.describe_ahead``), out of every cost window."""
+    before its engine starts (``harness.point.prebuild``), out of every cost window."""
     table = table if table is not None else workload_table(cfg, n, load)
     if table.has_tasks:  # the prefix tree the replay uses: the trace's, else workload.task.prefix_tree
         from loadgen.workloads.tasks import with_prefix_tree

@@ -10,8 +10,8 @@ finished run.
 
 Modules: ``steps`` (the steps and ``POINT_STEPS``), ``dispatch`` (local, worker processes,
 Ray), ``summary`` (its keys, with ``fault_keys`` and ``roofline_keys``), ``console``,
-``prebuild`` (requests built before the engine starts), ``inputs``, ``point_run``,
-``session``, ``progress``.  The names below are the package's (``from harness.point import
+``prebuild`` (each workload built, described and its requests prepared before the engine starts),
+``inputs``, ``point_run``, ``session``, ``progress``.  The names below are the package's (``from harness.point import
 prebuild``), each re-exported by its ``as`` alias.
 """
 

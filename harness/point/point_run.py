@@ -37,6 +37,7 @@ class PointRun:
     engine_alive: bool = True
     window_close_ns: int | None = None
     telemetry_path: Path | None = None
+    telemetry: pa.Table | None = None    # the window's telemetry.parquet, as written (close_window)
     requests: pa.Table | None = None
     summary: dict = field(default_factory=dict)
     progress: Progress | None = None     # the point's progress bars (dispatch)

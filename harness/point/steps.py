@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from conf.load_point import RunSpec
 from engines.base import EngineError
@@ -72,7 +71,7 @@ def build_workload(s: PointSession, p: PointRun) -> None:
 
 @dataclass
 class WorkloadDescription:
-    """A point's workload description computed before its engine started (``prebuild.describe_ahead``):
+    """A point's workload description computed before its engine started (``harness.point.prebuild``):
     ``workload.json``'s numbers, and whether ``workload.html`` was drawn from it (into the session's folder)."""
 
     stats: dict
@@ -87,7 +86,7 @@ def description_key(spec: RunSpec) -> tuple:
 def describe_workload(s: PointSession, p: PointRun) -> None:
     """workload.json in the run folder (logged to MLflow with it); the figures (workload.html)
     once, in the experiment's folder and its MLflow parent run.  Both were computed before the
-    engine started (``harness.point.prebuild.describe_ahead``), so the window holds only a file's
+    engine started (``harness.point.prebuild``), so the window holds only a file's
     write; a point not described then (its tokenizer deferred, or not known before the start: an
     SLO search's, a profile's ladder) is described here."""
     first = not s.workload_figures_written
@@ -136,7 +135,10 @@ def engine_counters_end(s: PointSession, p: PointRun) -> None:
 
 def close_window(s: PointSession, p: PointRun) -> None:
     """Stop the engine after the last point (or a dead one), close the window and write its
-    telemetry; what is older is on disk, so memory stays one window's worth."""
+    telemetry; what is older is on disk, so memory stays one window's worth.  The next point's
+    window opens at this close, so the file is written off it (``TelemetryProcess.close_window``:
+    the table comes back at once, the write runs in the telemetry process); the last point's is
+    waited for (no window follows it)."""
     p.engine_alive = s.engine.alive()
     if p.last or not p.engine_alive:
         if s.engine_metrics and p.engine_alive:
@@ -148,11 +150,9 @@ def close_window(s: PointSession, p: PointRun) -> None:
     tel.mark("load_start", p.stats["start_ns"], p.spec.title)
     tel.mark("load_end", p.stats["end_ns"], p.spec.title)
     keep = [s.idle_interval] if s.idle_interval else []
-    p.telemetry_path = Path(tel.write_window(p.run_dir / results_io.TELEMETRY, p.window_open_ns, p.window_close_ns,
-                                             also=keep))
-    tel.forget_before(p.window_close_ns, keep=keep)
-
-
+    p.telemetry_path = p.run_dir / results_io.TELEMETRY
+    p.telemetry = tel.close_window(p.telemetry_path, p.window_open_ns, p.window_close_ns, keep=keep,
+                                   wait=p.last or not p.engine_alive)
 
 
 def autoscale_record(s: PointSession, p: PointRun) -> None:
@@ -174,6 +174,7 @@ def write_results(s: PointSession, p: PointRun) -> None:
     results_io.write_json(p.run_dir / results_io.RUN_META, run_meta)
     results_io.write_yaml(p.run_dir / results_io.CONFIG, {**s.safe_config, "load": p.spec.load})
     results_io.write_json(p.run_dir / results_io.PROVENANCE, s.engine_prov)
+    s.telemetry.flush()  # telemetry.parquet, written since close_window, on disk before the run is complete
     results_io.write_json(p.run_dir / results_io.SUMMARY, p.summary)  # last: marks the run complete
 
 

@@ -32,7 +32,8 @@ from metrics.summary import summarize
 def summarise(s: PointSession, p: PointRun) -> None:
     """``summary.json``'s keys, in ``p.summary`` (``write_results`` writes it)."""
     p.requests = read_requests(p.run_dir / results_io.REQUESTS)
-    telemetry = results_io.read_parquet(p.telemetry_path)
+    # the table close_window wrote (its file may still be being written, off the next window)
+    telemetry = p.telemetry if p.telemetry is not None else results_io.read_parquet(p.telemetry_path)
     scaled = autoscale_keys(s, p)  # empty unless autoscaled
     capacity, why = steady_capacity(p.spec.load)
     summary = summarize(p.requests, s.slo, p.window_open_ns, p.window_close_ns, cost_cfg=s.container["cost"],

@@ -22,7 +22,7 @@ import signal
 import threading
 import traceback
 
-from metrics.telemetry.collector import TelemetryCollector
+from metrics.telemetry.collector import TelemetryCollector, warm_up
 from metrics.telemetry.engine import EngineMetricsSampler, EnginePool
 from metrics.telemetry.sources import build_samplers
 
@@ -112,6 +112,17 @@ class TelemetryProcess:
     def forget_before(self, t_ns: int, keep: list[tuple[int, int]] = ()) -> int:
         return self._call("forget_before", t_ns, list(keep))
 
+    def close_window(self, path, start_ns: int, end_ns: int, keep: list[tuple[int, int]] = (),
+                     wait: bool = False):
+        """The window's table now; its file written in the telemetry process after the reply
+        (``TelemetryCollector.close_window``), done by ``stop`` at the latest, even on Ctrl-C or when
+        this process dies (the child reads the pipe's end and finishes its writes first)."""
+        return self._call("close_window", os.fspath(path), start_ns, end_ns, list(keep), wait)
+
+    def flush(self) -> None:
+        """Once every closed window's file is on disk (raises a write that failed)."""
+        self._call("flush")
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -142,6 +153,7 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
         col = TelemetryCollector(None, build_samplers(cfg, pids), cfg.interval_s)
         engines = EnginePool()  # every engine added, sampled together (one source of the collector)
         col.add_sampler(engines)
+        warm_up()  # before any engine starts: else in the second point's window (issue 43)
         conn.send((True, (col.measures_energy, dict(col.unavailable))))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         try:
@@ -187,6 +199,11 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                 out = col.write_window(*args)
             elif op == "forget_before":
                 out = col.forget_before(*args)
+            elif op == "close_window":
+                out = col.close_window(*args)
+            elif op == "flush":
+                col.flush()
+                out = None
             elif op == "stop":
                 col.stop()
                 conn.send((True, None))
@@ -200,4 +217,6 @@ def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:
                            else traceback.format_exc()))
             except OSError:  # the parent is gone
                 col.stop()
+                return
+            if op == "stop":  # a write that failed at the end: said, and the process ends all the same
                 return

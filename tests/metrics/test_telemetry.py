@@ -295,3 +295,26 @@ def test_energy_selftest_measure_on_a_fake_gpu():
     # a scheduling delay between the two shows (250.3 W once in .ci/run, beside another test worker)
     assert r["collector_idle_power_w"] == pytest.approx(250.0, rel=1e-2)
     assert r["ok"] is True
+
+
+def test_after_warm_up_a_windows_close_imports_nothing(tmp_path):
+    """Issue 43: the telemetry process's first window close took 0.5 to 0.8 s (pyarrow imports pandas at
+    its first conversion of Python lists, and pyarrow.parquet for the file), inside the next point's
+    window; the process now warms up before any engine starts.  In a fresh interpreter: after
+    ``warm_up``, closing a window imports no module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from metrics.telemetry.collector import TelemetryCollector, warm_up\n"
+        "warm_up()\n"
+        "c = TelemetryCollector(None, [], 1.0)\n"
+        "c.record([(t, 'host', 'cpu_percent', 1.0, None) for t in range(10)])\n"
+        "before = set(sys.modules)\n"
+        f"c.close_window({str(tmp_path / 'w.parquet')!r}, 2, 8, wait=True)\n"
+        "print(sorted(set(sys.modules) - before))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.stdout.strip() == "[]", out.stdout[:600]
+    assert pq.read_table(tmp_path / "w.parquet").column("time_ns").to_pylist() == [1, 2, 3, 4, 5, 6, 7, 8, 9]

@@ -119,3 +119,35 @@ def test_engine_source_added_once_up_and_removed_before_stop():
 
     assert col.add_sampler(EngineMetricsSampler(dead)) is False
     assert col.rows[-1][2] == "unavailable" and "engine down" in col.rows[-1][4]
+
+
+def test_closed_windows_files_are_on_disk_after_an_interrupted_run(tmp_path):
+    """Issue 43: a closed window's telemetry.parquet is written in the telemetry process after it
+    replied (off the next window).  Stopped at once (a Ctrl-C's ``finally``), or with the harness gone
+    (the pipe's end), every window closed before is whole on disk and holds the table returned."""
+    from metrics.telemetry.process import TelemetryProcess
+
+    for how in ("stop", "parent_gone"):
+        tel = TelemetryProcess({"interval_s": 0.05, "nvml": {"enabled": False}}, {}).start()
+        tables = []
+        try:
+            for k in range(3):
+                a = tel.sample_now()
+                tel.mark("load_start", a, f"p{k}")
+                b = tel.sample_now()
+                tables.append(tel.close_window(tmp_path / f"{how}{k}.parquet", a, b))
+            tel.flush()  # (what write_results does before summary.json)
+            assert sorted(f.name for f in tmp_path.glob(f"{how}*.parquet")) == [f"{how}{k}.parquet" for k in range(3)]
+            tables.append(tel.close_window(tmp_path / f"{how}3.parquet", b, tel.sample_now()))
+        finally:
+            if how == "stop":
+                tel.stop()
+            else:
+                tel._conn.close()  # as if this process died: the child reads EOF, finishes its writes, ends
+                tel._proc.join(20)
+        for k, table in enumerate(tables):
+            written = pq.read_table(tmp_path / f"{how}{k}.parquet")
+            assert repr(written.to_pylist()) == repr(table.to_pylist())
+            marks = [r["detail"] for r in written.to_pylist() if r["name"] == "load_start"]
+            assert marks == ([f"p{k}"] if k < 3 else [])
+        assert not list(tmp_path.glob("*.partial"))
