@@ -3,6 +3,8 @@ plan's row): a reliability table over decisions between Dynamo mocker configs wh
 known.
 
     python benchmarks/plan_reliability.py --decisions 40 [--seed 0] [--rate-share 0.7 1.05] [--json OUT.json]
+        [--keep DIR]                        # keep each decision's experiment and day
+    python benchmarks/plan_reliability.py --keep DIR --replan OUT.json   # the plan step alone, again
 
 Each decision is between two mocker configs drawn from a pool that differ in timing
 (``speedup_ratio``) and knobs (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``); no
@@ -244,6 +246,15 @@ def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
     t1 = time.time()
     doc = run_plan(root, trace, tmp / f"plan{k}")
     t2 = time.time()
+    row = {"decision": k, "configs": configs, "knees": knees, "rate": rate, "delta": delta, "prices": prices,
+           "true_cost": true_cost, "true_meets": {n: truth[n][1] for n in configs},
+           "true_attainment": {n: truth[n][2] for n in configs}, "right": right,
+           "seconds": {"truth_and_runs": t1 - t0, "plan": t2 - t1}}
+    return row | scored_plan(doc, right)
+
+
+def scored_plan(doc: dict, right: str | None) -> dict:
+    """A decision's plan.json read: the pick, each stated probability, and whether the pick is wrong."""
     ch = doc["plans"][0]["cheapest"]
     r = ch.get("runner_up_cheaper") or {}
     between = ch.get("model_error_between") or {}
@@ -252,16 +263,14 @@ def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
               for how in ("independent", "shared")}
     pick = r.get("pick") or ch.get("config")
     pw = ch.get("pick_wrong") or {}
-    return {"decision": k, "configs": configs, "knees": knees, "rate": rate, "delta": delta, "prices": prices,
-            "true_cost": true_cost, "true_meets": {n: truth[n][1] for n in configs},
-            "true_attainment": {n: truth[n][2] for n in configs}, "right": right, "pick": pick,
+    return {"pick": pick,
             "plan": {n: {m: e["metrics"][m]["value"] for m in ("slo_attainment", "cost_per_mtok_good")}
-                     | {"meets_slo": e["meets_slo"], "interval": e["metrics"]["cost_per_mtok_good"]["interval"]}
+                     | {"meets_slo": e["meets_slo"], "interval": e["metrics"]["cost_per_mtok_good"]["interval"],
+                        "meets_slo_resamples": e.get("meets_slo_resamples")}
                      for n, e in doc["plans"][0]["configs"].items()},
-            "seconds": {"truth_and_runs": t1 - t0, "plan": t2 - t1},
             "stated": r.get("probability"), "standard_error": r.get("standard_error"), "taken_as": taken_as,
             "independent": figure["independent"], "shared": figure["shared"],
-"pick_wrong": pw.get("probability"), "pick_misses_slo": pw.get("pick_misses_slo"),
+            "pick_wrong": pw.get("probability"), "pick_misses_slo": pw.get("pick_misses_slo"),
             "meets_slo_share": pw.get("meets_slo_share"),
             "why": r.get("why"), "wrong": (pick != right) if pick is not None else None, "verdict": ch.get("verdict")}
 
@@ -295,25 +304,48 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rate-share", type=float, nargs=2, default=(0.7, 1.05), metavar=("LO", "HI"),
                     help="the decision's rate drawn in [LO, HI) x the lower knee")
     ap.add_argument("--max-delta", type=float, default=0.08, help="true cost differences drawn in +-this")
-    ap.add_argument("--json", help="write every decision here")
-    return ap.parse_args(argv)
+    ap.add_argument("--json", help="write every decision here (rewritten as each decision ends)")
+    ap.add_argument("--keep", metavar="DIR", help="keep each decision's experiment and day here (exp<k>, day<k>.jsonl)"
+                    " for --replan")
+    ap.add_argument("--replan", metavar="JSON", help="rerun the plan step alone on the decisions of JSON, whose "
+                    "experiments and days --keep DIR kept (the truth and the measured runs as they were)")
+    args = ap.parse_args(argv)
+    if args.replan and not args.keep:
+        ap.error("--replan needs --keep DIR: the folder the decisions' experiments were kept in")
+    return args
 
 
 def run_decisions(args: argparse.Namespace, say=print) -> list[dict]:
     """Every decision of ``args`` (module doc), each reported by ``say`` as it ends."""
     t0 = time.time()
     rows = []
+
+    def done(r: dict) -> None:
+        rows.append(r)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        say(f"decision {r['decision']}: {' vs '.join(r['configs'])} at {r['rate']:.3g} req/s, delta "
+            f"{r['delta']:+.1%}: pick {r['pick']} (right: {r['right']}), P(wrong) {share(r['pick_wrong'])} over "
+            f"every config, runner-up's {share(r['stated'])} (model error taken as {r['taken_as']}; independent "
+            f"{share(r['independent'])}, shared {share(r['shared'])}); {time.time() - t0:.0f} s")
+
+    if args.replan:
+        keep = Path(args.keep)
+        with tempfile.TemporaryDirectory(prefix="plan-replan-") as d:
+            for old in json.loads(Path(args.replan).read_text())[:args.decisions]:
+                k = old["decision"]
+                t1 = time.time()
+                doc = run_plan(keep / f"exp{k}", keep / f"day{k}.jsonl", Path(d) / f"plan{k}")
+                seconds = {**old["seconds"], "plan": time.time() - t1}
+                done({**old, **scored_plan(doc, old["right"]), "seconds": seconds})
+        return rows
     with tempfile.TemporaryDirectory(prefix="plan-reliability-") as d:
+        where = Path(args.keep) if args.keep else Path(d)
+        where.mkdir(parents=True, exist_ok=True)
         replay = Replayer(dynamo_python(), Path(d))
         try:
             for k in range(args.decisions):
-                r = decision(k, args, replay, Path(d))
-                rows.append(r)
-                say(f"decision {k}: {' vs '.join(r['configs'])} at {r['rate']:.3g} req/s, delta {r['delta']:+.1%}: "
-                    f"pick {r['pick']} (right: {r['right']}), P(wrong) {share(r['pick_wrong'])} over every config, "
-                    f"runner-up's {share(r['stated'])} "
-                    f"(model error taken as {r['taken_as']}; independent {share(r['independent'])}, shared "
-                    f"{share(r['shared'])}); {time.time() - t0:.0f} s")
+                done(decision(k, args, replay, where))
         finally:
             replay.close()
     return rows
@@ -329,8 +361,6 @@ def main() -> None:
     args = options()
     t0 = time.time()
     rows = run_decisions(args, say=lambda line: print(line, flush=True))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     done = scored(rows)
     print(f"\n{len(done)} of {len(rows)} decisions with a stated probability "
           f"({len(rows) - len(done)} without: {sorted({str(r['why']) for r in rows if r['stated'] is None})})")
