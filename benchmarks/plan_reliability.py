@@ -27,7 +27,8 @@ model was fitted on any of them.  Per decision:
    fleet of one replica, ``replica_model=processor_sharing``, the default residuals), in process
    (``protocols.registry.run_protocol``).  Its pick and the stated chance the pick is wrong are
    read from ``plan.json``: ``pick_wrong.probability`` (over every config, those whose plan misses
-   the SLO counted by their resamples meeting it) and ``runner_up_cheaper.probability`` (the
+   the SLO counted by their resamples meeting it, each resample judged on a redrawn day:
+   ``protocols.plan.day_draws``) and ``runner_up_cheaper.probability`` (the
    runner-up's among the configs meeting it), and beside it the figure with the model's error
    taken as independent or shared (``model_error_between``).
 3. **Scored.**  Wrong = the plan's pick is not the true cheapest.  Decisions whose plan has no
