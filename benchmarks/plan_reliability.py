@@ -3,6 +3,8 @@ plan's row): a reliability table over decisions between Dynamo mocker configs wh
 known.
 
     python benchmarks/plan_reliability.py --decisions 40 [--seed 0] [--rate-share 0.7 1.05] [--json OUT.json]
+        [--keep DIR]                        # keep each decision's experiment and day
+    python benchmarks/plan_reliability.py --replan OUT.json --seed 0 --json NEW.json   # the plan step again
 
 Each decision is between two mocker configs drawn from a pool that differ in timing
 (``speedup_ratio``) and knobs (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``); no
@@ -25,7 +27,8 @@ model was fitted on any of them.  Per decision:
    fleet of one replica, ``replica_model=processor_sharing``, the default residuals), in process
    (``protocols.registry.run_protocol``).  Its pick and the stated chance the pick is wrong are
    read from ``plan.json``: ``pick_wrong.probability`` (over every config, those whose plan misses
-   the SLO counted by their resamples meeting it) and ``runner_up_cheaper.probability`` (the
+   the SLO counted by their resamples meeting it, each resample judged on a redrawn day:
+   ``protocols.plan.day_draws``) and ``runner_up_cheaper.probability`` (the
    runner-up's among the configs meeting it), and beside it the figure with the model's error
    taken as independent or shared (``model_error_between``).
 3. **Scored.**  Wrong = the plan's pick is not the true cheapest.  Decisions whose plan has no
@@ -215,35 +218,56 @@ def run_plan(root: Path, trace: Path, out: Path) -> dict:
     return json.loads((done / results_io.PLAN).read_text())
 
 
-def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
+def decision(k: int, args, replay: Replayer, tmp: Path, known: dict | None = None) -> dict:
+    """Decision ``k`` (module doc); ``known``: its row as an earlier run recorded it, whose knees and truth
+    are taken as they were (the same draws otherwise, so the measured runs and the day are the same)."""
     rng = np.random.default_rng([args.seed, k])
     while True:
         a, b = draw_config(rng), draw_config(rng)
         if config_name(a) != config_name(b):
             break
     configs = {config_name(a): a, config_name(b): b}
-    knees = {n: knee(replay, c, args.knee_requests) for n, c in configs.items()}
+    if known is not None and set(known["configs"]) != set(configs):
+        raise SystemExit(f"--replan: decision {k} of the JSON is between {sorted(known['configs'])}, seed "
+                         f"{args.seed} draws {sorted(configs)}: give the --seed that run had")
+    knees = known["knees"] if known else {n: knee(replay, c, args.knee_requests) for n, c in configs.items()}
     rate = float(rng.uniform(*args.rate_share)) * min(knees.values())
     t0 = time.time()
-    # the truth: a long replay of the decision's traffic on each config (the same arrivals)
-    truth_stream = stream(np.random.default_rng([args.seed, k, 1]), args.truth_requests, rate)
-    truth = {n: good_tokens(replay(c, [truth_stream])[0]) for n, c in configs.items()}
+    if known is None:
+        # the truth: a long replay of the decision's traffic on each config (the same arrivals)
+        truth_stream = stream(np.random.default_rng([args.seed, k, 1]), args.truth_requests, rate)
+        truth = {n: good_tokens(replay(c, [truth_stream])[0]) for n, c in configs.items()}
     delta = float(rng.uniform(-args.max_delta, args.max_delta))
-    na, nb = configs
-    # prices so that the true cost per good token of b is (1 + delta) x a's
-    prices = {na: 1.0, nb: (1 + delta) * truth[nb][0] / truth[na][0] if truth[na][0] > 0 else 1.0}
-    window = float(truth_stream["arrival_s"][-1])
-    true_cost = {n: (prices[n] * window / truth[n][0] * 1e6 if truth[n][0] > 0 else math.inf) for n in configs}
-    meeting = [n for n in configs if truth[n][1]]
-    right = min(meeting, key=lambda n: true_cost[n]) if meeting else None
+    if known is None:
+        na, nb = configs
+        # prices so that the true cost per good token of b is (1 + delta) x a's
+        prices = {na: 1.0, nb: (1 + delta) * truth[nb][0] / truth[na][0] if truth[na][0] > 0 else 1.0}
+        window = float(truth_stream["arrival_s"][-1])
+        true_cost = {n: (prices[n] * window / truth[n][0] * 1e6 if truth[n][0] > 0 else math.inf) for n in configs}
+        meeting = [n for n in configs if truth[n][1]]
+        right = min(meeting, key=lambda n: true_cost[n]) if meeting else None
+        row = {"decision": k, "configs": configs, "knees": knees, "rate": rate, "delta": delta, "prices": prices,
+               "true_cost": true_cost, "true_meets": {n: truth[n][1] for n in configs},
+               "true_attainment": {n: truth[n][2] for n in configs}, "right": right}
+    else:
+        row = {f: known[f] for f in ("decision", "configs", "knees", "rate", "delta", "prices", "true_cost",
+                                     "true_meets", "true_attainment", "right")}
     root = tmp / f"exp{k}"
-    write_experiment(root, replay, configs, knees, prices, args.requests, rng)
+    write_experiment(root, replay, configs, knees, row["prices"], args.requests, rng)
     day = stream(np.random.default_rng([args.seed, k, 2]), int(rate * args.day_s), rate)
     trace = tmp / f"day{k}.jsonl"
     write_trace(trace, day)
     t1 = time.time()
     doc = run_plan(root, trace, tmp / f"plan{k}")
     t2 = time.time()
+    seconds = {"truth_and_runs": t1 - t0, "plan": t2 - t1}
+    if known is not None:
+        seconds["truth_and_runs_recorded"] = known["seconds"]["truth_and_runs"]
+    return row | {"seconds": seconds} | scored_plan(doc, row["right"])
+
+
+def scored_plan(doc: dict, right: str | None) -> dict:
+    """A decision's plan.json read: the pick, each stated probability, and whether the pick is wrong."""
     ch = doc["plans"][0]["cheapest"]
     r = ch.get("runner_up_cheaper") or {}
     between = ch.get("model_error_between") or {}
@@ -252,16 +276,14 @@ def decision(k: int, args, replay: Replayer, tmp: Path) -> dict:
               for how in ("independent", "shared")}
     pick = r.get("pick") or ch.get("config")
     pw = ch.get("pick_wrong") or {}
-    return {"decision": k, "configs": configs, "knees": knees, "rate": rate, "delta": delta, "prices": prices,
-            "true_cost": true_cost, "true_meets": {n: truth[n][1] for n in configs},
-            "true_attainment": {n: truth[n][2] for n in configs}, "right": right, "pick": pick,
+    return {"pick": pick,
             "plan": {n: {m: e["metrics"][m]["value"] for m in ("slo_attainment", "cost_per_mtok_good")}
-                     | {"meets_slo": e["meets_slo"], "interval": e["metrics"]["cost_per_mtok_good"]["interval"]}
+                     | {"meets_slo": e["meets_slo"], "interval": e["metrics"]["cost_per_mtok_good"]["interval"],
+                        "meets_slo_resamples": e.get("meets_slo_resamples")}
                      for n, e in doc["plans"][0]["configs"].items()},
-            "seconds": {"truth_and_runs": t1 - t0, "plan": t2 - t1},
             "stated": r.get("probability"), "standard_error": r.get("standard_error"), "taken_as": taken_as,
             "independent": figure["independent"], "shared": figure["shared"],
-"pick_wrong": pw.get("probability"), "pick_misses_slo": pw.get("pick_misses_slo"),
+            "pick_wrong": pw.get("probability"), "pick_misses_slo": pw.get("pick_misses_slo"),
             "meets_slo_share": pw.get("meets_slo_share"),
             "why": r.get("why"), "wrong": (pick != right) if pick is not None else None, "verdict": ch.get("verdict")}
 
@@ -295,7 +317,11 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rate-share", type=float, nargs=2, default=(0.7, 1.05), metavar=("LO", "HI"),
                     help="the decision's rate drawn in [LO, HI) x the lower knee")
     ap.add_argument("--max-delta", type=float, default=0.08, help="true cost differences drawn in +-this")
-    ap.add_argument("--json", help="write every decision here")
+    ap.add_argument("--json", help="write every decision here (rewritten as each decision ends)")
+    ap.add_argument("--keep", metavar="DIR", help="keep each decision's experiment, day and plan here")
+    ap.add_argument("--replan", metavar="JSON", help="the decisions of an earlier run's --json, their knees and truth "
+                    "as recorded there: only the measured runs (the same draws) and the plan step rerun; give "
+                    "that run's --seed and options")
     return ap.parse_args(argv)
 
 
@@ -303,17 +329,27 @@ def run_decisions(args: argparse.Namespace, say=print) -> list[dict]:
     """Every decision of ``args`` (module doc), each reported by ``say`` as it ends."""
     t0 = time.time()
     rows = []
+
+    def done(r: dict) -> None:
+        rows.append(r)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        say(f"decision {r['decision']}: {' vs '.join(r['configs'])} at {r['rate']:.3g} req/s, delta "
+            f"{r['delta']:+.1%}: pick {r['pick']} (right: {r['right']}), P(wrong) {share(r['pick_wrong'])} over "
+            f"every config, runner-up's {share(r['stated'])} (model error taken as {r['taken_as']}; independent "
+            f"{share(r['independent'])}, shared {share(r['shared'])}); {time.time() - t0:.0f} s")
+
     with tempfile.TemporaryDirectory(prefix="plan-reliability-") as d:
+        where = Path(args.keep) if args.keep else Path(d)
+        where.mkdir(parents=True, exist_ok=True)
         replay = Replayer(dynamo_python(), Path(d))
         try:
-            for k in range(args.decisions):
-                r = decision(k, args, replay, Path(d))
-                rows.append(r)
-                say(f"decision {k}: {' vs '.join(r['configs'])} at {r['rate']:.3g} req/s, delta {r['delta']:+.1%}: "
-                    f"pick {r['pick']} (right: {r['right']}), P(wrong) {share(r['pick_wrong'])} over every config, "
-                    f"runner-up's {share(r['stated'])} "
-                    f"(model error taken as {r['taken_as']}; independent {share(r['independent'])}, shared "
-                    f"{share(r['shared'])}); {time.time() - t0:.0f} s")
+            if args.replan:
+                for known in json.loads(Path(args.replan).read_text())[:args.decisions]:
+                    done(decision(known["decision"], args, replay, where, known))
+            else:
+                for k in range(args.decisions):
+                    done(decision(k, args, replay, where))
         finally:
             replay.close()
     return rows
@@ -329,8 +365,6 @@ def main() -> None:
     args = options()
     t0 = time.time()
     rows = run_decisions(args, say=lambda line: print(line, flush=True))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     done = scored(rows)
     print(f"\n{len(done)} of {len(rows)} decisions with a stated probability "
           f"({len(rows) - len(done)} without: {sorted({str(r['why']) for r in rows if r['stated'] is None})})")

@@ -20,7 +20,13 @@ take the model's error as shared (each case on both sides: a bias of the model m
 with the independent figure beside it; on different models' cases, as independent
 (``model_error_between``).  ``pick_wrong`` states the chance the pick is wrong over every
 candidate, those whose plan misses the SLO included, each with the share of its block resamples
-whose simulation meets it (``metrics.plan_pick.pick_wrong``).
+whose simulation meets it (``metrics.plan_pick.pick_wrong``).  That check is judged on a redrawn day:
+each block resample is simulated again on another draw of the day (``protocols.plan.day_draws``: the
+day's requests in blocks, and the simulation's own draws), so that a config near its knee, whose
+check flips with the day's draw, is said to meet the SLO in the share of the draws it meets it in;
+its cost there is the given day's cost over the good tokens at the redrawn day's good share
+(``redrawn_day_check``), so the day's volume moves no cost.  Processor sharing only: the engine's
+scheduler model keeps the given day (a redrawn day would be a fresh replay per resample).
 """
 
 from __future__ import annotations
@@ -157,14 +163,35 @@ def cheapest(entries: dict[str, dict], resampled: dict[str, list[tuple[dict, flo
     return out
 
 
+def redrawn_day_check(given: dict, redrawn: dict | None, meets: bool | None, offered_given: float) -> dict:
+    """A capacity resample as ``pick_wrong`` judges it (module doc): ``meets_slo_redrawn``, the SLO
+    check of its simulation on a redrawn day (``protocols.plan.day_draws``), and ``cost_redrawn``,
+    its cost on the given day over the good output tokens it would have there at the redrawn day's
+    good share (the good tokens / the offered ones): the day's SLO misses move the cost, its volume
+    does not ({} without a redrawn day)."""
+    if redrawn is None:
+        return {}
+    offered = redrawn.get("output_tokens_offered") or 0.0
+    share = redrawn["output_tokens_good"] / offered if offered > 0 else 0.0
+    total = given.get("cost_total")
+    if total is None or math.isnan(total):
+        cost = math.nan
+    else:
+        cost = total / (share * offered_given) * 1e6 if share > 0 and offered_given > 0 else math.inf
+    return {"meets_slo_redrawn": bool(meets), "cost_redrawn": cost}
+
+
 def _pick_wrong(a: str, entries: dict[str, dict], resampled: dict[str, list[tuple[dict, float]]],
                 factors: dict[str, list[float]], random: dict[str, bool]) -> dict:
     """plan.json's ``pick_wrong``: P(``a`` is wrong) over every candidate (``metrics.plan_pick.pick_wrong``),
-    each resample meeting the SLO as its simulation did (its plan's check where a resample lacks it)."""
+    each resample meeting the SLO as its simulation on a redrawn day did, at its cost there
+    (``redrawn_day_check``; where a resample has no redrawn day, as its simulation on the given day
+    did, and its plan's check where it lacks that too)."""
     fa = list(factors.get(a, []))
     sides = {}
     for name, e in entries.items():
-        rs = resampled.get(name, [])
+        rs = [({**r, "cost_per_mtok_good": r.get("cost_redrawn", r.get("cost_per_mtok_good")),
+                "meets_slo": r.get("meets_slo_redrawn", r.get("meets_slo"))}, w) for r, w in resampled.get(name, [])]
         meets = [bool(e["meets_slo"] if r.get("meets_slo") is None else r["meets_slo"]) for r, _ in rs]
         fk = list(factors.get(name, []))
         sides[name] = (_draws(rs, fk, bool(random.get(name))), meets, bool(fk) and fk == fa)
@@ -173,7 +200,8 @@ def _pick_wrong(a: str, entries: dict[str, dict], resampled: dict[str, list[tupl
     shares = {n: (meeting_share(d, m) if d.values.size else None) for n, (d, m, _) in {a: (da, ma, 0), **sides}.items()}
     out = {"pick": a, **res, "meets_slo_share": shares,
            "what": f"P({a} misses the SLO, or another config meets it and is cheaper), over the block resamples "
-                   "(each meeting the SLO as its simulation did) x the model's validation cost factors, "
+                   "(each meeting the SLO as its simulation on a redrawn day did, at its cost there: "
+                   "protocols.plan.day_draws) x the model's validation cost factors, "
                    "every config's plan meeting the SLO or not (metrics.plan_pick.pick_wrong)"}
     if res["probability"] is None:
         out["why"] = "no capacity resamples (protocol.resamples=0 or one block): no probability"

@@ -173,9 +173,12 @@ def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapaci
     # the policy's capacity is the measured one unless set: each resample measures its own
     sized = auto.capacity_rps is None
     jobs = [Job(index, cap.name, None, 1.0, cap, policy, slo, slo_cfg, sized, scheduler)]
-    for blocks, w in resamples(cap.blocks, limit, seed):
+    for j, (blocks, w) in enumerate(resamples(cap.blocks, limit, seed)):
         if len(cap.blocks) > 1:
             jobs.append(Job(index, cap.name, blocks, w, cap, policy, slo, slo_cfg, sized, scheduler))
+            if scheduler is None:
+                # the same resample on a redrawn day: pick_wrong's SLO check (protocols.plan.day_draws)
+                jobs.append(Job(index, cap.name, blocks, w, cap, policy, slo, slo_cfg, sized, scheduler, day=j))
     return jobs
 
 
@@ -263,7 +266,9 @@ def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confiden
     for job, res in zip(jobs, results):
         res.update(costs(job.capacity, res, job.policy))
         entry = plans[job.plan]["configs"][job.name]
-        if job.blocks is None:
+        if job.day is not None:
+            entry.setdefault("redrawn", []).append(res)
+        elif job.blocks is None:
             entry["point"] = res
         else:
             entry.setdefault("resampled", []).append((res, job.weight))
@@ -271,10 +276,14 @@ def fill_plans(plans: list[dict], jobs: list[Job], results: list[dict], confiden
     for index, plan in enumerate(plans):
         resampled = {}
         for name, entry in plan["configs"].items():
-            point, rs = entry.pop("point"), entry.pop("resampled", [])
-            # each resample's own SLO check: the chance the pick is wrong counts a config missing it in its plan
-            resampled[name] = [({**{m: r.get(m) for m in record.PLAN_METRICS}, "meets_slo": meets(r, plan["slo"])}, w)
-                               for r, w in rs]
+            point, rs, days = entry.pop("point"), entry.pop("resampled", []), entry.pop("redrawn", [])
+            # each resample's own SLO check: the chance the pick is wrong counts a config missing it in its plan,
+            # judged on the resample's redrawn day where there is one (record.redrawn_day_check)
+            resampled[name] = [({**{m: r.get(m) for m in record.PLAN_METRICS}, "meets_slo": meets(r, plan["slo"]),
+                                 **record.redrawn_day_check(r, days[i] if i < len(days) else None,
+                                                            meets(days[i], plan["slo"]) if i < len(days) else None,
+                                                            float(np.sum(inputs.traffic.output_tokens)))}, w)
+                               for i, (r, w) in enumerate(rs)]
             entry.update(metrics=record.config_entry(point, resampled[name], confidence),
                          meets_slo=meets(point, plan["slo"]), slo_met_percentiles=point["slo_met"],
                          outside_measurements_share=point["outside_measurements_share"],
@@ -299,7 +308,9 @@ def pick_cheapest(plan: dict, resampled: dict[str, list], inputs: PlanInputs, p)
         entry["model_error"] = model_error_for(inputs.residuals, entry["replica_model"]["model"])
         # each block resample's cost and weight: the verdict's probability recomputes from these
         entry["cost_resamples"] = [[r["cost_per_mtok_good"], w] for r, w in resampled[name]]
-        entry["meets_slo_resamples"] = [r.get("meets_slo") for r, _ in resampled[name]]   # and pick_wrong from these
+        # and pick_wrong from these: each resample's SLO check and cost on its redrawn day
+        entry["meets_slo_resamples"] = [r.get("meets_slo_redrawn", r.get("meets_slo")) for r, _ in resampled[name]]
+        entry["redrawn_day_costs"] = [r.get("cost_redrawn", r["cost_per_mtok_good"]) for r, _ in resampled[name]]
         factors[name] = entry["model_error"]["factors"]
         entry["metrics"]["cost_per_mtok_good"]["interval_with_model_error"] = record.model_error_interval(
             resampled[name], factors[name], float(p.confidence))

@@ -10,10 +10,13 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+
 from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity
+from protocols.plan.day_draws import redrawn_day
 from protocols.plan.fleet import FleetSimulation
 from protocols.plan.traffic import Traffic
 
@@ -38,6 +41,7 @@ class Job:
     slo_cfg: dict
     sized: bool                         # the policy's capacity_rps is the measured one
     scheduler: sched.SchedulerModel | None = None   # None: processor sharing
+    day: int | None = None              # a redrawn day's index (protocols.plan.day_draws); None: the day given
 
 
 def _simulate(job: Job) -> dict:
@@ -49,9 +53,14 @@ def _simulate(job: Job) -> dict:
             measured = cap.max_load(job.slo, size, job.slo_cfg.get("min_attainment"))["mean"]
             if measured > 0:
                 policy = dataclasses.replace(policy, measured_capacity_rps=measured)
-    sim = FleetSimulation(_STATE["traffic"], cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
-                          _STATE["seed"], scheduler=job.scheduler)
-    return sim.run()
+    traffic, seed = _STATE["traffic"], _STATE["seed"]
+    if job.day is not None:
+        # another draw of the day and of the simulation's own draws, the same for every candidate
+        traffic = redrawn_day(traffic, np.random.default_rng([seed, 1, job.day]))
+        seed = [seed, 2, job.day]
+    sim = FleetSimulation(traffic, cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
+                          seed, scheduler=job.scheduler)
+    return {**sim.run(), "output_tokens_offered": float(np.sum(traffic.output_tokens))}
 
 
 def simulate_all(jobs, traffic: Traffic, routing: str, initial: int, seed: int, workers: int) -> list[dict]:

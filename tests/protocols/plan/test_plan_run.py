@@ -153,9 +153,15 @@ def test_the_verdict_states_the_chance_the_runner_up_is_cheaper(tmp_path, experi
     assert base["cheapest"]["model_error_between"]["independent"]["probability"] == pytest.approx(
         chance([(ca, wa, cb, wb) for ca, wa, _ in ja for cb, wb, _ in jb]), abs=1e-9)
     assert r["standard_error"] >= 0                           # random draws: a resample error
-    # the chance the pick is wrong over every config, each resample meeting the SLO as its simulation did
+    # the chance the pick is wrong over every config, each resample meeting the SLO as its simulation on a
+    # redrawn day did, at its cost there
     ma, mb = pick["meets_slo_resamples"], other["meets_slo_resamples"]
     assert len(ma) == 3 and all(isinstance(m, bool) for m in ma + mb)
+    assert len(pick["redrawn_day_costs"]) == 3
+    ja = [(c * q, w / 2, k) for c, (_, w) in zip(pick["redrawn_day_costs"], pick["cost_resamples"])
+          for k, q in enumerate((1.2, 0.9))]
+    jb = [(c * q, w / 2, k) for c, (_, w) in zip(other["redrawn_day_costs"], other["cost_resamples"])
+          for k, q in enumerate((1.2, 0.9))]
     right = sum(wa * ma[i // 2] * (1 - sum(wb * mb[j // 2] * (1.0 if cb < ca else 0.5 if cb == ca else 0.0)
                                            for j, (cb, wb, k) in enumerate(jb) if k == c) * 2)
                 for i, (ca, wa, c) in enumerate(ja))
