@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 from tokenizers.decoders import DecodeStream
 
@@ -34,6 +33,7 @@ def tok(model_dir):
 @pytest.fixture(scope="module")
 def outputs(model_dir, tok):
     """Greedy outputs (as the server decodes) of the default synthetic workload's requests."""
+    import torch  # here, not at the top: collecting the default run would import it in every worker
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -71,6 +71,8 @@ def test_every_generated_token_streams_text(tok, outputs):
 
 @pytest.mark.slow
 def test_forbidden_logits_stay_far_below_the_best_allowed(model_dir, outputs):
+    import torch
+
     forbidden = json.loads((model_dir / "tokenfactory_tiny.json").read_text())["forbidden_ids"]
     mask = torch.zeros(2048, dtype=torch.bool)
     mask[forbidden] = True
