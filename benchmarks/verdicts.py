@@ -151,14 +151,19 @@ def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) 
     run_experiment(["protocol=compare", *engine_overrides(port, out, ENGINE), *LOAD, "mlflow.enabled=false",
                     configs, f"seed={seed}", f"workload.seed={seed}", *extra])
     doc = json.loads((out / results_io.COMPARISON).read_text())
-    verdicts = {m: v["vs_baseline"]["b"]["verdict"] for m, v in doc["points"][0]["metrics"].items()
-                if "b" in v.get("vs_baseline", {})}
+    judged = {m: v["vs_baseline"]["b"] for m, v in doc["points"][0]["metrics"].items()
+              if "b" in v.get("vs_baseline", {})}
+    verdicts = {m: v["verdict"] for m, v in judged.items()}
     verdicts[SESSIONS] = sessions_of(out)
+    # a winner's interval, so a false one can be traced to its blocks (``_sessions``' metrics)
+    verdicts[WINNERS] = {m: v["text"] for m, v in judged.items() if v["verdict"] in ("a_better", "b_better")}
     shutil.rmtree(out)
     return verdicts
 
 
 SESSIONS = "_sessions"  # a trial's sessions, in the order they ran: what its cost window held
+WINNERS = "_winners"  # each winner's verdict text: its difference and interval
+SESSION_METRICS = ("cost_per_mtok_good", "p50_ttft_ms", "p99_itl_ms")
 
 
 def sessions_of(out: Path) -> list[dict]:
@@ -179,12 +184,12 @@ def sessions_of(out: Path) -> list[dict]:
                          "startup_s": round(d.get("engine_startup_s") or 0, 3),
                          "prepare_s": round(first - (d.get("engine_startup_s") or 0), 3),
                          "load_s": round(last - first, 3), "after_s": round(d["window_s"] - last, 3),
-                         "cost_per_mtok_good": d.get("cost_per_mtok_good"), "good": d.get("good_output_tokens")})
+                         **{m: d.get(m) for m in SESSION_METRICS}, "good": d.get("good_output_tokens")})
     return rows
 
 
 def compare_rows(trials: list[dict], case: str) -> list[Row]:
-    trials = [{m: v for m, v in t.items() if m != SESSIONS} for t in trials]
+    trials = [{m: v for m, v in t.items() if m not in (SESSIONS, WINNERS)} for t in trials]
     if case == "identical":
         judged = [v for t in trials for v in t.values() if v != "insufficient_data"]
         per_verdict = sum(v in ("a_better", "b_better") for v in judged)
