@@ -184,6 +184,11 @@ class Bisection:
         loads = sorted({p.load for p in self.probes if p.recheck}, key=[p.load for p in self.probes].index)
         return [{"load": x, "confirmed": not self._passes(x)} for x in loads]
 
+    def _met_at_last_recheck(self) -> list[float]:
+        """Loads that missed every measurement but the last one allowed: the host's bursts here last
+        about as long as the re-measurements can wait out."""
+        return [p.load for p in self.probes if p.passed and p.recheck and p.recheck == self.recheck]
+
     def result(self) -> dict:
         """``max_load_under_slo`` with its bracket and why the search stopped."""
         lo, hi = self.best_pass, self.first_fail
@@ -206,6 +211,11 @@ class Bisection:
         if overturned:
             note += (f"; re-measured: {', '.join(f'{x:g}' for x in overturned)} met the SLO when re-measured "
                      "(a miss before read as a stall of the host)")
+        if (late := self._met_at_last_recheck()) and hi is not None:
+            note += (f"; {', '.join(f'{x:g}' for x in late)} met the SLO only at its last re-measurement "
+                     f"(protocol.search_recheck={self.recheck}): a burst of the host's load a little longer would "
+                     f"have counted it, and the bracket's upper end {hi:g} may be one; "
+                     f"protocol.search_recheck={self.recheck + 1} or a quieter host would tell")
         return {"max_load_under_slo": lo if lo is not None else 0.0,
                 "bracket": [lo if lo is not None else 0.0, hi if hi is not None else math.inf],
                 "probes": [p.__dict__ for p in self.probes], "rechecked": rechecked, "note": note}
