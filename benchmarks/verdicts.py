@@ -308,9 +308,16 @@ def slo_rows(found: list[dict]) -> list[Row]:
     # protocol.search_recheck: misses re-measured, and those that met the SLO when re-measured
     overturned = sorted(r["load"] for f in found for r in f.get("rechecked", []) if not r["confirmed"])
     rechecks = sum(len(f.get("rechecked", [])) for f in found)
+    # the search's cost: probes run, of them re-measurements; searches whose note said a load met
+    # the SLO only at its last re-measurement allowed
+    probes = [len(f.get("probes", [])) for f in found]
+    again = sum(p.get("recheck", 0) > 0 for f in found for p in f.get("probes", []))
+    late = sum("only at its last re-measurement" in f.get("note", "") for f in found)
     return [Row("SLO search: answer beyond one step of the truth", 0.05, len(found), len(wrong),
                 f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}; {rechecks} misses re-measured, "
-                f"{len(overturned)} met the SLO when re-measured {overturned}")]
+                f"{len(overturned)} met the SLO when re-measured {overturned}; probes a search "
+                f"{sum(probes) / max(len(found), 1):.1f} ({again / max(len(found), 1):.1f} of them re-measurements); "
+                f"{late} said a load met the SLO only at its last re-measurement")]
 
 
 # ------------------------------------------------------------------------------------ ablation

@@ -51,6 +51,11 @@ def test_the_searches_row_counts_the_misses_a_remeasurement_overturned():
     (row,) = bench.slo_rows(found)
     assert (row.trials, row.wrong) == (2, 1)
     assert "2 misses re-measured, 1 met the SLO when re-measured [13.0]" in row.note
+    three = [{"load": 40.0, "passed": False}, {"load": 4.0, "passed": False},
+             {"load": 4.0, "passed": True, "recheck": 1}]
+    (row,) = bench.slo_rows([{"max_load_under_slo": 19.75, "probes": three,
+                              "note": "13 met the SLO only at its last re-measurement"}, {"max_load_under_slo": 19.75}])
+    assert "probes a search 1.5 (0.5 of them re-measurements); 1 said a load met the SLO only at its last" in row.note
 
 
 def test_the_true_interaction_of_two_added_delays():
