@@ -286,8 +286,23 @@ def slo_trial(tmp: Path, seed: int, extra: tuple[str, ...] = ()) -> dict:
                     f"protocol.search_tolerance={SEARCH_TOLERANCE}", f"slo.ttft_ms={SEARCH_SLO_MS:g}",
                     "slo.tpot_ms=null", "mlflow.enabled=false", f"workload.seed={seed}", *extra])
     found = json.loads((out / "search.json").read_text())
+    found["probe_figures"] = probe_figures(out, found["probes"])
     shutil.rmtree(out)
     return found
+
+
+def probe_figures(out: Path, probes: list[dict]) -> list[str]:
+    """Each probe as the trial's log shows it: load (its re-measurement), met or missed, p99 TTFT,
+    and how many of its requests were over the SLO (the evidence its verdict rests on)."""
+    shown = []
+    for p in probes:
+        found = [f for f in out.rglob(results_io.SUMMARY) if f.parent.as_posix().endswith(p["run_dir"])]
+        m = json.loads(found[0].read_text()) if found else {}
+        n = int(m.get("completed") or 0) + int(m.get("failed") or 0)
+        over = round((1 - float(m.get("slo_attainment") or 0)) * n) if m else -1
+        shown.append(f"{p['load']:g}{'r' * p.get('recheck', 0)} {'ok' if p['passed'] else 'MISS'} "
+                     f"p99={float(m.get('p99_ttft_ms') or math.nan):.0f} over={over}/{n}")
+    return shown
 
 
 def slo_rows(found: list[dict]) -> list[Row]:
@@ -298,9 +313,16 @@ def slo_rows(found: list[dict]) -> list[Row]:
     # protocol.search_recheck: misses re-measured, and those that met the SLO when re-measured
     overturned = sorted(r["load"] for f in found for r in f.get("rechecked", []) if not r["confirmed"])
     rechecks = sum(len(f.get("rechecked", [])) for f in found)
+    # the search's cost: probes run, of them re-measurements; searches whose note said a load met
+    # the SLO only at its last re-measurement allowed
+    probes = [len(f.get("probes", [])) for f in found]
+    again = sum(p.get("recheck", 0) > 0 for f in found for p in f.get("probes", []))
+    late = sum("only at its last re-measurement" in f.get("note", "") for f in found)
     return [Row("SLO search: answer beyond one step of the truth", 0.05, len(found), len(wrong),
                 f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}; {rechecks} misses re-measured, "
-                f"{len(overturned)} met the SLO when re-measured {overturned}")]
+                f"{len(overturned)} met the SLO when re-measured {overturned}; probes a search "
+                f"{sum(probes) / max(len(found), 1):.1f} ({again / max(len(found), 1):.1f} of them re-measurements); "
+                f"{late} said a load met the SLO only at its last re-measurement")]
 
 
 # ------------------------------------------------------------------------------------ ablation
@@ -378,7 +400,7 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
                 told = (f"protocol.search_recheck={recheck}",) if recheck is not None else ()
                 results.append(slo_trial(tmp, s, told))
             shown = results[-1] if row != "slo_search" else {k: results[-1].get(k) for k in (
-                "max_load_under_slo", "bracket", "rechecked", "note")}
+                "max_load_under_slo", "bracket", "probe_figures", "note")}
             log(f"  trial {i + 1}/{trials} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}): "
                 f"{shown}", flush=True)
     if row == "compare":

@@ -36,8 +36,9 @@ class SweepProtocol:
     search_tolerance: float = checked(0.1, gt=0, lt=1)  # stop when (first fail - last pass) <= this x last pass
     search_max_probes: int = checked(8, ge=2)
     # a miss below the bracket's upper end is re-measured this many times before it counts (a host
-    # stall fails a small probe far below the knee: docs/measured/verdicts.md); 0: off
-    search_recheck: int = checked(1, ge=0)
+    # stall fails a small probe far below the knee, and a burst of load outlasts one re-measurement:
+    # docs/measured/verdicts.md); 0: off
+    search_recheck: int = checked(2, ge=0)
 
 
 COMPARED_METRICS = ["output_throughput", "goodput_rps", "good_output_throughput", "slo_attainment",
