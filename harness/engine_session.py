@@ -31,6 +31,7 @@ from loadgen.workloads.prompts import PromptBuilder, load_tokenizer
 from metrics.slo import SLO
 from metrics.telemetry.engine import ROUTER_SOURCE
 from metrics.telemetry.process import TelemetryError, TelemetryProcess
+from metrics.telemetry.sampling import PERIODIC, host_has_gpu, sampling_mode
 
 # What the console said already: an emulated engine is said once an experiment (a process), not at every
 # launch of a comparison's repeats; the experiment's warnings count its runs (harness.caveats).
@@ -68,6 +69,7 @@ class EngineSession:
         except EngineError as e:
             raise UserError(str(e)) from None
         self.telemetry: TelemetryProcess | None = None
+        self.telemetry_sampling = (PERIODIC, "")  # (periodic or edges, why): metrics.telemetry.sampling
         self.engine_metrics = False              # the engine's /metrics is sampled
         self.builder: PromptBuilder | None = None
         self.tokenizer = None
@@ -93,9 +95,13 @@ class EngineSession:
         tcfg = self.cfg.telemetry
         deferred = self.build_ahead(points)
         try:  # out of this process: sampling must never hold the load generator's GIL
-            self.telemetry = TelemetryProcess(self.container["telemetry"], {"loadgen": os.getpid()}).start()
+            self.telemetry = TelemetryProcess(self.container["telemetry"], {"loadgen": os.getpid()})
+            self.telemetry_sampling = self._sampling_mode(str(tcfg.sampling))
+            self.telemetry.start(periodic=self.telemetry_sampling[0] == PERIODIC)
         except TelemetryError as e:
             raise UserError(f"telemetry: {e}") from None
+        if self.telemetry_sampling[0] != PERIODIC:
+            print(f"telemetry: at each window's edges only ({self.telemetry_sampling[1]})", flush=True)
         print(f"starting engine={self.engine.name}" + (f" ({self.name})" if self.name else "") + " ...", flush=True)
         self.telemetry.sample_now()  # a sample before the first window opens
         try:
@@ -123,6 +129,13 @@ class EngineSession:
         if not self.cold_start:  # a cold start's load begins as soon as the engine is ready
             self.idle_baseline(float(tcfg.idle_baseline_s))
         self.window_open_ns = self.engine.started_ns
+
+    def _sampling_mode(self, mode: str) -> tuple[str, str]:
+        """``telemetry.sampling`` resolved (``metrics.telemetry.sampling``): the engine's endpoint and
+        pages are known once it is prepared, the GPUs from NVML or the driver's device files."""
+        nvml_read = bool(self.cfg.telemetry.nvml.enabled) and "nvml" not in self.telemetry.unavailable
+        urls = [self.engine.base_url, *(url for _, url in self.engine.metrics_endpoints())]
+        return sampling_mode(mode, urls, gpu_seen=nvml_read or host_has_gpu())
 
     def build_ahead(self, points=()) -> UserError | None:
         """What needs no engine running, before its start: the engine's model, tokenizer and port, the

@@ -34,6 +34,9 @@ class EngineScrape:
 @dataclass
 class Telemetry:
     interval_s: float = checked(0.5, gt=0)    # background sampling period (host, GPUs, engine /metrics)
+    # periodic: every interval_s; edges: at each window's edges only; auto: edges where the engine
+    # computes on this host's CPUs (no GPU here), whose cores sampling takes (metrics/telemetry/sampling.py)
+    sampling: str = checked("auto", choices=("auto", "periodic", "edges"))
     idle_baseline_s: float = checked(5.0, ge=0)  # engine up, no load: seconds of idle power (where measured)
     engine: EngineScrape = field(default_factory=EngineScrape)
     nvml: Nvml = field(default_factory=Nvml)

@@ -36,6 +36,7 @@ class PointSession(Protocol):
     engine: EngineAdapter
     telemetry: TelemetryProcess
     engine_metrics: bool                 # the engine's /metrics is sampled
+    telemetry_sampling: tuple[str, str]  # (periodic or edges, why): metrics.telemetry.sampling
     builder: PromptBuilder
     tokenizer: Any
     client_cfg: ClientConfig

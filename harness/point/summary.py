@@ -113,10 +113,12 @@ def clock_keys(inputs: PointInputs, stats: dict) -> dict:
 
 def source_keys(s: PointSession, p: PointRun) -> dict:
     """Where the point's figures came from: an emulated engine's timings (never read as measured
-    ones), the requests built off the send loop (``loadgen.prepare``) and the workload's shape."""
+    ones), telemetry sampled through the window or at its edges only (``metrics.telemetry.sampling``),
+    the requests built off the send loop (``loadgen.prepare``) and the workload's shape."""
     emu = emulation(s.engine)
     prep = p.stats.get("prepare") or {}
     return {"emulated": emu["emulated"], "timing_source": emu["timing_source"],
+            "telemetry_sampling": s.telemetry_sampling[0], "telemetry_sampling_reason": s.telemetry_sampling[1],
             **{f"prepare_{k}": prep.get(k) for k in ("mode", "seconds", "tokens_per_s", "cached", "stalls",
                                                       "streamed")},
             **workload_describe.summary_keys(p.workload_stats, p.items)}

@@ -71,8 +71,11 @@ class TelemetryProcess:
             return self._wait_reply()
 
     # --- what the harness uses of a collector -------------------------------------------
-    def start(self) -> TelemetryProcess:
-        self._call("start")
+    def start(self, periodic: bool = True) -> TelemetryProcess:
+        """Sample every ``interval_s`` from now on; ``periodic=False``: only when told (``sample_now``
+        at the window's edges, ``metrics.telemetry.sampling``)."""
+        if periodic:
+            self._call("start")
         return self
 
     def sample_now(self) -> int:
