@@ -135,7 +135,8 @@ class EngineSession:
         pages are known once it is prepared, the GPUs from NVML or the driver's device files."""
         nvml_read = bool(self.cfg.telemetry.nvml.enabled) and "nvml" not in self.telemetry.unavailable
         urls = [self.engine.base_url, *(url for _, url in self.engine.metrics_endpoints())]
-        return sampling_mode(mode, urls, gpu_seen=nvml_read or host_has_gpu())
+        return sampling_mode(mode, urls, gpu_seen=nvml_read or host_has_gpu(),
+                             emulated=bool(emulation(self.engine)["emulated"]))
 
     def build_ahead(self, points=()) -> UserError | None:
         """What needs no engine running, before its start: the engine's model, tokenizer and port, the

@@ -7,7 +7,8 @@ engine's compute threads, which wait on each other at every step: on a 2-core ho
 closed loop's throughput against vLLM's CPU engine, and lowering the sampler's priority did not
 help (docs/measured/vllm-cross-check.md).  So ``telemetry.sampling=auto`` samples at the window's
 edges only (``edges``) when the engine runs on this host and the host has no GPU, and every
-``interval_s`` (``periodic``) otherwise.
+``interval_s`` (``periodic``) otherwise (an emulated engine, Dynamo's mocker, computes nothing to
+disturb: periodic too).
 
 At the edges only, every cumulative figure is still exact over the window (the engine's
 counters and histograms, energy counters, CPU time, bytes sent), since each is a difference of
@@ -28,15 +29,18 @@ PERIODIC, EDGES = "periodic", "edges"
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/kfd")
 
 
-def sampling_mode(mode: str, engine_urls: list[str], gpu_seen: bool) -> tuple[str, str]:
+def sampling_mode(mode: str, engine_urls: list[str], gpu_seen: bool, emulated: bool = False) -> tuple[str, str]:
     """(``periodic`` or ``edges``, why) for ``telemetry.sampling=mode``, the engine's URLs (its
-    endpoint and every ``/metrics`` page) and whether this host has a GPU."""
+    endpoint and every ``/metrics`` page), whether this host has a GPU and whether the engine only
+    emulates its timing (Dynamo's mocker: no compute threads to preempt)."""
     if mode not in SAMPLING:
         raise ValueError(f"telemetry.sampling={mode!r}: one of {', '.join(SAMPLING)}")
     if mode != "auto":
         return mode, f"telemetry.sampling={mode}"
     if gpu_seen:
         return PERIODIC, "auto: this host has a GPU"
+    if emulated:
+        return PERIODIC, "auto: the engine emulates its timing"
     away = [u for u in engine_urls if not on_this_host(u)]
     if away or not engine_urls:
         return PERIODIC, f"auto: the engine runs elsewhere ({away[0]})" if away else "auto: no engine URL"

@@ -63,3 +63,45 @@ def test_no_observation_window_holds_the_workload_description(tmp_path, monkeypa
     for f in sorted(out.glob("*/run.json")):
         stats = json.loads(f.with_name(workload_describe.JSON_NAME).read_text())
         assert stats["requests"] == 6 + 2 and stats["workload"] == "synthetic"  # and the 2 warm-up requests
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, periodic", [("auto", False), ("periodic", True)])
+def test_a_local_engine_without_a_gpu_is_sampled_at_the_window_edges_only(tmp_path, monkeypatch, mode, periodic):
+    """Issue 41, item 7: any process waking every 0.5 s beside vLLM's CPU engine (the telemetry's sampler)
+    halved the closed loop's throughput on a 2-core host.  With ``telemetry.sampling=auto`` an engine on
+    this host with no GPU is sampled at each window's edges only, and the summary says so; ``periodic``
+    samples every ``interval_s`` as before."""
+    import json
+
+    import pyarrow.parquet as pq
+    from hydra import compose, initialize_config_module
+
+    from engines.tiny_model import ensure_tiny_model
+    from harness import engine_session, results_io
+    from protocols.registry import protocol_experiment
+    from tests.fake_server import FakeServer
+
+    monkeypatch.setattr(engine_session, "host_has_gpu", lambda: False)
+    monkeypatch.setenv("TOKENFACTORY_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    with FakeServer() as srv:
+        with initialize_config_module("conf", version_base="1.3"):
+            cfg = compose("config", overrides=[
+                "engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
+                f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.rate=10", "load.num_requests=15",
+                "protocol.load_points=[]", f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false", "progress=false",
+                "telemetry.idle_baseline_s=0", "telemetry.nvml.enabled=false", "telemetry.interval_s=0.1",
+                f"telemetry.sampling={mode}"])
+        protocol_experiment(cfg).run()
+    summary = json.loads((out / results_io.SUMMARY).read_text())
+    assert summary["telemetry_sampling"] == ("periodic" if periodic else "edges")
+    assert summary["telemetry_sampling_reason"] == (
+        "telemetry.sampling=periodic" if periodic else
+        "auto: the engine runs on this host's CPUs (no GPU here), where sampling in its window slows it; "
+        "telemetry.sampling=periodic samples every interval_s")
+    rows = pq.read_table(out / results_io.TELEMETRY).to_pylist()
+    inside = {r["time_ns"] for r in rows if r["source"] == "host"
+              and summary["window_start_ns"] < r["time_ns"] < summary["window_end_ns"]}
+    # 1.5 s of load at 0.1 s: some fifteen samples inside the window; at its edges only, none inside it
+    assert (len(inside) >= 8) if periodic else (len(inside) == 0), sorted(inside)

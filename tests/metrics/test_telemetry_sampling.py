@@ -33,6 +33,8 @@ def test_auto_periodic_with_a_gpu_or_an_engine_elsewhere():
                               gpu_seen=False)
     assert mode == PERIODIC and "no-such-host.invalid" in why  # one replica away: its host is not ours
     assert sampling_mode("auto", [], gpu_seen=False)[0] == PERIODIC
+    assert sampling_mode("auto", ["http://127.0.0.1:8000"], gpu_seen=False, emulated=True) == (
+        PERIODIC, "auto: the engine emulates its timing")  # Dynamo's mocker: no compute to disturb
 
 
 @pytest.mark.parametrize("mode", ["periodic", "edges"])
