@@ -118,6 +118,9 @@ PROMPTS_DRIVER = ("import json, sys\n"
 
 def shared_prompts(python: str, model: str, a, work: Path) -> tuple[Path, Path]:
     """(tokenfactory's file: warm-ups then the measured prompts, vLLM bench's: the measured prompts)."""
+    if subprocess.run([python, "-c", "import pandas"], capture_output=True).returncode != 0:
+        sys.exit(f"{python} has no pandas, which vllm bench serve's custom dataset reads with: rebuild the venv "
+                 "with .ci/vllm_venv.sh, pip install pandas into it, or use --prompts own")
     both = work / "prompts-tokenfactory.jsonl"
     subprocess.run([python, "-c", PROMPTS_DRIVER, model, str(a.num_prompts + a.concurrency), str(a.input_len),
                     str(a.output_len), "0", str(both)], check=True, stdout=subprocess.DEVNULL)
