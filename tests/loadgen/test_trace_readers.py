@@ -231,3 +231,26 @@ def test_burstgpt_bad_lines_and_empty_field(tmp_path):
     a = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,,3\n")
     with pytest.raises(TraceError, match=r"a.csv:2: bad ContextTokens ''"):
         read_azure(a)
+
+
+def test_burstgpt_a_count_past_int64_names_its_line(tmp_path):
+    """Found by the bytes fuzz test: a token count of 2e19 read as a Python int, then cast to int64 in a
+    numpy array (OverflowError, or wrapped to a negative count the table kept); now the line is named."""
+    text = "Timestamp,Model,Request tokens,Response tokens,,,,\n0,,20000000000000000003,7,,,,\n"
+    p = write(tmp_path, "big.csv", text)
+    with pytest.raises(TraceError, match=r"big.csv:2: bad Request tokens '20000000000000000003' \(too large"):
+        read_burstgpt(p)
+    big = write(tmp_path, "big2.csv", BURST_R1 + "\n140,ChatGPT,10000000000000000000,20,30,API log\n")
+    t = read_burstgpt(big, on_bad_line="skip")
+    assert t.bad_lines == 1 and t.input_tokens.tolist() == [472, 417, 100]
+    a = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,9223372036854775808,3\n")
+    with pytest.raises(TraceError, match=r"a.csv:2: bad ContextTokens '9223372036854775808' \(too large"):
+        read_azure(a)
+
+
+def test_burstgpt_a_header_name_with_spaces_around_it(tmp_path):
+    """Found by the bytes fuzz test: `` Response tokens`` (the header's names are read stripped) made
+    pyarrow's fast pass raise ArrowKeyError, not a line-named error; now the line-by-line pass reads it."""
+    p = write(tmp_path, "s.csv", "Timestamp,Model,Request tokens, Response tokens\n0,m,5,7\n1,m,6,8\n")
+    t = read_burstgpt(p)
+    assert t.input_tokens.tolist() == [5, 6] and t.output_tokens.tolist() == [7, 8]

@@ -14,11 +14,16 @@ import numpy as np
 
 from loadgen.workloads.traces.common import BadLines, TraceError, empty_trace, first_line
 
+INT64_MAX = (1 << 63) - 1
+
 
 def int_field(v: str) -> int:
+    """A count: a non-negative integer within int64 (the tables' type; a larger one would overflow there)."""
     x = int(v.strip())
     if x < 0:
         raise ValueError("negative")
+    if x > INT64_MAX:
+        raise ValueError("too large")
     return x
 
 
@@ -69,7 +74,8 @@ def csv_fast(path: str, types: dict):
     try:
         return pcsv.read_csv(path, read_options=pcsv.ReadOptions(block_size=1 << 24),
                              convert_options=pcsv.ConvertOptions(column_types=types, include_columns=list(types)))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+    # ArrowKeyError: a header name with spaces around it (read stripped by ``read_header``, not by pyarrow)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, pa.ArrowKeyError):
         return None
 
 
