@@ -174,8 +174,11 @@ def _no_process_left(out: Path) -> None:
 @pytest.mark.slow
 def test_two_replicas_behind_vllm_router_measured_per_replica(tmp_path):
     out = tmp_path / "out"
+    # periodic: the replicas' gauges (the pool's queue below) are read inside the window (at auto a local
+    # engine with no GPU is sampled at the window's edges only: metrics.telemetry.sampling)
     p = _cli(tmp_path, "load=constant", "load.num_requests=40", "protocol.load_points=[20]",
-             f"output_dir={out}", "cost.hourly_per_host=1.0", "+cost.extra_hourly.router=0.5")
+             f"output_dir={out}", "cost.hourly_per_host=1.0", "+cost.extra_hourly.router=0.5",
+             "telemetry.sampling=periodic")
     assert p.returncode == 0, p.stdout + p.stderr
     run = next(out.glob("00-*"))
     rows = pq.read_table(run / "requests.parquet").to_pylist()
