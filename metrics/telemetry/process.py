@@ -16,11 +16,14 @@ interpreter: nothing of the parent's threads or sockets) and lowers its own prio
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import traceback
+import types
 
 from metrics.telemetry.collector import TelemetryCollector, warm_up
 from metrics.telemetry.engine import EngineMetricsSampler, EnginePool
@@ -42,7 +45,8 @@ class TelemetryProcess:
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, args=(child, tcfg, dict(pids or {}), nice),
                                  name="tokenfactory-telemetry", daemon=True)
-        self._proc.start()
+        with _bare_main():
+            self._proc.start()
         child.close()
         try:
             self.measures_energy, self.unavailable = self._wait_reply()
@@ -139,6 +143,20 @@ class TelemetryProcess:
             self._proc.kill()
             self._proc.join(5)
         self._conn.close()
+
+
+@contextlib.contextmanager
+def _bare_main():
+    """Spawn without the caller's main module: ``spawn`` runs the parent's ``__main__`` again in the child
+    (as ``__mp_main__``) to unpickle what it defines, and this child needs nothing of it: the
+    ``tokenfactory`` command's or a script's imports (Hydra, the harness, a benchmark's scipy) took
+    most of its start-up, every session."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _child_main(conn, tcfg: dict, pids: dict[str, int], nice: int) -> None:

@@ -2,6 +2,8 @@
 (metrics.engine_counters)."""
 
 import math
+import os
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -151,3 +153,28 @@ def test_closed_windows_files_are_on_disk_after_an_interrupted_run(tmp_path):
             marks = [r["detail"] for r in written.to_pylist() if r["name"] == "load_start"]
             assert marks == ([f"p{k}"] if k < 3 else [])
         assert not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.slow  # starts the telemetry process from a script of its own
+def test_the_telemetry_process_does_not_run_the_callers_main_module_again(tmp_path):
+    """``spawn`` ran the parent's ``__main__`` again in the child: a script's top-level imports (a
+    benchmark's scipy, a user's torch) were paid by every session's telemetry process (1.90 s against
+    0.71 s a start, measured in benchmarks/verdicts.py).  Now the child starts without it."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "imported"
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import os, sys\n"
+        f"open({str(marker)!r}, 'a').write(str(os.getpid()) + '\\n')  # a top-level side effect\n"
+        "from metrics.telemetry.process import TelemetryProcess\n"
+        "if __name__ == '__main__':\n"
+        "    tel = TelemetryProcess({'interval_s': 0.5, 'nvml': {'enabled': False}}, {})\n"
+        "    assert tel.sample_now() > 0\n"
+        "    tel.stop()\n")
+    root = str(Path(__file__).resolve().parents[2])
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert p.returncode == 0, p.stderr
+    assert len(marker.read_text().split()) == 1  # the parent's import only
