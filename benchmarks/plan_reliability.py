@@ -204,7 +204,9 @@ def write_experiment(root: Path, replay: Replayer, configs: dict[str, dict], kne
         "slo": {**SLO, "e2el_ms": None, "min_attainment": None}})
 
 
-def run_plan(root: Path, trace: Path, out: Path) -> dict:
+def run_plan(root: Path, trace: Path, out: Path, extra: tuple[str, ...] = ()) -> dict:
+    """``protocol=plan`` on the experiment ``root`` over the day ``trace`` (module doc), ``extra``
+    overrides after the benchmark's own; plan.json read back."""
     from conf.compose import compose_config
     from protocols.registry import Invocation, run_protocol
 
@@ -213,7 +215,7 @@ def run_plan(root: Path, trace: Path, out: Path) -> dict:
             "deployment.autoscale.min_replicas=1", "deployment.autoscale.max_replicas=1",
             "protocol.workers=1", "protocol.replica_model=processor_sharing",
             f"slo.ttft_ms={SLO['ttft_ms']}", f"slo.tpot_ms={SLO['tpot_ms']}", f"slo.percentile={SLO['percentile']}",
-            f"output_dir={out}"]
+            f"output_dir={out}", *extra]
     done = run_protocol(compose_config(over), Invocation(explicit=frozenset()))
     return json.loads((done / results_io.PLAN).read_text())
 
