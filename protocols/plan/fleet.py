@@ -162,7 +162,7 @@ class FleetSimulation:
 
     def __init__(self, traffic: Traffic, capacity: ConfigCapacity, policy: ScalingPolicy, slo: SLO,
                  routing: str = "round_robin", initial: int = 1, seed: int = 0, timeline_s: float | None = None,
-                 models: dict[int, ReplicaModel] | None = None, scheduler=None, stop_once_missed: bool = False):
+                 models: dict[int, ReplicaModel] | None = None, scheduler=None):
         if routing not in ROUTINGS:
             raise ValueError(f"protocol.routing={routing!r}: expected one of {', '.join(ROUTINGS)}")
         self.traffic, self.capacity, self.policy, self.slo = traffic, capacity, policy, slo
@@ -183,10 +183,6 @@ class FleetSimulation:
                              "set deployment.autoscale.cold_start_s")
         self.start_delay = float(policy.autoscale.provision_s) + float(cold)
         self.timeline_s = timeline_s or max(1.0, traffic.duration_s / 1440)
-        # stop once the run-level check is decided against the SLO: more of the window's requests past the
-        # TTFT limit than its percentile allows (a queue growing without end costs a long run minutes)
-        self.stop_once_missed = bool(stop_once_missed and slo.ttft_ms is not None)
-        self.stopped_early = False
 
     # ------------------------------------------------------------------ the simulation
     def run(self) -> dict:
@@ -208,35 +204,10 @@ class FleetSimulation:
             self.add_replica(ready=True)
         env.process(self.arrive())
         env.process(self.control())
-        self.late, self.late_allowed = 0, int((1 - self.slo.percentile / 100) * n) + 1
-        self.decided = env.event() if self.stop_once_missed else None
-        self.run_until_decided()
+        env.run()
         if self.scheduler is not None:
             self.reserve()
         return self.result()
-
-    def run_until_decided(self) -> None:
-        """Every event, or (``stop_once_missed``) until the SLO check is decided: the requests not served
-        by then count as never served."""
-        if self.decided is None:
-            self.env.run()
-            return
-        try:
-            self.env.run(until=self.decided)
-        except RuntimeError as e:            # every event done before it was decided
-            if self.decided.triggered or not str(e).startswith("No scheduled events left"):
-                raise
-            return
-        self.stopped_early = True
-        for r in self.replicas:              # those in flight then: never served
-            for i in r.active:
-                self.ttft[i] = self.tpot[i] = np.nan
-
-    def note_late(self, ttft_s: float) -> None:
-        if self.decided is not None and ttft_s * 1e3 > self.slo.ttft_ms:
-            self.late += 1
-            if self.late > self.late_allowed and not self.decided.triggered:
-                self.decided.succeed()
 
     def reserve(self) -> None:
         """Each replica's requests (as the router sent them) served again by the scheduler model:
@@ -353,7 +324,6 @@ class FleetSimulation:
             for i, a in r.active.items():
                 if a[0] == 0 and a[1] <= 1e-9:
                     self.ttft[i] = env.now - self.arrived[i]
-                    self.note_late(self.ttft[i])
                     a[0], a[1] = 1, a[2]
                 if a[0] == 1 and a[1] <= 1e-9:
                     done.append(i)

@@ -58,9 +58,8 @@ def _simulate(job: Job) -> dict:
         # a long run of days like the given one, with the simulation's own draws, the same for every candidate
         traffic = long_day(traffic, np.random.default_rng([seed, 1, job.day]))
         seed = [seed, 2, job.day]
-    # a long run's SLO check is all pick_wrong reads of a resample that misses: stopped once decided
     sim = FleetSimulation(traffic, cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
-                          seed, scheduler=job.scheduler, stop_once_missed=job.day is not None)
+                          seed, scheduler=job.scheduler)
     return {**sim.run(), "output_tokens_offered": float(np.sum(traffic.output_tokens))}
 
 
