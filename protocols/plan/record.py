@@ -20,13 +20,12 @@ take the model's error as shared (each case on both sides: a bias of the model m
 with the independent figure beside it; on different models' cases, as independent
 (``model_error_between``).  ``pick_wrong`` states the chance the pick is wrong over every
 candidate, those whose plan misses the SLO included, each with the share of its block resamples
-whose simulation meets it (``metrics.plan_pick.pick_wrong``).  That check is judged on a long run
-of redrawn days: each block resample is simulated again on draws of the day one after another, 600 s
-or more at one draw of the day's rate (``protocols.plan.day_draws.long_day``: the day's requests in
-blocks, and the simulation's own draws), so that a config near its knee is said to meet the SLO as
-a long run of such traffic meets it, not as one short day's queue does; its cost there is the given
-day's cost over the good tokens at the redrawn days' good share (``redrawn_day_check``), so their
-volume moves no cost.  Processor sharing only: the engine's
+whose simulation meets it (``metrics.plan_pick.pick_wrong``).  That check is judged on a redrawn day:
+each block resample is simulated again on another draw of the day (``protocols.plan.day_draws``: the
+day's requests in blocks, and the simulation's own draws), so that a config near its knee, whose
+check flips with the day's draw, is said to meet the SLO in the share of the draws it meets it in;
+its cost there is the given day's cost over the good tokens at the redrawn day's good share
+(``redrawn_day_check``), so the day's volume moves no cost.  Processor sharing only: the engine's
 scheduler model keeps the given day (a redrawn day would be a fresh replay per resample).
 """
 

@@ -177,7 +177,7 @@ def candidate_jobs(inputs: PlanInputs, plan: dict, index: int, cap: ConfigCapaci
         if len(cap.blocks) > 1:
             jobs.append(Job(index, cap.name, blocks, w, cap, policy, slo, slo_cfg, sized, scheduler))
             if scheduler is None:
-                # the same resample on a long run of redrawn days: pick_wrong's SLO check (protocols.plan.day_draws)
+                # the same resample on a redrawn day: pick_wrong's SLO check (protocols.plan.day_draws)
                 jobs.append(Job(index, cap.name, blocks, w, cap, policy, slo, slo_cfg, sized, scheduler, day=j))
     return jobs
 

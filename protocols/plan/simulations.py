@@ -16,7 +16,7 @@ from engines.autoscale_policy import ScalingPolicy
 from metrics.slo import SLO
 from protocols.plan import scheduler as sched
 from protocols.plan.capacity import ConfigCapacity
-from protocols.plan.day_draws import long_day
+from protocols.plan.day_draws import redrawn_day
 from protocols.plan.fleet import FleetSimulation
 from protocols.plan.traffic import Traffic
 
@@ -41,7 +41,7 @@ class Job:
     slo_cfg: dict
     sized: bool                         # the policy's capacity_rps is the measured one
     scheduler: sched.SchedulerModel | None = None   # None: processor sharing
-    day: int | None = None              # a long run of redrawn days, its index (day_draws.long_day); None: the day
+    day: int | None = None              # a redrawn day's index (protocols.plan.day_draws); None: the day given
 
 
 def _simulate(job: Job) -> dict:
@@ -55,8 +55,8 @@ def _simulate(job: Job) -> dict:
                 policy = dataclasses.replace(policy, measured_capacity_rps=measured)
     traffic, seed = _STATE["traffic"], _STATE["seed"]
     if job.day is not None:
-        # a long run of days like the given one, with the simulation's own draws, the same for every candidate
-        traffic = long_day(traffic, np.random.default_rng([seed, 1, job.day]))
+        # another draw of the day and of the simulation's own draws, the same for every candidate
+        traffic = redrawn_day(traffic, np.random.default_rng([seed, 1, job.day]))
         seed = [seed, 2, job.day]
     sim = FleetSimulation(traffic, cap, policy, job.slo, _STATE["routing"], _STATE["initial"],
                           seed, scheduler=job.scheduler)
