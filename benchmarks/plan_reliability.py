@@ -5,6 +5,8 @@ known.
     python benchmarks/plan_reliability.py --decisions 40 [--seed 0] [--rate-share 0.7 1.05] [--json OUT.json]
         [--keep DIR]                        # keep each decision's experiment and day
     python benchmarks/plan_reliability.py --replan OUT.json --seed 0 --json NEW.json   # the plan step again
+        [--reuse DIR]                       # the measured runs and day of that run's --keep DIR, not measured again
+    python benchmarks/plan_reliability.py --tables A.json B.json ...   # the tables of several runs pooled
 
 Each decision is between two mocker configs drawn from a pool that differ in timing
 (``speedup_ratio``) and knobs (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``); no
@@ -204,7 +206,9 @@ def write_experiment(root: Path, replay: Replayer, configs: dict[str, dict], kne
         "slo": {**SLO, "e2el_ms": None, "min_attainment": None}})
 
 
-def run_plan(root: Path, trace: Path, out: Path) -> dict:
+def run_plan(root: Path, trace: Path, out: Path, extra: tuple[str, ...] = ()) -> dict:
+    """``protocol=plan`` on the experiment ``root`` over the day ``trace`` (module doc), ``extra``
+    overrides after the benchmark's own; plan.json read back."""
     from conf.compose import compose_config
     from protocols.registry import Invocation, run_protocol
 
@@ -213,7 +217,7 @@ def run_plan(root: Path, trace: Path, out: Path) -> dict:
             "deployment.autoscale.min_replicas=1", "deployment.autoscale.max_replicas=1",
             "protocol.workers=1", "protocol.replica_model=processor_sharing",
             f"slo.ttft_ms={SLO['ttft_ms']}", f"slo.tpot_ms={SLO['tpot_ms']}", f"slo.percentile={SLO['percentile']}",
-            f"output_dir={out}"]
+            f"output_dir={out}", *extra]
     done = run_protocol(compose_config(over), Invocation(explicit=frozenset()))
     return json.loads((done / results_io.PLAN).read_text())
 
@@ -252,11 +256,14 @@ def decision(k: int, args, replay: Replayer, tmp: Path, known: dict | None = Non
     else:
         row = {f: known[f] for f in ("decision", "configs", "knees", "rate", "delta", "prices", "true_cost",
                                      "true_meets", "true_attainment", "right")}
-    root = tmp / f"exp{k}"
-    write_experiment(root, replay, configs, knees, row["prices"], args.requests, rng)
-    day = stream(np.random.default_rng([args.seed, k, 2]), int(rate * args.day_s), rate)
-    trace = tmp / f"day{k}.jsonl"
-    write_trace(trace, day)
+    root, trace = tmp / f"exp{k}", tmp / f"day{k}.jsonl"
+    kept = Path(args.reuse) if known is not None and args.reuse else None
+    if kept is not None and (kept / f"exp{k}").is_dir() and (kept / f"day{k}.jsonl").is_file():
+        root, trace = kept / f"exp{k}", kept / f"day{k}.jsonl"     # that run's measured runs and day, as they were
+    else:
+        write_experiment(root, replay, configs, knees, row["prices"], args.requests, rng)
+        day = stream(np.random.default_rng([args.seed, k, 2]), int(rate * args.day_s), rate)
+        write_trace(trace, day)
     t1 = time.time()
     doc = run_plan(root, trace, tmp / f"plan{k}")
     t2 = time.time()
@@ -322,6 +329,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--replan", metavar="JSON", help="the decisions of an earlier run's --json, their knees and truth "
                     "as recorded there: only the measured runs (the same draws) and the plan step rerun; give "
                     "that run's --seed and options")
+    ap.add_argument("--reuse", metavar="DIR", help="with --replan: the --keep folder of the run that wrote the JSON; "
+                    "each decision's measured runs and day read from there instead of measured again")
+    ap.add_argument("--tables", metavar="JSON", nargs="+", help="no run: the tables of these --json files pooled")
     return ap.parse_args(argv)
 
 
@@ -361,10 +371,22 @@ def scored(rows: list[dict], figure: str = "stated") -> list[dict]:
     return [r for r in rows if r[figure] is not None and r["wrong"] is not None]
 
 
-def main() -> None:
-    args = options()
-    t0 = time.time()
-    rows = run_decisions(args, say=lambda line: print(line, flush=True))
+def print_meets(rows: list[dict]) -> None:
+    """Each config's share of resamples meeting the SLO (``pick_wrong.meets_slo_share``, the plan's chance that
+    it meets it) against its long run, by the decision's rate over the config's knee."""
+    got = [(r["rate"] / r["knees"][n], s, r["true_meets"][n]) for r in rows
+           for n, s in (r.get("meets_slo_share") or {}).items() if s is not None]
+    print(f"\nP(config meets the SLO) against its long run, {len(got)} configs: by rate / knee")
+    print(f"{'rate / knee':>12} {'configs':>8} {'mean stated':>12} {'long runs meeting':>18}")
+    for lo, hi in ((0.0, 0.85), (0.85, 0.95), (0.95, 1.0), (1.0, math.inf)):
+        sel = [(s, t) for x, s, t in got if lo <= x < hi]
+        if sel:
+            stated, met = zip(*sel)
+            print(f"{f'[{lo:g}, {hi:g})':>12} {len(sel):>8} {np.mean(stated):>12.1%} "
+                  f"{f'{sum(met)}/{len(met)} = {np.mean(met):.1%}':>18}")
+
+
+def print_tables(rows: list[dict]) -> None:
     done = scored(rows)
     print(f"\n{len(done)} of {len(rows)} decisions with a stated probability "
           f"({len(rows) - len(done)} without: {sorted({str(r['why']) for r in rows if r['stated'] is None})})")
@@ -377,6 +399,17 @@ def main() -> None:
     print(f"\n{len(every)} of {len(rows)} decisions with P(pick wrong) over every config (pick_wrong)")
     print_table("P(pick wrong) over every config, those missing the SLO in their plan included",
                 [r["pick_wrong"] for r in every], [r["wrong"] for r in every])
+    print_meets(rows)
+
+
+def main() -> None:
+    args = options()
+    if args.tables:
+        print_tables([r for f in args.tables for r in json.loads(Path(f).read_text())])
+        return
+    t0 = time.time()
+    rows = run_decisions(args, say=lambda line: print(line, flush=True))
+    print_tables(rows)
     print(f"\n{time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
