@@ -2,7 +2,9 @@
 console's last lines and on the MLflow parent run.
 
 The answer is the protocol's (its ``ProtocolRecord.answer``: ``metrics.answer``'s formulas over
-the runs); the warnings are ``harness.caveats``' kinds, once each, ranked by what they change.
+the runs); the warnings are ``harness.caveats``' kinds, once each, ranked by what they change, and
+the answer's own (``Answer.warnings``: what its figures limit, such as a comparison's blocks too few
+to find a 10 % difference), ranked as limiting it.
 The console prints the warnings first, then the answer, so that the answer is what a run ends on.
 """
 

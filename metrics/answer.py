@@ -37,7 +37,9 @@ first (``search_line``).
 The comparison and the ablation (``comparison_answer``): per headline metric (``HEADLINE``, those
 the comparison has) at the highest load point every config met the SLO at (the equal-SLO point; else
 the last point, said so), the winner by its verdict or the equivalence, with the difference and its
-interval; the cost per million good tokens of each config there.  The tune (``tune_answer``): the
+interval; the cost per million good tokens of each config there; among its warnings, each metric it
+states with no winner whose blocks could find only a difference above 10 %, and the blocks that
+would find 10 % (``metrics.comparison.power_warnings``).  The tune (``tune_answer``): the
 pick as measured.  The plan (``plan_answer``): the pick per plan, its cost and the probability it is
 wrong.  The regression gate (``gate_answer``): pass, or the regression with the metric that
 decided it.  The promotion (``promotion_answer``): its outcome and the decision that decided it.
