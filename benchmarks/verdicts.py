@@ -12,11 +12,13 @@ Nothing is resampled: launch-to-launch spread and the host's noise are whatever 
 
 Rows (the truth in brackets):
 
-- ``compare``: ``protocol=compare`` of two configs, 3 blocks (the default repeats), each block
-  launching both fresh.  ``--case identical`` (both the same engine: every winner is false) counts
-  false winners per verdict (each metric's) and per family (a trial with any winner, the default
-  adjustment); ``--case ttft5`` / ``ttft10`` (the second config's engine TTFT 5 % / 10 % longer)
-  counts how often p50 TTFT names the faster config (the power).
+- ``compare``: ``protocol=compare`` of two configs, 3 blocks (the default repeats; ``--repeats``
+  sets ``protocol.repeats``), each block launching both fresh.  ``--case identical`` (both the
+  same engine: every winner is false) counts false winners per verdict (each metric's) and per
+  family (a trial with any winner, the default adjustment); ``--case ttft5`` / ``ttft10`` (the
+  second config's engine TTFT 5 % / 10 % longer) counts how often p50 TTFT names the faster
+  config (the power), beside what the comparison said its blocks could find there
+  (``sensitivity``: the chance to find 5 % and 10 % at its blocks, the blocks each needs).
 - ``gate``: two experiments of one tracked benchmark, each launching its engine separately
   (``track=NAME``, MLflow), then ``tokenfactory track NAME --gate``.  ``identical``: a failed gate
   is a false alarm; ``ttft10`` (newest's TTFT 10 % longer) and ``errors5`` (newest answers 5 % of
@@ -154,6 +156,8 @@ def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) 
     judged = {m: v["vs_baseline"]["b"] for m, v in doc["points"][0]["metrics"].items()
               if "b" in v.get("vs_baseline", {})}
     verdicts = {m: v["verdict"] for m, v in judged.items()}
+    sens = judged.get("p50_ttft_ms", {}).get("sensitivity") or {}  # what its blocks could find, as it said
+    verdicts[POWER] = {k: sens.get(k) for k in ("blocks", "spread", "detectable", "power_at", "blocks_for")}
     verdicts[SESSIONS] = sessions_of(out)
     # a winner's interval, so a false one can be traced to its blocks (``_sessions``' metrics)
     verdicts[WINNERS] = {m: v["text"] for m, v in judged.items() if v["verdict"] in ("a_better", "b_better")}
@@ -163,6 +167,7 @@ def compare_trial(tmp: Path, case: str, seed: int, extra: tuple[str, ...] = ()) 
 
 SESSIONS = "_sessions"  # a trial's sessions, in the order they ran: what its cost window held
 WINNERS = "_winners"  # each winner's verdict text: its difference and interval
+POWER = "_power"  # p50 TTFT's sensitivity: the blocks, spread, detectable difference, blocks 5 % and 10 % need
 SESSION_METRICS = ("cost_per_mtok_good", "p50_ttft_ms", "p99_itl_ms")
 
 
@@ -189,7 +194,8 @@ def sessions_of(out: Path) -> list[dict]:
 
 
 def compare_rows(trials: list[dict], case: str) -> list[Row]:
-    trials = [{m: v for m, v in t.items() if m not in (SESSIONS, WINNERS)} for t in trials]
+    stated = [t.get(POWER) or {} for t in trials]
+    trials = [{m: v for m, v in t.items() if m not in (SESSIONS, WINNERS, POWER)} for t in trials]
     if case == "identical":
         judged = [v for t in trials for v in t.values() if v != "insufficient_data"]
         per_verdict = sum(v in ("a_better", "b_better") for v in judged)
@@ -202,7 +208,21 @@ def compare_rows(trials: list[dict], case: str) -> list[Row]:
     wrong_way = sum(t.get("p50_ttft_ms") == "b_better" for t in trials)
     # a stated power of 80 %: at most 20 % missed
     return [Row(f"compare {case}: p50 TTFT difference missed", 0.20, len(trials), missed,
-                f"named the slower config: {wrong_way}")]
+                f"named the slower config: {wrong_way}; {stated_power(stated)}")]
+
+
+def stated_power(stated: list[dict]) -> str:
+    """What the comparisons said of p50 TTFT: the chance to find 5 % and 10 % at their blocks, and
+    the blocks each needs (medians over the trials)."""
+    import numpy as np
+
+    def med(key: str, size: str) -> float:
+        v = [float(s[key][size]) for s in stated if (s.get(key) or {}).get(size) is not None]
+        return float(np.median(v)) if v else math.nan
+    spread = [s["spread"] for s in stated if s.get("spread") is not None]
+    return (f"stated (medians): log spread {float(np.median(spread)) if spread else math.nan:.3f} a block; "
+            f"found 80 % of the time at {med('blocks_for', '0.05'):.0f} blocks for 5 %, {med('blocks_for', '0.1'):.0f} "
+            f"for 10 %; chance at these blocks {med('power_at', '0.05'):.0%} and {med('power_at', '0.1'):.0%}")
 
 
 # ------------------------------------------------------------------------------------ gate
@@ -373,7 +393,7 @@ def ablation_rows(trials: list[dict]) -> list[Row]:
 
 
 # ------------------------------------------------------------------------------------ main
-def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, repeats: int = 3,
+def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, repeats: int | None = None,
             budget_s: float | None = None, log=lambda *a, **k: None, adjust: str | None = None,
             recheck: int | None = None) -> list[Row]:
     """``trials`` live trials of one row's case (fewer where ``budget_s`` runs out first: no
@@ -391,9 +411,11 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
                 break
             s = seed * 100_000 + i
             if row == "compare":
-                results.append(compare_trial(tmp, case, s, (f"protocol.adjust={adjust}",) if adjust else ()))
+                told = ((f"protocol.adjust={adjust}",) if adjust else ()) + (
+                    (f"protocol.repeats={repeats}",) if repeats else ())
+                results.append(compare_trial(tmp, case, s, told))
             elif row == "gate":
-                results.append(gate_trial(tmp, template, case, s, repeats))
+                results.append(gate_trial(tmp, template, case, s, repeats or 3))
             elif row == "ablation":
                 results.append(ablation_trial(tmp, s))
             else:
@@ -417,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="compare: identical|ttft5|ttft10; gate: identical|ttft10|errors5 (slo_search: ignored)")
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=3, help="gate: repeats of each build's load point")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="gate: repeats of each build's load point (default 3); compare: protocol.repeats, its blocks "
+                         "(default: the protocol's own, 3)")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default=None,
                     help="compare: protocol.adjust (default: the protocol's own)")
     ap.add_argument("--recheck", type=int, default=None,

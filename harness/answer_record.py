@@ -2,7 +2,9 @@
 console's last lines and on the MLflow parent run.
 
 The answer is the protocol's (its ``ProtocolRecord.answer``: ``metrics.answer``'s formulas over
-the runs); the warnings are ``harness.caveats``' kinds, once each, ranked by what they change.
+the runs); the warnings are ``harness.caveats``' kinds, once each, ranked by what they change, and
+the answer's own (``Answer.warnings``: what its figures limit, such as a comparison's blocks too few
+to find a 10 % difference), ranked as limiting it.
 The console prints the warnings first, then the answer, so that the answer is what a run ends on.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from harness.caveats import RANKS, from_rows
+from harness.caveats import LIMITS, RANKS, Caveat, from_rows
 
 ANSWER_TAG = "tokenfactory.answer"
 NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI
@@ -18,8 +20,9 @@ NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI
 
 def answer_fields(answer, rows: Sequence[Mapping]) -> dict:
     """experiment.json's ``answer`` (``metrics.answer.Answer`` or None) and ``warnings`` (every
-    kind some load-point run has, in rank order)."""
-    out: dict = {"warnings": [c.to_dict() for c in from_rows(rows)]}
+    kind some load-point run has, and what the answer's own figures limit, in rank order)."""
+    own = [Caveat("answer_power", LIMITS, text) for text in (answer.warnings if answer is not None else ())]
+    out: dict = {"warnings": [c.to_dict() for c in sorted([*from_rows(rows), *own], key=lambda c: c.rank)]}
     if answer is not None:
         out["answer"] = answer.to_dict()
     return out

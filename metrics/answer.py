@@ -37,7 +37,9 @@ first (``search_line``).
 The comparison and the ablation (``comparison_answer``): per headline metric (``HEADLINE``, those
 the comparison has) at the highest load point every config met the SLO at (the equal-SLO point; else
 the last point, said so), the winner by its verdict or the equivalence, with the difference and its
-interval; the cost per million good tokens of each config there.  The tune (``tune_answer``): the
+interval; the cost per million good tokens of each config there; among its warnings, each metric it
+states with no winner whose blocks could find only a difference above 10 %, and the blocks that
+would find 10 % (``metrics.comparison.power_warnings``).  The tune (``tune_answer``): the
 pick as measured.  The plan (``plan_answer``): the pick per plan, its cost and the probability it is
 wrong.  The regression gate (``gate_answer``): pass, or the regression with the metric that
 decided it.  The promotion (``promotion_answer``): its outcome and the decision that decided it.
@@ -49,7 +51,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from metrics.comparison import RATIOS, SEARCH_LABEL
+from metrics.comparison import RATIOS, SEARCH_LABEL, power_warnings
 from metrics.filling import STILL_FILLING
 from metrics.slo import slo_holds
 from metrics.statistics import Estimate, mean_ci, ratio_ci
@@ -64,13 +66,17 @@ HEADLINE = ("max_load_under_slo", "goodput_rps", "cost_per_mtok_good", "p99_ttft
 @dataclass(frozen=True)
 class Answer:
     """``lines``: what the console prints last and the report shows first (the first is the
-    headline); ``facts``: the same numbers by name, for ``experiment.json`` and MLflow."""
+    headline); ``facts``: the same numbers by name, for ``experiment.json`` and MLflow;
+    ``warnings``: what the answer's own figures limit (a comparison's verdict with no winner whose
+    blocks could find only a large difference), among the experiment's warnings."""
     protocol: str
     lines: tuple[str, ...]
     facts: dict = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"protocol": self.protocol, "lines": list(self.lines), **self.facts}
+        return {"protocol": self.protocol, "lines": list(self.lines), **self.facts,
+                **({"warnings": list(self.warnings)} if self.warnings else {})}
 
 
 @dataclass(frozen=True)
@@ -389,7 +395,7 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
     labels = [p["label"] for p in comparison.get("points") or [] if p["label"] in set.intersection(*met)] if met else []
     if not points:
         return Answer(protocol, ("no load point finished: nothing to compare yet",), {})
-    lines, facts = [], {"baseline": baseline, "slo": slo_text(slo), "verdicts": {}}
+    lines, facts, short = [], {"baseline": baseline, "slo": slo_text(slo), "verdicts": {}}, []
     loads = [lab for lab in points if lab != SEARCH_LABEL]
     at = labels[-1] if labels else (loads[-1] if loads else SEARCH_LABEL)
     if not slo_text(slo).startswith("p"):  # no SLO to hold the configs equal at: the highest point
@@ -400,7 +406,9 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
     facts["equal_slo_point"] = at if labels else None
     for label in ([SEARCH_LABEL] if SEARCH_LABEL in points else []) + [at]:
         compared = points[label]["metrics"]
-        for metric in [m for m in HEADLINE if m in compared] or list(compared):  # else what it compared
+        shown = [m for m in HEADLINE if m in compared] or list(compared)  # else what it compared
+        short += power_warnings(points[label], shown, len(configs))  # what its blocks could not find
+        for metric in shown:
             entry = compared[metric]
             for name, vs in entry["vs_baseline"].items():
                 where = "" if label == at else f" ({label})"
@@ -414,7 +422,7 @@ def comparison_answer(comparison: Mapping, rows: Sequence[Mapping], slo: Mapping
         est = {n: estimate_of(cost["per_config"][n]) for n in order}
         lines.append("cost per M good tokens there: " + ", ".join(f"{n} {interval(e, cur)}" for n, e in est.items()))
         facts["cost_per_mtok_good"] = {n: e.to_dict() for n, e in est.items()}
-    return Answer(protocol, tuple(lines), facts)
+    return Answer(protocol, tuple(lines), facts, tuple(short))
 
 
 def _figure(x) -> float:

@@ -11,6 +11,12 @@ not interleaved, so nothing pairs a run of one with a run of the other, the diff
 unpaired (Welch), and the table says so; experiments whose fixed conditions differ (model,
 tokenizer, precision, sampling, workload, SLO) are refused unless ``--allow KEY`` names the
 difference under test (``protocols.compare.record``).  Statistics: ``metrics.statistics``.
+
+What a verdict's replicates can find (``sensitivity``, per metric and config in
+``vs_baseline``): from the spread its interval was drawn from, at the interval's own (adjusted)
+level, the smallest difference found 80 % of the time at the blocks it ran and the blocks a 5 %
+and a 10 % difference need (a paired t: ``metrics.sample_size``); ``power_warnings`` says, for a
+metric with no winner, where only a difference above 10 % could have been found.
 """
 
 from __future__ import annotations
@@ -20,7 +26,16 @@ import math
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy.stats import t as student
 
+from metrics.sample_size import (
+    blocks_for_power,
+    detectable_difference,
+    paired_t_power,
+    replicates_for_power,
+    welch_detectable,
+    welch_power,
+)
 from metrics.statistics import (
     Difference,
     Estimate,
@@ -226,10 +241,109 @@ def compare_tables(groups: dict[str, pa.Table], metrics: list[str], baseline: st
                 am = absolute_margin(m, margin, max(abs(diff.a.value), abs(diff.b.value)))
                 v = verdict(diff, margin=margin, higher_is_better=higher, confidence=dconf, absolute_margin=am)
                 entry["vs_baseline"][name] = {"difference": diff.to_dict(), "verdict": v.outcome, "text": v.text,
-                                              "judged": v.judged, "margin": v.margin}
+                                              "judged": v.judged, "margin": v.margin,
+                                              "sensitivity": sensitivity(diff, dconf)}
             point["metrics"][m] = entry
         points.append(point)
     return points
+
+
+POWER = 0.8
+SIZES = (0.05, 0.10)  # the differences whose blocks a comparison states
+WINNER = ("a_better", "b_better")
+
+
+def sensitivity(diff: Difference, level: float, power: float = POWER, sizes: tuple[float, ...] = SIZES) -> dict:
+    """What the replicates behind ``diff`` can find at ``level`` (its interval's confidence).
+
+    Paired blocks: ``spread``, the block-to-block standard deviation of the per-block difference
+    its interval rests on, s = h·√n / t(1 - (1 - level)/2, n - 1), h the interval's half-width (on
+    the log scale for a log ratio or a ratio of totals, ``scale`` "log"; on the relative scale for
+    the delta method, "relative"); ``detectable``: the smallest relative difference found with
+    ``power`` at its ``blocks`` (exp(δ) - 1 on the log scale; ``metrics.sample_size``'s paired t);
+    ``power_at``: the chance to find each of ``sizes`` there; ``blocks_for``: the blocks each needs
+    (null beyond 10,000).  Runs made separately (``unit`` "replicates a side"): each side's spread
+    from its own interval, over A's mean (``spread_a``, ``spread_b``), and Welch's power with the
+    fewer replicates of the two a side.  A ``note`` says why there is no figure: one block (no
+    spread), a mean of 0 on a side (judged by the absolute difference), an interval that is not
+    finite."""
+    out: dict = {"power": power, "level": level, "unit": "blocks" if diff.paired else "replicates a side",
+                 "blocks": None, "spread": None, "scale": None, "detectable": None,
+                 "power_at": {f"{d:g}": None for d in sizes}, "blocks_for": {f"{d:g}": None for d in sizes}, "note": ""}
+    rel = diff.relative
+    n = rel.n if diff.paired else min(diff.a.n, diff.b.n)
+    out["blocks"] = n
+    if diff.a.value == 0 and diff.b.value == 0:
+        return {**out, "note": "both sides 0: no relative difference to size"}
+    if n < 2:
+        what = "block(s): no spread between blocks" if diff.paired else "replicate(s) a side: no spread"
+        return {**out, "note": f"{n} {what} to size a difference from (2 or more)"}
+    if diff.judged == "absolute" or not diff.a.value > 0:
+        return {**out, "note": "a side's mean is 0: judged by the absolute difference, no relative one to size"}
+    crit = float(student.ppf(1 - (1 - level) / 2, n - 1))
+    log = "log" in (rel.method if diff.paired else diff.a.method)
+    if diff.paired:
+        spread = _half_width(1 + rel.low, 1 + rel.high, log) * math.sqrt(n) / crit
+        spreads = (spread,)
+    else:  # each side's spread from its own interval at this level, over A's mean where it is not on logs
+        spreads = tuple(_half_width(e.low, e.high, log) * math.sqrt(e.n)
+                        / float(student.ppf(1 - (1 - level) / 2, e.n - 1)) / (1.0 if log else diff.a.value)
+                        for e in (diff.a, diff.b))
+        spread = math.hypot(*spreads) / math.sqrt(2)
+        out.update(spread_a=spreads[0], spread_b=spreads[1])
+    if not all(math.isfinite(x) for x in spreads):
+        return {**out, "note": "the interval is not finite: no spread to size a difference from"}
+
+    def on_scale(d: float) -> float:
+        return math.log1p(d) if log else d
+    if diff.paired:
+        found = detectable_difference(spread, n, level, power)
+        chance = {f"{d:g}": paired_t_power(on_scale(d), spread, n, level) for d in sizes}
+        need = {f"{d:g}": blocks_for_power(on_scale(d), spread, level, power) for d in sizes}
+    else:
+        found = welch_detectable(*spreads, n, level, power)
+        chance = {f"{d:g}": welch_power(on_scale(d), *spreads, n, level) for d in sizes}
+        need = {f"{d:g}": replicates_for_power(on_scale(d), *spreads, level, power) for d in sizes}
+    out.update(spread=spread, scale="log" if log else "relative", power_at=chance, blocks_for=need,
+               detectable=(math.expm1(found) if log else found) if found is not None else None)
+    if spread == 0:
+        out["note"] = f"no spread between {'blocks' if diff.paired else 'replicates'}: any difference would be found"
+    return out
+
+
+def _half_width(low: float, high: float, log: bool) -> float:
+    """Half an interval's width, on the log scale where ``log`` (inf where a bound is not finite)."""
+    lo, hi = (math.log(x) if x > 0 else -math.inf for x in (low, high)) if log else (low, high)
+    return (hi - lo) / 2 if math.isfinite(lo) and math.isfinite(hi) else math.inf
+
+
+def power_warnings(point: dict, metrics, configs: int = 2, size: float = 0.10) -> list[str]:
+    """One sentence per metric of ``metrics`` at ``point`` with no winner whose blocks could find
+    only a difference above ``size``, and one where a point has a single block."""
+    out, one = [], ""
+    where = f" ({point['label']})" if point.get("label") == SEARCH_LABEL else ""
+    for m in metrics:
+        for name, vs in ((point.get("metrics") or {}).get(m) or {}).get("vs_baseline", {}).items():
+            sens = vs.get("sensitivity") or {}
+            if vs.get("verdict") in WINNER:
+                continue
+            one = one or (sens.get("unit") or "blocks") * (sens.get("blocks") == 1)
+            found = sens.get("detectable")
+            if found is None or not found > size:
+                continue
+            who = f" ({name} against the baseline)" if configs > 2 else ""
+            unit = sens.get("unit") or "blocks"
+            need = (sens.get("blocks_for") or {}).get(f"{size:g}")
+            out.append(f"no winner on {m}{where}{who}: with {sens['blocks']} {unit} only a difference above "
+                       f"{found * 100:.0f} % could be found; {need or 'more than 10,000'} {unit} would find "
+                       f"{size * 100:g} %")
+    if one == "blocks":
+        out.append(f"one block{where}: no spread between blocks, so no difference can be found (protocol.repeats "
+                   "of 2 or more; a small difference needs many more)")
+    elif one:
+        out.append(f"one replicate a side{where}: no spread, so no difference can be found (2 or more a side; a "
+                   "small difference needs many more)")
+    return out
 
 
 SEARCH_LABEL = "max load under the SLO"

@@ -59,6 +59,8 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"{results_io.COMPARISON} written: {out.resolve()}")
     answer = comparison.get("answer") or {}
+    if answer.get("warnings"):  # what its replicates could not find (metrics.comparison.power_warnings)
+        print("warnings:\n" + "\n".join(f"  {w}" for w in answer["warnings"]), flush=True)
     print(f"answer ({answer.get('protocol')}):\n" + "\n".join(f"  {x}" for x in answer.get("lines") or []),
           flush=True)
     return 0

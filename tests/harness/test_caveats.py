@@ -116,3 +116,13 @@ def test_a_one_sided_difference_with_every_prompt_confirmed_is_a_detail():
     for prompts in ({"prompt_tokens_mismatch": 7}, {"prompt_tokens_mismatch": None}):
         got = collect([("concurrency=4", {**vllm, **prompts})])
         assert [(c.kind, c.rank) for c in got] == [("token_counts_systematic", LIMITS)]
+
+
+def test_what_a_comparisons_blocks_could_not_find_is_among_the_warnings_it_limits():
+    rows = [_run("rate=2"), _run("rate=4", failed=1, num_requests=60)]
+    said = ("no winner on p99_ttft_ms: with 3 blocks only a difference above 41 % could be found; "
+            "9 blocks would find 10 %")
+    record = answer_fields(Answer("compare", ("at rate=2 ...",), {}, (said,)), rows)
+    assert [(w["kind"], w["rank"]) for w in record["warnings"]] == [
+        ("failed_requests", "changes the answer"), ("energy_not_measured", "limits it"), ("answer_power", "limits it")]
+    assert console_lines(record)[3] == f"  [limits it] {said}"

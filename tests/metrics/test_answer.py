@@ -238,3 +238,25 @@ def test_the_first_point_missed_for_still_filling_is_named_a_backlog_where_its_r
     assert sweep_answer(rows, SLO).lines[1] == (
         "the first that missed it is poisson rate=16: still filling, a growing backlog: in flight rose from 9.68 to "
         "36 over the arrivals' second and last quarters (its latencies are a lower bound)")
+
+
+def test_a_comparison_without_a_winner_says_what_its_blocks_could_find_among_its_warnings():
+    import pyarrow as pa
+
+    from metrics.answer import comparison_answer
+    from metrics.comparison import compare_tables
+
+    # p99 TTFT b/a = 1.00, 1.10, 0.95 over 3 blocks, Bonferroni over the 2 metrics (97.5 % each): no winner, and
+    # only 41 % is found 80 % of the time (tests/metrics/test_comparison.py); goodput alike in every block
+    def runs(ttft: list[float]) -> pa.Table:
+        return pa.table({"label": ["poisson rate=2"] * 3, "block": [0, 1, 2], "p99_ttft_ms": ttft,
+                         "goodput_rps": [2.0, 2.1, 1.9]})
+    (p,) = compare_tables({"a": runs([25.0, 24.0, 27.0]), "b": runs([25.0, 26.4, 25.65])},
+                          ["goodput_rps", "p99_ttft_ms"], "a", paired=True, adjust="bonferroni")
+    rows = [{**point(2, 2.0), "config": c, "block": b} for c in "ab" for b in range(3)]
+    a = comparison_answer({"configs": ["a", "b"], "baseline": "a", "points": [p]}, rows, SLO)
+    assert a.warnings == ("no winner on p99_ttft_ms: with 3 blocks only a difference above 41 % could be found; "
+                          "9 blocks would find 10 %",)
+    assert a.to_dict()["warnings"] == list(a.warnings)
+    # goodput: no spread between the blocks' ratios, any difference found: nothing said
+    assert p["metrics"]["goodput_rps"]["vs_baseline"]["b"]["sensitivity"]["detectable"] == 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from omegaconf import OmegaConf
@@ -357,3 +358,108 @@ def test_the_printed_comparison_rounds_shares_to_3_digits_and_the_rest_to_4():
     # a comparison.json written before points carried their family: one verdict each, no family line
     del comparison["points"][0]["family"], comparison["points"][0]["adjust"]
     assert format_comparison(comparison).splitlines()[4].startswith("  error_rate ")
+
+
+# ------------------------------------------------------------------------------ what the blocks can find
+def _sensitivity(a: list[float], b: list[float], metric: str = "p50_ttft_ms", family: int = 11) -> dict:
+    (p,) = compare_tables({"a": runs(block=list(range(len(a))), **{metric: a}),
+                           "b": runs(block=list(range(len(b))), **{metric: b})}, [metric], "a", paired=True,
+                          adjust="bonferroni", family=family)
+    return p["metrics"][metric]["vs_baseline"]["b"]
+
+
+def test_what_three_blocks_can_find_from_the_spread_of_their_log_ratios():
+    from scipy.stats import nct
+    from scipy.stats import t as student
+    # b/a = 1.00, 1.10, 0.95: the log ratios' sd from numpy, the power from scipy's noncentral t (both tails)
+    a, b = [25.0, 24.0, 27.0], [25.0, 26.4, 25.65]
+    vs = _sensitivity(a, b)
+    sens = vs["sensitivity"]
+    logs = np.log(np.array(b) / np.array(a))
+    sd, level = float(np.std(logs, ddof=1)), 1 - 0.05 / 11
+    assert vs["verdict"] == "no_significant_difference" and sens["level"] == pytest.approx(level, abs=1e-15)
+    assert (sens["blocks"], sens["scale"]) == (3, "log")
+    assert sens["spread"] == pytest.approx(sd, rel=1e-9) and sd == pytest.approx(0.07439, abs=1e-5)
+    crit = student.ppf(1 - (1 - level) / 2, 2)
+
+    def power(d: float, n: int) -> float:
+        ncp = math.log1p(d) / (sd / math.sqrt(n))
+        return float(nct.sf(crit if n == 3 else student.ppf(1 - (1 - level) / 2, n - 1), n - 1, ncp)
+                     + nct.cdf(-(crit if n == 3 else student.ppf(1 - (1 - level) / 2, n - 1)), n - 1, ncp))
+    # the smallest difference found 80 % of the time at 3 blocks (t(2) at 99.55 % is 14.8): 124 % longer
+    assert power(sens["detectable"], 3) == pytest.approx(0.8, abs=1e-6)
+    assert sens["detectable"] == pytest.approx(1.2434, abs=1e-4)
+    # the blocks 5 % and 10 % need: the first n at 80 % (scipy's power just under it at n - 1)
+    need5, need10 = sens["blocks_for"]["0.05"], sens["blocks_for"]["0.1"]
+    assert (need5, need10) == (36, 13)
+    assert power(0.05, need5) >= 0.8 > power(0.05, need5 - 1) and power(0.10, need10) >= 0.8 > power(0.10, need10 - 1)
+    assert sens["power_at"]["0.1"] == pytest.approx(power(0.10, 3), abs=2e-5)  # the far tail (1.4e-5) left out
+
+
+def test_the_edges_of_what_blocks_can_find():
+    # one block: no spread to size from, said
+    one = _sensitivity([25.0], [27.0])["sensitivity"]
+    assert (one["blocks"], one["detectable"], one["blocks_for"]["0.1"]) == (1, None, None)
+    assert one["note"].startswith("1 block(s): no spread between blocks")
+    # zero spread (b/a 1.1 in every block): any difference is found at 2 blocks
+    flat = _sensitivity([20.0, 25.0, 30.0], [22.0, 27.5, 33.0])["sensitivity"]
+    assert (flat["spread"], flat["detectable"], flat["blocks_for"]) == (0.0, 0.0, {"0.05": 2, "0.1": 2})
+    assert flat["note"] == "no spread between blocks: any difference would be found"
+    # a NaN and an inf block are left out, as the interval leaves them: 2 blocks of log ratios ln 1.1 and ln 0.9
+    odd = _sensitivity([20.0, 20.0, math.nan, 20.0], [22.0, 18.0, 20.0, math.inf])["sensitivity"]
+    assert odd["blocks"] == 2
+    assert odd["spread"] == pytest.approx(float(np.std(np.log([1.1, 0.9]), ddof=1)), rel=1e-9)
+    # both sides 0 (no error anywhere): nothing relative to size
+    zero = _sensitivity([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], metric="error_rate")["sensitivity"]
+    assert (zero["detectable"], zero["note"]) == (None, "both sides 0: no relative difference to size")
+    # one side 0: judged by its absolute difference
+    half = _sensitivity([0.0, 0.0, 0.0], [0.01, 0.0, 0.02], metric="error_rate")["sensitivity"]
+    assert half["detectable"] is None and half["note"].startswith("a side's mean is 0")
+
+
+def test_what_runs_made_separately_can_find_welch_with_each_sides_spread_over_as_mean():
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    from metrics.comparison import power_warnings
+    # tokenfactory compare: A 20, 22, 24 (mean 22, sd 2), B 23, 26, 23, 24 (sd 1.414); 3 replicates a side (the fewer)
+    a, b = [20.0, 22.0, 24.0], [23.0, 26.0, 23.0, 24.0]
+    (p,) = compare_tables({"a": runs(x_ms=a), "b": runs(x_ms=b)}, ["x_ms", "y_ms"], "a", paired=False,
+                          adjust="bonferroni")
+    sens = p["metrics"]["x_ms"]["vs_baseline"]["b"]["sensitivity"]
+    sa, sb = 2.0 / 22.0, float(np.std(b, ddof=1)) / 22.0
+    assert (sens["unit"], sens["blocks"], sens["scale"]) == ("replicates a side", 3, "relative")
+    assert (sens["spread_a"], sens["spread_b"]) == (pytest.approx(sa, rel=1e-9), pytest.approx(sb, rel=1e-9))
+    # Welch's power at 97.5 % (2 metrics) with 3 a side, from scipy: dof (va + vb)² / ((va² + vb²)/2)
+    va, vb = sa ** 2 / 3, sb ** 2 / 3
+    df = (va + vb) ** 2 / ((va ** 2 + vb ** 2) / 2)
+    crit = student.ppf(1 - 0.025 / 2, df)
+    assert sens["power_at"]["0.1"] == pytest.approx(float(nct.sf(crit, df, 0.1 / math.sqrt(va + vb))), abs=1e-12)
+    assert sens["power_at"]["0.1"] == pytest.approx(0.1234, abs=1e-4)
+    assert sens["detectable"] == pytest.approx(0.3112, abs=1e-4) and sens["blocks_for"] == {"0.05": 49, "0.1": 14}
+    assert power_warnings(p, ["x_ms"]) == ["no winner on x_ms: with 3 replicates a side only a difference above 31 % "
+                                           "could be found; 14 replicates a side would find 10 %"]
+    # a metric no run has: nothing to size
+    assert p["metrics"]["y_ms"]["vs_baseline"]["b"]["sensitivity"]["note"].startswith("0 replicate(s) a side")
+
+
+def test_a_metric_with_no_winner_says_what_its_blocks_could_find():
+    from metrics.comparison import power_warnings
+    a, b = [25.0, 24.0, 27.0], [25.0, 26.4, 25.65]
+    (p,) = compare_tables({"a": runs(block=[0, 1, 2], p50_ttft_ms=a, p99_ttft_ms=a),
+                           "b": runs(block=[0, 1, 2], p50_ttft_ms=b, p99_ttft_ms=[22.0, 22.0, 24.0])},
+                          ["p50_ttft_ms", "p99_ttft_ms"], "a", paired=True, adjust="bonferroni")
+    # over 2 metrics, each at 97.5 %: p50 has no winner and 3 blocks find only 41 % 80 % of the time; p99 has a
+    # winner (b 10.5 % [3.4 %, 17.1 %] faster): nothing to say of it
+    assert power_warnings(p, ["p50_ttft_ms", "p99_ttft_ms"]) == [
+        "no winner on p50_ttft_ms: with 3 blocks only a difference above 41 % could be found; 9 blocks would find 10 %"]
+    assert p["metrics"]["p99_ttft_ms"]["vs_baseline"]["b"]["verdict"] == "b_better"
+    # a winner, or a small detectable difference, says nothing
+    p["metrics"]["p50_ttft_ms"]["vs_baseline"]["b"]["verdict"] = "a_better"
+    assert not any(s.startswith("no winner on p50_ttft_ms") for s in power_warnings(p, ["p50_ttft_ms"]))
+    assert power_warnings(p, ["p50_ttft_ms"], size=10.0) == []
+    # one block: said once
+    (p,) = compare_tables({"a": runs(block=[0], x_ms=[1.0]), "b": runs(block=[0], x_ms=[2.0])}, ["x_ms"], "a",
+                          paired=True)
+    assert power_warnings(p, ["x_ms"]) == ["one block: no spread between blocks, so no difference can be found "
+                                           "(protocol.repeats of 2 or more; a small difference needs many more)"]
