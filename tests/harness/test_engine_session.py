@@ -90,7 +90,8 @@ def test_a_local_engine_without_a_gpu_is_sampled_at_the_window_edges_only(tmp_pa
             cfg = compose("config", overrides=[
                 "engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
                 f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.rate=10", "load.num_requests=15",
-                "protocol.load_points=[]", f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false", "progress=false",
+                "protocol.load_points=[]", f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false",
+                "progress=false",
                 "telemetry.idle_baseline_s=0", "telemetry.nvml.enabled=false", "telemetry.interval_s=0.1",
                 f"telemetry.sampling={mode}"])
         protocol_experiment(cfg).run()
