@@ -23,10 +23,10 @@ Rows (the truth in brackets):
   (``track=NAME``, MLflow), then ``tokenfactory track NAME --gate``.  ``identical``: a failed gate
   is a false alarm; ``ttft10`` (newest's TTFT 10 % longer) and ``errors5`` (newest answers 5 % of
   requests with HTTP 500): a passed gate is a missed regression.
-- ``ablation``: ``protocol=ablation`` of two factors on the fake, each adding a known TTFT (4 and
-  6 ms on 20): the effects add in milliseconds, so the interaction of the ratios on p50 TTFT is
-  known from the baseline's measured TTFT (``true_interaction``); a trial is wrong when the
-  interaction's interval misses it (coverage).
+- ``ablation``: ``protocol=ablation`` of two factors on the fake, each adding a known TTFT (50 and
+  100 ms on 20), ``--repeats`` blocks (3, the default): the effects add in milliseconds, so the
+  interaction of the ratios on p50 TTFT is known from the baseline's measured TTFT
+  (``true_interaction``); a trial is wrong when the interaction's interval misses it (coverage).
 - ``slo_search``: ``protocol.search=slo`` (bisection, tolerance 10 %) on an engine of 2 slots
   whose requests each hold a slot 100 ms: the true highest constant rate meeting p99 TTFT <= 100 ms
   is computed from that queue (``true_max_rate``); a search is right when its answer is within one
@@ -56,8 +56,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scipy.stats import beta  # noqa: E402
-
 from harness import results_io  # noqa: E402
 
 PY = sys.executable
@@ -73,6 +71,9 @@ SEARCH_TOLERANCE = 0.1
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """The exact binomial interval of k successes in n trials."""
+    # imported here, not at the top: the telemetry process of every session (spawned) runs this
+    # script's top again, and scipy.stats cost it 0.8 s of CPU each launch
+    from scipy.stats import beta
     a = (1 - confidence) / 2
     lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
     hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
@@ -347,9 +348,19 @@ def slo_rows(found: list[dict]) -> list[Row]:
 
 # ------------------------------------------------------------------------------------ ablation
 # two factors, each adding a known TTFT on the fake ($FAKE_ENGINE_ADD_TTFT_MS_<NAME>): the effects
-# add in milliseconds, so the interaction of the ratios is known (``true_interaction``)
-ABLATION_ADD_MS = {"a": 4.0, "b": 6.0}
+# add in milliseconds, so the interaction of the ratios is known (``true_interaction``).  Large
+# enough that the truth lies far from 1 (0.48 on a measured 21 ms) and from what a broken formula
+# gives (its inverse 2.1; the singles' sum for their product 0.87): at +4 and +6 ms
+# it was 0.97-0.98, which an interval that ignored the data (1, wide) covers as well
+ABLATION_ADD_MS = {"a": 40.0, "b": 80.0}
 ABLATION_METRIC = "p50_ttft_ms"
+# one request at a time in every arm (the slowest, 20 + 120 + 5 ms, within 1/6 s): the client's
+# share of a TTFT is then the same in each arm, so the factors add in what the client measures
+# too; at 16 req/s and 8 tokens the arms overlapped requests by different amounts, and the
+# client's share grew with them (+0.45 ms at +50 ms): a bias of 0.7 % in I, where 2 blocks on a
+# quiet host gave an interval of +-0.8 %
+ABLATION_LOAD = ["workload.input_tokens=32", "workload.output_tokens=2", "load=constant", "load.num_requests=8",
+                 "load.warmup_requests=0", "protocol.load_points=[6]"]
 
 
 def true_interaction(base_ms: float, add: dict[str, float] = ABLATION_ADD_MS) -> float:
@@ -358,29 +369,49 @@ def true_interaction(base_ms: float, add: dict[str, float] = ABLATION_ADD_MS) ->
     return (base_ms + a + b) * base_ms / ((base_ms + a) * (base_ms + b))
 
 
-def ablation_trial(tmp: Path, seed: int) -> dict:
-    """One ablation (baseline, a, b, a+b; 3 blocks, every arm launched fresh in each): the
+def ablation_trial(tmp: Path, seed: int, blocks: int = 3, add: dict[str, float] = ABLATION_ADD_MS) -> dict:
+    """One ablation (baseline, a, b, a+b; ``blocks`` blocks, every arm launched fresh in each): the
     interaction's interval on p50 TTFT, and the baseline's measured p50 TTFT (the truth's base:
-    the engine's 20 ms and the client's own share)."""
+    the engine's 20 ms and the client's own share).  The quality gate is off: it judges nothing
+    this row measures and ran after every session's load, 16 greedy requests one by one (3 s a
+    launch on this fake, a third of a trial's time)."""
     from tests.fake_engine_process import ADD_TTFT_ENV
     out, port = tmp / "abl", free_port()
-    opts = ", ".join(f'{k}: ["+engine.env.{ADD_TTFT_ENV}{k.upper()}={v:g}"]' for k, v in ABLATION_ADD_MS.items())
-    run_experiment(["protocol=ablation", *engine_overrides(port, out, ENGINE), *LOAD, "mlflow.enabled=false",
-                    f"protocol.optimisations={{{opts}}}", f"seed={seed}", f"workload.seed={seed}"])
+    opts = ", ".join(f'{k}: ["+engine.env.{ADD_TTFT_ENV}{k.upper()}={v:g}"]' for k, v in add.items())
+    t0 = time.perf_counter()
+    run_experiment(["protocol=ablation", *engine_overrides(port, out, ENGINE), *ABLATION_LOAD, "mlflow.enabled=false",
+                    f"protocol.optimisations={{{opts}}}", f"protocol.repeats={blocks}", "quality.enabled=false",
+                    f"seed={seed}", f"workload.seed={seed}"])
+    seconds = time.perf_counter() - t0
     doc = json.loads((out / results_io.ABLATION).read_text())
     m = doc["points"][0]["metrics"][ABLATION_METRIC]
     arm = next(a for a in m["arms"].values() if "interaction" in a)
-    base = _baseline_median(out)
+    sessions = sessions_of(out)
+    base = baseline_median(sessions)
+    # the same base from every arm's sessions less what its factors add (4x the sessions, if they add)
+    added = {"baseline": 0.0, **{f"+{k}": v for k, v in add.items()}, "all": sum(add.values())}
+    pooled = [s[ABLATION_METRIC] - added[s["config"]] for s in sessions if isinstance(s.get(ABLATION_METRIC), float)]
     shutil.rmtree(out)
-    return {"interaction": arm["interaction"], "baseline_ms": base, "truth": true_interaction(base),
-            "confidence": doc.get("confidence")}
+    return {"interaction": arm["interaction"], "baseline_ms": base, "truth": true_interaction(base, add),
+            "pooled_base_ms": sum(pooled) / len(pooled), "confidence": doc.get("confidence"), "blocks": blocks,
+            "seconds": round(seconds, 1), "windows": window_figures(sessions)}
 
 
-def _baseline_median(out: Path) -> float:
+def baseline_median(sessions: list[dict]) -> float:
     """The baseline arm's p50 TTFT, the mean over its blocks."""
-    vals = [json.loads(f.read_text()).get(ABLATION_METRIC) for f in (out / "baseline").rglob(results_io.SUMMARY)]
+    vals = [s.get(ABLATION_METRIC) for s in sessions if s["config"] == "baseline"]
     vals = [v for v in vals if isinstance(v, (int, float))]
     return sum(vals) / len(vals) if vals else math.nan
+
+
+def window_figures(sessions: list[dict]) -> dict:
+    """A trial's sessions in short: each arm's p50 TTFT per block, and the windows' medians (s)."""
+    import numpy as np
+    arms: dict[str, list] = {}
+    for s in sessions:
+        arms.setdefault(s["config"], []).append(round(s.get(ABLATION_METRIC) or math.nan, 1))
+    return {"p50_ttft_ms": arms, **{k: round(float(np.median([s[k] for s in sessions])), 3)
+                                    for k in ("window_s", "startup_s", "prepare_s", "load_s", "after_s")}}
 
 
 def ablation_rows(trials: list[dict]) -> list[Row]:
@@ -388,8 +419,12 @@ def ablation_rows(trials: list[dict]) -> list[Row]:
     conf = (trials[0].get("confidence") or 0.95) if trials else 0.95
     shown = [f"{t['interaction']['value']:.3f} [{t['interaction']['low']:.3f}, {t['interaction']['high']:.3f}] "
              f"vs {t['truth']:.4f}" for t in trials]
+    # how far the intervals reach: those that exclude 1 found the interaction, not only covered it
+    found = sum(not t["interaction"]["low"] <= 1 <= t["interaction"]["high"] for t in trials)
+    blocks = sorted({t.get("blocks", 3) for t in trials})
     return [Row("ablation: interaction interval misses the truth", 1 - conf, len(trials), len(missed),
-                f"p50 TTFT, factors +{ABLATION_ADD_MS['a']:g} and +{ABLATION_ADD_MS['b']:g} ms; {'; '.join(shown)}")]
+                f"p50 TTFT, factors +{ABLATION_ADD_MS['a']:g} and +{ABLATION_ADD_MS['b']:g} ms, blocks {blocks}; "
+                f"{found} of {len(trials)} intervals exclude 1; {'; '.join(shown)}")]
 
 
 # ------------------------------------------------------------------------------------ main
@@ -417,7 +452,7 @@ def measure(row: str, case: str = "identical", trials: int = 20, seed: int = 0, 
             elif row == "gate":
                 results.append(gate_trial(tmp, template, case, s, repeats or 3))
             elif row == "ablation":
-                results.append(ablation_trial(tmp, s))
+                results.append(ablation_trial(tmp, s, repeats or 3))
             else:
                 told = (f"protocol.search_recheck={recheck}",) if recheck is not None else ()
                 results.append(slo_trial(tmp, s, told))
@@ -441,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=None,
                     help="gate: repeats of each build's load point (default 3); compare: protocol.repeats, its blocks "
-                         "(default: the protocol's own, 3)")
+                         "(default: the protocol's own, 3); ablation: its blocks (default 3)")
     ap.add_argument("--adjust", choices=("bonferroni", "none"), default=None,
                     help="compare: protocol.adjust (default: the protocol's own)")
     ap.add_argument("--recheck", type=int, default=None,

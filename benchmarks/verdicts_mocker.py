@@ -2,7 +2,7 @@
 
     TOKENFACTORY_DYNAMO_PYTHON=/path/to/dynamo-venv/bin/python \\
     python benchmarks/verdicts_mocker.py [--trials N] [--budget-s S] [--seed 0] [--check-s 40] [--capacity-s 0]
-        [--json OUT]   (docs/measured/verdicts-mocker.md)
+        [--capacity-after] [--json OUT]   (docs/measured/verdicts-mocker.md)
 
 The mocker row of ``benchmarks/verdicts.py``'s ``slo_search`` (whose helpers, the interval and
 the table's line, this imports): ``protocol.search=slo`` (bisection over constant rates, tolerance
@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.verdicts import HEADER, Row, free_port, run_experiment  # noqa: E402
+from benchmarks.verdicts import HEADER, Row, free_port, probe_figures, run_experiment  # noqa: E402
 from harness import results_io  # noqa: E402
 
 # the mocker and the search: 1 worker of 2 slots, requests of 32 prompt and 16 output tokens
@@ -124,6 +124,7 @@ def search_trial(py: str, tmp: Path, seed: int) -> dict:
                     f"protocol.search_high={HIGH:g}", f"protocol.search_tolerance={TOLERANCE}",
                     f"slo.ttft_ms={SLO_MS:g}", "slo.tpot_ms=null"])
     found = json.loads((out / "search.json").read_text())
+    found["probe_figures"] = probe_figures(out, found["probes"])  # the log a miss is traced from
     shutil.rmtree(out)
     return found
 
@@ -132,8 +133,13 @@ def search_row(found: list[dict], truth: float) -> Row:
     step = TOLERANCE * truth
     wrong = [f for f in found if abs(f["max_load_under_slo"] - truth) > step + 1e-9]
     answers = sorted(round(f["max_load_under_slo"], 2) for f in found)
+    # protocol.search_recheck: misses re-measured, those that met the SLO when re-measured, probes a search
+    rechecks = sum(len(f.get("rechecked", [])) for f in found)
+    overturned = sorted(r["load"] for f in found for r in f.get("rechecked", []) if not r["confirmed"])
+    probes = sum(len(f.get("probes", [])) for f in found) / max(len(found), 1)
     return Row("SLO search on the mocker: answer beyond one step", 0.05, len(found), len(wrong),
-               f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}")
+               f"truth {truth:.2f} req/s, step {step:.2f}; answers {answers}; {rechecks} misses re-measured, "
+               f"{len(overturned)} met the SLO when re-measured {overturned}; probes a search {probes:.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-s", type=float, default=40.0, help="each live check run's length (0: none)")
     ap.add_argument("--capacity-s", type=float, default=0.0,
                     help="first one live run this long at 1.3x the truth: the live engine's own capacity (0: none)")
+    ap.add_argument("--capacity-after", action="store_true",
+                    help="measure the live capacity again after the searches (the host's load moves)")
     ap.add_argument("--json", type=Path, default=None, help="also write the truth, checks and searches here")
     a = ap.parse_args(argv)
     py = dynamo_python()
@@ -171,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                 break
             found = search_trial(py, tmp, a.seed * 100_000 + i)
             record["searches"].append(found)
-            print(f"  search {i + 1}/{a.trials} ({time.perf_counter() - t1:.0f} s): "
-                  f"{found['max_load_under_slo']:.3f} {found.get('note', '')}", flush=True)
+            print(f"  search {i + 1}/{a.trials} ({time.perf_counter() - t1:.0f} s, load {os.getloadavg()[0]:.1f}): "
+                  f"{found['max_load_under_slo']:.3f} {found.get('bracket')} {found['probe_figures']} "
+                  f"{found.get('note', '')}", flush=True)
+        if a.capacity_s > 0 and a.capacity_after:
+            record["capacity_after"] = live_capacity(py, tmp, truth["large_n"] * 1.3, a.capacity_s)
+            print(f"live capacity after the searches: {record['capacity_after']}", flush=True)
     record["load_end"] = os.getloadavg()
     rows = [search_row(record["searches"], truth["large_n"]),
             search_row(record["searches"], truth["probe_n"])]
@@ -180,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     if "capacity" in record:
         rows.append(search_row(record["searches"], record["capacity"]["completed_per_s"]))
         rows[2].name = "  the same, truth the live engine's capacity"
+    if "capacity_after" in record:
+        rows.append(search_row(record["searches"], record["capacity_after"]["completed_per_s"]))
+        rows[-1].name = "  the same, truth the capacity after"
     print(f"\nmocker slo_search: seed {a.seed}, {time.perf_counter() - t0:.0f} s; load average "
           f"{load[0]:.1f} at start, {record['load_end'][0]:.1f} at end, on {os.cpu_count()} CPUs")
     print(HEADER)
