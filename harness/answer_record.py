@@ -21,7 +21,11 @@ NOTE_TAG = "mlflow.note.content"  # the run's description in MLflow's UI
 def answer_fields(answer, rows: Sequence[Mapping]) -> dict:
     """experiment.json's ``answer`` (``metrics.answer.Answer`` or None) and ``warnings`` (every
     kind some load-point run has, and what the answer's own figures limit, in rank order)."""
-    own = [Caveat("answer_power", LIMITS, text) for text in (answer.warnings if answer is not None else ())]
+    said = list(answer.warnings) if answer is not None else []
+    # one kind, one line (no warning twice): the first sentence, every sentence in its detail
+    own = [Caveat("answer_power", LIMITS, said[0] + (f" (and {len(said) - 1} more like it: this warning's detail "
+                                                      "in experiment.json)" if len(said) > 1 else ""),
+                  tuple(said))] if said else []
     out: dict = {"warnings": [c.to_dict() for c in sorted([*from_rows(rows), *own], key=lambda c: c.rank)]}
     if answer is not None:
         out["answer"] = answer.to_dict()

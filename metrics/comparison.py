@@ -334,9 +334,9 @@ def power_warnings(point: dict, metrics, configs: int = 2, size: float = 0.10) -
             who = f" ({name} against the baseline)" if configs > 2 else ""
             unit = sens.get("unit") or "blocks"
             need = (sens.get("blocks_for") or {}).get(f"{size:g}")
-            out.append(f"no winner on {m}{where}{who}: with {sens['blocks']} {unit} only a difference above "
-                       f"{found * 100:.0f} % could be found; {need or 'more than 10,000'} {unit} would find "
-                       f"{size * 100:g} %")
+            above = "of more than tenfold" if found >= 9 else f"above {found * 100:.0f} %"  # not 2.4e17 %
+            out.append(f"no winner on {m}{where}{who}: with {sens['blocks']} {unit} only a difference {above} "
+                       f"could be found; {need or 'more than 10,000'} {unit} would find {size * 100:g} %")
     if one == "blocks":
         out.append(f"one block{where}: no spread between blocks, so no difference can be found (protocol.repeats "
                    "of 2 or more; a small difference needs many more)")

@@ -126,3 +126,10 @@ def test_what_a_comparisons_blocks_could_not_find_is_among_the_warnings_it_limit
     assert [(w["kind"], w["rank"]) for w in record["warnings"]] == [
         ("failed_requests", "changes the answer"), ("energy_not_measured", "limits it"), ("answer_power", "limits it")]
     assert console_lines(record)[3] == f"  [limits it] {said}"
+    # several metrics short: one warning of the kind (none twice), every sentence in its detail
+    more = "no winner on cost_per_mtok_good: with 3 blocks only a difference of more than tenfold could be found; " \
+           "more than 10,000 blocks would find 10 %"
+    record = answer_fields(Answer("compare", ("at rate=2 ...",), {}, (said, more)), rows)
+    power = [w for w in record["warnings"] if w["kind"] == "answer_power"]
+    assert len(power) == 1 and power[0]["detail"] == [said, more]
+    assert power[0]["text"] == said + " (and 1 more like it: this warning's detail in experiment.json)"

@@ -458,6 +458,11 @@ def test_a_metric_with_no_winner_says_what_its_blocks_could_find():
     p["metrics"]["p50_ttft_ms"]["vs_baseline"]["b"]["verdict"] = "a_better"
     assert not any(s.startswith("no winner on p50_ttft_ms") for s in power_warnings(p, ["p50_ttft_ms"]))
     assert power_warnings(p, ["p50_ttft_ms"], size=10.0) == []
+    # a spread that finds only an absurd factor (2.4e15 % in a CI run) is said as more than tenfold
+    p["metrics"]["p50_ttft_ms"]["vs_baseline"]["b"]["verdict"] = "same"
+    p["metrics"]["p50_ttft_ms"]["vs_baseline"]["b"]["sensitivity"]["detectable"] = 2.35e15
+    assert power_warnings(p, ["p50_ttft_ms"])[0].startswith(
+        "no winner on p50_ttft_ms: with 3 blocks only a difference of more than tenfold could be found; ")
     # one block: said once
     (p,) = compare_tables({"a": runs(block=[0], x_ms=[1.0]), "b": runs(block=[0], x_ms=[2.0])}, ["x_ms"], "a",
                           paired=True)
