@@ -27,12 +27,7 @@ def test_no_observation_window_holds_the_workload_description(tmp_path, monkeypa
     import json
     import time
 
-    from hydra import compose, initialize_config_module
-
-    from engines.tiny_model import ensure_tiny_model
     from harness import workload_describe
-    from protocols.registry import protocol_experiment
-    from tests.fake_server import FakeServer
 
     calls: list[tuple[str, int]] = []
 
@@ -46,14 +41,7 @@ def test_no_observation_window_holds_the_workload_description(tmp_path, monkeypa
     monkeypatch.setattr(workload_describe, "figures", timed("figures", workload_describe.figures))
     monkeypatch.setenv("TOKENFACTORY_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    with FakeServer() as srv:
-        with initialize_config_module("conf", version_base="1.3"):
-            cfg = compose("config", overrides=[
-                "engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
-                f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.rate=50", "load.num_requests=6",
-                "protocol.load_points=[20,40]", f"output_dir={out}", "mlflow.enabled=false",
-                "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0"])
-        protocol_experiment(cfg).run()
+    run_against_a_fake(out, "load.rate=50", "load.num_requests=6", "protocol.load_points=[20,40]")
     metas = [json.loads(f.read_text()) for f in sorted(out.glob("*/run.json"))]
     assert len(metas) == 2
     first_open = min(m["window_start_ns"] for m in metas)
@@ -75,26 +63,14 @@ def test_a_local_engine_without_a_gpu_is_sampled_at_the_window_edges_only(tmp_pa
     import json
 
     import pyarrow.parquet as pq
-    from hydra import compose, initialize_config_module
 
-    from engines.tiny_model import ensure_tiny_model
     from harness import engine_session, results_io
-    from protocols.registry import protocol_experiment
-    from tests.fake_server import FakeServer
 
     monkeypatch.setattr(engine_session, "host_has_gpu", lambda: False)
     monkeypatch.setenv("TOKENFACTORY_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    with FakeServer() as srv:
-        with initialize_config_module("conf", version_base="1.3"):
-            cfg = compose("config", overrides=[
-                "engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
-                f"engine.tokenizer={ensure_tiny_model()}", "load=constant", "load.rate=10", "load.num_requests=15",
-                "protocol.load_points=[]", f"output_dir={out}", "mlflow.enabled=false", "report.enabled=false",
-                "progress=false",
-                "telemetry.idle_baseline_s=0", "telemetry.nvml.enabled=false", "telemetry.interval_s=0.1",
-                f"telemetry.sampling={mode}"])
-        protocol_experiment(cfg).run()
+    run_against_a_fake(out, "load.rate=10", "load.num_requests=15", "protocol.load_points=[]",
+                       "telemetry.nvml.enabled=false", "telemetry.interval_s=0.1", f"telemetry.sampling={mode}")
     summary = json.loads((out / results_io.SUMMARY).read_text())
     assert summary["telemetry_sampling"] == ("periodic" if periodic else "edges")
     assert summary["telemetry_sampling_reason"] == (
@@ -106,3 +82,21 @@ def test_a_local_engine_without_a_gpu_is_sampled_at_the_window_edges_only(tmp_pa
               and summary["window_start_ns"] < r["time_ns"] < summary["window_end_ns"]}
     # 1.5 s of load at 0.1 s: some fifteen samples inside the window; at its edges only, none inside it
     assert (len(inside) >= 8) if periodic else (len(inside) == 0), sorted(inside)
+
+
+def run_against_a_fake(out, *overrides: str) -> None:
+    """One experiment against the in-process fake server (constant load, no MLflow, report or idle baseline)."""
+    from hydra import compose, initialize_config_module
+
+    from engines.tiny_model import ensure_tiny_model
+    from protocols.registry import protocol_experiment
+    from tests.fake_server import FakeServer
+
+    with FakeServer() as srv:
+        with initialize_config_module("conf", version_base="1.3"):
+            cfg = compose("config", overrides=[
+                "engine=openai", f"engine.base_url={srv.base_url}", "engine.model=fake",
+                f"engine.tokenizer={ensure_tiny_model()}", "load=constant", f"output_dir={out}",
+                "mlflow.enabled=false", "report.enabled=false", "progress=false", "telemetry.idle_baseline_s=0",
+                *overrides])
+        protocol_experiment(cfg).run()
