@@ -7,7 +7,7 @@ import math
 import time
 from pathlib import Path
 
-from harness.caveats import DETAILS, collect, split_reason
+from harness.caveats import DETAILS, RANKS, Caveat, collect, split_reason
 from harness.report import (
     adapters,
     deployment,
@@ -43,10 +43,17 @@ def _figures(d: report_data.ReportData, views: dict, colours: dict) -> list[styl
     return [f for f in made if f is not None]
 
 
-def caveats(d: report_data.ReportData) -> list:
-    """The experiment's warnings (``harness.caveats``), ranked, over its load-point runs."""
-    return collect([(r.title if not r.series or len(d.series) < 2 else f"{r.series} {r.title}", r.summary)
+def caveats(d: report_data.ReportData) -> list[Caveat]:
+    """The experiment's warnings, ranked: ``harness.caveats``' kinds over its load-point runs, and
+    what the answer's own figures limit (``experiment.json``'s ``warnings`` of a kind no run has, as
+    the console printed them: a comparison's blocks too few to find a 10 % difference)."""
+    runs = collect([(r.title if not r.series or len(d.series) < 2 else f"{r.series} {r.title}", r.summary)
                     for r in d.ours if r.role == "point"])
+    rank = {text: k for k, text in RANKS.items()}
+    kinds = {c.kind for c in runs}
+    own = [Caveat(w["kind"], rank[w["rank"]], w["text"], tuple(w.get("detail") or ()))
+           for w in (d.experiment or {}).get("warnings") or [] if w.get("kind") not in kinds and w.get("rank") in rank]
+    return sorted([*runs, *own], key=lambda c: c.rank)
 
 
 def _subtitle(d: report_data.ReportData) -> list[str | page.Note]:

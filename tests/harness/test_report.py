@@ -373,3 +373,32 @@ def test_max_load_meeting_the_slo_leaves_out_a_point_with_half_its_requests_fail
     assert load(exp).max_load_meeting_slo("fast").x == 5.0
     path.write_text(json.dumps({**summary, "saturated": True}))
     assert load(exp).max_load_meeting_slo("fast").x == 5.0
+
+
+def test_the_first_screen_has_the_answers_own_warnings_after_the_answer(experiment, tmp_path):
+    """What the answer's own figures limit (a comparison's blocks too few) is among the warnings the
+    console printed (experiment.json's ``warnings``): the report's first screen lists it too, after
+    the answer, its other sentences folded in its detail."""
+    import shutil
+
+    from harness.answer_record import answer_fields
+    from harness.report.build import render
+    from harness.results_io import read_json, write_json
+    from metrics.answer import Answer
+
+    exp = tmp_path / "exp"
+    shutil.copytree(experiment, exp)
+    said = ("no winner on p99_ttft_ms: with 2 blocks only a difference above 41 % could be found; "
+            "9 blocks would find 10 %")
+    more = "no winner on cost_per_mtok_good: with 2 blocks only a difference above 60 % could be found"
+    record = answer_fields(Answer("compare", ("fast serves 1.6x the goodput of slow",), {}, (said, more)), [])
+    write_json(exp / "experiment.json", read_json(exp / "experiment.json") | record)
+    first = _subtitle(render(exp, tmp_path / "r.html", static_figures=False).read_text())
+    answer_at = first.index("answer (compare): fast serves 1.6x the goodput of slow")
+    power = re.findall(r"<details class='subtitle'><summary>(no winner on p99_ttft_ms[^<]*)</summary><ul>(.*?)</ul>",
+                       first)
+    assert len(power) == 1 and first.index(power[0][0]) > answer_at
+    assert power[0][0].startswith(said) and "1 more like it" in power[0][0]
+    assert re.findall(r"<li>(.*?)</li>", power[0][1]) == [said, more]
+    # ranked as limiting the answer: after what changes it (the synthetic runs' failed requests)
+    assert first.index("requests failed in ") < first.index(power[0][0])
