@@ -103,7 +103,12 @@ def main() -> None:
         req = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _child(req)
+            try:  # never back into this loop: a second zygote would answer the test's requests
+                _child(req)
+            except KeyboardInterrupt:  # Ctrl-C before the child's own handling began
+                os._exit(130)
+            finally:
+                os._exit(1)
         try:
             os.setpgid(pid, pid)  # here too, so that it is a group before the test can signal one
         except OSError:
