@@ -9,9 +9,9 @@ is not sending requests.
 
 ``TelemetryProcess`` offers what the harness uses of ``TelemetryCollector`` and writes the
 same ``telemetry.parquet`` contract; every ``time_ns`` is ``perf_counter_ns`` (CLOCK_MONOTONIC,
-one clock for every process of the host).  The child is started with ``spawn`` (a clean
-interpreter: nothing of the parent's threads or sockets) and lowers its own priority by
-``nice`` so that, when cores are scarce, the load generator and the engine go first.
+one clock for every process of the host).  The child is forked by multiprocessing's fork server (a
+clean interpreter: nothing of the parent's threads or sockets; ``_context``) and lowers its own
+priority by ``nice`` so that, when cores are scarce, the load generator and the engine go first.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from metrics.telemetry.engine import EngineMetricsSampler, EnginePool
 from metrics.telemetry.sources import build_samplers
 
 CHILD_NICE = 5
+START_METHOD = "forkserver"  # ``_context``; "spawn" is what benchmarks/telemetry_start.py compares it with
 
 
 class TelemetryError(RuntimeError):
@@ -41,7 +42,7 @@ class TelemetryProcess:
     config as a plain dict (conf/schema.py's ``Telemetry``)."""
 
     def __init__(self, tcfg: dict, pids: dict[str, int] | None = None, nice: int = CHILD_NICE):
-        ctx = mp.get_context("spawn")
+        ctx = _context()
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, args=(child, tcfg, dict(pids or {}), nice),
                                  name="tokenfactory-telemetry", daemon=True)
@@ -57,6 +58,10 @@ class TelemetryProcess:
             raise
         self._stopped = False
         self._lock = threading.Lock()  # one command at a time on the pipe (the engine watchdog calls too)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
 
     def _wait_reply(self):
         try:
@@ -145,12 +150,24 @@ class TelemetryProcess:
         self._conn.close()
 
 
+def _context():
+    """``forkserver``: a clean interpreter (nothing of the caller's threads or sockets), started once per
+    process with what a child imports (the config's schema, pyarrow's writer, the pandas pyarrow
+    converts through) and never the caller's ``__main__``; each session's child is a fork of it:
+    0.04 s a start where a spawned interpreter took 0.6 (``benchmarks/telemetry_start.py``).  A child
+    has the environment the server started with, which nothing here reads."""
+    ctx = mp.get_context(START_METHOD)
+    if START_METHOD == "forkserver":
+        ctx.set_forkserver_preload([__name__, "conf.schema", "pyarrow.parquet", "pandas"])
+    return ctx
+
+
 @contextlib.contextmanager
 def _bare_main():
-    """Spawn without the caller's main module: ``spawn`` runs the parent's ``__main__`` again in the child
-    (as ``__mp_main__``) to unpickle what it defines, and this child needs nothing of it: the
-    ``tokenfactory`` command's or a script's imports (Hydra, the harness, a benchmark's scipy) took
-    most of its start-up, every session."""
+    """Start without the caller's main module: a child (spawned, or forked by the server) imports the
+    parent's ``__main__`` again (as ``__mp_main__``) to unpickle what it defines, and this child needs
+    nothing of it: the ``tokenfactory`` command's or a script's imports (Hydra, the harness, a
+    benchmark's scipy) took most of its start-up, every session."""
     main = sys.modules["__main__"]
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
