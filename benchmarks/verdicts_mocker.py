@@ -2,7 +2,7 @@
 
     TOKENFACTORY_DYNAMO_PYTHON=/path/to/dynamo-venv/bin/python \\
     python benchmarks/verdicts_mocker.py [--trials N] [--budget-s S] [--seed 0] [--check-s 40] [--capacity-s 0]
-        [--capacity-after] [--json OUT]   (docs/measured/verdicts-mocker.md)
+        [--capacity-after] [--no-replay] [--json OUT]   (docs/measured/verdicts-mocker.md)
 
 The mocker row of ``benchmarks/verdicts.py``'s ``slo_search`` (whose helpers, the interval and
 the table's line, this imports): ``protocol.search=slo`` (bisection over constant rates, tolerance
@@ -42,6 +42,7 @@ from harness import results_io  # noqa: E402
 MAX_NUM_SEQS, INPUT_TOKENS, OUTPUT_TOKENS, SPEEDUP = 2, 32, 16, 1.0
 SLO_MS, PROBE_S, TOLERANCE, LOW, HIGH = 100.0, 3.0, 0.1, 4.0, 40.0
 LARGE_N = 20_000
+OVERLOAD_RPS = 20.6  # 1.3x the replay's knee (15.88 req/s, ai-dynamo 1.4.2): --no-replay's overload
 
 # run by the Dynamo venv's interpreter: the replay's p99 TTFT bisected over the constant rate
 TRUTH_SCRIPT = """
@@ -152,19 +153,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="first one live run this long at 1.3x the truth: the live engine's own capacity (0: none)")
     ap.add_argument("--capacity-after", action="store_true",
                     help="measure the live capacity again after the searches (the host's load moves)")
+    ap.add_argument("--no-replay", action="store_true",
+                    help="no replay truth (about a minute): the live capacity's rows only, its overload at "
+                         f"{OVERLOAD_RPS:g} req/s (1.3x the replay's knee)")
     ap.add_argument("--json", type=Path, default=None, help="also write the truth, checks and searches here")
     a = ap.parse_args(argv)
+    if a.no_replay and (a.check_s > 0 or a.capacity_s <= 0):
+        ap.error("--no-replay judges against the live capacity only: give --capacity-s and --check-s 0")
     py = dynamo_python()
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     load = os.getloadavg()
     t0 = time.perf_counter()
-    truth = replay_truth(py)
+    truth = None if a.no_replay else replay_truth(py)
     print(f"replay truth: {truth}", flush=True)
+    overload = OVERLOAD_RPS if truth is None else truth["large_n"] * 1.3
     record: dict = {"truth": truth, "checks": {}, "searches": [], "load_start": load}
     with tempfile.TemporaryDirectory(prefix="verdicts-mocker-") as d:
         tmp = Path(d)
         if a.capacity_s > 0:
-            record["capacity"] = live_capacity(py, tmp, truth["large_n"] * 1.3, a.capacity_s)
+            record["capacity"] = live_capacity(py, tmp, overload, a.capacity_s)
             print(f"live capacity: {record['capacity']}", flush=True)
         if a.check_s > 0:
             for f in (0.95, 1.05):
@@ -183,15 +190,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{found['max_load_under_slo']:.3f} {found.get('bracket')} {found['probe_figures']} "
                   f"{found.get('note', '')}", flush=True)
         if a.capacity_s > 0 and a.capacity_after:
-            record["capacity_after"] = live_capacity(py, tmp, truth["large_n"] * 1.3, a.capacity_s)
+            record["capacity_after"] = live_capacity(py, tmp, overload, a.capacity_s)
             print(f"live capacity after the searches: {record['capacity_after']}", flush=True)
     record["load_end"] = os.getloadavg()
-    rows = [search_row(record["searches"], truth["large_n"]),
-            search_row(record["searches"], truth["probe_n"])]
-    rows[1].name = "  the same, truth at the probe's N"
+    rows = []
+    if truth is not None:
+        rows += [search_row(record["searches"], truth["large_n"]), search_row(record["searches"], truth["probe_n"])]
+        rows[1].name = "  the same, truth at the probe's N"
     if "capacity" in record:
         rows.append(search_row(record["searches"], record["capacity"]["completed_per_s"]))
-        rows[2].name = "  the same, truth the live engine's capacity"
+        if truth is not None:
+            rows[-1].name = "  the same, truth the live engine's capacity"
     if "capacity_after" in record:
         rows.append(search_row(record["searches"], record["capacity_after"]["completed_per_s"]))
         rows[-1].name = "  the same, truth the capacity after"
