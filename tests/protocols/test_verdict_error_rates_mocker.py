@@ -7,33 +7,22 @@ truth: 2 of 2, a Clopper-Pearson 95 % interval of [15.8 %, 100 %], above the 5 %
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmarks import verdicts_mocker
+
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("verdicts_mocker_bench", REPO / "benchmarks" / "verdicts_mocker.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_the_searches_on_the_mocker_are_within_a_step_of_its_live_capacity(tmp_path):
     if not os.environ.get("TOKENFACTORY_DYNAMO_PYTHON"):
         pytest.skip("TOKENFACTORY_DYNAMO_PYTHON not set (.ci/dynamo_venv.sh builds the venv)")
     out = tmp_path / "mocker.json"
-    assert _bench().main(["--trials", "2", "--check-s", "0", "--capacity-s", "20", "--no-replay", "--seed", "7",
-                          "--json", str(out)]) == 0
+    assert verdicts_mocker.main(["--trials", "2", "--check-s", "0", "--capacity-s", "20", "--no-replay",
+                                 "--seed", "7", "--json", str(out)]) == 0
     record = json.loads(out.read_text())
     # the engine the row describes: the replay's knee of 2 slots at 32 + 16 tokens is 15.88 req/s
     # (ai-dynamo 1.4.2), the live capacity 14.4 to 15.5 (docs/measured/verdicts-mocker.md)
